@@ -1,0 +1,220 @@
+//! The inference engine: a narrow [`Backend`] trait, its llama.cpp
+//! implementation, and the engine thread that owns every loaded model.
+//!
+//! This crate knows nothing about gRPC, sockets, tiers or queues. It turns
+//! prompts into tokens, tokens into text, and keeps prefix caches.
+
+mod cache;
+mod llama;
+mod prompt;
+mod stop;
+mod thread;
+mod utf8;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub use cache::{Evaluated, PrefixCache, cuts};
+pub use llama::LlamaCpp;
+pub use prompt::{Prompt, build_prompt, build_static_prompt};
+pub use stop::{StopMatcher, Stopped};
+pub use thread::{Engine, GenerateJob, Job, LoadedModel, PrefillJob, ScoreJob};
+pub use utf8::Utf8Stream;
+
+/// A token id in the model's vocabulary.
+pub type Token = u32;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Message {
+    pub role: Role,
+    pub content: String,
+}
+
+/// How to load one model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelSpec {
+    pub path: PathBuf,
+    /// Context size in tokens.
+    pub n_ctx: u32,
+    pub threads: u32,
+    /// Prompt tokens per batch (the fixed chunk size of prompt evaluation).
+    pub batch: u32,
+    /// Saved prefixes kept besides the live sequence.
+    pub cache_slots: usize,
+    pub cache_budget_bytes: usize,
+}
+
+/// Sampling settings, already validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sampling {
+    /// 0 = greedy.
+    pub temperature: f32,
+    /// 0 = off.
+    pub top_k: u32,
+    pub top_p: f32,
+    pub min_p: f32,
+    /// 1 = off.
+    pub repeat_penalty: f32,
+    pub repeat_last_n: u32,
+    pub seed: u64,
+}
+
+impl Sampling {
+    pub fn greedy() -> Self {
+        Sampling { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, repeat_penalty: 1.0, repeat_last_n: 64, seed: 0 }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// The model ended its turn.
+    End,
+    /// max_tokens reached or the context is full.
+    Length,
+    /// A stop string matched.
+    Stop,
+    /// The caller went away or the engine is shutting down.
+    Cancelled,
+}
+
+/// A piece of streamed text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delta {
+    pub text: String,
+    /// Tokens generated since the previous delta.
+    pub tokens: u32,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Finished {
+    pub reason: FinishReason,
+    pub prompt_tokens: u32,
+    pub cached_tokens: u32,
+    pub generated_tokens: u32,
+    pub prompt_us: u64,
+    pub generate_us: u64,
+    pub text: String,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prefilled {
+    pub prompt_tokens: u32,
+    pub cached_tokens: u32,
+    pub elapsed_us: u64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scored {
+    pub logprob: f64,
+    /// Each continuation token's bytes and log-probability.
+    pub tokens: Vec<(Vec<u8>, f64)>,
+    pub prefix_tokens: u32,
+}
+
+/// Cache and memory figures of one loaded model.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ModelStats {
+    /// Saved prefixes plus the live sequence, if it holds anything.
+    pub cached_prefixes: u32,
+    pub cache_bytes: u64,
+    pub n_ctx: u32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("cannot load model {path}: {reason}")]
+    Load { path: PathBuf, reason: String },
+    #[error("chat template failed: {0}")]
+    Template(String),
+    #[error("prompt is {tokens} tokens, more than the context of {n_ctx} tokens allows")]
+    PromptTooLong { tokens: usize, n_ctx: u32 },
+    #[error("invalid JSON schema: {0}")]
+    InvalidSchema(String),
+    #[error("invalid grammar: {0}")]
+    Grammar(String),
+    #[error("the continuation to score is empty after tokenization")]
+    EmptyContinuation,
+    #[error("model {0} is not loaded")]
+    NotLoaded(String),
+    #[error("the engine thread has stopped")]
+    Stopped,
+    #[error("llama.cpp failed: {0}")]
+    Llama(String),
+}
+
+/// Read-only half of a loaded model, safe to use from any thread: chat
+/// template and tokenizer. Used to validate and tokenize requests before
+/// they are queued.
+pub trait Tokenizer: Send + Sync {
+    /// Renders messages with the model's chat template; with
+    /// `add_generation_prompt` the text ends with the assistant's turn opening.
+    fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, EngineError>;
+    /// Tokenizes text; template markers are parsed as special tokens.
+    fn tokenize(&self, text: &str, add_bos: bool) -> Vec<Token>;
+    /// Tokenizes plain text (no special tokens, no BOS), e.g. a continuation to score.
+    fn tokenize_plain(&self, text: &str) -> Vec<Token>;
+    /// The context size the model was loaded with.
+    fn n_ctx(&self) -> u32;
+    /// Compiles a JSON-output constraint (any JSON, or JSON matching `schema`)
+    /// into the backend's grammar form, rejecting what cannot be compiled.
+    fn json_grammar(&self, schema: Option<&str>) -> Result<String, EngineError>;
+}
+
+/// The engine-thread half of a loaded model: owns its context and caches.
+/// Not `Sync`; only the engine thread touches it.
+pub trait Session: Send {
+    /// Generates; `emit` returns false when the receiver has gone, which
+    /// cancels within one token step. `cancelled` is polled between prompt batches.
+    fn generate(
+        &mut self,
+        job: &GenerateJob,
+        emit: &mut dyn FnMut(Delta) -> bool,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Finished, EngineError>;
+    fn prefill(&mut self, prompt: &Prompt, cancelled: &dyn Fn() -> bool) -> Result<Prefilled, EngineError>;
+    fn score(&mut self, prefix: &[Token], continuation: &[Token]) -> Result<Scored, EngineError>;
+    /// Drops cached prefixes; returns (prefixes, bytes) dropped.
+    fn purge(&mut self) -> (u32, u64);
+    fn stats(&self) -> ModelStats;
+}
+
+/// An inference backend (llama.cpp here; MLX on macOS later).
+pub trait Backend: Send + Sync + 'static {
+    /// Loads a model. Called on the engine thread only.
+    fn load(&self, spec: &ModelSpec) -> Result<(Arc<dyn Tokenizer>, Box<dyn Session>), EngineError>;
+    /// Returns freed memory to the operating system after an unload.
+    fn release_memory(&self) {}
+}
+
+/// Resident memory of this process in bytes (Linux: /proc/self/statm; 0 where unknown).
+pub fn rss_bytes() -> u64 {
+    #[cfg(target_os = "linux")]
+    {
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+        std::fs::read_to_string("/proc/self/statm")
+            .ok()
+            .and_then(|s| s.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()))
+            .map_or(0, |pages| pages * page)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        0
+    }
+}

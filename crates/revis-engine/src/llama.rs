@@ -1,0 +1,435 @@
+//! The llama.cpp backend (`llama-cpp-2`): loading GGUF models, chat templates,
+//! sampling, streaming, prefix reuse, prefill and scoring.
+
+use std::num::NonZeroU32;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::session::{LlamaStateSeqFlags, SeqState};
+use llama_cpp_2::llama_backend::LlamaBackend as RawBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+
+use crate::cache::{Evaluated, PrefixCache, cuts};
+use crate::{
+    Backend, Delta, EngineError, FinishReason, Finished, GenerateJob, Message, ModelSpec, ModelStats, Prefilled, Prompt,
+    Sampling, Scored, Session, StopMatcher, Stopped, Token, Tokenizer, Utf8Stream,
+};
+
+/// Sequences shorter than this are not worth saving when they are evicted from the live slot.
+const MIN_SAVED_TOKENS: usize = 32;
+
+fn raw_backend() -> &'static RawBackend {
+    static BACKEND: OnceLock<RawBackend> = OnceLock::new();
+    BACKEND.get_or_init(|| {
+        let mut b = RawBackend::init().expect("llama.cpp backend initializes once per process");
+        if std::env::var_os("REVIS_LLAMA_LOG").is_none() {
+            b.void_logs();
+        }
+        b
+    })
+}
+
+/// The llama.cpp backend. Runs on CPU here; a `metal` build uses the GPU on macOS.
+#[derive(Debug, Default)]
+pub struct LlamaCpp;
+
+impl Backend for LlamaCpp {
+    fn load(&self, spec: &ModelSpec) -> Result<(Arc<dyn Tokenizer>, Box<dyn Session>), EngineError> {
+        let load_err = |reason: String| EngineError::Load { path: spec.path.clone(), reason };
+        if !spec.path.is_file() {
+            return Err(load_err("no such file".into()));
+        }
+        let model = LlamaModel::load_from_file(raw_backend(), &spec.path, &LlamaModelParams::default())
+            .map_err(|e| load_err(e.to_string()))?;
+        let model = Arc::new(model);
+        let template = match model.chat_template(None) {
+            Ok(t) => t,
+            // No template in the GGUF: use llama.cpp's built-in one for the architecture.
+            Err(_) => {
+                let arch = model.meta_val_str("general.architecture").unwrap_or_default();
+                let name = if arch.starts_with("gemma") { "gemma" } else { "chatml" };
+                LlamaChatTemplate::new(name).map_err(|e| load_err(e.to_string()))?
+            }
+        };
+        let n_ctx = spec.n_ctx.min(model.n_ctx_train().max(1));
+        let threads = spec.threads.max(1) as i32;
+        let params = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(n_ctx))
+            .with_n_batch(spec.batch)
+            .with_n_ubatch(spec.batch)
+            .with_n_threads(threads)
+            .with_n_threads_batch(threads)
+            .with_n_seq_max(1)
+            // Keep the whole sliding-window cache (Gemma 3) so prefixes can be trimmed and restored.
+            .with_swa_full(true);
+        let ctx = model.new_context(raw_backend(), params).map_err(|e| load_err(e.to_string()))?;
+        // SAFETY: the context borrows the model. The session owns an Arc of
+        // the model and declares `ctx` before `model`, so the context is
+        // dropped first and the model outlives every use of it.
+        let ctx: LlamaContext<'static> = unsafe { std::mem::transmute::<LlamaContext<'_>, LlamaContext<'static>>(ctx) };
+        let add_bos = model.vocab().should_add_bos();
+        let tokenizer = Arc::new(LlamaTokenizer { model: model.clone(), template, n_ctx, add_bos });
+        let session = LlamaSession {
+            ctx,
+            model,
+            batch: LlamaBatch::new(spec.batch as usize, 1),
+            chunk: spec.batch as usize,
+            n_ctx,
+            live: Evaluated::default(),
+            saved: PrefixCache::new(spec.cache_slots, spec.cache_budget_bytes),
+        };
+        Ok((tokenizer, Box::new(session)))
+    }
+
+    fn release_memory(&self) {
+        // glibc keeps freed pages; hand them back so an unload shows in RSS.
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    }
+}
+
+struct LlamaTokenizer {
+    model: Arc<LlamaModel>,
+    template: LlamaChatTemplate,
+    n_ctx: u32,
+    add_bos: bool,
+}
+
+impl Tokenizer for LlamaTokenizer {
+    fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, EngineError> {
+        if messages.is_empty() {
+            return Ok(String::new());
+        }
+        let chat = messages
+            .iter()
+            .map(|m| LlamaChatMessage::new(m.role.as_str().to_owned(), m.content.clone()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| EngineError::Template(e.to_string()))?;
+        self.model
+            .apply_chat_template(&self.template, &chat, add_generation_prompt)
+            .map_err(|e| EngineError::Template(e.to_string()))
+    }
+
+    fn tokenize(&self, text: &str, add_bos: bool) -> Vec<Token> {
+        to_ids(self.model.vocab().tokenize(text.as_bytes(), add_bos && self.add_bos, true))
+    }
+
+    fn tokenize_plain(&self, text: &str) -> Vec<Token> {
+        to_ids(self.model.vocab().tokenize(text.as_bytes(), false, false))
+    }
+
+    fn n_ctx(&self) -> u32 {
+        self.n_ctx
+    }
+
+    fn json_grammar(&self, schema: Option<&str>) -> Result<String, EngineError> {
+        let schema = schema.unwrap_or(r#"{"type":"object"}"#);
+        let value: serde_json::Value =
+            serde_json::from_str(schema).map_err(|e| EngineError::InvalidSchema(format!("not JSON: {e}")))?;
+        if !value.is_object() {
+            return Err(EngineError::InvalidSchema("a JSON schema must be a JSON object".into()));
+        }
+        let grammar = llama_cpp_2::json_schema_to_grammar(schema).map_err(|e| EngineError::InvalidSchema(e.to_string()))?;
+        // Compile it once here so a grammar llama.cpp rejects fails before queueing.
+        LlamaSampler::grammar(&self.model, &grammar, "root").map_err(|e| EngineError::InvalidSchema(e.to_string()))?;
+        Ok(grammar)
+    }
+}
+
+fn to_ids(tokens: Vec<LlamaToken>) -> Vec<Token> {
+    tokens.into_iter().map(|t| t.0 as Token).collect()
+}
+
+struct LlamaSession {
+    // Declared before `model`: dropped first (see the SAFETY note in `load`).
+    ctx: LlamaContext<'static>,
+    model: Arc<LlamaModel>,
+    batch: LlamaBatch<'static>,
+    chunk: usize,
+    n_ctx: u32,
+    /// What sequence 0 of the KV cache holds now.
+    live: Evaluated,
+    saved: PrefixCache<SeqState>,
+}
+
+impl LlamaSession {
+    /// Makes sequence 0 hold the longest reusable prefix of `tokens` (at most
+    /// `limit` tokens), restoring a saved prefix if that gives more. Returns
+    /// how many tokens are already evaluated.
+    fn reuse(&mut self, tokens: &[Token], cuts: &[usize], limit: usize) -> Result<usize, EngineError> {
+        let from_live = self.live.reusable(tokens, cuts, limit);
+        let from_saved = self.saved.best(tokens, cuts, limit).filter(|&(_, n)| n > from_live);
+        if from_live < self.live.len() {
+            self.save_live();
+        }
+        let n = match from_saved {
+            Some((index, n)) => {
+                let saved = self.saved.get(index);
+                self.ctx.clear_kv_cache_seq(Some(0), None, None).map_err(llama_err)?;
+                self.ctx.state_seq_set(&saved.state, 0).map_err(llama_err)?;
+                self.live = saved.seq.clone();
+                n
+            }
+            None => from_live,
+        };
+        if n < self.live.len() {
+            let trimmed = self.ctx.clear_kv_cache_seq(Some(0), Some(n as u32), None).map_err(llama_err)?;
+            if !trimmed {
+                // This model's cache cannot be trimmed part-way: start over.
+                self.ctx.clear_kv_cache_seq(Some(0), None, None).map_err(llama_err)?;
+                self.live = Evaluated::default();
+                return Ok(0);
+            }
+        }
+        self.live.truncate(n);
+        Ok(n)
+    }
+
+    /// Saves the live sequence as a cached prefix before it is cut, if it is
+    /// long enough and no saved prefix already holds it.
+    fn save_live(&mut self) {
+        if self.live.len() < MIN_SAVED_TOKENS || self.saved.covers(&self.live) {
+            return;
+        }
+        match self.ctx.state_seq_get(0, LlamaStateSeqFlags::empty()) {
+            Ok(state) if state.byte_len() <= self.saved.budget_bytes() => {
+                let bytes = state.byte_len();
+                self.saved.insert(self.live.clone(), state, bytes);
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!("could not save a cached prefix: {e}"),
+        }
+    }
+
+    /// Evaluates `tokens[from..]` batch by batch at `cuts`. `wants_logits(pos)`
+    /// says which positions need logits; `after_batch(session, start)` runs
+    /// after each batch. Returns false if cancelled between batches.
+    fn evaluate(
+        &mut self,
+        tokens: &[Token],
+        cuts: &[usize],
+        from: usize,
+        wants_logits: &dyn Fn(usize) -> bool,
+        after_batch: &mut dyn FnMut(&Self, usize, usize) -> Result<(), EngineError>,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<bool, EngineError> {
+        let mut start = from;
+        for &end in cuts.iter().filter(|&&c| c > from) {
+            if cancelled() {
+                return Ok(false);
+            }
+            self.batch.clear();
+            for pos in start..end {
+                self.batch
+                    .add(LlamaToken(tokens[pos] as i32), pos as i32, &[0], wants_logits(pos))
+                    .map_err(llama_err)?;
+            }
+            self.ctx.decode(&mut self.batch).map_err(llama_err)?;
+            self.live.push_batch(&tokens[start..end]);
+            after_batch(self, start, end)?;
+            start = end;
+        }
+        Ok(true)
+    }
+
+    fn check_fits(&self, tokens: usize) -> Result<(), EngineError> {
+        if tokens >= self.n_ctx as usize {
+            return Err(EngineError::PromptTooLong { tokens, n_ctx: self.n_ctx });
+        }
+        Ok(())
+    }
+
+    fn sampler(&self, s: &Sampling, grammar: Option<&str>) -> Result<LlamaSampler, EngineError> {
+        let mut chain = Vec::new();
+        if s.repeat_penalty != 1.0 {
+            chain.push(LlamaSampler::penalties(self.model.n_vocab(), s.repeat_last_n as i32, s.repeat_penalty, 0.0, 0.0));
+        }
+        if let Some(g) = grammar {
+            chain.push(LlamaSampler::grammar(&self.model, g, "root").map_err(|e| EngineError::Grammar(e.to_string()))?);
+        }
+        if s.temperature <= 0.0 {
+            chain.push(LlamaSampler::greedy());
+        } else {
+            if s.top_k > 0 {
+                chain.push(LlamaSampler::top_k(s.top_k as i32));
+            }
+            chain.push(LlamaSampler::top_p(s.top_p, 1));
+            chain.push(LlamaSampler::min_p(s.min_p, 1));
+            chain.push(LlamaSampler::temp(s.temperature));
+            chain.push(LlamaSampler::dist((s.seed ^ (s.seed >> 32)) as u32));
+        }
+        Ok(LlamaSampler::chain_simple(chain))
+    }
+}
+
+impl Session for LlamaSession {
+    fn generate(
+        &mut self,
+        job: &GenerateJob,
+        emit: &mut dyn FnMut(Delta) -> bool,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Finished, EngineError> {
+        let tokens = &job.prompt.tokens;
+        self.check_fits(tokens.len())?;
+        if tokens.is_empty() {
+            return Err(EngineError::Template("the prompt is empty".into()));
+        }
+        let mut sampler = self.sampler(&job.sampling, job.grammar.as_deref())?;
+        let started = Instant::now();
+        let cuts = cuts(job.prompt.split, tokens.len(), self.chunk);
+        let cached = self.reuse(tokens, &cuts, tokens.len() - 1)?;
+        let last = tokens.len() - 1;
+        let mut finished = Finished {
+            reason: FinishReason::Cancelled,
+            prompt_tokens: tokens.len() as u32,
+            cached_tokens: cached as u32,
+            generated_tokens: 0,
+            prompt_us: 0,
+            generate_us: 0,
+            text: String::new(),
+        };
+        if !self.evaluate(tokens, &cuts, cached, &|p| p == last, &mut |_, _, _| Ok(()), cancelled)? {
+            finished.prompt_us = started.elapsed().as_micros() as u64;
+            return Ok(finished);
+        }
+        finished.prompt_us = started.elapsed().as_micros() as u64;
+        let decoding = Instant::now();
+
+        let vocab = self.model.vocab();
+        let mut utf8 = Utf8Stream::default();
+        let mut stop = StopMatcher::new(job.stop.clone());
+        let mut unsent = 0u32;
+        let mut piece = Vec::with_capacity(16);
+        let mut idx = self.batch.n_tokens() - 1;
+        let reason = loop {
+            if cancelled() {
+                break FinishReason::Cancelled;
+            }
+            let token = sampler.sample(&self.ctx, idx);
+            if vocab.is_eog(token) {
+                break FinishReason::End;
+            }
+            finished.generated_tokens += 1;
+            unsent += 1;
+            piece.clear();
+            vocab.token_to_piece_into(token, &mut piece, false, None);
+            let text = utf8.push(&piece);
+            match stop.push(&text) {
+                Stopped::Yes(before) => {
+                    if !before.is_empty() {
+                        finished.text.push_str(&before);
+                        emit(Delta { text: before, tokens: unsent });
+                    }
+                    unsent = 0;
+                    break FinishReason::Stop;
+                }
+                Stopped::No(safe) if !safe.is_empty() => {
+                    finished.text.push_str(&safe);
+                    if !emit(Delta { text: safe, tokens: unsent }) {
+                        break FinishReason::Cancelled;
+                    }
+                    unsent = 0;
+                }
+                Stopped::No(_) => {}
+            }
+            if finished.generated_tokens >= job.max_tokens || self.live.len() + 1 >= self.n_ctx as usize {
+                break FinishReason::Length;
+            }
+            let pos = self.live.len();
+            self.batch.clear();
+            self.batch.add(token, pos as i32, &[0], true).map_err(llama_err)?;
+            self.ctx.decode(&mut self.batch).map_err(llama_err)?;
+            self.live.push_batch(&[token.0 as Token]);
+            idx = 0;
+        };
+        if reason != FinishReason::Stop {
+            let mut rest = utf8.finish();
+            rest = match stop.push(&rest) {
+                Stopped::Yes(before) => before,
+                Stopped::No(safe) => safe + &stop.finish(),
+            };
+            if !rest.is_empty() && reason != FinishReason::Cancelled {
+                finished.text.push_str(&rest);
+                emit(Delta { text: rest, tokens: unsent });
+            }
+        }
+        finished.reason = reason;
+        finished.generate_us = decoding.elapsed().as_micros() as u64;
+        Ok(finished)
+    }
+
+    fn prefill(&mut self, prompt: &Prompt, cancelled: &dyn Fn() -> bool) -> Result<Prefilled, EngineError> {
+        let started = Instant::now();
+        let tokens = &prompt.tokens;
+        self.check_fits(tokens.len())?;
+        let cuts = cuts(prompt.split, tokens.len(), self.chunk);
+        // A later request always has more tokens, so the whole prefill may be reused.
+        let cached = self.reuse(tokens, &cuts, tokens.len())?;
+        self.evaluate(tokens, &cuts, cached, &|_| false, &mut |_, _, _| Ok(()), cancelled)?;
+        Ok(Prefilled {
+            prompt_tokens: tokens.len() as u32,
+            cached_tokens: cached as u32,
+            elapsed_us: started.elapsed().as_micros() as u64,
+        })
+    }
+
+    fn score(&mut self, prefix: &[Token], continuation: &[Token]) -> Result<Scored, EngineError> {
+        if continuation.is_empty() {
+            return Err(EngineError::EmptyContinuation);
+        }
+        if prefix.is_empty() {
+            return Err(EngineError::Template("the prefix to score after is empty".into()));
+        }
+        let all: Vec<Token> = prefix.iter().chain(continuation).copied().collect();
+        self.check_fits(all.len())?;
+        let cuts = cuts(prefix.len(), all.len(), self.chunk);
+        let first = prefix.len() - 1; // the position whose logits predict the first continuation token
+        let last = all.len() - 2;
+        let cached = self.reuse(&all, &cuts, first)?;
+        let model = self.model.clone();
+        let vocab = model.vocab();
+        let mut scored = Vec::with_capacity(continuation.len());
+        let mut collect = |s: &Self, start: usize, end: usize| -> Result<(), EngineError> {
+            for pos in start.max(first)..end.min(last + 1) {
+                let logits = s.ctx.get_logits_ith((pos - start) as i32);
+                let target = all[pos + 1] as usize;
+                let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+                let sum: f64 = logits.iter().map(|&l| ((l as f64) - max).exp()).sum();
+                let lp = logits[target] as f64 - max - sum.ln();
+                let piece = vocab.token_to_piece(LlamaToken(all[pos + 1] as i32), false, None);
+                scored.push((piece, lp));
+            }
+            Ok(())
+        };
+        self.evaluate(&all, &cuts, cached, &|p| p >= first && p <= last, &mut collect, &|| false)?;
+        Ok(Scored { logprob: scored.iter().map(|(_, lp)| lp).sum(), tokens: scored, prefix_tokens: prefix.len() as u32 })
+    }
+
+    fn purge(&mut self) -> (u32, u64) {
+        let (n, bytes) = self.saved.clear();
+        let live = u32::from(!self.live.is_empty());
+        self.ctx.clear_kv_cache();
+        self.live = Evaluated::default();
+        (n as u32 + live, bytes as u64)
+    }
+
+    fn stats(&self) -> ModelStats {
+        ModelStats {
+            cached_prefixes: self.saved.len() as u32 + u32::from(!self.live.is_empty()),
+            cache_bytes: self.saved.total_bytes() as u64,
+            n_ctx: self.n_ctx,
+        }
+    }
+}
+
+fn llama_err(e: impl std::fmt::Display) -> EngineError {
+    EngineError::Llama(e.to_string())
+}

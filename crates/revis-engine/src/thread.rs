@@ -1,0 +1,227 @@
+//! The engine thread: owns every loaded model and its context, runs one job
+//! at a time, and talks to async callers over channels (readiness and
+//! results via oneshot, deltas via a bounded mpsc).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::Instant;
+
+use tokio::sync::{mpsc as tmpsc, oneshot};
+
+use crate::{Backend, Delta, EngineError, Finished, ModelSpec, ModelStats, Prefilled, Prompt, Sampling, Scored, Session, Token, Tokenizer};
+
+pub struct GenerateJob {
+    pub prompt: Prompt,
+    pub sampling: Sampling,
+    pub max_tokens: u32,
+    pub stop: Vec<String>,
+    /// A grammar from [`Tokenizer::json_grammar`], for JSON output.
+    pub grammar: Option<String>,
+}
+
+pub struct PrefillJob {
+    pub prompt: Prompt,
+}
+
+pub struct ScoreJob {
+    pub prefix: Vec<Token>,
+    pub continuation: Vec<Token>,
+}
+
+/// Work for a loaded model, with where its results go.
+pub enum Job {
+    Generate { job: GenerateJob, deltas: tmpsc::Sender<Delta>, done: oneshot::Sender<Result<Finished, EngineError>> },
+    Prefill { job: PrefillJob, done: oneshot::Sender<Result<Prefilled, EngineError>> },
+    Score { job: ScoreJob, done: oneshot::Sender<Result<Scored, EngineError>> },
+}
+
+impl Job {
+    /// True if nobody waits for the result any more.
+    pub fn abandoned(&self) -> bool {
+        match self {
+            Job::Generate { deltas, done, .. } => deltas.is_closed() || done.is_closed(),
+            Job::Prefill { done, .. } => done.is_closed(),
+            Job::Score { done, .. } => done.is_closed(),
+        }
+    }
+}
+
+/// What a load returns to the caller.
+#[derive(Clone)]
+pub struct LoadedModel {
+    pub tokenizer: Arc<dyn Tokenizer>,
+    /// Resident memory the load added (weights, context, buffers).
+    pub memory_bytes: u64,
+    pub load_ms: u64,
+}
+
+enum Command {
+    Load { key: String, spec: ModelSpec, reply: oneshot::Sender<Result<LoadedModel, EngineError>> },
+    Unload { key: String, reply: oneshot::Sender<bool> },
+    Purge { key: Option<String>, reply: oneshot::Sender<(u32, u64)> },
+    Stats { reply: oneshot::Sender<HashMap<String, ModelStats>> },
+    Run { key: String, job: Job, cancel: Arc<AtomicBool>, _finished: oneshot::Sender<()> },
+}
+
+/// Handle to the engine thread. Cheap to clone.
+#[derive(Clone)]
+pub struct Engine {
+    tx: mpsc::Sender<Command>,
+    shutdown: Arc<AtomicBool>,
+}
+
+impl Engine {
+    /// Starts the engine thread.
+    pub fn spawn(backend: Arc<dyn Backend>) -> Engine {
+        let (tx, rx) = mpsc::channel();
+        let shutdown = Arc::new(AtomicBool::new(false));
+        let flag = shutdown.clone();
+        std::thread::Builder::new()
+            .name("revis-engine".into())
+            .spawn(move || engine_loop(backend, rx, flag))
+            .expect("spawn the engine thread");
+        Engine { tx, shutdown }
+    }
+
+    pub async fn load(&self, key: &str, spec: ModelSpec) -> Result<LoadedModel, EngineError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Load { key: key.to_owned(), spec, reply })?;
+        rx.await.map_err(|_| EngineError::Stopped)?
+    }
+
+    /// Frees a model; true if it was loaded.
+    pub async fn unload(&self, key: &str) -> Result<bool, EngineError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Unload { key: key.to_owned(), reply })?;
+        rx.await.map_err(|_| EngineError::Stopped)
+    }
+
+    /// Drops cached prefixes of one model or all; returns (prefixes, bytes).
+    pub async fn purge(&self, key: Option<&str>) -> Result<(u32, u64), EngineError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Purge { key: key.map(str::to_owned), reply })?;
+        rx.await.map_err(|_| EngineError::Stopped)
+    }
+
+    pub async fn stats(&self) -> Result<HashMap<String, ModelStats>, EngineError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Stats { reply })?;
+        rx.await.map_err(|_| EngineError::Stopped)
+    }
+
+    /// Runs a job. The returned receiver resolves when the engine is done
+    /// with it (its results went to the job's own channels). Setting `cancel`
+    /// stops it within one token step.
+    pub fn run(&self, key: &str, job: Job, cancel: Arc<AtomicBool>) -> oneshot::Receiver<()> {
+        let (finished, rx) = oneshot::channel();
+        // If the thread is gone the command is dropped and `rx` resolves at once.
+        let _ = self.tx.send(Command::Run { key: key.to_owned(), job, cancel, _finished: finished });
+        rx
+    }
+
+    /// Cancels running work and refuses new jobs (shutdown).
+    pub fn cancel_all(&self) {
+        self.shutdown.store(true, Ordering::SeqCst);
+    }
+
+    fn send(&self, c: Command) -> Result<(), EngineError> {
+        self.tx.send(c).map_err(|_| EngineError::Stopped)
+    }
+}
+
+fn engine_loop(backend: Arc<dyn Backend>, rx: mpsc::Receiver<Command>, shutdown: Arc<AtomicBool>) {
+    let mut models: HashMap<String, Box<dyn Session>> = HashMap::new();
+    while let Ok(cmd) = rx.recv() {
+        match cmd {
+            Command::Load { key, spec, reply } => {
+                if reply.is_closed() {
+                    continue;
+                }
+                let started = Instant::now();
+                let before = crate::rss_bytes();
+                // Loading again replaces the old copy; free it first.
+                if models.remove(&key).is_some() {
+                    backend.release_memory();
+                }
+                let result = backend.load(&spec).map(|(tokenizer, session)| {
+                    models.insert(key.clone(), session);
+                    LoadedModel {
+                        tokenizer,
+                        memory_bytes: crate::rss_bytes().saturating_sub(before),
+                        load_ms: started.elapsed().as_millis() as u64,
+                    }
+                });
+                let _ = reply.send(result);
+            }
+            Command::Unload { key, reply } => {
+                let was = models.remove(&key).is_some();
+                if was {
+                    backend.release_memory();
+                }
+                let _ = reply.send(was);
+            }
+            Command::Purge { key, reply } => {
+                let mut total = (0, 0);
+                for (k, s) in models.iter_mut() {
+                    if key.as_deref().is_none_or(|want| want == k) {
+                        let (n, b) = s.purge();
+                        total = (total.0 + n, total.1 + b);
+                    }
+                }
+                let _ = reply.send(total);
+            }
+            Command::Stats { reply } => {
+                let _ = reply.send(models.iter().map(|(k, s)| (k.clone(), s.stats())).collect());
+            }
+            Command::Run { key, job, cancel, _finished } => {
+                if job.abandoned() {
+                    continue;
+                }
+                let stopped = || shutdown.load(Ordering::Relaxed) || cancel.load(Ordering::Relaxed);
+                let Some(session) = models.get_mut(&key) else {
+                    fail(job, EngineError::NotLoaded(key));
+                    continue;
+                };
+                if stopped() {
+                    fail(job, EngineError::Stopped);
+                    continue;
+                }
+                run_job(session.as_mut(), job, &stopped);
+            }
+        }
+    }
+}
+
+fn run_job(session: &mut dyn Session, job: Job, stopped: &dyn Fn() -> bool) {
+    match job {
+        Job::Generate { job, deltas, done } => {
+            let cancelled = || stopped() || deltas.is_closed();
+            let mut emit = |d: Delta| !stopped() && deltas.blocking_send(d).is_ok();
+            let result = session.generate(&job, &mut emit, &cancelled);
+            let _ = done.send(result);
+        }
+        Job::Prefill { job, done } => {
+            let cancelled = || stopped() || done.is_closed();
+            let result = session.prefill(&job.prompt, &cancelled);
+            let _ = done.send(result);
+        }
+        Job::Score { job, done } => {
+            let _ = done.send(session.score(&job.prefix, &job.continuation));
+        }
+    }
+}
+
+fn fail(job: Job, e: EngineError) {
+    match job {
+        Job::Generate { done, .. } => {
+            let _ = done.send(Err(e));
+        }
+        Job::Prefill { done, .. } => {
+            let _ = done.send(Err(e));
+        }
+        Job::Score { done, .. } => {
+            let _ = done.send(Err(e));
+        }
+    }
+}
