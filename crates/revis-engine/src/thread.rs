@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Instant;
 
 use tokio::sync::{mpsc as tmpsc, oneshot};
@@ -60,7 +60,6 @@ enum Command {
     Load { key: String, spec: ModelSpec, reply: oneshot::Sender<Result<LoadedModel, EngineError>> },
     Unload { key: String, reply: oneshot::Sender<bool> },
     Purge { key: Option<String>, reply: oneshot::Sender<(u32, u64)> },
-    Stats { reply: oneshot::Sender<HashMap<String, ModelStats>> },
     Run { key: String, job: Job, cancel: Arc<AtomicBool>, _finished: oneshot::Sender<()> },
 }
 
@@ -69,6 +68,7 @@ enum Command {
 pub struct Engine {
     tx: mpsc::Sender<Command>,
     shutdown: Arc<AtomicBool>,
+    stats: Arc<Mutex<HashMap<String, ModelStats>>>,
 }
 
 impl Engine {
@@ -77,11 +77,13 @@ impl Engine {
         let (tx, rx) = mpsc::channel();
         let shutdown = Arc::new(AtomicBool::new(false));
         let flag = shutdown.clone();
+        let stats = Arc::new(Mutex::new(HashMap::new()));
+        let published = stats.clone();
         std::thread::Builder::new()
             .name("revis-engine".into())
-            .spawn(move || engine_loop(backend, rx, flag))
+            .spawn(move || engine_loop(backend, rx, flag, published))
             .expect("spawn the engine thread");
-        Engine { tx, shutdown }
+        Engine { tx, shutdown, stats }
     }
 
     pub async fn load(&self, key: &str, spec: ModelSpec) -> Result<LoadedModel, EngineError> {
@@ -104,10 +106,10 @@ impl Engine {
         rx.await.map_err(|_| EngineError::Stopped)
     }
 
-    pub async fn stats(&self) -> Result<HashMap<String, ModelStats>, EngineError> {
-        let (reply, rx) = oneshot::channel();
-        self.send(Command::Stats { reply })?;
-        rx.await.map_err(|_| EngineError::Stopped)
+    /// Cache figures of each loaded model as of the end of the last command;
+    /// answers at once, even while a job runs.
+    pub fn stats(&self) -> HashMap<String, ModelStats> {
+        self.stats.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Runs a job. The returned receiver resolves when the engine is done
@@ -130,13 +132,26 @@ impl Engine {
     }
 }
 
-fn engine_loop(backend: Arc<dyn Backend>, rx: mpsc::Receiver<Command>, shutdown: Arc<AtomicBool>) {
+fn engine_loop(
+    backend: Arc<dyn Backend>,
+    rx: mpsc::Receiver<Command>,
+    shutdown: Arc<AtomicBool>,
+    published: Arc<Mutex<HashMap<String, ModelStats>>>,
+) {
     let mut models: HashMap<String, Box<dyn Session>> = HashMap::new();
     while let Ok(cmd) = rx.recv() {
+        handle(cmd, &backend, &mut models, &shutdown);
+        let stats = models.iter().map(|(k, s)| (k.clone(), s.stats())).collect();
+        *published.lock().unwrap_or_else(|p| p.into_inner()) = stats;
+    }
+}
+
+fn handle(cmd: Command, backend: &Arc<dyn Backend>, models: &mut HashMap<String, Box<dyn Session>>, shutdown: &AtomicBool) {
+    {
         match cmd {
             Command::Load { key, spec, reply } => {
                 if reply.is_closed() {
-                    continue;
+                    return;
                 }
                 let started = Instant::now();
                 let before = crate::rss_bytes();
@@ -171,21 +186,18 @@ fn engine_loop(backend: Arc<dyn Backend>, rx: mpsc::Receiver<Command>, shutdown:
                 }
                 let _ = reply.send(total);
             }
-            Command::Stats { reply } => {
-                let _ = reply.send(models.iter().map(|(k, s)| (k.clone(), s.stats())).collect());
-            }
             Command::Run { key, job, cancel, _finished } => {
                 if job.abandoned() {
-                    continue;
+                    return;
                 }
                 let stopped = || shutdown.load(Ordering::Relaxed) || cancel.load(Ordering::Relaxed);
                 let Some(session) = models.get_mut(&key) else {
                     fail(job, EngineError::NotLoaded(key));
-                    continue;
+                    return;
                 };
                 if stopped() {
                     fail(job, EngineError::Stopped);
-                    continue;
+                    return;
                 }
                 run_job(session.as_mut(), job, &stopped);
             }

@@ -1,0 +1,270 @@
+//! What each `revis` subcommand does.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use revis_client::{Client, SpawnOptions, default_socket_path, message, v1 as pb};
+use serde_json::json;
+
+use crate::{Cli, Cmd};
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// tier1, tier2 (default) or tier3.
+    #[arg(long, default_value = "tier2")]
+    tier: String,
+    /// 0 = greedy (same answer every time). Default 0.7.
+    #[arg(long)]
+    temperature: Option<f32>,
+    #[arg(long)]
+    seed: Option<u64>,
+    #[arg(long)]
+    max_tokens: Option<u32>,
+    /// A system message to start with.
+    #[arg(long)]
+    system: Option<String>,
+    /// Answer in JSON (always parses).
+    #[arg(long)]
+    json: bool,
+    /// A JSON schema file the answer must match (with --json).
+    #[arg(long, requires = "json")]
+    schema: Option<PathBuf>,
+    /// Print token counts and timings to stderr at the end.
+    #[arg(long)]
+    verbose: bool,
+    prompt: String,
+}
+
+#[derive(Args)]
+pub struct ChatArgs {
+    #[arg(long, default_value = "tier2")]
+    tier: String,
+    #[arg(long)]
+    temperature: Option<f32>,
+    #[arg(long)]
+    system: Option<String>,
+}
+
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let explicit_socket = cli.socket.is_some();
+    let socket = cli.socket.unwrap_or_else(default_socket_path);
+    match cli.command {
+        Cmd::Pull { name, verify } => pull(name, verify).await,
+        Cmd::Models => models(),
+        Cmd::Status { json } => status(&mut connect(&socket).await?, json).await,
+        Cmd::Load { tier } => {
+            let r = connect(&socket).await?.admin.load_model(pb::LoadModelRequest { tier }).await?.into_inner();
+            let t = r.tier.unwrap_or_default();
+            println!("{}: {} ready in {} ms ({} MiB)", t.tier, t.model, r.elapsed_ms, t.memory_bytes >> 20);
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Unload { tier } => {
+            let r = connect(&socket).await?.admin.unload_model(pb::UnloadModelRequest { tier }).await?.into_inner();
+            let t = r.tier.unwrap_or_default();
+            println!(
+                "{}: {} unloaded; daemon memory {} MiB -> {} MiB",
+                t.tier,
+                t.model,
+                r.rss_before_bytes >> 20,
+                r.rss_after_bytes >> 20
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Run(args) => {
+            let mut client = connect_or_start(&socket, explicit_socket).await?;
+            run_prompt(&mut client, args).await
+        }
+        Cmd::Chat(args) => {
+            let mut client = connect_or_start(&socket, explicit_socket).await?;
+            chat(&mut client, args).await
+        }
+    }
+}
+
+async fn connect(socket: &std::path::Path) -> anyhow::Result<Client> {
+    Client::connect(socket).await.context("is revisd running? `revis run` or `revis chat` start it")
+}
+
+/// The first command of a new user just works: with no daemon on the
+/// default socket, start one (pulling the default model first).
+async fn connect_or_start(socket: &std::path::Path, explicit: bool) -> anyhow::Result<Client> {
+    if explicit {
+        return connect(socket).await;
+    }
+    let opts = SpawnOptions { pull_default_model: true, progress: std::io::stderr().is_terminal(), ..Default::default() };
+    Ok(Client::connect_or_start(socket, &opts).await?)
+}
+
+async fn pull(name: Option<String>, verify: bool) -> anyhow::Result<ExitCode> {
+    let name = name.unwrap_or_else(|| revis_models::DEFAULT_MODEL.to_owned());
+    let Some(entry) = revis_models::find(&name) else {
+        let known: Vec<&str> = revis_models::catalog().iter().map(|e| e.name).collect();
+        bail!("unknown model {name:?}; the catalog has: {}", known.join(", "));
+    };
+    let dir = revis_models::models_dir()?;
+    let path = tokio::task::spawn_blocking(move || {
+        let opts = revis_models::PullOptions { verify, ..Default::default() };
+        revis_models::pull(entry, &dir, &opts)
+    })
+    .await??;
+    println!("{} is at {}", entry.name, path.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn models() -> anyhow::Result<ExitCode> {
+    let dir = revis_models::models_dir()?;
+    for e in revis_models::catalog() {
+        let mark = if e.is_present(&dir) { "downloaded" } else { "not downloaded" };
+        let default = if e.name == revis_models::DEFAULT_MODEL { " (default)" } else { "" };
+        println!("{:<24} {:>6} MB  {:<15} {}{default}", e.name, e.size / 1_000_000, mark, e.description);
+    }
+    println!("models directory: {}", dir.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn state_name(s: i32) -> &'static str {
+    match pb::ModelState::try_from(s) {
+        Ok(pb::ModelState::Ready) => "ready",
+        Ok(pb::ModelState::Loading) => "loading",
+        _ => "unloaded",
+    }
+}
+
+async fn status(client: &mut Client, as_json: bool) -> anyhow::Result<ExitCode> {
+    let s = client.status().await?;
+    if as_json {
+        let tiers: Vec<_> = s
+            .tiers
+            .iter()
+            .map(|t| {
+                json!({
+                    "tier": t.tier, "model": t.model, "model_path": t.model_path, "state": state_name(t.state),
+                    "memory_bytes": t.memory_bytes, "cached_prefixes": t.cached_prefixes, "cache_bytes": t.cache_bytes,
+                    "context_tokens": t.context_tokens, "shared_with": t.shared_with,
+                })
+            })
+            .collect();
+        let v = json!({
+            "version": s.version, "pid": s.pid, "uptime_s": s.uptime_s, "socket": client.socket(),
+            "rss_bytes": s.rss_bytes, "busy": s.busy, "queue_depth": s.queue_depth,
+            "queue_capacity": s.queue_capacity, "tiers": tiers,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("revisd {} (pid {}, up {}s) on {}", s.version, s.pid, s.uptime_s, client.socket().display());
+    println!(
+        "memory {} MiB, queue {}/{}, {}",
+        s.rss_bytes >> 20,
+        s.queue_depth,
+        s.queue_capacity,
+        if s.busy { "busy" } else { "idle" }
+    );
+    for t in &s.tiers {
+        let shared = if t.shared_with.is_empty() { String::new() } else { format!(" (shared with {})", t.shared_with.join(", ")) };
+        println!(
+            "  {}: {:<22} {:<9} {:>4} MiB, ctx {}, {} cached prefixes{shared}",
+            t.tier,
+            t.model,
+            state_name(t.state),
+            t.memory_bytes >> 20,
+            t.context_tokens,
+            t.cached_prefixes
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Streams one answer to stdout; returns the Done event.
+async fn stream_answer(client: &mut Client, req: pb::GenerateRequest) -> anyhow::Result<pb::Done> {
+    let mut stream = client.generate(req).await?;
+    let mut out = std::io::stdout().lock();
+    while let Some(ev) = stream.message().await? {
+        match ev.event {
+            Some(pb::generate_event::Event::Delta(d)) => {
+                out.write_all(d.text.as_bytes())?;
+                out.flush()?;
+            }
+            Some(pb::generate_event::Event::Done(d)) => {
+                writeln!(out)?;
+                return Ok(d);
+            }
+            _ => {}
+        }
+    }
+    bail!("the daemon closed the stream before the answer was done")
+}
+
+async fn run_prompt(client: &mut Client, a: RunArgs) -> anyhow::Result<ExitCode> {
+    let schema = match &a.schema {
+        Some(p) => std::fs::read(p).with_context(|| format!("reading schema {}", p.display()))?,
+        None => Vec::new(),
+    };
+    let mut messages = Vec::new();
+    if let Some(s) = &a.system {
+        messages.push(message(pb::Role::System, s));
+    }
+    messages.push(message(pb::Role::User, &a.prompt));
+    let req = pb::GenerateRequest {
+        tier: a.tier,
+        messages,
+        sampling: Some(pb::Sampling { temperature: a.temperature, seed: a.seed, ..Default::default() }),
+        max_tokens: a.max_tokens.unwrap_or(0),
+        format: if a.json { pb::OutputFormat::Json } else { pb::OutputFormat::Text } as i32,
+        json_schema: schema.into(),
+        ..Default::default()
+    };
+    let d = stream_answer(client, req).await?;
+    if a.verbose {
+        eprintln!(
+            "[{} prompt tokens ({} cached), {} generated, prompt {:.1} ms, {:.1} tokens/s, seed {}]",
+            d.prompt_tokens,
+            d.cached_tokens,
+            d.generated_tokens,
+            d.prompt_us as f64 / 1000.0,
+            d.generated_tokens as f64 / (d.generate_us.max(1) as f64 / 1e6),
+            d.seed
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn chat(client: &mut Client, a: ChatArgs) -> anyhow::Result<ExitCode> {
+    let interactive = std::io::stdin().is_terminal();
+    let mut history = Vec::new();
+    if let Some(s) = &a.system {
+        history.push(message(pb::Role::System, s));
+    }
+    if interactive {
+        eprintln!("revis chat on {} (an empty line or Ctrl-D ends)", a.tier);
+    }
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    loop {
+        if interactive {
+            eprint!("> ");
+            std::io::stderr().flush()?;
+        }
+        let Some(line) = lines.next() else { break };
+        let line = line?;
+        if line.trim().is_empty() {
+            if interactive {
+                break;
+            }
+            continue;
+        }
+        history.push(message(pb::Role::User, &line));
+        let req = pb::GenerateRequest {
+            tier: a.tier.clone(),
+            messages: history.clone(),
+            sampling: Some(pb::Sampling { temperature: a.temperature, ..Default::default() }),
+            ..Default::default()
+        };
+        let done = stream_answer(client, req).await?;
+        history.push(message(pb::Role::Assistant, &done.text));
+    }
+    Ok(ExitCode::SUCCESS)
+}

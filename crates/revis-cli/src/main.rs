@@ -1,0 +1,62 @@
+//! `revis`: the command line over the client library (pull, models, status,
+//! load/unload, run, chat).
+
+mod commands;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// revis: a private AI partner on the machines you own.
+#[derive(Parser)]
+#[command(version, propagate_version = true)]
+pub struct Cli {
+    /// The daemon's socket. Default: $REVIS_SOCKET, else the user's runtime dir.
+    #[arg(long, global = true, env = "REVIS_SOCKET")]
+    socket: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+pub enum Cmd {
+    /// Download a model from the catalog (default: smollm2-135m-instruct).
+    Pull {
+        name: Option<String>,
+        /// Re-hash a model that is already there.
+        #[arg(long)]
+        verify: bool,
+    },
+    /// List the catalog and what is downloaded.
+    Models,
+    /// Show the daemon's state: tiers, models, memory, queue.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Load a tier's model now.
+    Load { tier: String },
+    /// Unload a tier's model and free its memory.
+    Unload { tier: String },
+    /// Answer one prompt, streamed to stdout.
+    Run(commands::RunArgs),
+    /// Chat interactively (one message per line; an empty line or Ctrl-D ends).
+    Chat(commands::ChatArgs),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("REVIS_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
+    match runtime.block_on(commands::run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("revis: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! revisd's configuration: a TOML file mapping tiers to models, validated
+//! into a [`Config`] before anything binds. Every error names its field.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The three tiers, in order.
+pub const TIERS: [&str; 3] = ["tier1", "tier2", "tier3"];
+/// The tier a request without one goes to.
+pub const DEFAULT_TIER: &str = "tier2";
+
+/// The file as written. Unknown keys are errors, so a typo is not ignored.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    daemon: RawDaemon,
+    #[serde(default)]
+    tiers: BTreeMap<String, RawTier>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDaemon {
+    socket: Option<PathBuf>,
+    load_at_start: Option<bool>,
+    keep_alive_s: Option<u64>,
+    queue_capacity: Option<u32>,
+    max_tokens_limit: Option<u32>,
+    default_max_tokens: Option<u32>,
+    context: Option<u32>,
+    threads: Option<u32>,
+    batch: Option<u32>,
+    cache_slots: Option<u32>,
+    cache_budget_mb: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTier {
+    model: Option<String>,
+    context: Option<u32>,
+    threads: Option<u32>,
+    cache_budget_mb: Option<u64>,
+}
+
+/// A validated configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// None = the default socket path.
+    pub socket: Option<PathBuf>,
+    pub load_at_start: bool,
+    /// None = never unload an idle model.
+    pub keep_alive: Option<Duration>,
+    pub queue_capacity: usize,
+    pub max_tokens_limit: u32,
+    pub default_max_tokens: u32,
+    /// tier name → the model it uses.
+    pub tiers: BTreeMap<String, TierModel>,
+}
+
+/// One tier's model and how to load it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TierModel {
+    /// Catalog name, or the path as written.
+    pub name: String,
+    pub path: PathBuf,
+    pub context: u32,
+    pub threads: u32,
+    pub batch: u32,
+    pub cache_slots: usize,
+    pub cache_budget_bytes: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("config {path}: `{field}` {message}")]
+    Field { path: PathBuf, field: String, message: String },
+}
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path, models_dir: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        Self::parse(&text, path, models_dir)
+    }
+
+    /// The configuration used when there is no file: every tier uses the default catalog model.
+    pub fn default_for(models_dir: &Path) -> Result<Config, ConfigError> {
+        Self::parse("", Path::new("(defaults)"), models_dir)
+    }
+
+    pub fn parse(text: &str, path: &Path, models_dir: &Path) -> Result<Config, ConfigError> {
+        let raw: RawConfig =
+            toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string().trim().to_owned() })?;
+        let field = |field: &str, message: String| ConfigError::Field { path: path.into(), field: field.into(), message };
+        let d = raw.daemon;
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get() as u32);
+
+        let range = |name: &str, v: Option<u64>, default: u64, lo: u64, hi: u64| -> Result<u64, ConfigError> {
+            let v = v.unwrap_or(default);
+            if v < lo || v > hi {
+                return Err(field(name, format!("is {v}; it must be between {lo} and {hi}")));
+            }
+            Ok(v)
+        };
+        let context = range("daemon.context", d.context.map(u64::from), 4096, 256, 131_072)? as u32;
+        let threads = range("daemon.threads", d.threads.map(u64::from), cores.into(), 1, 256)? as u32;
+        let batch = range("daemon.batch", d.batch.map(u64::from), 512, 32, 8192)? as u32;
+        let cache_slots = range("daemon.cache_slots", d.cache_slots.map(u64::from), 4, 0, 64)? as usize;
+        let cache_mb = range("daemon.cache_budget_mb", d.cache_budget_mb, 256, 0, 1 << 20)?;
+        let queue_capacity = range("daemon.queue_capacity", d.queue_capacity.map(u64::from), 16, 1, 1024)? as usize;
+        let max_tokens_limit = range("daemon.max_tokens_limit", d.max_tokens_limit.map(u64::from), 4096, 1, 131_072)? as u32;
+        let default_max_tokens =
+            range("daemon.default_max_tokens", d.default_max_tokens.map(u64::from), 512.min(max_tokens_limit.into()), 1, max_tokens_limit.into())?
+                as u32;
+        let keep_alive_s = range("daemon.keep_alive_s", d.keep_alive_s, 300, 0, 30 * 86_400)?;
+
+        for name in raw.tiers.keys() {
+            if !TIERS.contains(&name.as_str()) {
+                return Err(field(&format!("tiers.{name}"), "is not a tier; the tiers are tier1, tier2 and tier3".into()));
+            }
+        }
+        let mut tiers = BTreeMap::new();
+        for tier in TIERS {
+            let t = raw.tiers.get(tier);
+            let f = |k: &str| format!("tiers.{tier}.{k}");
+            let name = t.and_then(|t| t.model.clone()).unwrap_or_else(|| revis_models::DEFAULT_MODEL.to_owned());
+            let path = resolve_model(&name, models_dir).map_err(|m| field(&f("model"), m))?;
+            let model = TierModel {
+                name,
+                path,
+                context: range(&f("context"), t.and_then(|t| t.context).map(u64::from), context.into(), 256, 131_072)? as u32,
+                threads: range(&f("threads"), t.and_then(|t| t.threads).map(u64::from), threads.into(), 1, 256)? as u32,
+                batch,
+                cache_slots,
+                cache_budget_bytes: (range(&f("cache_budget_mb"), t.and_then(|t| t.cache_budget_mb), cache_mb, 0, 1 << 20)? << 20)
+                    as usize,
+            };
+            tiers.insert(tier.to_owned(), model);
+        }
+        // Tiers that share a model load it once, so they must agree on how.
+        for (a, ma) in &tiers {
+            for (b, mb) in tiers.range::<String, _>((std::ops::Bound::Excluded(a.clone()), std::ops::Bound::Unbounded)) {
+                if ma.path == mb.path && ma != mb {
+                    return Err(field(
+                        &format!("tiers.{b}"),
+                        format!("uses the same model as {a} with different context, threads or cache settings; a shared model is loaded once, so give both the same settings"),
+                    ));
+                }
+            }
+        }
+        Ok(Config {
+            socket: d.socket,
+            load_at_start: d.load_at_start.unwrap_or(false),
+            keep_alive: (keep_alive_s > 0).then(|| Duration::from_secs(keep_alive_s)),
+            queue_capacity,
+            max_tokens_limit,
+            default_max_tokens,
+            tiers,
+        })
+    }
+}
+
+/// A catalog name → its file in `models_dir`; anything else is a path.
+fn resolve_model(name: &str, models_dir: &Path) -> Result<PathBuf, String> {
+    if let Some(entry) = revis_models::find(name) {
+        let path = entry.path_in(models_dir);
+        if !path.is_file() {
+            return Err(format!("names catalog model {name:?}, which is not downloaded yet: run `revis pull {name}`"));
+        }
+        return Ok(path);
+    }
+    let path = PathBuf::from(name);
+    if path.extension().is_none_or(|e| e != "gguf") && path.components().count() == 1 {
+        let known: Vec<&str> = revis_models::catalog().iter().map(|e| e.name).collect();
+        return Err(format!("{name:?} is neither a catalog model ({}) nor a path to a .gguf file", known.join(", ")));
+    }
+    if !path.is_file() {
+        return Err(format!("model file {} does not exist", path.display()));
+    }
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use expect_test::{Expect, expect};
+
+    fn check(toml: &str, want: Expect) {
+        let dir = tempfile::tempdir().unwrap();
+        let model = revis_models::find(revis_models::DEFAULT_MODEL).unwrap();
+        std::fs::write(model.path_in(dir.path()), b"gguf").unwrap();
+        std::fs::write(dir.path().join("other.gguf"), b"gguf").unwrap();
+        let text = toml.replace("$DIR", &dir.path().display().to_string());
+        let got = match Config::parse(&text, Path::new("revisd.toml"), dir.path()) {
+            Ok(c) => format!(
+                "ok: {}",
+                c.tiers.iter().map(|(t, m)| format!("{t}={} ctx{}", m.name, m.context)).collect::<Vec<_>>().join(", ")
+            ),
+            Err(e) => e.to_string().replace(&dir.path().display().to_string(), "$DIR"),
+        };
+        want.assert_eq(&got);
+    }
+
+    #[test]
+    fn empty_config_uses_the_default_model_everywhere() {
+        check("", expect!["ok: tier1=smollm2-135m-instruct ctx4096, tier2=smollm2-135m-instruct ctx4096, tier3=smollm2-135m-instruct ctx4096"]);
+    }
+
+    #[test]
+    fn paths_and_overrides() {
+        check(
+            "[daemon]\ncontext = 2048\n[tiers.tier3]\nmodel = \"$DIR/other.gguf\"\ncontext = 8192\n",
+            expect!["ok: tier1=smollm2-135m-instruct ctx2048, tier2=smollm2-135m-instruct ctx2048, tier3=$DIR/other.gguf ctx8192"],
+        );
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        check("[daemon]\ncontext = 10\n", expect!["config revisd.toml: `daemon.context` is 10; it must be between 256 and 131072"]);
+        check("[tiers.tier4]\nmodel = \"x\"\n", expect!["config revisd.toml: `tiers.tier4` is not a tier; the tiers are tier1, tier2 and tier3"]);
+        check(
+            "[tiers.tier1]\nmodel = \"llama9\"\n",
+            expect![[r#"config revisd.toml: `tiers.tier1.model` "llama9" is neither a catalog model (smollm2-135m-instruct, gemma3-270m) nor a path to a .gguf file"#]],
+        );
+        check(
+            "[tiers.tier1]\nmodel = \"gemma3-270m\"\n",
+            expect![[r#"config revisd.toml: `tiers.tier1.model` names catalog model "gemma3-270m", which is not downloaded yet: run `revis pull gemma3-270m`"#]],
+        );
+        check("[tiers.tier2]\ncontext = 1024\n", expect!["config revisd.toml: `tiers.tier2` uses the same model as tier1 with different context, threads or cache settings; a shared model is loaded once, so give both the same settings"]);
+        check("[daemon]\nthreds = 2\n", expect![[r#"
+            config revisd.toml: TOML parse error at line 2, column 1
+              |
+            2 | threds = 2
+              | ^^^^^^
+            unknown field `threds`, expected one of `socket`, `load_at_start`, `keep_alive_s`, `queue_capacity`, `max_tokens_limit`, `default_max_tokens`, `context`, `threads`, `batch`, `cache_slots`, `cache_budget_mb`"#]]);
+    }
+}

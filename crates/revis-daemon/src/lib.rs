@@ -1,0 +1,16 @@
+//! The core of `revisd`, the revis inference daemon: configuration, tiers
+//! and models, the priority queue, the gRPC services and the Unix socket.
+//! The `revisd` binary is a thin main over [`server::run`].
+
+pub mod config;
+pub mod error;
+pub mod registry;
+pub mod scheduler;
+pub mod server;
+pub mod service;
+pub mod socket;
+pub mod validate;
+
+pub use config::{Config, ConfigError};
+pub use server::{ServeError, run};
+pub use socket::{SocketError, bind, default_socket_path};

@@ -1,0 +1,231 @@
+//! Tiers and their models: which model serves which tier (a model named by
+//! several tiers is loaded once), each model's state (unloaded, loading,
+//! ready), loading on first use, and unloading after an idle time.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use revis_engine::{Engine, EngineError, ModelSpec, Tokenizer};
+
+use crate::config::{Config, TierModel};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Unloaded,
+    Loading,
+    Ready,
+}
+
+struct Slot {
+    phase: Phase,
+    tokenizer: Option<Arc<dyn Tokenizer>>,
+    memory_bytes: u64,
+    last_used: Instant,
+    /// Requests admitted and not finished; an idle unload waits for zero.
+    in_use: usize,
+}
+
+/// One distinct model.
+pub struct Model {
+    /// The engine's key for it: its path.
+    pub key: String,
+    pub name: String,
+    pub path: PathBuf,
+    pub spec: ModelSpec,
+    slot: Mutex<Slot>,
+    /// Serialises load and unload of this model.
+    load_lock: tokio::sync::Mutex<()>,
+}
+
+/// What a caller holds while it uses a model: the tokenizer, and a count
+/// that keeps the model from an idle unload.
+pub struct Lease {
+    pub model: Arc<Model>,
+    pub tokenizer: Arc<dyn Tokenizer>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let mut s = self.model.lock();
+        s.in_use = s.in_use.saturating_sub(1);
+        s.last_used = Instant::now();
+    }
+}
+
+/// A snapshot of one model's state.
+#[derive(Clone, Debug)]
+pub struct ModelView {
+    pub phase: Phase,
+    pub memory_bytes: u64,
+}
+
+impl Model {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slot> {
+        self.slot.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn view(&self) -> ModelView {
+        let s = self.lock();
+        ModelView { phase: s.phase, memory_bytes: s.memory_bytes }
+    }
+}
+
+pub struct Registry {
+    engine: Engine,
+    /// tier → model
+    tiers: BTreeMap<String, Arc<Model>>,
+    keep_alive: Option<Duration>,
+}
+
+impl Registry {
+    pub fn new(config: &Config, engine: Engine) -> Registry {
+        let mut by_path: BTreeMap<PathBuf, Arc<Model>> = BTreeMap::new();
+        let mut tiers = BTreeMap::new();
+        for (tier, m) in &config.tiers {
+            let model = by_path.entry(m.path.clone()).or_insert_with(|| Arc::new(Model::new(m))).clone();
+            tiers.insert(tier.clone(), model);
+        }
+        Registry { engine, tiers, keep_alive: config.keep_alive }
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub fn tier(&self, tier: &str) -> Option<&Arc<Model>> {
+        self.tiers.get(tier)
+    }
+
+    pub fn tiers(&self) -> impl Iterator<Item = (&String, &Arc<Model>)> {
+        self.tiers.iter()
+    }
+
+    /// Tiers other than `tier` served by the same model.
+    pub fn shared_with(&self, tier: &str) -> Vec<String> {
+        let Some(m) = self.tiers.get(tier) else { return Vec::new() };
+        self.tiers.iter().filter(|(t, o)| *t != tier && Arc::ptr_eq(o, m)).map(|(t, _)| t.clone()).collect()
+    }
+
+    /// Every distinct model once.
+    pub fn models(&self) -> Vec<Arc<Model>> {
+        let mut out: Vec<Arc<Model>> = Vec::new();
+        for m in self.tiers.values() {
+            if !out.iter().any(|o| Arc::ptr_eq(o, m)) {
+                out.push(m.clone());
+            }
+        }
+        out
+    }
+
+    /// The model, loaded (on first use) and leased to the caller.
+    pub async fn lease(&self, model: &Arc<Model>) -> Result<Lease, EngineError> {
+        {
+            let mut s = model.lock();
+            s.in_use += 1;
+            if let (Phase::Ready, Some(t)) = (s.phase, s.tokenizer.clone()) {
+                s.last_used = Instant::now();
+                return Ok(Lease { model: model.clone(), tokenizer: t });
+            }
+        }
+        // From here on a failure must give the count back: a Lease does that on drop.
+        match self.load(model).await {
+            Ok(tokenizer) => Ok(Lease { model: model.clone(), tokenizer }),
+            Err(e) => {
+                model.lock().in_use -= 1;
+                Err(e)
+            }
+        }
+    }
+
+    /// Loads a model if it is not loaded; returns its tokenizer.
+    pub async fn load(&self, model: &Arc<Model>) -> Result<Arc<dyn Tokenizer>, EngineError> {
+        let _g = model.load_lock.lock().await;
+        {
+            let mut s = model.lock();
+            if let (Phase::Ready, Some(t)) = (s.phase, s.tokenizer.clone()) {
+                return Ok(t);
+            }
+            s.phase = Phase::Loading;
+        }
+        tracing::info!(model = %model.name, path = %model.path.display(), "loading");
+        let result = self.engine.load(&model.key, model.spec.clone()).await;
+        let mut s = model.lock();
+        match result {
+            Ok(loaded) => {
+                tracing::info!(model = %model.name, ms = loaded.load_ms, mb = loaded.memory_bytes >> 20, "loaded");
+                s.phase = Phase::Ready;
+                s.tokenizer = Some(loaded.tokenizer.clone());
+                s.memory_bytes = loaded.memory_bytes;
+                s.last_used = Instant::now();
+                Ok(loaded.tokenizer)
+            }
+            Err(e) => {
+                tracing::warn!(model = %model.name, "load failed: {e}");
+                s.phase = Phase::Unloaded;
+                Err(e)
+            }
+        }
+    }
+
+    /// Unloads a model; true if it was loaded.
+    pub async fn unload(&self, model: &Arc<Model>) -> Result<bool, EngineError> {
+        let _g = model.load_lock.lock().await;
+        {
+            let mut s = model.lock();
+            s.phase = Phase::Unloaded;
+            // Drop our tokenizer first: it shares the weights the engine frees.
+            s.tokenizer = None;
+            s.memory_bytes = 0;
+        }
+        let was = self.engine.unload(&model.key).await?;
+        if was {
+            tracing::info!(model = %model.name, "unloaded");
+        }
+        Ok(was)
+    }
+
+    /// Unloads models idle for longer than keep-alive. Runs until the process ends.
+    pub async fn unload_idle_models(self: Arc<Self>) {
+        let Some(keep) = self.keep_alive else { return };
+        let tick = (keep / 4).clamp(Duration::from_millis(250), Duration::from_secs(30));
+        let mut interval = tokio::time::interval(tick);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            interval.tick().await;
+            for m in self.models() {
+                let idle = {
+                    let s = m.lock();
+                    s.phase == Phase::Ready && s.in_use == 0 && s.last_used.elapsed() >= keep
+                };
+                if idle {
+                    tracing::info!(model = %m.name, "idle for {}s, unloading", keep.as_secs());
+                    if let Err(e) = self.unload(&m).await {
+                        tracing::warn!("idle unload failed: {e}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Model {
+    fn new(m: &TierModel) -> Model {
+        Model {
+            key: m.path.display().to_string(),
+            name: m.name.clone(),
+            path: m.path.clone(),
+            spec: ModelSpec {
+                path: m.path.clone(),
+                n_ctx: m.context,
+                threads: m.threads,
+                batch: m.batch,
+                cache_slots: m.cache_slots,
+                cache_budget_bytes: m.cache_budget_bytes,
+            },
+            slot: Mutex::new(Slot { phase: Phase::Unloaded, tokenizer: None, memory_bytes: 0, last_used: Instant::now(), in_use: 0 }),
+            load_lock: tokio::sync::Mutex::new(()),
+        }
+    }
+}

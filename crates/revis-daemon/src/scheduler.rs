@@ -1,0 +1,148 @@
+//! Admission and order: a bounded priority queue in front of the engine.
+//! One job runs at a time (inference is memory-bandwidth bound); user jobs
+//! go before background ones, first come first served within a priority.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+
+use tokio::sync::Notify;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Priority {
+    Background = 0,
+    User = 1,
+}
+
+/// The queue was full.
+#[derive(Debug, PartialEq, Eq)]
+pub struct QueueFull {
+    pub capacity: usize,
+}
+
+struct Entry<T> {
+    priority: Priority,
+    seq: u64,
+    item: T,
+}
+
+impl<T> PartialEq for Entry<T> {
+    fn eq(&self, o: &Self) -> bool {
+        self.priority == o.priority && self.seq == o.seq
+    }
+}
+impl<T> Eq for Entry<T> {}
+impl<T> PartialOrd for Entry<T> {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl<T> Ord for Entry<T> {
+    fn cmp(&self, o: &Self) -> Ordering {
+        // Higher priority first, then the older entry (smaller seq).
+        self.priority.cmp(&o.priority).then_with(|| o.seq.cmp(&self.seq))
+    }
+}
+
+/// A bounded priority queue with an async `pop`.
+pub struct Queue<T> {
+    heap: Mutex<(BinaryHeap<Entry<T>>, u64)>,
+    notify: Notify,
+    capacity: usize,
+    busy: AtomicBool,
+}
+
+impl<T> Queue<T> {
+    pub fn new(capacity: usize) -> Self {
+        Queue { heap: Mutex::new((BinaryHeap::new(), 0)), notify: Notify::new(), capacity, busy: AtomicBool::new(false) }
+    }
+
+    /// Adds an item, or says the queue is full.
+    pub fn push(&self, priority: Priority, item: T) -> Result<(), QueueFull> {
+        let mut g = self.heap.lock().unwrap_or_else(|p| p.into_inner());
+        if g.0.len() >= self.capacity {
+            return Err(QueueFull { capacity: self.capacity });
+        }
+        g.1 += 1;
+        let seq = g.1;
+        g.0.push(Entry { priority, seq, item });
+        drop(g);
+        self.notify.notify_one();
+        Ok(())
+    }
+
+    /// Waits for the most urgent item.
+    pub async fn pop(&self) -> T {
+        loop {
+            let notified = self.notify.notified();
+            if let Some(e) = self.heap.lock().unwrap_or_else(|p| p.into_inner()).0.pop() {
+                return e.item;
+            }
+            notified.await;
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.heap.lock().unwrap_or_else(|p| p.into_inner()).0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Whether a job is running now (set by the worker).
+    pub fn set_busy(&self, busy: bool) {
+        self.busy.store(busy, AtomicOrdering::SeqCst);
+    }
+
+    pub fn busy(&self) -> bool {
+        self.busy.load(AtomicOrdering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn user_jobs_jump_ahead_of_background_ones() {
+        let q = Queue::new(8);
+        q.push(Priority::Background, "b1").unwrap();
+        q.push(Priority::Background, "b2").unwrap();
+        q.push(Priority::User, "u1").unwrap();
+        q.push(Priority::User, "u2").unwrap();
+        let mut order = Vec::new();
+        for _ in 0..4 {
+            order.push(q.pop().await);
+        }
+        assert_eq!(order, ["u1", "u2", "b1", "b2"]);
+    }
+
+    #[tokio::test]
+    async fn full_queue_refuses() {
+        let q = Queue::new(2);
+        q.push(Priority::User, 1).unwrap();
+        q.push(Priority::User, 2).unwrap();
+        assert_eq!(q.push(Priority::User, 3), Err(QueueFull { capacity: 2 }));
+        q.pop().await;
+        q.push(Priority::User, 3).unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pop_waits_for_a_push() {
+        let q = std::sync::Arc::new(Queue::new(2));
+        let waiter = tokio::spawn({
+            let q = q.clone();
+            async move { q.pop().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        q.push(Priority::Background, 7).unwrap();
+        assert_eq!(waiter.await.unwrap(), 7);
+    }
+}

@@ -1,0 +1,133 @@
+//! Putting the daemon together: engine, registry, queue worker, the gRPC
+//! services with health and reflection on the Unix socket, and shutdown.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use revis_engine::{Engine, LlamaCpp};
+use revis_proto::v1 as pb;
+use tokio::net::UnixListener;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::transport::Server;
+use tonic::transport::server::UdsConnectInfo;
+use tonic::{Request, Status};
+
+use crate::config::Config;
+use crate::registry::Registry;
+use crate::scheduler::Queue;
+use crate::service::{Daemon, run_queue};
+use crate::validate::GRPC_MAX_MESSAGE_BYTES;
+
+/// How long running work may go on after a shutdown signal before it is cancelled.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// How long after cancelling the daemon waits for streams to close before it exits anyway.
+pub const SHUTDOWN_HARD: Duration = Duration::from_secs(3);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("loading {model} at start failed: {source}")]
+    LoadAtStart { model: String, source: revis_engine::EngineError },
+    #[error("gRPC server failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Only the user who runs the daemon may call it.
+fn same_user(uid: u32) -> impl Fn(Request<()>) -> Result<Request<()>, Status> + Clone {
+    move |req: Request<()>| match req.extensions().get::<UdsConnectInfo>().and_then(|i| i.peer_cred) {
+        Some(cred) if cred.uid() == uid => Ok(req),
+        Some(cred) => Err(Status::permission_denied(format!(
+            "uid {} may not use this revisd; it serves only its own user (uid {uid})",
+            cred.uid()
+        ))),
+        None => Err(Status::permission_denied("cannot tell which user is calling; refusing")),
+    }
+}
+
+/// Serves until `shutdown` resolves, then drains: health goes NOT_SERVING,
+/// new connections and requests are refused, running work is cancelled
+/// after [`SHUTDOWN_GRACE`], and the function returns within
+/// [`SHUTDOWN_HARD`] after that. `ready` is called once requests are served.
+pub async fn run(
+    config: Config,
+    listener: UnixListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    ready: impl FnOnce(),
+) -> Result<(), ServeError> {
+    let engine = Engine::spawn(Arc::new(LlamaCpp));
+    let registry = Arc::new(Registry::new(&config, engine.clone()));
+    if config.load_at_start {
+        for m in registry.models() {
+            registry.load(&m).await.map_err(|source| ServeError::LoadAtStart { model: m.name.clone(), source })?;
+        }
+    }
+    let queue = Arc::new(Queue::new(config.queue_capacity));
+    let closing = Arc::new(AtomicBool::new(false));
+    let daemon = Daemon {
+        registry: registry.clone(),
+        queue: queue.clone(),
+        config: Arc::new(config),
+        started: Instant::now(),
+        closing: closing.clone(),
+    };
+    tokio::spawn(run_queue(queue, registry.clone()));
+    tokio::spawn(registry.clone().unload_idle_models());
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<pb::inference_server::InferenceServer<Daemon>>().await;
+    health.set_serving::<pb::admin_server::AdminServer<Daemon>>().await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .expect("the embedded descriptor sets are valid");
+
+    let inference = pb::inference_server::InferenceServer::new(daemon.clone())
+        .max_decoding_message_size(GRPC_MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(GRPC_MAX_MESSAGE_BYTES);
+    let admin = pb::admin_server::AdminServer::new(daemon)
+        .max_decoding_message_size(GRPC_MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(GRPC_MAX_MESSAGE_BYTES);
+
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let draining = {
+        let health = health.clone();
+        async move {
+            let _ = stop_rx.await;
+            health.set_not_serving::<pb::inference_server::InferenceServer<Daemon>>().await;
+            health.set_not_serving::<pb::admin_server::AdminServer<Daemon>>().await;
+            health.set_service_status("", tonic_health::ServingStatus::NotServing).await;
+        }
+    };
+    let server = Server::builder()
+        .layer(tonic::service::InterceptorLayer::new(same_user(crate::socket::my_uid())))
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(inference)
+        .add_service(admin)
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), draining);
+    let mut server = tokio::spawn(server);
+    ready();
+
+    tokio::select! {
+        r = &mut server => return r.expect("server task").map_err(Into::into),
+        () = shutdown => {}
+    }
+    tracing::info!("shutting down: refusing new work, draining for up to {}s", SHUTDOWN_GRACE.as_secs());
+    closing.store(true, Ordering::SeqCst);
+    let _ = stop_tx.send(());
+    tokio::select! {
+        r = &mut server => return r.expect("server task").map_err(Into::into),
+        () = tokio::time::sleep(SHUTDOWN_GRACE) => {}
+    }
+    tracing::info!("grace period over: cancelling running work");
+    engine.cancel_all();
+    match tokio::time::timeout(SHUTDOWN_HARD, &mut server).await {
+        Ok(r) => r.expect("server task").map_err(Into::into),
+        Err(_) => {
+            tracing::warn!("streams still open after {}s; exiting anyway", SHUTDOWN_HARD.as_secs());
+            Ok(())
+        }
+    }
+}

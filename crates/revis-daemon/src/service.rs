@@ -1,0 +1,313 @@
+//! The gRPC services: Inference (Generate, Prefill, Score) and Admin
+//! (Status, LoadModel, UnloadModel, Purge), over the registry and the queue.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use revis_engine::{
+    Delta, EngineError, FinishReason, Finished, GenerateJob, Job, PrefillJob, ScoreJob, build_prompt, build_static_prompt,
+};
+use revis_proto::v1 as pb;
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+
+use crate::config::Config;
+use crate::error::DaemonError;
+use crate::registry::{Lease, Phase, Registry};
+use crate::scheduler::{Priority, Queue};
+use crate::validate;
+
+/// Deltas buffered between the engine thread and the gRPC stream.
+const DELTA_BUFFER: usize = 64;
+
+/// A job waiting for the engine, with the lease that keeps its model loaded.
+pub struct Task {
+    pub key: String,
+    pub job: Job,
+    pub cancel: Arc<AtomicBool>,
+    pub _lease: Lease,
+}
+
+/// Runs queued jobs on the engine one at a time, most urgent first.
+pub async fn run_queue(queue: Arc<Queue<Task>>, registry: Arc<Registry>) {
+    loop {
+        let task = queue.pop().await;
+        if task.job.abandoned() {
+            continue;
+        }
+        queue.set_busy(true);
+        let _ = registry.engine().run(&task.key, task.job, task.cancel).await;
+        queue.set_busy(false);
+    }
+}
+
+#[derive(Clone)]
+pub struct Daemon {
+    pub registry: Arc<Registry>,
+    pub queue: Arc<Queue<Task>>,
+    pub config: Arc<Config>,
+    pub started: Instant,
+    /// Set once shutdown begins: new requests are refused.
+    pub closing: Arc<AtomicBool>,
+}
+
+impl Daemon {
+    fn admit(&self, priority: Priority, task: Task) -> Result<(), DaemonError> {
+        if self.closing.load(Ordering::SeqCst) {
+            return Err(DaemonError::ShuttingDown);
+        }
+        self.queue.push(priority, task).map_err(|f| DaemonError::QueueFull { capacity: f.capacity })
+    }
+
+    fn tier_status(&self, tier: &str) -> pb::TierStatus {
+        let Some(model) = self.registry.tier(tier) else { return pb::TierStatus::default() };
+        let view = model.view();
+        let stats = self.registry.engine().stats().remove(&model.key).unwrap_or_default();
+        let ready = view.phase == Phase::Ready;
+        pb::TierStatus {
+            tier: tier.to_owned(),
+            model: model.name.clone(),
+            model_path: model.path.display().to_string(),
+            state: match view.phase {
+                Phase::Unloaded => pb::ModelState::Unloaded,
+                Phase::Loading => pb::ModelState::Loading,
+                Phase::Ready => pb::ModelState::Ready,
+            } as i32,
+            memory_bytes: view.memory_bytes,
+            cached_prefixes: if ready { stats.cached_prefixes } else { 0 },
+            cache_bytes: if ready { stats.cache_bytes } else { 0 },
+            context_tokens: model.spec.n_ctx,
+            shared_with: self.registry.shared_with(tier),
+        }
+    }
+}
+
+fn too_long(tokens: usize, n_ctx: u32, tier: &str) -> DaemonError {
+    DaemonError::Invalid(format!(
+        "the prompt is {tokens} tokens; {tier}'s context holds {n_ctx} tokens (config daemon.context), so shorten the conversation"
+    ))
+}
+
+/// Runs blocking tokenizer work off the async runtime.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, EngineError> + Send + 'static) -> Result<T, DaemonError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| DaemonError::Engine(EngineError::Llama(format!("tokenizer task failed: {e}"))))?
+        .map_err(DaemonError::from)
+}
+
+#[tonic::async_trait]
+impl pb::inference_server::Inference for Daemon {
+    type GenerateStream = EventStream;
+
+    async fn generate(&self, req: Request<pb::GenerateRequest>) -> Result<Response<EventStream>, Status> {
+        let admitted = Instant::now();
+        let v = validate::generate(req.get_ref(), &self.registry, &self.config)?;
+        let lease = self.registry.lease(&v.model).await.map_err(DaemonError::from)?;
+        let tok = lease.tokenizer.clone();
+        let (messages, static_count, json) = (v.messages, v.static_count, v.json);
+        let (prompt, grammar) = blocking(move || {
+            let prompt = build_prompt(tok.as_ref(), &messages, static_count)?;
+            let grammar = json.map(|schema| tok.json_grammar(schema.as_deref())).transpose()?;
+            Ok((prompt, grammar))
+        })
+        .await?;
+        let n_ctx = lease.tokenizer.n_ctx();
+        if prompt.tokens.len() >= n_ctx as usize {
+            return Err(too_long(prompt.tokens.len(), n_ctx, &v.tier).into());
+        }
+        let started = pb::Started { model: v.model.name.clone(), prompt_tokens: prompt.tokens.len() as u32 };
+        let (deltas_tx, deltas) = mpsc::channel(DELTA_BUFFER);
+        let (done_tx, done) = oneshot::channel();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let seed = v.sampling.seed;
+        let job = GenerateJob { prompt, sampling: v.sampling, max_tokens: v.max_tokens, stop: v.stop, grammar };
+        let task = Task {
+            key: v.model.key.clone(),
+            job: Job::Generate { job, deltas: deltas_tx, done: done_tx },
+            cancel: cancel.clone(),
+            _lease: lease,
+        };
+        self.admit(v.priority, task)?;
+        Ok(Response::new(EventStream { started: Some(started), deltas, done: Some(done), cancel, seed, admitted }))
+    }
+
+    async fn prefill(&self, req: Request<pb::PrefillRequest>) -> Result<Response<pb::PrefillResponse>, Status> {
+        let v = validate::prefill(req.get_ref(), &self.registry)?;
+        let lease = self.registry.lease(&v.model).await.map_err(DaemonError::from)?;
+        let tok = lease.tokenizer.clone();
+        let messages = v.messages;
+        let prompt = blocking(move || build_static_prompt(tok.as_ref(), &messages)).await?;
+        let n_ctx = lease.tokenizer.n_ctx();
+        if prompt.tokens.len() >= n_ctx as usize {
+            return Err(too_long(prompt.tokens.len(), n_ctx, &v.tier).into());
+        }
+        let (done_tx, done) = oneshot::channel();
+        let task = Task {
+            key: v.model.key.clone(),
+            job: Job::Prefill { job: PrefillJob { prompt }, done: done_tx },
+            cancel: Arc::new(AtomicBool::new(false)),
+            _lease: lease,
+        };
+        self.admit(v.priority, task)?;
+        let p = done.await.map_err(|_| DaemonError::ShuttingDown)?.map_err(DaemonError::from)?;
+        Ok(Response::new(pb::PrefillResponse {
+            prompt_tokens: p.prompt_tokens,
+            cached_tokens: p.cached_tokens,
+            elapsed_us: p.elapsed_us,
+        }))
+    }
+
+    async fn score(&self, req: Request<pb::ScoreRequest>) -> Result<Response<pb::ScoreResponse>, Status> {
+        let v = validate::score(req.get_ref(), &self.registry)?;
+        let lease = self.registry.lease(&v.model).await.map_err(DaemonError::from)?;
+        let tok = lease.tokenizer.clone();
+        let (messages, prefix, continuation) = (v.messages, v.prefix, v.continuation.clone());
+        let (prefix, continuation) = blocking(move || {
+            let mut text = if messages.is_empty() { String::new() } else { tok.render(&messages, true)? };
+            text.push_str(&prefix);
+            Ok((tok.tokenize(&text, true), tok.tokenize_plain(&continuation)))
+        })
+        .await?;
+        let n_ctx = lease.tokenizer.n_ctx();
+        if prefix.len() + continuation.len() >= n_ctx as usize {
+            return Err(too_long(prefix.len() + continuation.len(), n_ctx, &v.tier).into());
+        }
+        let (done_tx, done) = oneshot::channel();
+        let task = Task {
+            key: v.model.key.clone(),
+            job: Job::Score { job: ScoreJob { prefix, continuation }, done: done_tx },
+            cancel: Arc::new(AtomicBool::new(false)),
+            _lease: lease,
+        };
+        self.admit(Priority::User, task)?;
+        let s = done.await.map_err(|_| DaemonError::ShuttingDown)?.map_err(DaemonError::from)?;
+        Ok(Response::new(pb::ScoreResponse {
+            logprob: s.logprob,
+            tokens: s.tokens.into_iter().map(|(piece, logprob)| pb::TokenLogprob { piece: piece.into(), logprob }).collect(),
+            byte_length: v.continuation.len() as u32,
+            prefix_tokens: s.prefix_tokens,
+        }))
+    }
+}
+
+#[tonic::async_trait]
+impl pb::admin_server::Admin for Daemon {
+    async fn status(&self, _: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
+        Ok(Response::new(pb::StatusResponse {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            tiers: self.registry.tiers().map(|(t, _)| self.tier_status(t)).collect(),
+            queue_depth: self.queue.len() as u32,
+            queue_capacity: self.queue.capacity() as u32,
+            rss_bytes: revis_engine::rss_bytes(),
+            busy: self.queue.busy(),
+            pid: std::process::id(),
+            uptime_s: self.started.elapsed().as_secs(),
+        }))
+    }
+
+    async fn load_model(&self, req: Request<pb::LoadModelRequest>) -> Result<Response<pb::LoadModelResponse>, Status> {
+        let (tier, model) = validate::tier(&self.registry, &req.get_ref().tier)?;
+        let t0 = Instant::now();
+        self.registry.load(model).await.map_err(DaemonError::from)?;
+        Ok(Response::new(pb::LoadModelResponse { tier: Some(self.tier_status(&tier)), elapsed_ms: t0.elapsed().as_millis() as u64 }))
+    }
+
+    async fn unload_model(&self, req: Request<pb::UnloadModelRequest>) -> Result<Response<pb::UnloadModelResponse>, Status> {
+        let (tier, model) = validate::tier(&self.registry, &req.get_ref().tier)?;
+        let rss_before_bytes = revis_engine::rss_bytes();
+        self.registry.unload(model).await.map_err(DaemonError::from)?;
+        Ok(Response::new(pb::UnloadModelResponse {
+            tier: Some(self.tier_status(&tier)),
+            rss_before_bytes,
+            rss_after_bytes: revis_engine::rss_bytes(),
+        }))
+    }
+
+    async fn purge(&self, req: Request<pb::PurgeRequest>) -> Result<Response<pb::PurgeResponse>, Status> {
+        let key = if req.get_ref().tier.is_empty() {
+            None
+        } else {
+            Some(validate::tier(&self.registry, &req.get_ref().tier)?.1.key.clone())
+        };
+        let (n, bytes) = self.registry.engine().purge(key.as_deref()).await.map_err(DaemonError::from)?;
+        Ok(Response::new(pb::PurgeResponse { dropped_prefixes: n, freed_bytes: bytes }))
+    }
+}
+
+/// The Generate response: Started, the deltas as they come, then Done.
+/// Dropping it (the client went away) stops the generation within one token.
+pub struct EventStream {
+    started: Option<pb::Started>,
+    deltas: mpsc::Receiver<Delta>,
+    done: Option<oneshot::Receiver<Result<Finished, EngineError>>>,
+    cancel: Arc<AtomicBool>,
+    seed: u64,
+    admitted: Instant,
+}
+
+impl Drop for EventStream {
+    fn drop(&mut self) {
+        self.cancel.store(true, Ordering::SeqCst);
+    }
+}
+
+fn event(e: pb::generate_event::Event) -> Result<pb::GenerateEvent, Status> {
+    Ok(pb::GenerateEvent { event: Some(e) })
+}
+
+impl Stream for EventStream {
+    type Item = Result<pb::GenerateEvent, Status>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if let Some(s) = this.started.take() {
+            return Poll::Ready(Some(event(pb::generate_event::Event::Started(s))));
+        }
+        match this.deltas.poll_recv(cx) {
+            Poll::Ready(Some(d)) => {
+                return Poll::Ready(Some(event(pb::generate_event::Event::Delta(pb::Delta { text: d.text, tokens: d.tokens }))));
+            }
+            Poll::Ready(None) => {}
+            Poll::Pending => return Poll::Pending,
+        }
+        let Some(done) = this.done.as_mut() else { return Poll::Ready(None) };
+        let result = match Pin::new(done).poll(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(r) => r,
+        };
+        this.done = None;
+        let item = match result {
+            Err(_) => Err(DaemonError::ShuttingDown.into()),
+            Ok(Err(e)) => Err(DaemonError::from(e).into()),
+            Ok(Ok(f)) if f.reason == FinishReason::Cancelled => Err(Status::unavailable(
+                "revisd is shutting down; the answer was cut short",
+            )),
+            Ok(Ok(f)) => {
+                let busy_us = f.prompt_us + f.generate_us;
+                event(pb::generate_event::Event::Done(pb::Done {
+                    finish_reason: match f.reason {
+                        FinishReason::End => pb::FinishReason::End,
+                        FinishReason::Length => pb::FinishReason::Length,
+                        FinishReason::Stop | FinishReason::Cancelled => pb::FinishReason::Stop,
+                    } as i32,
+                    prompt_tokens: f.prompt_tokens,
+                    cached_tokens: f.cached_tokens,
+                    generated_tokens: f.generated_tokens,
+                    seed: this.seed,
+                    prompt_us: f.prompt_us,
+                    generate_us: f.generate_us,
+                    text: f.text,
+                    queue_ms: (this.admitted.elapsed().as_micros() as u64).saturating_sub(busy_us) / 1000,
+                }))
+            }
+        };
+        Poll::Ready(Some(item))
+    }
+}
+
+use std::future::Future as _;

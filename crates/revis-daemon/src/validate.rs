@@ -1,0 +1,230 @@
+//! Requests checked at the edge into `Valid*` types: the rest of the daemon
+//! never sees an unchecked request. Every limit is a named constant.
+
+use std::sync::Arc;
+
+use revis_engine::{Message, Role, Sampling};
+use revis_proto::v1 as pb;
+
+use crate::config::{Config, DEFAULT_TIER};
+use crate::error::DaemonError;
+use crate::registry::{Model, Registry};
+use crate::scheduler::Priority;
+
+/// Text in one request (all messages, prefix and continuation together).
+pub const MAX_TEXT_BYTES: usize = 1 << 20;
+/// tonic's own decode limit: larger than ours so ours answers first, clearly.
+pub const GRPC_MAX_MESSAGE_BYTES: usize = 4 << 20;
+pub const MAX_MESSAGES: usize = 1024;
+pub const MAX_STOP_STRINGS: usize = 8;
+pub const MAX_STOP_BYTES: usize = 64;
+pub const MAX_SCHEMA_BYTES: usize = 64 << 10;
+pub const MAX_TOP_K: u32 = 1000;
+pub const MAX_REPEAT_LAST_N: u32 = 4096;
+
+fn invalid(msg: impl Into<String>) -> DaemonError {
+    DaemonError::Invalid(msg.into())
+}
+
+pub struct ValidGenerate {
+    pub tier: String,
+    pub model: Arc<Model>,
+    pub messages: Vec<Message>,
+    pub static_count: usize,
+    pub sampling: Sampling,
+    pub max_tokens: u32,
+    pub stop: Vec<String>,
+    /// Some(schema) when JSON output was asked for; the schema is optional.
+    pub json: Option<Option<String>>,
+    pub priority: Priority,
+}
+
+pub struct ValidPrefill {
+    pub tier: String,
+    pub model: Arc<Model>,
+    pub messages: Vec<Message>,
+    pub priority: Priority,
+}
+
+pub struct ValidScore {
+    pub tier: String,
+    pub model: Arc<Model>,
+    pub messages: Vec<Message>,
+    pub prefix: String,
+    pub continuation: String,
+}
+
+pub fn tier<'a>(registry: &'a Registry, tier: &str) -> Result<(String, &'a Arc<Model>), DaemonError> {
+    let name = if tier.is_empty() { DEFAULT_TIER } else { tier };
+    registry
+        .tier(name)
+        .map(|m| (name.to_owned(), m))
+        .ok_or_else(|| invalid(format!("unknown tier {name:?}; the tiers are tier1, tier2 and tier3")))
+}
+
+fn utf8(field: &str, bytes: &[u8]) -> Result<String, DaemonError> {
+    let s = std::str::from_utf8(bytes)
+        .map_err(|e| invalid(format!("{field} is not valid UTF-8 (bad byte at offset {})", e.valid_up_to())))?;
+    if s.contains('\0') {
+        return Err(invalid(format!("{field} contains a NUL character")));
+    }
+    Ok(s.to_owned())
+}
+
+fn messages(list: &[pb::ChatMessage], allow_empty_list: bool) -> Result<(Vec<Message>, usize), DaemonError> {
+    if list.is_empty() && !allow_empty_list {
+        return Err(invalid("messages is empty; send at least one message"));
+    }
+    if list.len() > MAX_MESSAGES {
+        return Err(invalid(format!("{} messages is over the limit of {MAX_MESSAGES}", list.len())));
+    }
+    let mut total = 0;
+    let mut out = Vec::with_capacity(list.len());
+    for (i, m) in list.iter().enumerate() {
+        let role = match pb::Role::try_from(m.role) {
+            Ok(pb::Role::System) => Role::System,
+            Ok(pb::Role::User) => Role::User,
+            Ok(pb::Role::Assistant) => Role::Assistant,
+            _ => return Err(invalid(format!("messages[{i}].role must be system, user or assistant"))),
+        };
+        if m.content.is_empty() {
+            return Err(invalid(format!("messages[{i}].content is empty")));
+        }
+        total += m.content.len();
+        let content = utf8(&format!("messages[{i}].content"), &m.content)?;
+        out.push(Message { role, content });
+    }
+    Ok((out, total))
+}
+
+fn size(total: usize) -> Result<(), DaemonError> {
+    if total > MAX_TEXT_BYTES {
+        return Err(DaemonError::TooLarge(format!(
+            "the request carries {total} bytes of text; the limit is {MAX_TEXT_BYTES} bytes (1 MiB)"
+        )));
+    }
+    Ok(())
+}
+
+fn priority(p: i32) -> Priority {
+    match pb::Priority::try_from(p) {
+        Ok(pb::Priority::Background) => Priority::Background,
+        _ => Priority::User,
+    }
+}
+
+fn sampling(s: Option<&pb::Sampling>) -> Result<Sampling, DaemonError> {
+    let d = pb::Sampling::default();
+    let s = s.unwrap_or(&d);
+    let check = |name: &str, v: f32, ok: bool, range: &str| -> Result<f32, DaemonError> {
+        if !v.is_finite() || !ok {
+            return Err(invalid(format!("sampling.{name} is {v}; it must be {range}")));
+        }
+        Ok(v)
+    };
+    let t = s.temperature.unwrap_or(0.7);
+    let top_p = s.top_p.unwrap_or(0.95);
+    let min_p = s.min_p.unwrap_or(0.05);
+    let rp = s.repeat_penalty.unwrap_or(1.0);
+    let top_k = s.top_k.unwrap_or(40);
+    let last_n = s.repeat_last_n.unwrap_or(64);
+    if top_k > MAX_TOP_K {
+        return Err(invalid(format!("sampling.top_k is {top_k}; it must be at most {MAX_TOP_K} (0 = off)")));
+    }
+    if last_n > MAX_REPEAT_LAST_N {
+        return Err(invalid(format!("sampling.repeat_last_n is {last_n}; it must be at most {MAX_REPEAT_LAST_N}")));
+    }
+    Ok(Sampling {
+        temperature: check("temperature", t, (0.0..=2.0).contains(&t), "between 0 (greedy) and 2")?,
+        top_k,
+        top_p: check("top_p", top_p, top_p > 0.0 && top_p <= 1.0, "in (0, 1]")?,
+        min_p: check("min_p", min_p, (0.0..1.0).contains(&min_p), "in [0, 1)")?,
+        repeat_penalty: check("repeat_penalty", rp, (1.0..=2.0).contains(&rp), "between 1 (off) and 2")?,
+        repeat_last_n: last_n,
+        seed: s.seed.unwrap_or_else(rand::random),
+    })
+}
+
+pub fn generate(req: &pb::GenerateRequest, registry: &Registry, config: &Config) -> Result<ValidGenerate, DaemonError> {
+    let (tier, model) = tier(registry, &req.tier)?;
+    let (messages, mut total) = messages(&req.messages, false)?;
+    let static_count = match req.static_messages {
+        Some(n) if n as usize > messages.len() => {
+            return Err(invalid(format!("static_messages is {n} but there are only {} messages", messages.len())));
+        }
+        Some(n) => n as usize,
+        None => messages.len() - 1,
+    };
+    let max_tokens = match req.max_tokens {
+        0 => config.default_max_tokens,
+        n if n > config.max_tokens_limit => {
+            return Err(invalid(format!("max_tokens is {n}; the limit is {} (daemon.max_tokens_limit)", config.max_tokens_limit)));
+        }
+        n => n,
+    };
+    if req.stop.len() > MAX_STOP_STRINGS {
+        return Err(invalid(format!("{} stop strings is over the limit of {MAX_STOP_STRINGS}", req.stop.len())));
+    }
+    let mut stop = Vec::with_capacity(req.stop.len());
+    for (i, s) in req.stop.iter().enumerate() {
+        if s.is_empty() || s.len() > MAX_STOP_BYTES {
+            return Err(invalid(format!("stop[{i}] is {} bytes; it must be 1 to {MAX_STOP_BYTES} bytes", s.len())));
+        }
+        stop.push(utf8(&format!("stop[{i}]"), s)?);
+    }
+    let json = match pb::OutputFormat::try_from(req.format) {
+        Ok(pb::OutputFormat::Json) => {
+            if req.json_schema.len() > MAX_SCHEMA_BYTES {
+                return Err(DaemonError::TooLarge(format!(
+                    "json_schema is {} bytes; the limit is {MAX_SCHEMA_BYTES} bytes",
+                    req.json_schema.len()
+                )));
+            }
+            total += req.json_schema.len();
+            Some((!req.json_schema.is_empty()).then(|| utf8("json_schema", &req.json_schema)).transpose()?)
+        }
+        Ok(_) if !req.json_schema.is_empty() => {
+            return Err(invalid("json_schema is set but format is not OUTPUT_FORMAT_JSON"));
+        }
+        Ok(_) => None,
+        Err(_) => return Err(invalid(format!("format {} is not a known output format", req.format))),
+    };
+    size(total)?;
+    Ok(ValidGenerate {
+        tier,
+        model: model.clone(),
+        messages,
+        static_count,
+        sampling: sampling(req.sampling.as_ref())?,
+        max_tokens,
+        stop,
+        json,
+        priority: priority(req.priority),
+    })
+}
+
+pub fn prefill(req: &pb::PrefillRequest, registry: &Registry) -> Result<ValidPrefill, DaemonError> {
+    let (tier, model) = tier(registry, &req.tier)?;
+    let (messages, total) = messages(&req.messages, false)?;
+    size(total)?;
+    Ok(ValidPrefill { tier, model: model.clone(), messages, priority: priority(req.priority) })
+}
+
+pub fn score(req: &pb::ScoreRequest, registry: &Registry) -> Result<ValidScore, DaemonError> {
+    let (tier, model) = tier(registry, &req.tier)?;
+    let (messages, total) = messages(&req.messages, true)?;
+    size(total + req.prefix.len() + req.continuation.len())?;
+    if req.continuation.is_empty() {
+        return Err(invalid("continuation is empty; give the text to score"));
+    }
+    if req.prefix.is_empty() && messages.is_empty() {
+        return Err(invalid("prefix is empty; give a prefix or messages to score after"));
+    }
+    Ok(ValidScore {
+        tier,
+        model: model.clone(),
+        messages,
+        prefix: utf8("prefix", &req.prefix)?,
+        continuation: utf8("continuation", &req.continuation)?,
+    })
+}

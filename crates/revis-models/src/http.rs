@@ -1,0 +1,316 @@
+//! HTTP plumbing: the client (system roots, short connect timeout) and resumable, verified downloads.
+
+use std::ffi::OsString;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use ureq::Agent;
+use ureq::ResponseExt;
+use ureq::tls::{RootCerts, TlsConfig};
+
+use crate::error::{Error, Result};
+use crate::hash::{self, BUF_SIZE};
+use crate::progress::{Meter, Progress};
+use crate::pull::PullOptions;
+
+/// Index pages larger than this are refused (pypi.org's largest are a few MB).
+const MAX_PAGE_BYTES: u64 = 32 * 1024 * 1024;
+
+/// The HTTP client for one pull.
+///
+/// Certificates are checked against the platform's roots (so a proxy CA in the
+/// system store is trusted), connect and DNS are bounded by the short
+/// `connect_timeout` so an unreachable host falls through to the next source
+/// quickly, and each read is bounded by `read_timeout` so a stalled transfer
+/// fails rather than hangs. HTTP error statuses are returned, not raised, so
+/// the caller can name the URL.
+pub(crate) fn agent(opts: &PullOptions) -> Agent {
+    let tls = TlsConfig::builder()
+        .root_certs(RootCerts::PlatformVerifier)
+        .build();
+    Agent::config_builder()
+        .tls_config(tls)
+        .http_status_as_error(false)
+        .user_agent(concat!("revis/", env!("CARGO_PKG_VERSION")))
+        .timeout_resolve(Some(opts.connect_timeout))
+        .timeout_connect(Some(opts.connect_timeout))
+        .timeout_recv_response(Some(opts.read_timeout))
+        .timeout_per_read(Some(opts.read_timeout))
+        .build()
+        .new_agent()
+}
+
+/// GETs a text page; returns the URL it was finally served from (after redirects) and the body.
+pub(crate) fn get_text(agent: &Agent, url: &str) -> Result<(String, String)> {
+    let mut resp = agent
+        .get(url)
+        .header("Accept", "text/html")
+        .call()
+        .map_err(|e| Error::transport(url, e))?;
+    let status = resp.status().as_u16();
+    if !resp.status().is_success() {
+        return Err(Error::HttpStatus {
+            url: url.to_owned(),
+            status,
+        });
+    }
+    let final_url = resp.get_uri().to_string();
+    let body = resp
+        .body_mut()
+        .with_config()
+        .limit(MAX_PAGE_BYTES)
+        .lossy_utf8(true)
+        .read_to_string()
+        .map_err(|e| Error::transport(url, e))?;
+    Ok((final_url, body))
+}
+
+/// `path` with `suffix` appended to its file name.
+pub(crate) fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut s: OsString = path.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+/// One file to download.
+pub(crate) struct Artifact<'a> {
+    pub url: &'a str,
+    /// Where the verified file ends up; bytes arrive in `{dest}.partial` first.
+    pub dest: &'a Path,
+    pub sha256: Option<&'a str>,
+    pub size: Option<u64>,
+    /// Shown on the progress bar.
+    pub label: &'a str,
+}
+
+/// Why one attempt stopped.
+enum Stop {
+    /// The transfer broke off; `{dest}.partial` keeps what arrived and another attempt may resume.
+    Interrupted(Error),
+    /// Trying again would not help.
+    Failed(Error),
+}
+
+/// Downloads `art` to `art.dest`, resuming a `{dest}.partial` left by an earlier try.
+///
+/// A transfer that breaks off is resumed with a `Range` request up to
+/// `retries` times; a server that ignores `Range` (answers 200) is read from
+/// the start. The result is checked against the expected size and hash; on a
+/// mismatch the partial file is deleted. Only a verified file is renamed into
+/// place.
+pub(crate) fn download(
+    agent: &Agent,
+    art: &Artifact<'_>,
+    progress: Progress,
+    retries: u32,
+) -> Result<()> {
+    let mut attempt = 0;
+    loop {
+        match download_once(agent, art, progress) {
+            Ok(()) => return Ok(()),
+            Err(Stop::Failed(e)) => return Err(e),
+            Err(Stop::Interrupted(e)) if attempt < retries => {
+                attempt += 1;
+                tracing::warn!(url = art.url, attempt, error = %e, "download interrupted; resuming");
+                std::thread::sleep(Duration::from_millis(250 << attempt.min(4)));
+            }
+            Err(Stop::Interrupted(e)) => return Err(e),
+        }
+    }
+}
+
+fn download_once(agent: &Agent, art: &Artifact<'_>, progress: Progress) -> Result<(), Stop> {
+    let partial = with_suffix(art.dest, ".partial");
+    let io_fail = |action, e| Stop::Failed(Error::io(action, &partial, e));
+    let mut offset = match fs::metadata(&partial) {
+        Ok(m) => m.len(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+        Err(e) => return Err(io_fail("read", e)),
+    };
+    if art.size.is_some_and(|size| offset > size) {
+        File::create(&partial).map_err(|e| io_fail("truncate", e))?;
+        offset = 0;
+    }
+    if offset > 0 && Some(offset) == art.size {
+        tracing::debug!(path = %partial.display(), "partial download already complete");
+        return finish(art, &partial, None).map_err(Stop::Failed);
+    }
+
+    let mut request = agent.get(art.url);
+    if offset > 0 {
+        request = request.header("Range", &format!("bytes={offset}-"));
+    }
+    let mut resp = request
+        .call()
+        .map_err(|e| Stop::Failed(Error::transport(art.url, e)))?;
+    let status = resp.status().as_u16();
+    let resumed = match status {
+        206 if offset > 0 => {
+            let header = resp
+                .headers()
+                .get("content-range")
+                .and_then(|v| v.to_str().ok());
+            if content_range_start(header) != Some(offset) {
+                File::create(&partial).map_err(|e| io_fail("truncate", e))?;
+                return Err(Stop::Interrupted(Error::transport(
+                    art.url,
+                    format!(
+                        "asked for bytes {offset}- but got Content-Range {header:?}; starting over"
+                    ),
+                )));
+            }
+            true
+        }
+        200 => {
+            if offset > 0 {
+                tracing::info!(
+                    url = art.url,
+                    "server ignored the Range request; downloading from the start"
+                );
+            }
+            false
+        }
+        416 if offset > 0 => {
+            // Nothing left to send: the partial file may already be whole.
+            drop(resp);
+            return finish(art, &partial, None).map_err(Stop::Interrupted);
+        }
+        _ => {
+            return Err(Stop::Failed(Error::HttpStatus {
+                url: art.url.to_owned(),
+                status,
+            }));
+        }
+    };
+
+    let mut hasher = Sha256::new();
+    let start = if resumed {
+        hash::hash_prefix(&partial, Some(offset), &mut hasher).map_err(|e| io_fail("read", e))?;
+        tracing::info!(url = art.url, offset, "resuming download");
+        offset
+    } else {
+        0
+    };
+    let file = if resumed {
+        OpenOptions::new().append(true).open(&partial)
+    } else {
+        File::create(&partial)
+    };
+    let mut file = file.map_err(|e| io_fail("write", e))?;
+
+    let body_len = resp.body().content_length();
+    let total = body_len.map(|n| n + start).or(art.size);
+    let meter = Meter::new(progress, art.label, total, start);
+    let mut reader = resp.body_mut().as_reader();
+    let mut buf = vec![0u8; BUF_SIZE];
+    let mut have = start;
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                meter.abandon();
+                file.flush().map_err(|e| io_fail("write", e))?;
+                let of = total.map(|t| format!(" of {t}")).unwrap_or_default();
+                return Err(Stop::Interrupted(Error::transport(
+                    art.url,
+                    format!("transfer broke off after {have}{of} bytes: {e}"),
+                )));
+            }
+        };
+        file.write_all(&buf[..n]).map_err(|e| io_fail("write", e))?;
+        hasher.update(&buf[..n]);
+        have += n as u64;
+        meter.inc(n as u64);
+        if let Some(size) = art.size
+            && have > size
+        {
+            meter.abandon();
+            drop(file);
+            let _ = fs::remove_file(&partial);
+            return Err(Stop::Failed(Error::SizeMismatch {
+                what: art.url.to_owned(),
+                expected: size,
+                actual: have,
+            }));
+        }
+    }
+    if let Some(total) = total
+        && have < total
+        && body_len.is_some()
+    {
+        meter.abandon();
+        return Err(Stop::Interrupted(Error::transport(
+            art.url,
+            format!("connection closed after {have} of {total} bytes"),
+        )));
+    }
+    file.sync_all().map_err(|e| io_fail("write", e))?;
+    drop(file);
+    meter.finish();
+    finish(art, &partial, Some(hex::encode(hasher.finalize()))).map_err(Stop::Failed)
+}
+
+/// Checks a complete `partial` (size, then hash) and renames it to `art.dest`; deletes it on a mismatch.
+fn finish(art: &Artifact<'_>, partial: &Path, digest: Option<String>) -> Result<()> {
+    let size = fs::metadata(partial)
+        .map_err(|e| Error::io("read", partial, e))?
+        .len();
+    if let Some(expected) = art.size
+        && size != expected
+    {
+        let _ = fs::remove_file(partial);
+        return Err(Error::SizeMismatch {
+            what: art.url.to_owned(),
+            expected,
+            actual: size,
+        });
+    }
+    if let Some(expected) = art.sha256 {
+        let actual = match digest {
+            Some(d) => d,
+            None => hash::sha256_file(partial).map_err(|e| Error::io("read", partial, e))?,
+        };
+        if !hash::same_digest(&actual, expected) {
+            let _ = fs::remove_file(partial);
+            return Err(Error::HashMismatch {
+                what: art.url.to_owned(),
+                expected: expected.to_ascii_lowercase(),
+                actual,
+            });
+        }
+    }
+    fs::rename(partial, art.dest).map_err(|e| Error::io("rename into place", art.dest, e))
+}
+
+/// The first byte position of a `Content-Range: bytes FIRST-LAST/TOTAL` header.
+fn content_range_start(header: Option<&str>) -> Option<u64> {
+    let spec = header?.trim().strip_prefix("bytes")?.trim_start();
+    spec.split('-').next()?.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_range_start_parses_the_first_byte() {
+        assert_eq!(content_range_start(Some("bytes 100-199/200")), Some(100));
+        assert_eq!(content_range_start(Some(" bytes  7-9/*")), Some(7));
+        assert_eq!(content_range_start(Some("bytes */200")), None);
+        assert_eq!(content_range_start(Some("items 1-2/3")), None);
+        assert_eq!(content_range_start(None), None);
+    }
+
+    #[test]
+    fn suffixes_append_to_the_file_name() {
+        assert_eq!(
+            with_suffix(Path::new("/m/a.gguf"), ".partial"),
+            PathBuf::from("/m/a.gguf.partial")
+        );
+    }
+}

