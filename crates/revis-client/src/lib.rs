@@ -55,6 +55,8 @@ pub fn default_socket_path() -> PathBuf {
 pub struct Client {
     pub inference: pb::inference_client::InferenceClient<Channel>,
     pub admin: pb::admin_client::AdminClient<Channel>,
+    /// The underlying channel, for other services on the socket (health, reflection).
+    pub channel: Channel,
     path: PathBuf,
 }
 
@@ -77,7 +79,10 @@ impl Client {
             inference: pb::inference_client::InferenceClient::new(channel.clone())
                 .max_decoding_message_size(limit)
                 .max_encoding_message_size(limit),
-            admin: pb::admin_client::AdminClient::new(channel).max_decoding_message_size(limit).max_encoding_message_size(limit),
+            admin: pb::admin_client::AdminClient::new(channel.clone())
+                .max_decoding_message_size(limit)
+                .max_encoding_message_size(limit),
+            channel,
             path: path.into(),
         };
         Ok(client)

@@ -1,0 +1,98 @@
+//! KV-cache prefix reuse, Prefill and Score.
+
+use revis_client::v1 as pb;
+use revis_testkit::TestDaemon;
+
+use crate::{generate, greedy, system, user};
+
+/// A system prompt of roughly 300 tokens.
+fn long_rules() -> String {
+    let mut s = String::from("You are a careful assistant. Follow these house rules.\n");
+    for i in 1..=24 {
+        s.push_str(&format!("Rule {i}: answer briefly, stay polite, and never invent facts about topic {i}.\n"));
+    }
+    s
+}
+
+#[tokio::test]
+async fn a_shared_system_prompt_is_reused_from_the_cache() {
+    let d = TestDaemon::new().start();
+    let mut c = d.client().await;
+    let rules = long_rules();
+    let req = |q: &str| pb::GenerateRequest {
+        messages: vec![system(&rules), user(q)],
+        sampling: greedy(),
+        max_tokens: 16,
+        ..Default::default()
+    };
+    let first = generate(&mut c, req("What is two plus two?")).await.unwrap().done;
+    assert!(first.prompt_tokens > 300, "the system prompt is long enough: {}", first.prompt_tokens);
+    let second = generate(&mut c, req("Name a fruit.")).await.unwrap().done;
+    assert!(second.cached_tokens >= 290, "only {} of {} prompt tokens came from the cache", second.cached_tokens, second.prompt_tokens);
+    // A request with another system prompt in between: the first prefix is still kept.
+    let other = pb::GenerateRequest { messages: vec![system(&long_rules().replace("house", "garden")), user("Hi")], ..req("") };
+    generate(&mut c, other).await.unwrap();
+    let third = generate(&mut c, req("Name a tree.")).await.unwrap().done;
+    assert!(third.cached_tokens >= 290, "a saved prefix was restored: {} cached", third.cached_tokens);
+    let s = c.status().await.unwrap();
+    assert!(s.tiers[1].cached_prefixes >= 2, "status counts cached prefixes: {:?}", s.tiers[1]);
+}
+
+#[tokio::test]
+async fn prefill_then_generate_reuses_the_prefill_and_matches_a_cold_run() {
+    let d = TestDaemon::new().start();
+    let mut c = d.client().await;
+    let history = vec![
+        system(&long_rules()),
+        user("My name is Ada and I like astronomy."),
+        pb::ChatMessage { role: pb::Role::Assistant as i32, content: b"Nice to meet you, Ada!".to_vec().into() },
+    ];
+    let mut messages = history.clone();
+    messages.push(user("Which planet is the largest?"));
+    let req = pb::GenerateRequest {
+        messages,
+        static_messages: Some(history.len() as u32),
+        sampling: greedy(),
+        max_tokens: 40,
+        ..Default::default()
+    };
+
+    let cold = generate(&mut c, req.clone()).await.unwrap().done;
+    assert_eq!(cold.cached_tokens, 0);
+    c.admin.purge(pb::PurgeRequest::default()).await.unwrap();
+
+    let pre = c
+        .inference
+        .prefill(pb::PrefillRequest { messages: history, ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(pre.cached_tokens, 0);
+    let warm = generate(&mut c, req).await.unwrap().done;
+    assert_eq!(warm.cached_tokens, pre.prompt_tokens, "every prefilled token was reused");
+    assert_eq!(warm.text, cold.text, "a warm prefix gives exactly the cold answer");
+    assert!(warm.prompt_us < cold.prompt_us, "warm prompt {} us vs cold {} us", warm.prompt_us, cold.prompt_us);
+}
+
+#[tokio::test]
+async fn score_prefers_the_true_continuation() {
+    let d = TestDaemon::new().start();
+    let c = d.client().await;
+    let score = |cont: &str| {
+        let req = pb::ScoreRequest {
+            prefix: b"The capital of France is".to_vec().into(),
+            continuation: cont.as_bytes().to_vec().into(),
+            ..Default::default()
+        };
+        let mut c = c.clone();
+        async move { c.inference.score(req).await.unwrap().into_inner() }
+    };
+    let paris = score(" Paris").await;
+    let berlin = score(" Berlin").await;
+    assert!(paris.logprob > berlin.logprob, "log p(Paris) {} vs log p(Berlin) {}", paris.logprob, berlin.logprob);
+    assert_eq!(paris.byte_length, 6);
+    assert!(!paris.tokens.is_empty());
+    let sum: f64 = paris.tokens.iter().map(|t| t.logprob).sum();
+    assert!((sum - paris.logprob).abs() < 1e-9);
+    assert!(paris.tokens.iter().all(|t| t.logprob <= 0.0));
+}

@@ -1,0 +1,134 @@
+//! Generation: answers, determinism, streaming, UTF-8, JSON mode, cancellation.
+
+use revis_client::v1 as pb;
+use revis_testkit::TestDaemon;
+
+use crate::{ask, generate, user};
+
+#[tokio::test]
+async fn greedy_answer_names_paris_and_seeds_decide_sampling() {
+    let d = TestDaemon::new().start();
+    let mut c = d.client().await;
+    let a = generate(&mut c, ask("What is the capital of France?")).await.unwrap();
+    assert!(a.done.text.contains("Paris"), "answer: {:?}", a.done.text);
+    assert_eq!(a.done.finish_reason, pb::FinishReason::End as i32);
+    assert_eq!(a.started.prompt_tokens, a.done.prompt_tokens);
+
+    let sampled = |seed: u64| pb::GenerateRequest {
+        messages: vec![user("Write one sentence about the sea.")],
+        sampling: Some(pb::Sampling { temperature: Some(1.0), seed: Some(seed), ..Default::default() }),
+        max_tokens: 40,
+        ..Default::default()
+    };
+    let first = generate(&mut c, sampled(7)).await.unwrap().done;
+    let again = generate(&mut c, sampled(7)).await.unwrap().done;
+    assert_eq!(first.text, again.text, "same seed, same input: same text");
+    assert_eq!(first.seed, 7);
+    let other = generate(&mut c, sampled(8)).await.unwrap().done;
+    assert_ne!(first.text, other.text, "a different seed at temperature 1 gives a different text");
+}
+
+#[tokio::test]
+async fn streamed_deltas_concatenate_to_the_final_text() {
+    let d = TestDaemon::new().start();
+    let mut c = d.client().await;
+    let a = generate(&mut c, ask("Name three colours.")).await.unwrap();
+    let joined: String = a.deltas.iter().map(|d| d.text.as_str()).collect();
+    assert_eq!(joined, a.done.text);
+    assert!(a.deltas.len() > 1, "streamed in pieces");
+    assert_eq!(a.deltas.iter().map(|d| d.tokens).sum::<u32>(), a.done.generated_tokens);
+}
+
+#[tokio::test]
+async fn multibyte_characters_split_across_tokens_arrive_whole() {
+    // Gemma's tokenizer splits many CJK characters into byte tokens.
+    let d = TestDaemon::new().model(revis_testkit::gemma3()).start();
+    let mut c = d.client().await;
+    let mut req = ask("日本の首都はどこですか？日本語で答えてください。");
+    req.max_tokens = 40;
+    let a = generate(&mut c, req).await.unwrap();
+    let joined: String = a.deltas.iter().map(|d| d.text.as_str()).collect();
+    assert_eq!(joined, a.done.text);
+    assert!(!joined.contains('\u{FFFD}'), "no broken characters: {joined:?}");
+    assert!(joined.chars().any(|ch| ('\u{3040}'..='\u{9fff}').contains(&ch)), "Japanese text came back: {joined:?}");
+    // At least one delta carried several tokens: a character that spanned tokens was held back until whole.
+    assert!(a.deltas.iter().any(|d| d.tokens > 1), "some character spanned tokens");
+}
+
+#[tokio::test]
+async fn stop_strings_end_the_answer_before_the_match() {
+    let d = TestDaemon::new().start();
+    let mut c = d.client().await;
+    let mut req = ask("Count from 1 to 20, separated by commas.");
+    req.stop = vec![b"7".to_vec().into()];
+    let a = generate(&mut c, req).await.unwrap();
+    assert_eq!(a.done.finish_reason, pb::FinishReason::Stop as i32, "{:?}", a.done.text);
+    assert!(!a.done.text.contains('7'));
+    assert!(a.done.text.contains('6'), "{:?}", a.done.text);
+}
+
+#[tokio::test]
+async fn max_tokens_caps_the_answer() {
+    let d = TestDaemon::new().start();
+    let mut c = d.client().await;
+    let mut req = ask("Tell me a long story about a dragon.");
+    req.max_tokens = 5;
+    let a = generate(&mut c, req).await.unwrap();
+    assert_eq!(a.done.generated_tokens, 5);
+    assert_eq!(a.done.finish_reason, pb::FinishReason::Length as i32);
+}
+
+#[tokio::test]
+async fn json_mode_with_a_schema_always_parses_and_validates() {
+    let d = TestDaemon::new().start();
+    let mut c = d.client().await;
+    let schema = r#"{"type":"object","properties":{"name":{"type":"string","maxLength":40},"age":{"type":"integer","minimum":0,"maximum":150},"likes":{"type":"array","items":{"type":"string","maxLength":30},"maxItems":3}},"required":["name","age","likes"],"additionalProperties":false}"#;
+    let people = [
+        "Alice, 30, likes tea", "Bob is 45 and enjoys chess", "Chen, aged 22, loves hiking and jazz", "Dana (61) gardens",
+        "Eve is 19, into skating", "Farid, 38, cooks", "Greta, 27, reads and runs", "Hiro is 52 and fishes",
+        "Ines, 33, paints", "Jon, 70, sails", "Kemi, 25, dances", "Lars is 41 and bakes", "Mia, 29, codes",
+        "Noor, 36, climbs", "Omar, 58, writes", "Pia, 23, sings", "Quinn, 47, knits", "Rosa, 64, travels",
+        "Sami, 31, surfs", "Tove, 55, birdwatches",
+    ];
+    for (i, p) in people.iter().enumerate() {
+        let req = pb::GenerateRequest {
+            messages: vec![user(&format!("Describe this person as JSON with name, age and likes: {p}"))],
+            sampling: Some(pb::Sampling { temperature: Some(0.8), seed: Some(i as u64), ..Default::default() }),
+            max_tokens: 200,
+            format: pb::OutputFormat::Json as i32,
+            json_schema: schema.as_bytes().to_vec().into(),
+            ..Default::default()
+        };
+        let text = generate(&mut c, req).await.unwrap().done.text;
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("prompt {i}: {e}: {text:?}"));
+        let obj = v.as_object().unwrap_or_else(|| panic!("prompt {i}: not an object: {text}"));
+        let keys: Vec<&str> = obj.keys().map(String::as_str).collect();
+        assert_eq!(keys.len(), 3, "prompt {i}: exactly the schema's keys: {text}");
+        assert!(obj["name"].as_str().is_some_and(|s| s.chars().count() <= 40), "prompt {i}: {text}");
+        assert!(obj["age"].as_i64().is_some_and(|a| (0..=150).contains(&a)), "prompt {i}: {text}");
+        let likes = obj["likes"].as_array().unwrap_or_else(|| panic!("prompt {i}: {text}"));
+        assert!(likes.len() <= 3 && likes.iter().all(|l| l.as_str().is_some_and(|s| s.chars().count() <= 30)), "prompt {i}: {text}");
+    }
+}
+
+#[tokio::test]
+async fn dropping_a_stream_frees_the_daemon_at_once() {
+    let d = TestDaemon::new().start();
+    let mut c = d.client().await;
+    let mut long = ask("Write a very long essay about the history of bread.");
+    long.max_tokens = 2000;
+    long.sampling = Some(pb::Sampling { temperature: Some(0.0), ..Default::default() });
+    let mut stream = c.inference.generate(long).await.unwrap().into_inner();
+    let mut tokens = 0;
+    while tokens < 3 {
+        if let Some(pb::generate_event::Event::Delta(d)) = stream.message().await.unwrap().unwrap().event {
+            tokens += d.tokens;
+        }
+    }
+    drop(stream);
+    // The next request must not wait behind the abandoned 2,000-token answer.
+    let a = generate(&mut c, ask("Say hi.")).await.unwrap();
+    assert!(a.done.queue_ms < 1000, "waited {} ms behind a cancelled request", a.done.queue_ms);
+    let s = c.status().await.unwrap();
+    assert!(!s.busy && s.queue_depth == 0);
+}

@@ -1,0 +1,51 @@
+//! End-to-end tests: a real `revisd` process serving the real SmolLM2 model
+//! (and Gemma 3 where a second tokenizer matters) over a real Unix socket.
+
+mod admin;
+mod bad_input;
+mod cache;
+mod generate;
+mod process;
+mod third_party;
+
+use revis_client::{Client, message, v1 as pb};
+
+pub fn user(text: &str) -> pb::ChatMessage {
+    message(pb::Role::User, text)
+}
+
+pub fn system(text: &str) -> pb::ChatMessage {
+    message(pb::Role::System, text)
+}
+
+pub fn greedy() -> Option<pb::Sampling> {
+    Some(pb::Sampling { temperature: Some(0.0), ..Default::default() })
+}
+
+pub fn ask(text: &str) -> pb::GenerateRequest {
+    pb::GenerateRequest { messages: vec![user(text)], sampling: greedy(), max_tokens: 48, ..Default::default() }
+}
+
+/// What one Generate streamed.
+pub struct Answer {
+    pub started: pb::Started,
+    pub deltas: Vec<pb::Delta>,
+    pub done: pb::Done,
+}
+
+pub async fn generate(client: &mut Client, req: pb::GenerateRequest) -> Result<Answer, tonic::Status> {
+    let mut stream = client.inference.generate(req).await?.into_inner();
+    let mut started = None;
+    let mut deltas = Vec::new();
+    while let Some(ev) = stream.message().await? {
+        match ev.event.expect("an event") {
+            pb::generate_event::Event::Started(s) => started = Some(s),
+            pb::generate_event::Event::Delta(d) => deltas.push(d),
+            pb::generate_event::Event::Done(done) => {
+                assert!(stream.message().await?.is_none(), "nothing after Done");
+                return Ok(Answer { started: started.expect("Started comes first"), deltas, done });
+            }
+        }
+    }
+    panic!("stream ended without Done")
+}

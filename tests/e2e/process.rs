@@ -1,0 +1,97 @@
+//! The daemon as a process: config errors, socket safety, other users, shutdown.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use revis_testkit::{TestDaemon, binary};
+use tonic_health::pb::health_check_response::ServingStatus;
+
+use crate::ask;
+
+#[test]
+fn a_bad_config_exits_64_and_names_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("revisd.toml");
+    std::fs::write(&config, "[daemon]\nqueue_capacity = 0\n").unwrap();
+    let out = Command::new(binary("revisd"))
+        .args(["--config".as_ref(), config.as_os_str(), "--socket".as_ref(), dir.path().join("s.sock").as_os_str()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("daemon.queue_capacity"), "{err}");
+    assert!(!dir.path().join("s.sock").exists(), "nothing was bound");
+}
+
+#[test]
+fn the_socket_is_private_and_a_second_daemon_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = TestDaemon::new().start();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&d.socket), 0o600);
+    assert_eq!(mode(d.socket.parent().unwrap()), 0o700);
+    let out = Command::new(binary("revisd")).arg("--socket").arg(&d.socket).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already listening"));
+}
+
+#[test]
+fn another_user_is_refused() {
+    let d = TestDaemon::new().start();
+    use std::os::unix::process::CommandExt;
+    let nobody = 65534;
+    let run_as_nobody = || {
+        Command::new(binary("revis"))
+            .arg("status")
+            .arg("--socket")
+            .arg(&d.socket)
+            .env("REVIS_DATA_DIR", d.dir())
+            .uid(nobody)
+            .gid(nobody)
+            .output()
+            .unwrap()
+    };
+    // With the default permissions the socket cannot even be reached.
+    let out = run_as_nobody();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).to_lowercase().contains("permission denied"), "{:?}", out);
+    // Even if the files are opened up, the daemon checks the caller's uid.
+    use std::os::unix::fs::PermissionsExt;
+    let open = std::fs::Permissions::from_mode(0o777);
+    std::fs::set_permissions(d.dir(), open.clone()).unwrap();
+    std::fs::set_permissions(d.socket.parent().unwrap(), open.clone()).unwrap();
+    std::fs::set_permissions(&d.socket, open).unwrap();
+    let out = run_as_nobody();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("PermissionDenied") && err.contains("uid 65534"), "{err}");
+}
+
+#[tokio::test]
+async fn sigterm_drains_and_exits_in_time() {
+    let mut d = TestDaemon::new().start();
+    let mut c = d.client().await;
+    let mut health = tonic_health::pb::health_client::HealthClient::new(c.channel.clone());
+    let serving = health.check(tonic_health::pb::HealthCheckRequest { service: "revis.v1.Inference".into() }).await.unwrap();
+    assert_eq!(serving.into_inner().status, ServingStatus::Serving as i32);
+
+    let mut long = ask("Write a very long essay about mountains.");
+    long.max_tokens = 4000;
+    let mut stream = c.inference.generate(long).await.unwrap().into_inner();
+    stream.message().await.unwrap();
+    let t0 = Instant::now();
+    d.signal(libc::SIGTERM);
+    // The running answer is cut after the grace period with a clear status.
+    let end = loop {
+        match stream.message().await {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("the 4000-token answer cannot finish within the grace period"),
+            Err(s) => break s,
+        }
+    };
+    assert_eq!(end.code(), tonic::Code::Unavailable, "{}", end.message());
+    let status = d.wait_exit(Duration::from_secs(10)).expect("exited within 10 s");
+    assert!(status.success(), "{status:?}");
+    assert!(t0.elapsed() < Duration::from_secs(8), "took {:?}", t0.elapsed());
+    assert!(!d.socket.exists(), "socket removed on exit");
+}
