@@ -74,10 +74,11 @@ async fn bad_requests_get_clear_errors_and_the_daemon_keeps_serving() {
     for (req, code, needle) in cases {
         expect_error(&mut c, req, code, needle).await;
     }
-    // Bigger than even the transport limit: refused by tonic, and the daemon lives on.
+    // Bigger than even the 4 MiB transport limit: tonic refuses it (and
+    // resets the stream while the client still sends), and the daemon lives on.
     let huge = with(&|r| r.messages[0].content = vec![b'a'; 5 << 20].into());
     let err = c.inference.generate(huge).await.err().expect("refused");
-    assert_eq!(err.code(), Code::ResourceExhausted, "{}", err.message());
+    assert!(matches!(err.code(), Code::ResourceExhausted | Code::Internal), "{err:?}");
 
     let score = pb::ScoreRequest { prefix: b"x".to_vec().into(), ..Default::default() };
     let err = c.inference.score(score).await.unwrap_err();
@@ -114,8 +115,14 @@ async fn a_full_queue_answers_resource_exhausted_with_a_retry_hint() {
     assert_eq!(err.metadata().get("grpc-retry-pushback-ms").unwrap(), "1000");
     drop(running);
     drop(queued);
-    // Both abandoned requests are dropped and the daemon serves again.
+    // The daemon notices both callers left (the HTTP/2 resets arrive
+    // asynchronously): watch its queue empty, then it serves again.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while c.status().await.unwrap().queue_depth > 0 {
+        assert!(std::time::Instant::now() < deadline, "abandoned requests still counted after 10 s");
+        tokio::task::yield_now().await;
+    }
     let mut prompt = ask("Say hello to");
     prompt.messages.push(user("Say hello."));
-    assert!(generate(&mut c, prompt).await.is_ok());
+    generate(&mut c, prompt).await.unwrap();
 }

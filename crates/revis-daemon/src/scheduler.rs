@@ -51,16 +51,28 @@ pub struct Queue<T> {
     notify: Notify,
     capacity: usize,
     busy: AtomicBool,
+    /// Items nobody waits for any more; they give up their place when the queue is full.
+    abandoned: fn(&T) -> bool,
 }
 
 impl<T> Queue<T> {
-    pub fn new(capacity: usize) -> Self {
-        Queue { heap: Mutex::new((BinaryHeap::new(), 0)), notify: Notify::new(), capacity, busy: AtomicBool::new(false) }
+    pub fn new(capacity: usize, abandoned: fn(&T) -> bool) -> Self {
+        Queue {
+            heap: Mutex::new((BinaryHeap::new(), 0)),
+            notify: Notify::new(),
+            capacity,
+            busy: AtomicBool::new(false),
+            abandoned,
+        }
     }
 
     /// Adds an item, or says the queue is full.
     pub fn push(&self, priority: Priority, item: T) -> Result<(), QueueFull> {
         let mut g = self.heap.lock().unwrap_or_else(|p| p.into_inner());
+        if g.0.len() >= self.capacity {
+            let abandoned = self.abandoned;
+            g.0.retain(|e| !abandoned(&e.item));
+        }
         if g.0.len() >= self.capacity {
             return Err(QueueFull { capacity: self.capacity });
         }
@@ -83,8 +95,10 @@ impl<T> Queue<T> {
         }
     }
 
+    /// Items waiting whose callers still wait.
     pub fn len(&self) -> usize {
-        self.heap.lock().unwrap_or_else(|p| p.into_inner()).0.len()
+        let abandoned = self.abandoned;
+        self.heap.lock().unwrap_or_else(|p| p.into_inner()).0.iter().filter(|e| !abandoned(&e.item)).count()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -111,7 +125,7 @@ mod tests {
 
     #[tokio::test]
     async fn user_jobs_jump_ahead_of_background_ones() {
-        let q = Queue::new(8);
+        let q = Queue::new(8, |_: &&str| false);
         q.push(Priority::Background, "b1").unwrap();
         q.push(Priority::Background, "b2").unwrap();
         q.push(Priority::User, "u1").unwrap();
@@ -125,17 +139,21 @@ mod tests {
 
     #[tokio::test]
     async fn full_queue_refuses() {
-        let q = Queue::new(2);
-        q.push(Priority::User, 1).unwrap();
+        // Odd numbers stand for requests whose caller went away.
+        let q = Queue::new(2, |n: &i32| n % 2 == 1);
         q.push(Priority::User, 2).unwrap();
-        assert_eq!(q.push(Priority::User, 3), Err(QueueFull { capacity: 2 }));
+        q.push(Priority::User, 4).unwrap();
+        assert_eq!(q.push(Priority::User, 6), Err(QueueFull { capacity: 2 }));
         q.pop().await;
-        q.push(Priority::User, 3).unwrap();
+        q.push(Priority::User, 1).unwrap();
+        assert_eq!(q.len(), 1, "an abandoned item is not counted as waiting");
+        q.push(Priority::User, 8).unwrap(); // the abandoned 1 gives up its place
+        assert_eq!(q.len(), 2);
     }
 
     #[tokio::test(start_paused = true)]
     async fn pop_waits_for_a_push() {
-        let q = std::sync::Arc::new(Queue::new(2));
+        let q = std::sync::Arc::new(Queue::new(2, |_: &i32| false));
         let waiter = tokio::spawn({
             let q = q.clone();
             async move { q.pop().await }

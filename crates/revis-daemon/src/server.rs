@@ -62,7 +62,7 @@ pub async fn run(
             registry.load(&m).await.map_err(|source| ServeError::LoadAtStart { model: m.name.clone(), source })?;
         }
     }
-    let queue = Arc::new(Queue::new(config.queue_capacity));
+    let queue = Arc::new(Queue::new(config.queue_capacity, |t: &crate::service::Task| t.job.abandoned()));
     let closing = Arc::new(AtomicBool::new(false));
     let daemon = Daemon {
         registry: registry.clone(),

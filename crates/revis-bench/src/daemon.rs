@@ -1,0 +1,233 @@
+//! A real revisd for the measurements through the whole stack: started with
+//! its own socket and config in a temporary directory, reached through the
+//! revis client library, stopped with SIGTERM afterwards.
+
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use revis_client::Client;
+use revis_client::v1 as pb;
+
+use crate::proc::{set_parent_death_signal, wait_timeout};
+
+/// Limit on any single request of the benchmark.
+const RPC_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// A running revisd; stopped when dropped.
+pub struct Daemon {
+    pub client: Client,
+    pub log: PathBuf,
+    child: Guard,
+    _dir: tempfile::TempDir,
+}
+
+/// The daemon process, stopped when dropped.
+struct Guard(Option<Child>);
+
+impl Guard {
+    /// SIGTERM, then SIGKILL if it has not exited within 10 s.
+    fn stop(&mut self) {
+        let Some(mut child) = self.0.take() else { return };
+        // SAFETY: sending a signal to our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        if !matches!(wait_timeout(&mut child, Duration::from_secs(10)), Ok(Some(_))) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Daemon {
+    /// Starts `revisd` serving `model` on every tier with `threads` threads
+    /// and a context of `context` tokens, and connects to it.
+    pub async fn start(revisd: &Path, model: &Path, threads: u32, context: u32) -> anyhow::Result<Daemon> {
+        let dir = tempfile::Builder::new().prefix("revis-bench-").tempdir()?;
+        let socket = dir.path().join("revisd.sock");
+        let config = dir.path().join("revisd.toml");
+        let log = dir.path().join("revisd.log");
+        let model_str = model.to_str().context("model path is not UTF-8")?;
+        let tier = |t: &str| format!("[tiers.{t}]\nmodel = {}\n", toml_string(model_str));
+        std::fs::write(
+            &config,
+            format!(
+                "# Written by revis-bench for one measurement.\n[daemon]\nthreads = {threads}\ncontext = {context}\nkeep_alive_s = 0\nload_at_start = true\n{}{}{}",
+                tier("tier1"),
+                tier("tier2"),
+                tier("tier3")
+            ),
+        )?;
+        let (read_end, write_end) = pipe()?;
+        let log_file = std::fs::File::create(&log)?;
+        let mut cmd = Command::new(revisd);
+        cmd.arg("--socket")
+            .arg(&socket)
+            .env("REVIS_CONFIG", &config)
+            .env("REVIS_READY_FD", write_end.as_raw_fd().to_string())
+            .env_remove("REVIS_SOCKET")
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone()?)
+            .stderr(log_file);
+        set_parent_death_signal(&mut cmd);
+        let child = Guard(Some(cmd.spawn().with_context(|| format!("starting {}", revisd.display()))?));
+        drop(write_end); // only the daemon holds it now: EOF means it exited
+        let ready = tokio::task::spawn_blocking(move || {
+            let mut s = String::new();
+            let _ = std::fs::File::from(read_end).read_to_string(&mut s);
+            s
+        });
+        match tokio::time::timeout(Duration::from_secs(120), ready).await {
+            Ok(Ok(s)) if s.starts_with("ready") => {}
+            _ => bail!("revisd did not become ready; its log:\n{}", log_tail(&log)),
+        }
+        let client = Client::connect(&socket).await?;
+        Ok(Daemon { client, log, child, _dir: dir })
+    }
+
+    pub fn log_tail(&self) -> String {
+        log_tail(&self.log)
+    }
+
+    /// Drops every cached prefix (the KV cache), so the next prompt is evaluated cold.
+    pub async fn purge(&mut self) -> anyhow::Result<()> {
+        timed_out(self.client.admin.purge(pb::PurgeRequest { tier: String::new() })).await?;
+        Ok(())
+    }
+
+    pub async fn prefill(&mut self, messages: Vec<pb::ChatMessage>) -> anyhow::Result<pb::PrefillResponse> {
+        let req = pb::PrefillRequest { tier: "tier2".into(), messages, priority: 0 };
+        Ok(timed_out(self.client.inference.prefill(req)).await?.into_inner())
+    }
+
+    /// A greedy Generate, timed on the client side.
+    pub async fn generate(
+        &mut self,
+        messages: Vec<pb::ChatMessage>,
+        static_messages: Option<u32>,
+        max_tokens: u32,
+    ) -> anyhow::Result<Timed> {
+        let req = pb::GenerateRequest {
+            tier: "tier2".into(),
+            messages,
+            static_messages,
+            sampling: Some(pb::Sampling { temperature: Some(0.0), ..Default::default() }),
+            max_tokens,
+            ..Default::default()
+        };
+        let client = &mut self.client;
+        let run = async move {
+            let sent = Instant::now();
+            let mut stream = client.generate(req).await?;
+            let mut first = None;
+            while let Some(ev) = stream.message().await? {
+                match ev.event {
+                    Some(pb::generate_event::Event::Delta(d)) => {
+                        if !d.text.is_empty() {
+                            first.get_or_insert_with(Instant::now);
+                        }
+                    }
+                    Some(pb::generate_event::Event::Done(done)) => {
+                        let end = Instant::now();
+                        return Ok(Timed { sent, first, end, done });
+                    }
+                    _ => {}
+                }
+            }
+            bail!("the stream ended without a Done event")
+        };
+        match tokio::time::timeout(RPC_TIMEOUT, run).await {
+            Ok(r) => r,
+            Err(_) => bail!("Generate took longer than {} s", RPC_TIMEOUT.as_secs()),
+        }
+    }
+
+    /// Stops the daemon (SIGTERM; SIGKILL after 10 s).
+    pub fn stop(mut self) {
+        self.child.stop();
+    }
+}
+
+fn log_tail(path: &Path) -> String {
+    let s = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+/// A Generate as the client saw it.
+#[derive(Clone, Debug)]
+pub struct Timed {
+    pub sent: Instant,
+    pub first: Option<Instant>,
+    pub end: Instant,
+    pub done: pb::Done,
+}
+
+impl Timed {
+    /// Request sent → first delta (or Done, if no text came).
+    pub fn ttft(&self) -> Duration {
+        self.first.unwrap_or(self.end) - self.sent
+    }
+
+    /// First delta → Done: `generated - 1` token steps.
+    pub fn stream_wall(&self) -> Duration {
+        self.first.map_or(Duration::ZERO, |f| self.end - f)
+    }
+
+    pub fn wall_us_per_token(&self) -> f64 {
+        self.stream_wall().as_secs_f64() * 1e6 / f64::from(self.done.generated_tokens.saturating_sub(1).max(1))
+    }
+}
+
+async fn timed_out<T>(f: impl std::future::Future<Output = Result<T, tonic::Status>>) -> anyhow::Result<T> {
+    match tokio::time::timeout(RPC_TIMEOUT, f).await {
+        Ok(r) => Ok(r.map_err(|s| anyhow::anyhow!("{} ({:?})", s.message(), s.code()))?),
+        Err(_) => bail!("request took longer than {} s", RPC_TIMEOUT.as_secs()),
+    }
+}
+
+fn toml_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A pipe whose read end is close-on-exec and whose write end is inherited.
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe writes two descriptors into the array.
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors are fresh and owned by us from here on.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: setting a flag on a descriptor we own.
+    unsafe { libc::fcntl(r.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+    Ok((r, w))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_strings_are_escaped() {
+        assert_eq!(toml_string(r#"/a "b"\c"#), r#""/a \"b\"\\c""#);
+    }
+}

@@ -1,0 +1,119 @@
+//! The machine a run measured: CPU, cores, memory, load, and its memory read
+//! bandwidth (a multi-threaded read loop over a buffer far larger than the caches).
+
+use std::process::Command;
+use std::time::Instant;
+
+/// What the report says about the machine.
+#[derive(Clone, Debug)]
+pub struct Machine {
+    pub cpu: String,
+    pub cores: usize,
+    pub memory_gib: f64,
+    pub os: String,
+}
+
+impl Machine {
+    pub fn detect() -> Machine {
+        let cpu = lscpu_field("Model name")
+            .or_else(|| sysctl("machdep.cpu.brand_string"))
+            .unwrap_or_else(|| "unknown CPU".to_owned());
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Machine { cpu, cores, memory_gib: memory_bytes() as f64 / (1u64 << 30) as f64, os: os_line() }
+    }
+}
+
+fn lscpu_field(name: &str) -> Option<String> {
+    let out = Command::new("lscpu").env("LC_ALL", "C").output().ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(':')).map(|v| v.trim().to_owned()))
+        .filter(|v| !v.is_empty())
+}
+
+fn sysctl(name: &str) -> Option<String> {
+    let out = Command::new("sysctl").arg("-n").arg(name).output().ok()?;
+    let s = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    (!s.is_empty()).then_some(s)
+}
+
+fn memory_bytes() -> u64 {
+    if let Ok(s) = std::fs::read_to_string("/proc/meminfo") {
+        if let Some(kb) = s.lines().find_map(|l| l.strip_prefix("MemTotal:")).and_then(|v| {
+            v.split_whitespace().next().and_then(|n| n.parse::<u64>().ok())
+        }) {
+            return kb * 1024;
+        }
+    }
+    sysctl("hw.memsize").and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+fn os_line() -> String {
+    let out = Command::new("uname").args(["-srm"]).output();
+    out.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned()).unwrap_or_default()
+}
+
+/// The 1, 5 and 15 minute load averages.
+pub fn load_average() -> Option<[f64; 3]> {
+    let mut l = [0f64; 3];
+    // SAFETY: getloadavg writes at most 3 doubles into the array.
+    let n = unsafe { libc::getloadavg(l.as_mut_ptr(), 3) };
+    (n == 3).then_some(l)
+}
+
+/// The current time in UTC, as `date -u` would print it (ISO 8601).
+pub fn utc_now() -> String {
+    let out = Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]).output();
+    out.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned()).unwrap_or_default()
+}
+
+/// Best-of-`passes` read bandwidth in bytes per second with `threads`
+/// threads, each summing its own slice of `buffer`.
+pub fn read_bandwidth(buffer: &[u64], threads: usize, passes: usize) -> f64 {
+    let threads = threads.max(1);
+    let chunk = buffer.len().div_ceil(threads);
+    let mut best = 0f64;
+    for _ in 0..passes.max(1) {
+        let started = Instant::now();
+        let sum: u64 = std::thread::scope(|s| {
+            let handles: Vec<_> = buffer.chunks(chunk).map(|part| s.spawn(move || sum_slice(part))).collect();
+            handles.into_iter().map(|h| h.join().expect("bandwidth thread")).fold(0, u64::wrapping_add)
+        });
+        let secs = started.elapsed().as_secs_f64();
+        std::hint::black_box(sum);
+        best = best.max(std::mem::size_of_val(buffer) as f64 / secs);
+    }
+    best
+}
+
+/// A buffer of `bytes` bytes with every page touched, for [`read_bandwidth`].
+pub fn bandwidth_buffer(bytes: usize) -> Vec<u64> {
+    let n = bytes / 8;
+    (0..n as u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect()
+}
+
+/// Sums with eight independent accumulators, so the loop is bound by loads, not by one add chain.
+fn sum_slice(v: &[u64]) -> u64 {
+    let mut acc = [0u64; 8];
+    let mut it = v.chunks_exact(8);
+    for c in &mut it {
+        for i in 0..8 {
+            acc[i] = acc[i].wrapping_add(c[i]);
+        }
+    }
+    let tail: u64 = it.remainder().iter().fold(0, |a, &b| a.wrapping_add(b));
+    acc.iter().fold(tail, |a, &b| a.wrapping_add(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sums_every_element() {
+        let v: Vec<u64> = (1..=21).collect();
+        assert_eq!(sum_slice(&v), 231);
+        let bw = read_bandwidth(&bandwidth_buffer(1 << 20), 2, 1);
+        assert!(bw > 0.0);
+    }
+}

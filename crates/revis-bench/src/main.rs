@@ -1,0 +1,311 @@
+//! revis-bench: measures revis through the whole stack (client library →
+//! Unix socket → revisd → engine) against llama.cpp's own `llama-bench` built
+//! from the same llama.cpp, interleaved in one run, and writes the results
+//! to docs/BENCHMARKS.md.
+//!
+//! Per model × thread count × round it runs, back to back: llama-bench
+//! (pp + tg), the engine alone in this process (greedy decode), and a fresh
+//! revisd (decode, prompt speed, cold and warm time to first token).
+
+mod alone;
+mod daemon;
+mod llama_bench;
+mod machine;
+mod proc;
+mod prompts;
+mod report;
+mod stats;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use revis_client::v1 as pb;
+
+use crate::report::{Combo, Run, Samples};
+
+/// Benchmark revis against llama.cpp's llama-bench (same llama.cpp build, model and threads).
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// Rounds; each round measures every model × thread count once, interleaved.
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
+    /// Catalog models to measure (pulled when missing).
+    #[arg(long, value_delimiter = ',', default_value = "smollm2-135m-instruct,gemma3-270m")]
+    models: Vec<String>,
+    /// Thread counts.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    threads: Vec<u32>,
+    /// Prompt tokens for the prompt-speed test (llama-bench -p).
+    #[arg(long, default_value_t = 512)]
+    n_prompt: u32,
+    /// Generated tokens for the decode test (llama-bench -n, revis max_tokens).
+    #[arg(long, default_value_t = 128)]
+    n_gen: u32,
+    /// Tokens of the static prefix in the time-to-first-token test.
+    #[arg(long, default_value_t = 1000)]
+    n_prefix: u32,
+    /// Context of the daemon and the engine (daemon.context).
+    #[arg(long, default_value_t = 2048)]
+    context: u32,
+    /// Prompt batch size of revis (daemon.batch) and of llama-bench (-b, -ub).
+    #[arg(long, default_value_t = 512)]
+    batch: u32,
+    /// Size of the buffer the read-bandwidth loop sums, in MiB.
+    #[arg(long, default_value_t = 1024)]
+    bandwidth_mib: usize,
+    /// Stop starting new measurements after this many minutes (the run then reports what it has).
+    #[arg(long, default_value_t = 14.0)]
+    max_minutes: f64,
+    /// A short run for development: 1 round, 32 generated tokens, 128-token prompt, 300-token prefix.
+    #[arg(long)]
+    quick: bool,
+    /// Rewrite the results section of the benchmarks document (between its markers).
+    #[arg(long)]
+    write: bool,
+    /// The benchmarks document. Default: docs/BENCHMARKS.md in the workspace.
+    #[arg(long)]
+    doc: Option<PathBuf>,
+    /// The revisd binary. Default: next to this executable (target/release/revisd).
+    #[arg(long)]
+    revisd: Option<PathBuf>,
+    /// The llama-bench binary. Default: target/llama-bench/llama-bench, built by
+    /// scripts/build-llama-bench.sh when missing.
+    #[arg(long)]
+    llama_bench: Option<PathBuf>,
+    /// Run scripts/build-llama-bench.sh even if the binary exists (it skips what is up to date).
+    #[arg(long)]
+    rebuild_llama_bench: bool,
+}
+
+/// The workspace this binary was built from.
+fn workspace_root() -> PathBuf {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    here.canonicalize().unwrap_or(here)
+}
+
+fn main() -> anyhow::Result<()> {
+    let mut args = Args::parse();
+    if args.quick {
+        args.rounds = 1;
+        args.n_gen = 32;
+        args.n_prompt = 128;
+        args.n_prefix = 300;
+    }
+    if args.n_gen < 2 || args.n_prompt < 16 || args.n_prefix < 16 || args.rounds == 0 || args.threads.is_empty() {
+        bail!("need --n-gen ≥ 2, --n-prompt ≥ 16, --n-prefix ≥ 16, --rounds ≥ 1 and at least one thread count");
+    }
+    if (args.n_prefix + 64).max(args.n_prompt + 8) >= args.context {
+        bail!("--context {} is too small for --n-prefix {} / --n-prompt {}", args.context, args.n_prefix, args.n_prompt);
+    }
+    // One thread is enough for the client side; the engine threads do the work.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(run(args))
+}
+
+struct Setup {
+    revisd: PathBuf,
+    llama_bench: PathBuf,
+    n_prompt: u32,
+    n_gen: u32,
+    context: u32,
+    batch: u32,
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs_f64(args.max_minutes * 60.0);
+    let root = workspace_root();
+    let revisd = match &args.revisd {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()?.with_file_name("revisd"),
+    };
+    if !revisd.is_file() {
+        bail!("no revisd at {}: build it first (cargo build --release -p revisd) or pass --revisd", revisd.display());
+    }
+    let llama_bench = args.llama_bench.clone().unwrap_or_else(|| llama_bench::default_path(&root));
+    let build_info = llama_bench::ensure_built(&root, &llama_bench, args.rebuild_llama_bench)?;
+
+    let mut run = Run::new(&args_line(), machine::Machine::detect(), build_info, revisd.display().to_string());
+    run.sample_load();
+
+    // Models.
+    let models_dir = revis_models::models_dir()?;
+    let mut models = Vec::new();
+    for name in &args.models {
+        let entry = revis_models::find(name).with_context(|| format!("{name} is not in the catalog"))?;
+        let dir = models_dir.clone();
+        let path = tokio::task::spawn_blocking(move || {
+            let mut o = revis_models::PullOptions::default();
+            o.progress = revis_models::Progress::Quiet;
+            revis_models::pull(entry, &dir, &o)
+        })
+        .await??;
+        let file_bytes = std::fs::metadata(&path)?.len();
+        // Prompts sized in this model's tokens (the engine alone loads it for the tokenizer).
+        let probe = alone::Alone::load(alone::spec(&path, 1, args.context, args.batch)).await?;
+        let prompts = probe.prompts(args.n_prompt as usize, args.n_prefix as usize)?;
+        probe.unload().await;
+        eprintln!(
+            "revis-bench: {} ({:.1} MB): prompt {} tokens, prefix {} + {} tokens",
+            entry.name,
+            file_bytes as f64 / 1e6,
+            prompts.prompt_tokens,
+            prompts.prefix_tokens,
+            prompts.suffix_tokens
+        );
+        models.push(report::Model { name: entry.name.to_owned(), path, file_bytes, prompts });
+    }
+
+    // Read bandwidth, before anything else holds memory.
+    {
+        let buffer = machine::bandwidth_buffer(args.bandwidth_mib << 20);
+        for &t in &args.threads {
+            let bw = machine::read_bandwidth(&buffer, t as usize, 5);
+            eprintln!("revis-bench: read bandwidth with {t} thread(s): {:.1} GB/s", bw / 1e9);
+            run.bandwidth.push((t, bw));
+        }
+        run.bandwidth_buffer_mib = args.bandwidth_mib;
+    }
+
+    let setup = Setup { revisd, llama_bench, n_prompt: args.n_prompt, n_gen: args.n_gen, context: args.context, batch: args.batch };
+    for (m, _) in models.iter().enumerate() {
+        for &t in &args.threads {
+            run.combos.push(Combo { model: m, threads: t, samples: Samples::default() });
+        }
+    }
+    run.models = models;
+
+    'rounds: for round in 1..=args.rounds {
+        for i in 0..run.combos.len() {
+            if Instant::now() > deadline {
+                run.notes.push(format!("stopped after {:.0} min (--max-minutes) in round {round}", args.max_minutes));
+                break 'rounds;
+            }
+            run.sample_load();
+            let (m, t) = (run.combos[i].model, run.combos[i].threads);
+            let model = &run.models[m];
+            eprintln!("revis-bench: round {round}/{}: {} with {t} thread(s)", args.rounds, model.name);
+            let mut samples = std::mem::take(&mut run.combos[i].samples);
+            if let Err(e) = measure(&setup, model, t, &mut samples).await {
+                let note = format!("round {round}, {} t={t}: {e:#}", model.name);
+                eprintln!("revis-bench: {note}");
+                run.notes.push(note);
+            }
+            run.combos[i].samples = samples;
+        }
+        run.rounds_done = round;
+    }
+    run.sample_load();
+    run.elapsed = started.elapsed();
+
+    let section = report::markdown(&run, &setup_line(&args));
+    println!("{section}");
+    let raw = root.join("target/revis-bench/last-run.json");
+    if let Some(dir) = raw.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&raw, serde_json::to_string_pretty(&report::raw_json(&run))?)?;
+    eprintln!("revis-bench: raw samples in {}", raw.display());
+    if args.write {
+        let doc = args.doc.clone().unwrap_or_else(|| root.join("docs/BENCHMARKS.md"));
+        report::write_section(&doc, &section)?;
+        eprintln!("revis-bench: updated {}", doc.display());
+    }
+    Ok(())
+}
+
+/// The command line as a user would type it.
+fn args_line() -> String {
+    let rest: Vec<String> = std::env::args().skip(1).collect();
+    let mut s = "cargo run --release -p revis-bench --".to_owned();
+    for a in rest {
+        s.push(' ');
+        s.push_str(&a);
+    }
+    s
+}
+
+fn setup_line(args: &Args) -> String {
+    format!(
+        "{} round(s); llama-bench `-p {} -n {} -b {b} -ub {b} -r 1` per round; revis: context {}, batch {b}, greedy, max_tokens {}; prefix {} tokens",
+        args.rounds, args.n_prompt, args.n_gen, args.context, args.n_gen, args.n_prefix,
+        b = args.batch
+    )
+}
+
+/// One model × thread count, once: llama-bench, the engine alone, then revisd.
+async fn measure(setup: &Setup, model: &report::Model, threads: u32, s: &mut Samples) -> anyhow::Result<()> {
+    // 1. The reference.
+    match llama_bench::run(&setup.llama_bench, &model.path, threads, setup.n_prompt, setup.n_gen, setup.batch, Duration::from_secs(600)) {
+        Ok(r) => {
+            s.lb_pp.extend(r.pp);
+            s.lb_tg.extend(r.tg);
+        }
+        Err(e) => s.errors.push(format!("llama-bench: {e:#}")),
+    }
+
+    // 2. The engine alone, in this process.
+    let engine = alone::Alone::load(alone::spec(&model.path, threads, setup.context, setup.batch)).await?;
+    let g = engine.decode_run(setup.n_gen).await;
+    engine.unload().await;
+    let g = g?;
+    s.alone_us_per_token.push(g.wall_us_per_token());
+    s.alone_generated.push(g.generated);
+    if g.generate_us > 0 {
+        s.alone_tg_done.push(f64::from(g.generated) * 1e6 / g.generate_us as f64);
+    }
+
+    // 3. The whole stack: client library → socket → revisd.
+    let mut d = daemon::Daemon::start(&setup.revisd, &model.path, threads, setup.context).await?;
+    let result = measure_daemon(setup, model, &mut d, s).await;
+    if result.is_err() {
+        eprintln!("revis-bench: revisd log:\n{}", d.log_tail());
+    }
+    d.stop();
+    result
+}
+
+async fn measure_daemon(setup: &Setup, model: &report::Model, d: &mut daemon::Daemon, s: &mut Samples) -> anyhow::Result<()> {
+    let msg = revis_client::message;
+    let (user, system) = (pb::Role::User, pb::Role::System);
+    d.generate(vec![msg(user, prompts::WARMUP_PROMPT)], None, 8).await?;
+
+    // Decode through the whole stack.
+    d.purge().await?;
+    let t = d.generate(vec![msg(user, prompts::DECODE_PROMPT)], None, setup.n_gen).await?;
+    let n = t.done.generated_tokens;
+    s.rv_generated.push(n);
+    if n >= 2 && t.first.is_some() {
+        s.rv_tg_wall.push(f64::from(n - 1) / t.stream_wall().as_secs_f64());
+        s.grpc_us_per_token.push(t.wall_us_per_token());
+    }
+    if t.done.generate_us > 0 {
+        s.rv_tg_done.push(f64::from(n) * 1e6 / t.done.generate_us as f64);
+    }
+
+    // Prompt speed, cold.
+    d.purge().await?;
+    let t = d.generate(vec![msg(user, &model.prompts.long_user)], None, 1).await?;
+    let evaluated = t.done.prompt_tokens.saturating_sub(t.done.cached_tokens);
+    s.rv_pp_tokens.push(evaluated);
+    if t.done.prompt_us > 0 {
+        s.rv_pp.push(f64::from(evaluated) * 1e6 / t.done.prompt_us as f64);
+    }
+
+    // Time to first token: cold, then warm after a Prefill of the static part.
+    let convo = || vec![msg(system, &model.prompts.system), msg(user, prompts::QUESTION)];
+    d.purge().await?;
+    let cold = d.generate(convo(), Some(1), 1).await?;
+    s.ttft_cold_ms.push(cold.ttft().as_secs_f64() * 1e3);
+    d.purge().await?;
+    let pre = d.prefill(vec![msg(system, &model.prompts.system)]).await?;
+    s.prefill_ms.push(pre.elapsed_us as f64 / 1e3);
+    let warm = d.generate(convo(), Some(1), 1).await?;
+    s.ttft_warm_ms.push(warm.ttft().as_secs_f64() * 1e3);
+    s.warm_cached.push(warm.done.cached_tokens);
+    s.ttft_prompt_tokens.push(warm.done.prompt_tokens);
+    Ok(())
+}

@@ -1,0 +1,113 @@
+//! Developer tasks, run as `cargo xtask <task>`:
+//!   chat  build revis (release), then `revis chat` (which pulls the default
+//!         model and starts revisd if needed): a fresh machine to a chat.
+//!   test  install what the tests need, build, pull both models, run every test.
+//!   deps  install the system packages the build needs (Debian/Ubuntu, macOS).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use anyhow::{Context, bail};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("chat") => chat(&args[1..]),
+        Some("test") => test(&args[1..]),
+        Some("deps") => deps(),
+        _ => {
+            eprintln!("usage: cargo xtask chat [ARGS...] | test [NEXTEST ARGS...] | deps");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
+}
+
+fn run(cmd: &mut Command) -> anyhow::Result<()> {
+    eprintln!("+ {cmd:?}");
+    let status = cmd.status().with_context(|| format!("starting {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok(())
+}
+
+fn have(program: &str) -> bool {
+    Command::new("sh").arg("-c").arg(format!("command -v {program} >/dev/null 2>&1")).status().is_ok_and(|s| s.success())
+}
+
+/// cmake (llama.cpp), libclang (bindgen) and protoc (the gRPC code).
+fn deps() -> anyhow::Result<()> {
+    let libclang = ["/usr/lib/llvm-14/lib", "/usr/lib/llvm-15/lib", "/usr/lib/llvm-16/lib", "/usr/lib/x86_64-linux-gnu"]
+        .iter()
+        .any(|d| std::fs::read_dir(d).is_ok_and(|mut r| r.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("libclang")))));
+    if have("cmake") && have("protoc") && (libclang || cfg!(target_os = "macos")) {
+        return Ok(());
+    }
+    if cfg!(target_os = "macos") {
+        return run(Command::new("brew").args(["install", "cmake", "protobuf"]));
+    }
+    if !have("apt-get") {
+        bail!("install cmake, libclang and protoc (protobuf-compiler) with your package manager, then run this again");
+    }
+    let sudo = if unsafe_is_root() { vec![] } else { vec!["sudo"] };
+    let apt = |args: &[&str]| {
+        let mut all: Vec<&str> = sudo.clone();
+        all.push("apt-get");
+        all.extend_from_slice(args);
+        let mut c = Command::new(all[0]);
+        c.args(&all[1..]).env("DEBIAN_FRONTEND", "noninteractive");
+        run(&mut c)
+    };
+    apt(&["update", "-qq"])?;
+    apt(&["install", "-y", "-qq", "cmake", "libclang-dev", "protobuf-compiler", "python3-pip"])
+}
+
+fn unsafe_is_root() -> bool {
+    Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"))
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(root());
+    c
+}
+
+fn build() -> anyhow::Result<()> {
+    run(cargo().args(["build", "--release", "--workspace", "--bins"]))
+}
+
+fn chat(args: &[String]) -> anyhow::Result<()> {
+    deps()?;
+    build()?;
+    run(Command::new(root().join("target/release/revis")).arg("chat").args(args))
+}
+
+fn test(args: &[String]) -> anyhow::Result<()> {
+    deps()?;
+    // The third-party client test uses Google's grpcio from PyPI.
+    let py = "import grpc, grpc_tools";
+    if !Command::new("python3").args(["-c", py]).status().is_ok_and(|s| s.success()) {
+        run(Command::new("python3").args(["-m", "pip", "install", "--quiet", "grpcio", "grpcio-tools"]))?;
+    }
+    build()?;
+    // Both test models, through the same code path a user's `revis pull` takes.
+    for model in ["smollm2-135m-instruct", "gemma3-270m"] {
+        run(Command::new(root().join("target/release/revis")).args(["pull", model]))?;
+    }
+    if have("cargo-nextest") {
+        run(cargo().args(["nextest", "run", "--release", "--workspace", "--profile", "ci"]).args(args))
+    } else {
+        run(cargo().args(["test", "--release", "--workspace"]).args(args))
+    }
+}
