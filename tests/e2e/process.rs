@@ -95,3 +95,64 @@ async fn sigterm_drains_and_exits_in_time() {
     assert!(t0.elapsed() < Duration::from_secs(8), "took {:?}", t0.elapsed());
     assert!(!d.socket.exists(), "socket removed on exit");
 }
+
+#[tokio::test]
+async fn reflection_lists_the_services_for_standard_tools() {
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+
+    let d = TestDaemon::new().start();
+    let c = d.client().await;
+    let req = ServerReflectionRequest { host: String::new(), message_request: Some(MessageRequest::ListServices(String::new())) };
+    let mut responses =
+        ServerReflectionClient::new(c.channel.clone()).server_reflection_info(tokio_stream::iter([req])).await.unwrap().into_inner();
+    let Some(MessageResponse::ListServicesResponse(list)) = responses.message().await.unwrap().unwrap().message_response else {
+        panic!("expected a service list")
+    };
+    let mut names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    names.sort();
+    assert_eq!(names, ["grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection", "revis.v1.Admin", "revis.v1.Inference"]);
+}
+
+/// A new user's first command: no daemon, no config. `revis run` starts one
+/// (the model is already in the data dir here, so nothing is downloaded).
+#[test]
+fn revis_run_starts_a_daemon_when_none_answers() {
+    let home = tempfile::tempdir().unwrap();
+    let models = home.path().join("data/models");
+    std::fs::create_dir_all(&models).unwrap();
+    let model = revis_testkit::smollm2();
+    std::os::unix::fs::symlink(&model, models.join(model.file_name().unwrap())).unwrap();
+    let runtime = home.path().join("run");
+    std::fs::create_dir(&runtime).unwrap();
+    let revis = |args: &[&str]| {
+        Command::new(binary("revis"))
+            .args(args)
+            .env("REVIS_DATA_DIR", home.path().join("data"))
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .env_remove("REVIS_SOCKET")
+            .env_remove("REVIS_CONFIG")
+            .output()
+            .unwrap()
+    };
+    let out = revis(&["run", "--temperature", "0", "What is the capital of France?"]);
+    let daemon_log = std::fs::read_to_string(home.path().join("data/revisd.log")).unwrap_or_default();
+    assert!(out.status.success(), "{}\n{daemon_log}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Paris"));
+    assert!(runtime.join("revis/revisd.sock").exists(), "the daemon listens on the default socket");
+    // The second command finds the running daemon.
+    let status = revis(&["status", "--json"]);
+    assert!(status.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let pid = v["pid"].as_i64().expect("pid") as i32;
+    // End the daemon we started, by its PID, and see it go.
+    // SAFETY: kill with the PID the daemon reported about itself.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while runtime.join("revis/revisd.sock").exists() {
+        assert!(Instant::now() < deadline, "daemon {pid} did not stop");
+        std::thread::yield_now();
+    }
+}
