@@ -99,7 +99,9 @@ pub fn pull(entry: &CatalogEntry, models_dir: &Path, opts: &PullOptions) -> Resu
                 return Ok(dest);
             }
             Err(error) => {
-                tracing::warn!(model = entry.name, %source, %error, "source failed");
+                // Expected where a source is unreachable (Hugging Face here); the
+                // next source is tried, and only if all fail is it an error.
+                tracing::info!(model = entry.name, %source, %error, "source failed; trying the next");
                 failures.push(SourceFailure {
                     source: source.to_string(),
                     error,
