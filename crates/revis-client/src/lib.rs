@@ -91,10 +91,10 @@ impl Client {
     /// Connects to the daemon at `path`; if none answers, starts one (pulling
     /// the default model first if it is missing) and connects to it.
     pub async fn connect_or_start(path: &Path, opts: &SpawnOptions) -> Result<Client, ClientError> {
-        if let Ok(c) = Self::connect(path).await {
-            if c.clone().status().await.is_ok() {
-                return Ok(c);
-            }
+        if let Ok(c) = Self::connect(path).await
+            && c.clone().status().await.is_ok()
+        {
+            return Ok(c);
         }
         spawn_daemon(path, opts).await?;
         Self::connect(path).await

@@ -25,10 +25,10 @@ fn revisd_binary(opts: &SpawnOptions) -> PathBuf {
     if let Some(p) = &opts.revisd {
         return p.clone();
     }
-    if let Some(sibling) = std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join("revisd"))) {
-        if sibling.is_file() {
-            return sibling;
-        }
+    if let Some(sibling) = std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join("revisd")))
+        && sibling.is_file()
+    {
+        return sibling;
     }
     PathBuf::from("revisd")
 }
@@ -42,9 +42,8 @@ pub async fn spawn_daemon(socket: &Path, opts: &SpawnOptions) -> Result<u32, Cli
             let entry = revis_models::find(revis_models::DEFAULT_MODEL).expect("the default model is in the catalog");
             if !entry.is_present(&dir) {
                 eprintln!("revis: the default model {} is not here yet; downloading it once", entry.name);
-                let mut o = revis_models::PullOptions::default();
-                o.progress = if progress { revis_models::Progress::Bar } else { revis_models::Progress::Quiet };
-                revis_models::pull(entry, &dir, &o)?;
+                let progress = if progress { revis_models::Progress::Bar } else { revis_models::Progress::Quiet };
+                revis_models::pull(entry, &dir, &revis_models::PullOptions { progress, ..Default::default() })?;
             }
             Ok(())
         })

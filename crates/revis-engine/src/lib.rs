@@ -195,10 +195,13 @@ pub trait Session: Send {
     fn stats(&self) -> ModelStats;
 }
 
+/// A loaded model: its shared tokenizer and its engine-thread session.
+pub type Loaded = (Arc<dyn Tokenizer>, Box<dyn Session>);
+
 /// An inference backend (llama.cpp here; MLX on macOS later).
 pub trait Backend: Send + Sync + 'static {
     /// Loads a model. Called on the engine thread only.
-    fn load(&self, spec: &ModelSpec) -> Result<(Arc<dyn Tokenizer>, Box<dyn Session>), EngineError>;
+    fn load(&self, spec: &ModelSpec) -> Result<Loaded, EngineError>;
     /// Returns freed memory to the operating system after an unload.
     fn release_memory(&self) {}
 }

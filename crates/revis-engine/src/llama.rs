@@ -17,7 +17,7 @@ use llama_cpp_2::token::LlamaToken;
 
 use crate::cache::{Evaluated, PrefixCache, cuts};
 use crate::{
-    Backend, Delta, EngineError, FinishReason, Finished, GenerateJob, Message, ModelSpec, ModelStats, Prefilled, Prompt,
+    Backend, Delta, EngineError, Loaded, FinishReason, Finished, GenerateJob, Message, ModelSpec, ModelStats, Prefilled, Prompt,
     Sampling, Scored, Session, StopMatcher, Stopped, Token, Tokenizer, Utf8Stream,
 };
 
@@ -40,7 +40,7 @@ fn raw_backend() -> &'static RawBackend {
 pub struct LlamaCpp;
 
 impl Backend for LlamaCpp {
-    fn load(&self, spec: &ModelSpec) -> Result<(Arc<dyn Tokenizer>, Box<dyn Session>), EngineError> {
+    fn load(&self, spec: &ModelSpec) -> Result<Loaded, EngineError> {
         let load_err = |reason: String| EngineError::Load { path: spec.path.clone(), reason };
         if !spec.path.is_file() {
             return Err(load_err("no such file".into()));
@@ -227,10 +227,8 @@ impl LlamaSession {
                 return Ok(false);
             }
             self.batch.clear();
-            for pos in start..end {
-                self.batch
-                    .add(LlamaToken(tokens[pos] as i32), pos as i32, &[0], wants_logits(pos))
-                    .map_err(llama_err)?;
+            for (pos, &token) in tokens.iter().enumerate().take(end).skip(start) {
+                self.batch.add(LlamaToken(token as i32), pos as i32, &[0], wants_logits(pos)).map_err(llama_err)?;
             }
             self.ctx.decode(&mut self.batch).map_err(llama_err)?;
             self.live.push_batch(&tokens[start..end]);
