@@ -38,10 +38,17 @@ fn the_socket_is_private_and_a_second_daemon_is_refused() {
 #[test]
 fn another_user_is_refused() {
     let d = TestDaemon::new().start();
+    use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
     let nobody = 65534;
+    // A copy of the client that `nobody` can execute wherever the checkout lives.
+    let bin_dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(bin_dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let revis = bin_dir.path().join("revis");
+    std::fs::copy(binary("revis"), &revis).unwrap();
+    std::fs::set_permissions(&revis, std::fs::Permissions::from_mode(0o755)).unwrap();
     let run_as_nobody = || {
-        Command::new(binary("revis"))
+        Command::new(&revis)
             .arg("status")
             .arg("--socket")
             .arg(&d.socket)
@@ -56,7 +63,6 @@ fn another_user_is_refused() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).to_lowercase().contains("permission denied"), "{:?}", out);
     // Even if the files are opened up, the daemon checks the caller's uid.
-    use std::os::unix::fs::PermissionsExt;
     let open = std::fs::Permissions::from_mode(0o777);
     std::fs::set_permissions(d.dir(), open.clone()).unwrap();
     std::fs::set_permissions(d.socket.parent().unwrap(), open.clone()).unwrap();
