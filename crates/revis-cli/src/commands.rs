@@ -46,6 +46,9 @@ pub struct ChatArgs {
     temperature: Option<f32>,
     #[arg(long)]
     system: Option<String>,
+    /// Print token counts and timings to stderr after each answer.
+    #[arg(long)]
+    verbose: bool,
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -219,17 +222,27 @@ async fn run_prompt(client: &mut Client, a: RunArgs) -> anyhow::Result<ExitCode>
     };
     let d = stream_answer(client, req).await?;
     if a.verbose {
-        eprintln!(
-            "[{} prompt tokens ({} cached), {} generated, prompt {:.1} ms, {:.1} tokens/s, seed {}]",
-            d.prompt_tokens,
-            d.cached_tokens,
-            d.generated_tokens,
-            d.prompt_us as f64 / 1000.0,
-            d.generated_tokens as f64 / (d.generate_us.max(1) as f64 / 1e6),
-            d.seed
-        );
+        print_stats(&d);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_stats(d: &pb::Done) {
+    eprintln!(
+        "[{} prompt tokens ({} cached), {} generated, prompt {:.1} ms, {:.1} tokens/s, seed {}]",
+        d.prompt_tokens,
+        d.cached_tokens,
+        d.generated_tokens,
+        d.prompt_us as f64 / 1000.0,
+        d.generated_tokens as f64 / (d.generate_us.max(1) as f64 / 1e6),
+        d.seed
+    );
+}
+
+fn tracing_log(e: &tonic::Status) {
+    if std::env::var_os("REVIS_LOG").is_some() {
+        eprintln!("revis: warming the cache failed: {}", e.message());
+    }
 }
 
 async fn chat(client: &mut Client, a: ChatArgs) -> anyhow::Result<ExitCode> {
@@ -264,7 +277,23 @@ async fn chat(client: &mut Client, a: ChatArgs) -> anyhow::Result<ExitCode> {
             ..Default::default()
         };
         let done = stream_answer(client, req).await?;
+        if a.verbose {
+            print_stats(&done);
+        }
         history.push(message(pb::Role::Assistant, &done.text));
+        // While the user reads and types, warm the daemon's cache with the
+        // conversation so far: it is the static part of the next prompt.
+        // (Piped input has no typing time to hide this in.)
+        if !interactive {
+            continue;
+        }
+        let mut warm = client.clone();
+        let prefill = pb::PrefillRequest { tier: a.tier.clone(), messages: history.clone(), ..Default::default() };
+        tokio::spawn(async move {
+            if let Err(e) = warm.inference.prefill(prefill).await {
+                tracing_log(&e);
+            }
+        });
     }
     Ok(ExitCode::SUCCESS)
 }
