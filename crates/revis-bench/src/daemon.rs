@@ -48,9 +48,9 @@ impl Drop for Guard {
 }
 
 impl Daemon {
-    /// Starts `revisd` serving `model` on every tier with `threads` threads
-    /// and a context of `context` tokens, and connects to it.
-    pub async fn start(revisd: &Path, model: &Path, threads: u32, context: u32) -> anyhow::Result<Daemon> {
+    /// Starts `revisd` serving `model` on every tier with `threads` threads,
+    /// a context of `context` tokens and prompt batches of `batch`, and connects to it.
+    pub async fn start(revisd: &Path, model: &Path, threads: u32, context: u32, batch: u32) -> anyhow::Result<Daemon> {
         let dir = tempfile::Builder::new().prefix("revis-bench-").tempdir()?;
         let socket = dir.path().join("revisd.sock");
         let config = dir.path().join("revisd.toml");
@@ -60,7 +60,7 @@ impl Daemon {
         std::fs::write(
             &config,
             format!(
-                "# Written by revis-bench for one measurement.\n[daemon]\nthreads = {threads}\ncontext = {context}\nkeep_alive_s = 0\nload_at_start = true\n{}{}{}",
+                "# Written by revis-bench for one measurement.\n[daemon]\nthreads = {threads}\ncontext = {context}\nbatch = {batch}\nkeep_alive_s = 0\nload_at_start = true\n{}{}{}",
                 tier("tier1"),
                 tier("tier2"),
                 tier("tier3")
@@ -130,10 +130,8 @@ impl Daemon {
             let mut first = None;
             while let Some(ev) = stream.message().await? {
                 match ev.event {
-                    Some(pb::generate_event::Event::Delta(d)) => {
-                        if !d.text.is_empty() {
-                            first.get_or_insert_with(Instant::now);
-                        }
+                    Some(pb::generate_event::Event::Delta(d)) if !d.text.is_empty() => {
+                        first.get_or_insert_with(Instant::now);
                     }
                     Some(pb::generate_event::Event::Done(done)) => {
                         let end = Instant::now();

@@ -13,25 +13,31 @@ use crate::proc::{run_with_timeout, set_parent_death_signal};
 /// The OUT_DIR of the llama-cpp-sys-2 build this binary was linked with (from build.rs).
 pub const LLAMA_SYS_OUT: &str = env!("REVIS_LLAMA_SYS_OUT");
 
-/// Makes sure `bin` exists, building it with the script if it does not
-/// (or when `rebuild` is set; the script itself skips work that is done).
+/// Runs the build script (it skips what is up to date, and relinks when the
+/// llama.cpp libraries changed) so that `bin` is llama-bench built from the
+/// libraries this binary links. `force` rebuilds even when up to date.
 /// Returns the build description the script wrote.
-pub fn ensure_built(root: &Path, bin: &Path, rebuild: bool) -> anyhow::Result<String> {
-    let info_path = bin.with_file_name("build-info.txt");
-    if rebuild || !bin.is_file() {
-        let script = root.join("scripts/build-llama-bench.sh");
-        eprintln!("revis-bench: building llama-bench with {}", script.display());
-        let mut cmd = Command::new("bash");
-        cmd.arg(&script).env("REVIS_LLAMA_BENCH_DIR", bin.parent().unwrap_or(Path::new(".")));
-        if !LLAMA_SYS_OUT.is_empty() && Path::new(LLAMA_SYS_OUT).is_dir() {
-            cmd.arg("--llama-sys-out").arg(LLAMA_SYS_OUT);
-        }
-        let status = cmd.stdout(Stdio::null()).status().with_context(|| format!("running {}", script.display()))?;
-        if !status.success() || !bin.is_file() {
-            bail!("{} failed ({status}); see its output above", script.display());
-        }
+pub fn build(root: &Path, bin: &Path, force: bool) -> anyhow::Result<String> {
+    let script = root.join("scripts/build-llama-bench.sh");
+    let mut cmd = Command::new("bash");
+    cmd.arg(&script).env("REVIS_LLAMA_BENCH_DIR", bin.parent().unwrap_or(Path::new(".")));
+    if !LLAMA_SYS_OUT.is_empty() && Path::new(LLAMA_SYS_OUT).is_dir() {
+        cmd.arg("--llama-sys-out").arg(LLAMA_SYS_OUT);
     }
-    Ok(std::fs::read_to_string(&info_path).unwrap_or_else(|_| format!("{} (no build-info.txt next to it)", bin.display())))
+    if force {
+        cmd.arg("--force");
+    }
+    let status = cmd.stdout(Stdio::null()).status().with_context(|| format!("running {}", script.display()))?;
+    if !status.success() || !bin.is_file() {
+        bail!("{} failed ({status}); see its output above", script.display());
+    }
+    Ok(build_info(bin))
+}
+
+/// What the build script recorded next to `bin` about how it was built.
+pub fn build_info(bin: &Path) -> String {
+    std::fs::read_to_string(bin.with_file_name("build-info.txt"))
+        .unwrap_or_else(|_| format!("{} (given on the command line; how it was built is not recorded)", bin.display()))
 }
 
 /// One llama-bench invocation's results, tokens per second.

@@ -71,11 +71,11 @@ struct Args {
     /// The revisd binary. Default: next to this executable (target/release/revisd).
     #[arg(long)]
     revisd: Option<PathBuf>,
-    /// The llama-bench binary. Default: target/llama-bench/llama-bench, built by
-    /// scripts/build-llama-bench.sh when missing.
+    /// A llama-bench binary to use as is. Default: target/llama-bench/llama-bench,
+    /// (re)built by scripts/build-llama-bench.sh against the llama.cpp this binary links.
     #[arg(long)]
     llama_bench: Option<PathBuf>,
-    /// Run scripts/build-llama-bench.sh even if the binary exists (it skips what is up to date).
+    /// Rebuild llama-bench even if it is up to date.
     #[arg(long)]
     rebuild_llama_bench: bool,
 }
@@ -125,8 +125,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if !revisd.is_file() {
         bail!("no revisd at {}: build it first (cargo build --release -p revisd) or pass --revisd", revisd.display());
     }
-    let llama_bench = args.llama_bench.clone().unwrap_or_else(|| llama_bench::default_path(&root));
-    let build_info = llama_bench::ensure_built(&root, &llama_bench, args.rebuild_llama_bench)?;
+    let (llama_bench, build_info) = match &args.llama_bench {
+        Some(bin) if bin.is_file() => (bin.clone(), llama_bench::build_info(bin)),
+        Some(bin) => bail!("no llama-bench at {}", bin.display()),
+        None => {
+            let bin = llama_bench::default_path(&root);
+            let info = llama_bench::build(&root, &bin, args.rebuild_llama_bench)?;
+            (bin, info)
+        }
+    };
 
     let mut run = Run::new(&args_line(), machine::Machine::detect(), build_info, revisd.display().to_string());
     run.sample_load();
@@ -138,8 +145,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let entry = revis_models::find(name).with_context(|| format!("{name} is not in the catalog"))?;
         let dir = models_dir.clone();
         let path = tokio::task::spawn_blocking(move || {
-            let mut o = revis_models::PullOptions::default();
-            o.progress = revis_models::Progress::Quiet;
+            let o = revis_models::PullOptions { progress: revis_models::Progress::Quiet, ..Default::default() };
             revis_models::pull(entry, &dir, &o)
         })
         .await??;
@@ -149,12 +155,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let prompts = probe.prompts(args.n_prompt as usize, args.n_prefix as usize)?;
         probe.unload().await;
         eprintln!(
-            "revis-bench: {} ({:.1} MB): prompt {} tokens, prefix {} + {} tokens",
+            "revis-bench: {} ({:.1} MB): prompt {} tokens, notes {} tokens, question {} tokens",
             entry.name,
             file_bytes as f64 / 1e6,
             prompts.prompt_tokens,
-            prompts.prefix_tokens,
-            prompts.suffix_tokens
+            prompts.notes_tokens,
+            prompts.question_tokens
         );
         models.push(report::Model { name: entry.name.to_owned(), path, file_bytes, prompts });
     }
@@ -189,7 +195,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
             let model = &run.models[m];
             eprintln!("revis-bench: round {round}/{}: {} with {t} thread(s)", args.rounds, model.name);
             let mut samples = std::mem::take(&mut run.combos[i].samples);
-            if let Err(e) = measure(&setup, model, t, &mut samples).await {
+            let meter = machine::CpuMeter::start();
+            let result = measure(&setup, model, t, &mut samples).await;
+            samples.others_cpu_pct.extend(meter.others_percent());
+            if let Err(e) = result {
                 let note = format!("round {round}, {} t={t}: {e:#}", model.name);
                 eprintln!("revis-bench: {note}");
                 run.notes.push(note);
@@ -230,7 +239,7 @@ fn args_line() -> String {
 
 fn setup_line(args: &Args) -> String {
     format!(
-        "{} round(s); llama-bench `-p {} -n {} -b {b} -ub {b} -r 1` per round; revis: context {}, batch {b}, greedy, max_tokens {}; prefix {} tokens",
+        "{} round(s); llama-bench `-p {} -n {} -b {b} -ub {b} -r 1` per round; revis: context {}, batch {b}, greedy, max_tokens {}; TTFT static text about {} tokens",
         args.rounds, args.n_prompt, args.n_gen, args.context, args.n_gen, args.n_prefix,
         b = args.batch
     )
@@ -259,7 +268,7 @@ async fn measure(setup: &Setup, model: &report::Model, threads: u32, s: &mut Sam
     }
 
     // 3. The whole stack: client library → socket → revisd.
-    let mut d = daemon::Daemon::start(&setup.revisd, &model.path, threads, setup.context).await?;
+    let mut d = daemon::Daemon::start(&setup.revisd, &model.path, threads, setup.context, setup.batch).await?;
     let result = measure_daemon(setup, model, &mut d, s).await;
     if result.is_err() {
         eprintln!("revis-bench: revisd log:\n{}", d.log_tail());
@@ -270,7 +279,7 @@ async fn measure(setup: &Setup, model: &report::Model, threads: u32, s: &mut Sam
 
 async fn measure_daemon(setup: &Setup, model: &report::Model, d: &mut daemon::Daemon, s: &mut Samples) -> anyhow::Result<()> {
     let msg = revis_client::message;
-    let (user, system) = (pb::Role::User, pb::Role::System);
+    let user = pb::Role::User;
     d.generate(vec![msg(user, prompts::WARMUP_PROMPT)], None, 8).await?;
 
     // Decode through the whole stack.
@@ -296,16 +305,31 @@ async fn measure_daemon(setup: &Setup, model: &report::Model, d: &mut daemon::Da
     }
 
     // Time to first token: cold, then warm after a Prefill of the static part.
-    let convo = || vec![msg(system, &model.prompts.system), msg(user, prompts::QUESTION)];
-    d.purge().await?;
-    let cold = d.generate(convo(), Some(1), 1).await?;
-    s.ttft_cold_ms.push(cold.ttft().as_secs_f64() * 1e3);
-    d.purge().await?;
-    let pre = d.prefill(vec![msg(system, &model.prompts.system)]).await?;
-    s.prefill_ms.push(pre.elapsed_us as f64 / 1e3);
-    let warm = d.generate(convo(), Some(1), 1).await?;
-    s.ttft_warm_ms.push(warm.ttft().as_secs_f64() * 1e3);
-    s.warm_cached.push(warm.done.cached_tokens);
-    s.ttft_prompt_tokens.push(warm.done.prompt_tokens);
+    for (layout, ttft) in prompts::Layout::ALL.into_iter().zip(s.ttft.iter_mut()) {
+        let statics: Vec<pb::ChatMessage> = layout.static_messages(&model.prompts.notes).iter().map(to_pb).collect();
+        let mut convo = statics.clone();
+        convo.push(msg(user, prompts::QUESTION));
+        let n_static = Some(statics.len() as u32);
+        d.purge().await?;
+        let cold = d.generate(convo.clone(), n_static, 1).await?;
+        ttft.cold_ms.push(cold.ttft().as_secs_f64() * 1e3);
+        d.purge().await?;
+        let pre = d.prefill(statics).await?;
+        ttft.prefill_ms.push(pre.elapsed_us as f64 / 1e3);
+        ttft.prefill_tokens.push(pre.prompt_tokens);
+        let warm = d.generate(convo, n_static, 1).await?;
+        ttft.warm_ms.push(warm.ttft().as_secs_f64() * 1e3);
+        ttft.reused.push(warm.done.cached_tokens);
+        ttft.prompt_tokens.push(warm.done.prompt_tokens);
+    }
     Ok(())
+}
+
+fn to_pb(m: &revis_engine::Message) -> pb::ChatMessage {
+    let role = match m.role {
+        revis_engine::Role::System => pb::Role::System,
+        revis_engine::Role::User => pb::Role::User,
+        revis_engine::Role::Assistant => pb::Role::Assistant,
+    };
+    revis_client::message(role, &m.content)
 }

@@ -2,7 +2,7 @@
 //! for prompt speed, a long system message plus a short question for
 //! time-to-first-token, and a counting task for decode speed.
 
-use revis_engine::{Message, Role, Tokenizer, build_prompt, build_static_prompt};
+use revis_engine::{Message, Role, Tokenizer, build_prompt};
 
 /// Asks for a long, regular answer, so greedy decoding does not stop early.
 pub const DECODE_PROMPT: &str = "Count from 1 to 500, separated by spaces. Write every number; do not stop early.";
@@ -17,15 +17,44 @@ pub struct Prompts {
     /// One user message; the whole chat prompt is `prompt_tokens` tokens.
     pub long_user: String,
     pub prompt_tokens: usize,
-    /// The static part for the time-to-first-token test.
-    pub system: String,
-    /// Tokens of the system message as Prefill evaluates it.
-    pub prefix_tokens: usize,
-    /// Tokens of the prompt after the static part (the question and template markers).
-    pub suffix_tokens: usize,
+    /// The long static text of the time-to-first-token test ("notes").
+    pub notes: String,
+    /// Tokens of the notes text alone (no template).
+    pub notes_tokens: usize,
     /// Tokens of the bare question text.
     pub question_tokens: usize,
 }
+
+/// How the static part of the time-to-first-token test is laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// A system message, then the question (the case).
+    System,
+    /// History: the notes as a user message and a short assistant reply, then the question.
+    History,
+}
+
+impl Layout {
+    pub const ALL: [Layout; 2] = [Layout::System, Layout::History];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Layout::System => "system message",
+            Layout::History => "user + assistant history",
+        }
+    }
+
+    /// The static messages (what Prefill gets).
+    pub fn static_messages(self, notes: &str) -> Vec<Message> {
+        match self {
+            Layout::System => vec![system(notes)],
+            Layout::History => vec![user(notes), assistant(ACK)],
+        }
+    }
+}
+
+/// The assistant's reply in the history layout.
+pub const ACK: &str = "Noted.";
 
 pub fn user(text: &str) -> Message {
     Message { role: Role::User, content: text.to_owned() }
@@ -35,11 +64,15 @@ pub fn system(text: &str) -> Message {
     Message { role: Role::System, content: text.to_owned() }
 }
 
+pub fn assistant(text: &str) -> Message {
+    Message { role: Role::Assistant, content: text.to_owned() }
+}
+
 impl Prompts {
     /// Sizes the texts for `tok`: the long user message as close to
     /// `n_prompt` chat tokens as possible without going over (so prompt
-    /// evaluation is one batch, like llama-bench's), the system message
-    /// close to `n_prefix` tokens.
+    /// evaluation is one batch, like llama-bench's), the notes close to
+    /// `n_prefix` tokens of text (the template adds a few).
     pub fn build(tok: &dyn Tokenizer, n_prompt: usize, n_prefix: usize) -> anyhow::Result<Prompts> {
         let words = filler_words(4 * n_prompt.max(n_prefix) + 64);
         let user_len = |k: usize| -> anyhow::Result<usize> {
@@ -49,19 +82,14 @@ impl Prompts {
         let long_user = words[..k].join(" ");
         let prompt_tokens = user_len(k)?;
 
-        let system_len = |k: usize| -> anyhow::Result<usize> {
-            Ok(build_static_prompt(tok, &[system(&words[..k].join(" "))])?.tokens.len())
-        };
-        let k = largest_at_most(words.len(), n_prefix, system_len)?;
-        let system_text = words[..k].join(" ");
-        let prefix_tokens = system_len(k)?;
-        let full = build_prompt(tok, &[system(&system_text), user(QUESTION)], 1)?;
+        let notes_len = |k: usize| -> anyhow::Result<usize> { Ok(tok.tokenize_plain(&words[..k].join(" ")).len()) };
+        let k = largest_at_most(words.len(), n_prefix.saturating_sub(8).max(1), notes_len)?;
+        let notes = words[..k].join(" ");
         Ok(Prompts {
             long_user,
             prompt_tokens,
-            system: system_text,
-            prefix_tokens,
-            suffix_tokens: full.tokens.len() - full.split,
+            notes_tokens: notes_len(k)?,
+            notes,
             question_tokens: tok.tokenize_plain(QUESTION).len(),
         })
     }
@@ -121,8 +149,8 @@ mod tests {
     #[test]
     fn bisection_finds_the_largest_fit() {
         assert_eq!(largest_at_most(100, 50, |k| Ok(k * 3)).unwrap(), 16);
-        assert_eq!(largest_at_most(10, 1000, |k| Ok(k)).unwrap(), 10);
-        assert_eq!(largest_at_most(10, 0, |k| Ok(k)).unwrap(), 1);
+        assert_eq!(largest_at_most(10, 1000, Ok).unwrap(), 10);
+        assert_eq!(largest_at_most(10, 0, Ok).unwrap(), 1);
     }
 
     #[test]
