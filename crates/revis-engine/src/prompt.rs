@@ -2,7 +2,7 @@
 //! tokenized on its own, so its tokens are identical in a Prefill and in every
 //! later request that starts with the same messages.
 
-use crate::{EngineError, Message, Token, Tokenizer};
+use crate::{EngineError, Message, Role, Token, Tokenizer};
 
 /// A tokenized prompt and where its static part ends.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -12,18 +12,40 @@ pub struct Prompt {
     pub split: usize,
 }
 
+/// Stands in for the next user message when the static part is rendered on
+/// its own: private-use characters no template changes and no user types.
+const NEXT_MESSAGE: &str = "\u{E000}revis-next\u{E001}";
+
+/// The text of the static part: the messages as the template renders them
+/// when a user message follows, up to where that message's text would start.
+/// This keeps what the template puts around the static messages even where a
+/// message renders nothing on its own (Gemma folds a system message into the
+/// next user turn), and it includes the next turn's opening.
+fn static_text(tok: &dyn Tokenizer, messages: &[Message]) -> Result<String, EngineError> {
+    if messages.is_empty() {
+        return Ok(String::new());
+    }
+    let mut with_next = messages.to_vec();
+    with_next.push(Message { role: Role::User, content: NEXT_MESSAGE.to_owned() });
+    let rendered = tok.render(&with_next, false)?;
+    match rendered.find(NEXT_MESSAGE) {
+        Some(at) => Ok(rendered[..at].to_owned()),
+        None => tok.render(messages, false),
+    }
+}
+
 /// The prompt for answering `messages`, whose first `static_count` messages
-/// are the static part. If the template renders the static messages as a
-/// prefix of the whole conversation (ChatML does), the static part is exactly
-/// that text; otherwise it is the longest shared prefix of the two renderings.
+/// are the static part. The static part is [`static_text`] when the whole
+/// conversation renders with it as a prefix (the next message is the user's);
+/// otherwise the longest prefix it shares with the whole rendering.
 pub fn build_prompt(tok: &dyn Tokenizer, messages: &[Message], static_count: usize) -> Result<Prompt, EngineError> {
     let full = tok.render(messages, true)?;
     let static_count = static_count.min(messages.len());
-    let static_text = if static_count == 0 {
-        String::new()
+    let candidate = static_text(tok, &messages[..static_count])?;
+    let static_text = if full.starts_with(&candidate) {
+        candidate
     } else {
-        let rendered = tok.render(&messages[..static_count], false)?;
-        common_prefix(&rendered, &full).to_owned()
+        common_prefix(&tok.render(&messages[..static_count], false)?, &full).to_owned()
     };
     let mut tokens = if static_text.is_empty() { Vec::new() } else { tok.tokenize(&static_text, true) };
     let split = tokens.len();
@@ -32,10 +54,10 @@ pub fn build_prompt(tok: &dyn Tokenizer, messages: &[Message], static_count: usi
     Ok(Prompt { tokens, split })
 }
 
-/// The prompt a Prefill evaluates: the messages alone, all static, rendered
-/// exactly as [`build_prompt`] renders them as the static part.
+/// The prompt a Prefill evaluates: the static part alone, exactly as
+/// [`build_prompt`] renders it when a user message follows.
 pub fn build_static_prompt(tok: &dyn Tokenizer, messages: &[Message]) -> Result<Prompt, EngineError> {
-    let text = tok.render(messages, false)?;
+    let text = static_text(tok, messages)?;
     let tokens = tok.tokenize(&text, true);
     Ok(Prompt { split: tokens.len(), tokens })
 }
@@ -54,7 +76,6 @@ fn common_prefix<'a>(a: &'a str, b: &str) -> &'a str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Role;
 
     /// ChatML-like template over a byte tokenizer, for checking the split logic.
     struct Bytes;
@@ -78,6 +99,62 @@ mod tests {
         fn json_grammar(&self, _: Option<&str>) -> Result<String, EngineError> {
             Ok(String::new())
         }
+    }
+
+    /// Gemma-like: a system message renders nothing alone; it is folded into the next user turn.
+    struct Folding;
+    impl Tokenizer for Folding {
+        fn render(&self, m: &[Message], add: bool) -> Result<String, EngineError> {
+            let mut s = String::new();
+            let mut pending = String::new();
+            for m in m {
+                match m.role {
+                    Role::System => pending = format!("{}\n\n", m.content),
+                    r => s.push_str(&format!("<{}>{}{}</>", r.as_str(), std::mem::take(&mut pending), m.content)),
+                }
+            }
+            if add {
+                s.push_str("<model>");
+            }
+            Ok(s)
+        }
+        fn tokenize(&self, t: &str, bos: bool) -> Vec<Token> {
+            Bytes.tokenize(t, bos)
+        }
+        fn tokenize_plain(&self, t: &str) -> Vec<Token> {
+            Bytes.tokenize_plain(t)
+        }
+        fn n_ctx(&self) -> u32 {
+            1000
+        }
+        fn json_grammar(&self, _: Option<&str>) -> Result<String, EngineError> {
+            Ok(String::new())
+        }
+    }
+
+    #[test]
+    fn a_system_message_folded_into_the_next_turn_is_still_static() {
+        let sys = [msg(Role::System, "long rules")];
+        let all = [msg(Role::System, "long rules"), msg(Role::User, "question")];
+        let p = build_prompt(&Folding, &all, 1).unwrap();
+        let pre = build_static_prompt(&Folding, &sys).unwrap();
+        assert_eq!(&p.tokens[..p.split], &pre.tokens[..]);
+        assert_eq!(String::from_utf8(pre.tokens[1..].iter().map(|&t| t as u8).collect()).unwrap(), "<user>long rules\n\n");
+    }
+
+    #[test]
+    fn the_static_part_ends_where_the_next_user_message_starts() {
+        let p = build_prompt(&Bytes, &[msg(Role::System, "s"), msg(Role::User, "u")], 1).unwrap();
+        let text: String = p.tokens[1..p.split].iter().map(|&t| t as u8 as char).collect();
+        assert_eq!(text, "<system>s</><user>");
+    }
+
+    #[test]
+    fn a_static_part_ending_in_a_user_message_falls_back_to_the_shared_prefix() {
+        let all = [msg(Role::User, "u")];
+        let p = build_prompt(&Bytes, &all, 1).unwrap();
+        let text: String = p.tokens[1..p.split].iter().map(|&t| t as u8 as char).collect();
+        assert_eq!(text, "<user>u</>");
     }
 
     fn msg(role: Role, c: &str) -> Message {
