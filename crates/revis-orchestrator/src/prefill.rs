@@ -1,0 +1,240 @@
+//! Pre-prefill: at the user's first keystroke, send the static part of the
+//! next prompt to the daemon that will answer, so on Enter only the new
+//! message is left to evaluate.
+//!
+//! States: idle → queued (waiting for a streaming answer to end) →
+//! computing (the daemon evaluates it; the prefill freeze holds background
+//! work) → ready. On Enter: queued = cancel it and just run; computing =
+//! wait for it, then run; ready = run. A prefill that fails goes back to
+//! idle and never holds up the answer.
+
+use std::sync::{Arc, Mutex};
+
+use revis_client::v1 as pb;
+use tokio::sync::watch;
+
+use crate::Daemon;
+use crate::gates::Gates;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Idle,
+    Queued,
+    Computing,
+    Ready,
+}
+
+/// What Enter found and did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EnterOutcome {
+    /// No pre-prefill was under way.
+    Nothing,
+    /// It was still queued: cancelled, the answer runs at once.
+    Cancelled,
+    /// It was computing: the answer waited for it.
+    Waited,
+    /// It was ready.
+    WasReady,
+}
+
+struct Inner {
+    /// The static messages being (or already) warmed.
+    key: Option<Vec<pb::ChatMessage>>,
+    tier: String,
+    phase: watch::Sender<Phase>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// The pre-prefill state machine for one conversation.
+#[derive(Clone)]
+pub struct PrePrefill<D: Daemon> {
+    daemon: D,
+    gates: Gates,
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl<D: Daemon> PrePrefill<D> {
+    pub fn new(daemon: D, gates: Gates) -> Self {
+        let inner = Inner { key: None, tier: String::new(), phase: watch::Sender::new(Phase::Idle), task: None };
+        PrePrefill { daemon, gates, inner: Arc::new(Mutex::new(inner)) }
+    }
+
+    pub fn phase(&self) -> Phase {
+        *self.lock().phase.borrow()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The user started typing the next message; `static_messages` is the
+    /// static part of the prompt that will answer it.
+    pub fn typing_started(&self, tier: &str, static_messages: Vec<pb::ChatMessage>) {
+        self.gates.set_typing(true);
+        let mut inner = self.lock();
+        let same = inner.key.as_ref() == Some(&static_messages) && inner.tier == tier;
+        if same && *inner.phase.borrow() != Phase::Idle {
+            return; // already queued, computing or ready for exactly this
+        }
+        if let Some(t) = inner.task.take() {
+            t.abort();
+        }
+        inner.key = Some(static_messages.clone());
+        inner.tier = tier.to_owned();
+        inner.phase.send_replace(Phase::Queued);
+        let phase = inner.phase.clone();
+        let (daemon, gates) = (self.daemon.clone(), self.gates.clone());
+        let req = pb::PrefillRequest { tier: tier.to_owned(), messages: static_messages, priority: pb::Priority::User as i32 };
+        inner.task = Some(tokio::spawn(async move {
+            // Queued: never compete with an answer that is streaming.
+            let mut rx = gates.subscribe();
+            let _ = rx.wait_for(|g| g.streaming == 0).await;
+            phase.send_replace(Phase::Computing);
+            let _freeze = gates.prefilling();
+            match daemon.prefill(req).await {
+                Ok(r) => {
+                    tracing::debug!(tokens = r.prompt_tokens, cached = r.cached_tokens, "pre-prefill ready");
+                    phase.send_replace(Phase::Ready);
+                }
+                Err(e) => {
+                    tracing::warn!("pre-prefill failed (the answer will not wait for it): {}", e.message());
+                    phase.send_replace(Phase::Idle);
+                }
+            }
+        }));
+    }
+
+    /// The user stopped typing without sending: nothing else happens; a
+    /// computing prefill finishes and its cache stays warm.
+    pub fn typing_stopped(&self) {
+        self.gates.set_typing(false);
+    }
+
+    /// Enter: settle the pre-prefill as the state machine says, so the
+    /// answer can be sent. Typing is over.
+    pub async fn enter(&self) -> EnterOutcome {
+        self.gates.set_typing(false);
+        let mut rx = {
+            let mut inner = self.lock();
+            let phase = *inner.phase.borrow();
+            match phase {
+                Phase::Idle => return EnterOutcome::Nothing,
+                Phase::Ready => return EnterOutcome::WasReady,
+                Phase::Queued => {
+                    if let Some(t) = inner.task.take() {
+                        t.abort();
+                    }
+                    inner.key = None;
+                    inner.phase.send_replace(Phase::Idle);
+                    return EnterOutcome::Cancelled;
+                }
+                Phase::Computing => inner.phase.subscribe(),
+            }
+        };
+        let _ = rx.wait_for(|p| *p != Phase::Computing).await;
+        EnterOutcome::Waited
+    }
+
+    /// The answer used the warm cache; the next message needs a new prefill.
+    pub fn consumed(&self) {
+        let mut inner = self.lock();
+        inner.key = None;
+        inner.phase.send_replace(Phase::Idle);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tokio::sync::Semaphore;
+
+    /// A daemon whose Prefill takes a scripted time, or fails.
+    #[derive(Clone)]
+    struct Scripted {
+        prefill_time: Duration,
+        fail: bool,
+        calls: Arc<Semaphore>,
+    }
+
+    impl Daemon for Scripted {
+        async fn prefill(&self, req: pb::PrefillRequest) -> Result<pb::PrefillResponse, tonic::Status> {
+            self.calls.add_permits(1);
+            tokio::time::sleep(self.prefill_time).await;
+            if self.fail {
+                return Err(tonic::Status::unavailable("scripted failure"));
+            }
+            Ok(pb::PrefillResponse { prompt_tokens: req.messages.len() as u32, ..Default::default() })
+        }
+        async fn generate(&self, _: pb::GenerateRequest, _: impl FnMut(&str) + Send) -> Result<pb::Done, tonic::Status> {
+            Ok(pb::Done::default())
+        }
+    }
+
+    fn setup(ms: u64, fail: bool) -> (PrePrefill<Scripted>, Gates, Arc<Semaphore>) {
+        let calls = Arc::new(Semaphore::new(0));
+        let gates = Gates::new();
+        let d = Scripted { prefill_time: Duration::from_millis(ms), fail, calls: calls.clone() };
+        (PrePrefill::new(d, gates.clone()), gates, calls)
+    }
+
+    fn history() -> Vec<pb::ChatMessage> {
+        vec![revis_client::message(pb::Role::System, "rules")]
+    }
+
+    async fn phase_becomes(p: &PrePrefill<Scripted>, want: Phase) {
+        let mut rx = p.lock().phase.subscribe();
+        let _ = rx.wait_for(|ph| *ph == want).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn enter_while_queued_cancels_and_runs_at_once() {
+        let (p, gates, calls) = setup(500, false);
+        let answer = gates.streaming(); // an answer still streams: the prefill queues
+        p.typing_started("tier2", history());
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(p.phase(), Phase::Queued);
+        assert_eq!(p.enter().await, EnterOutcome::Cancelled);
+        drop(answer);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(calls.available_permits(), 0, "the cancelled prefill never reached the daemon");
+        assert_eq!(p.phase(), Phase::Idle);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn enter_while_computing_waits_for_it() {
+        let (p, gates, _) = setup(800, false);
+        p.typing_started("tier2", history());
+        phase_becomes(&p, Phase::Computing).await;
+        assert!(gates.state().prefilling, "the prefill freeze holds while it computes");
+        let t0 = tokio::time::Instant::now();
+        assert_eq!(p.enter().await, EnterOutcome::Waited);
+        assert_eq!(t0.elapsed(), Duration::from_millis(800), "waited exactly until the prefill was done");
+        assert_eq!(p.phase(), Phase::Ready);
+        assert!(!gates.state().prefilling);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn enter_when_ready_runs_at_once_and_typing_again_does_not_refill() {
+        let (p, gates, calls) = setup(100, false);
+        p.typing_started("tier2", history());
+        phase_becomes(&p, Phase::Ready).await;
+        p.typing_stopped();
+        assert!(!gates.state().typing);
+        p.typing_started("tier2", history());
+        assert_eq!(calls.available_permits(), 1, "the same static part is not prefilled twice");
+        assert_eq!(p.enter().await, EnterOutcome::WasReady);
+        assert!(!gates.state().typing, "Enter ends the typing hold");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_prefill_does_not_block_the_answer() {
+        let (p, _, _) = setup(50, true);
+        p.typing_started("tier2", history());
+        phase_becomes(&p, Phase::Computing).await;
+        assert_eq!(p.enter().await, EnterOutcome::Waited);
+        assert_eq!(p.phase(), Phase::Idle);
+        // Without anything under way Enter returns at once.
+        assert_eq!(p.enter().await, EnterOutcome::Nothing);
+    }
+}

@@ -1,0 +1,222 @@
+//! Task types, their tiers and priorities (configurable per task), and the
+//! background runner: most urgent first, started only when the gates allow.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+
+use crate::gates::Gates;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TaskKind {
+    /// The first answer to the user.
+    ChatAnswer,
+    /// A deeper answer the user asked for.
+    DeepAnswer,
+    /// Classification or typo check of the user's input.
+    Classify,
+    /// Summarise history that outgrew its budget.
+    Summarise,
+    /// Extract facts about the user for the profile.
+    ExtractFacts,
+    /// Check an answer after it was given.
+    Audit,
+    /// Fold older summaries together.
+    Consolidate,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Urgency {
+    Background,
+    User,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskPolicy {
+    pub tier: String,
+    pub urgency: Urgency,
+    /// Among background tasks, higher runs first.
+    pub rank: u8,
+}
+
+impl TaskKind {
+    pub const ALL: [TaskKind; 7] = [
+        TaskKind::ChatAnswer,
+        TaskKind::DeepAnswer,
+        TaskKind::Classify,
+        TaskKind::Summarise,
+        TaskKind::ExtractFacts,
+        TaskKind::Audit,
+        TaskKind::Consolidate,
+    ];
+
+    pub fn default_policy(self) -> TaskPolicy {
+        let (tier, urgency, rank) = match self {
+            TaskKind::ChatAnswer => ("tier2", Urgency::User, 0),
+            TaskKind::DeepAnswer => ("tier3", Urgency::User, 0),
+            TaskKind::Classify => ("tier1", Urgency::User, 0),
+            // A summary keeps the next prompt inside its budget: first.
+            TaskKind::Summarise => ("tier3", Urgency::Background, 3),
+            TaskKind::ExtractFacts => ("tier3", Urgency::Background, 2),
+            TaskKind::Audit => ("tier3", Urgency::Background, 1),
+            TaskKind::Consolidate => ("tier3", Urgency::Background, 0),
+        };
+        TaskPolicy { tier: tier.to_owned(), urgency, rank }
+    }
+}
+
+/// Per-task policies: the defaults, overridable one by one.
+#[derive(Clone, Debug)]
+pub struct Policies(HashMap<TaskKind, TaskPolicy>);
+
+impl Default for Policies {
+    fn default() -> Self {
+        Policies(TaskKind::ALL.into_iter().map(|k| (k, k.default_policy())).collect())
+    }
+}
+
+impl Policies {
+    pub fn get(&self, kind: TaskKind) -> &TaskPolicy {
+        &self.0[&kind]
+    }
+
+    pub fn set(&mut self, kind: TaskKind, policy: TaskPolicy) {
+        self.0.insert(kind, policy);
+    }
+}
+
+type Job = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+struct Item {
+    rank: u8,
+    seq: u64,
+    job: Job,
+}
+
+impl PartialEq for Item {
+    fn eq(&self, o: &Self) -> bool {
+        (self.rank, self.seq) == (o.rank, o.seq)
+    }
+}
+impl Eq for Item {}
+impl PartialOrd for Item {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Item {
+    fn cmp(&self, o: &Self) -> Ordering {
+        self.rank.cmp(&o.rank).then_with(|| o.seq.cmp(&self.seq))
+    }
+}
+
+/// Runs background jobs one at a time, highest rank first (first come first
+/// served within a rank), each only once every gate is open.
+#[derive(Clone)]
+pub struct Background {
+    inner: Arc<(Mutex<(BinaryHeap<Item>, u64)>, Notify)>,
+}
+
+impl Background {
+    /// Starts the runner on the current tokio runtime.
+    pub fn start(gates: Gates) -> Background {
+        let bg = Background { inner: Arc::new((Mutex::new((BinaryHeap::new(), 0)), Notify::new())) };
+        let runner = bg.clone();
+        tokio::spawn(async move {
+            loop {
+                let job = runner.next(&gates).await;
+                job.await;
+            }
+        });
+        bg
+    }
+
+    /// Queues a job; the returned receiver gets its result.
+    pub fn submit<T: Send + 'static>(
+        &self,
+        rank: u8,
+        job: impl Future<Output = T> + Send + 'static,
+    ) -> tokio::sync::oneshot::Receiver<T> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let job: Job = Box::pin(async move {
+            let _ = tx.send(job.await);
+        });
+        let mut q = self.inner.0.lock().unwrap_or_else(|p| p.into_inner());
+        q.1 += 1;
+        let seq = q.1;
+        q.0.push(Item { rank, seq, job });
+        drop(q);
+        self.inner.1.notify_one();
+        rx
+    }
+
+    pub fn pending(&self) -> usize {
+        self.inner.0.lock().unwrap_or_else(|p| p.into_inner()).0.len()
+    }
+
+    async fn next(&self, gates: &Gates) -> Job {
+        loop {
+            let notified = self.inner.1.notified();
+            let has_work = !self.inner.0.lock().unwrap_or_else(|p| p.into_inner()).0.is_empty();
+            if has_work {
+                gates.background_open().await;
+                if let Some(item) = self.inner.0.lock().unwrap_or_else(|p| p.into_inner()).0.pop() {
+                    return item.job;
+                }
+                continue;
+            }
+            notified.await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn background_jobs_wait_for_the_gates_and_run_by_rank() {
+        let gates = Gates::new();
+        let bg = Background::start(gates.clone());
+        let order = Arc::new(Mutex::new(Vec::new()));
+        gates.set_typing(true);
+        let mut done = Vec::new();
+        for (rank, name) in [(0, "consolidate"), (3, "summarise"), (1, "audit"), (3, "summarise-2")] {
+            let order = order.clone();
+            done.push(bg.submit(rank, async move { order.lock().unwrap().push(name) }));
+        }
+        tokio::time::sleep(Duration::from_secs(600)).await; // paused time: ten "minutes" pass at once
+        assert!(order.lock().unwrap().is_empty(), "nothing runs while the user types");
+        gates.set_typing(false);
+        for d in done {
+            d.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), ["summarise", "summarise-2", "audit", "consolidate"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_streaming_answer_holds_background_work_and_user_work_is_not_queued_here() {
+        let gates = Gates::new();
+        let bg = Background::start(gates.clone());
+        let answer = gates.streaming();
+        let job = bg.submit(2, async { "facts" });
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(bg.pending(), 1);
+        drop(answer);
+        assert_eq!(job.await.unwrap(), "facts");
+    }
+
+    #[test]
+    fn policies_default_and_override() {
+        let mut p = Policies::default();
+        assert_eq!(p.get(TaskKind::ChatAnswer).tier, "tier2");
+        assert_eq!(p.get(TaskKind::Summarise).urgency, Urgency::Background);
+        p.set(TaskKind::Summarise, TaskPolicy { tier: "tier2".into(), urgency: Urgency::Background, rank: 9 });
+        assert_eq!(p.get(TaskKind::Summarise).rank, 9);
+    }
+}
