@@ -5,6 +5,7 @@ mod admin;
 mod bad_input;
 mod cache;
 mod generate;
+mod orchestrator;
 mod process;
 mod third_party;
 

@@ -63,6 +63,11 @@ impl<D: Daemon> PrePrefill<D> {
         *self.lock().phase.borrow()
     }
 
+    /// Watches the phase (for a UI, or to wait for Ready).
+    pub fn watch(&self) -> watch::Receiver<Phase> {
+        self.lock().phase.subscribe()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -183,7 +188,7 @@ mod tests {
     }
 
     async fn phase_becomes(p: &PrePrefill<Scripted>, want: Phase) {
-        let mut rx = p.lock().phase.subscribe();
+        let mut rx = p.watch();
         let _ = rx.wait_for(|ph| *ph == want).await;
     }
 
