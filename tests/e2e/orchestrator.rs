@@ -72,3 +72,90 @@ async fn profile_extraction_returns_json_that_validates() {
     assert!(facts.iter().all(|f| f.as_str().is_some_and(|s| s.chars().count() <= 80)), "{v}");
     assert_eq!(v.as_object().unwrap().len(), 1, "no other keys: {v}");
 }
+
+/// Three turns through the orchestrator, a client restart in between: the
+/// history is in the store, the warm turn reuses its whole static part, and
+/// the facts the user stated are extracted in the background and stored.
+#[tokio::test]
+async fn a_conversation_persists_across_client_restarts() {
+    use revis_orchestrator::conversation::Chat;
+    use revis_orchestrator::Policies;
+    use revis_store::{MessageState, Store};
+
+    let d = TestDaemon::new().start();
+    let db = tempfile::tempdir().unwrap();
+    let greedy = Some(revis_client::v1::Sampling { temperature: Some(0.0), ..Default::default() });
+    let conversation = {
+        let store = Store::open(db.path()).unwrap().store;
+        let conv = store.create_conversation("test").unwrap();
+        let mut chat = Chat::new(d.client().await, store.clone(), conv, Policies::default());
+        chat.sampling = greedy;
+        chat.max_tokens = 32;
+        chat.send("Hi! My name is Ada and I live in London.", |_| {}).await.unwrap();
+        // Turn 2: the user types first, so the static part is prefilled.
+        chat.typing_started().unwrap();
+        let _ = chat.pre_prefill().watch().wait_for(|p| *p == Phase::Ready).await;
+        let static_len = client_prefill_len(&d, &chat).await;
+        let done = chat.send("What is the capital of France?", |_| {}).await.unwrap();
+        assert!(done.cached_tokens >= static_len, "turn 2 reused {} of a {static_len}-token static part", done.cached_tokens);
+        chat.background().idle().await;
+        let facts = store.facts().unwrap();
+        assert!(!facts.is_empty(), "the stated facts were extracted and stored");
+        assert!(facts.iter().all(|f| revis_orchestrator::conversation::grounded(&f.text, "Hi! My name is Ada and I live in London. What is the capital of France?")));
+        conv
+    };
+    // The client restarts: a new store handle on the same directory, a new Chat.
+    let store = Store::open(db.path()).unwrap().store;
+    let mut chat = Chat::new(d.client().await, store.clone(), conversation, Policies::default());
+    chat.sampling = greedy;
+    chat.max_tokens = 32;
+    assert_eq!(chat.context().unwrap().turns.len(), 4, "both earlier turns are back");
+    chat.send("Thank you!", |_| {}).await.unwrap();
+    chat.background().idle().await;
+    let messages = store.messages(conversation).unwrap();
+    assert_eq!(messages.len(), 6);
+    assert!(messages.iter().all(|m| m.state == MessageState::Complete));
+    assert_eq!(messages[2].text, "What is the capital of France?");
+}
+
+/// How many tokens the static part of the chat's next prompt is.
+async fn client_prefill_len<D: Daemon>(d: &revis_testkit::Running, chat: &revis_orchestrator::conversation::Chat<D>) -> u32 {
+    let req = revis_client::v1::PrefillRequest { tier: "tier2".into(), messages: chat.context().unwrap().static_messages(), ..Default::default() };
+    // The cache already holds it, so this evaluates nothing new.
+    d.client().await.inference.prefill(req).await.unwrap().into_inner().prompt_tokens
+}
+
+/// `revis chat` with piped input: one message per line, each answer printed,
+/// and the conversation is there for `revis history` afterwards.
+#[test]
+fn piped_chat_answers_each_line_and_history_keeps_it() {
+    use std::process::{Command, Stdio};
+    let d = TestDaemon::new().start();
+    let data = tempfile::tempdir().unwrap();
+    let revis = |args: &[&str], input: &str| {
+        let mut child = Command::new(revis_testkit::binary("revis"))
+            .args(args)
+            .arg("--socket")
+            .arg(&d.socket)
+            .env("REVIS_DATA_DIR", data.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let out = revis(&["chat", "--new", "--temperature", "0", "--max-tokens", "24"], "What is the capital of France?\n\nSay hello.\n");
+    assert!(out.contains("Paris"), "{out}");
+    assert_eq!(out.lines().filter(|l| !l.is_empty()).count() >= 2, true, "two answers: {out}");
+    let list = revis(&["history"], "");
+    assert!(list.contains("What is the capital of France?"), "{list}");
+    let id = list.split_whitespace().next().unwrap();
+    let shown = revis(&["history", "show", id], "");
+    assert_eq!(shown.matches("you: ").count(), 2, "{shown}");
+    assert_eq!(shown.matches("revis: ").count(), 2, "{shown}");
+}

@@ -9,7 +9,10 @@ use clap::Args;
 use revis_client::{Client, SpawnOptions, default_socket_path, message, v1 as pb};
 use serde_json::json;
 
-use crate::{Cli, Cmd};
+use crate::{Cli, Cmd, HistoryCmd};
+use crate::input::{Input, Terminal};
+use revis_orchestrator::conversation::Chat;
+use revis_store::{ConversationId, MessageState, Role, Store};
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -40,12 +43,16 @@ pub struct RunArgs {
 
 #[derive(Args)]
 pub struct ChatArgs {
-    #[arg(long, default_value = "tier2")]
-    tier: String,
+    /// Start a new conversation instead of continuing the latest.
+    #[arg(long)]
+    new: bool,
+    /// Continue this conversation (see `revis history`).
+    #[arg(long, conflicts_with = "new")]
+    conversation: Option<u64>,
     #[arg(long)]
     temperature: Option<f32>,
     #[arg(long)]
-    system: Option<String>,
+    max_tokens: Option<u32>,
     /// Print token counts and timings to stderr after each answer.
     #[arg(long)]
     verbose: bool,
@@ -81,9 +88,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             run_prompt(&mut client, args).await
         }
         Cmd::Chat(args) => {
-            let mut client = connect_or_start(&socket, explicit_socket).await?;
-            chat(&mut client, args).await
+            let client = connect_or_start(&socket, explicit_socket).await?;
+            chat(client, args).await
         }
+        Cmd::History { show } => history(show),
+        Cmd::Profile => profile(),
     }
 }
 
@@ -239,61 +248,123 @@ fn print_stats(d: &pb::Done) {
     );
 }
 
-fn tracing_log(e: &tonic::Status) {
-    if std::env::var_os("REVIS_LOG").is_some() {
-        eprintln!("revis: warming the cache failed: {}", e.message());
+fn open_store() -> anyhow::Result<Store> {
+    let dir = Store::default_dir()?;
+    let opened = Store::open(&dir)?;
+    if let Some(r) = &opened.recovered {
+        eprintln!("revis: {r}");
     }
+    Ok(opened.store)
 }
 
-async fn chat(client: &mut Client, a: ChatArgs) -> anyhow::Result<ExitCode> {
+fn history(show: Option<HistoryCmd>) -> anyhow::Result<ExitCode> {
+    let store = open_store()?;
+    match show {
+        None => {
+            let list = store.conversations()?;
+            if list.is_empty() {
+                println!("no conversations yet: `revis chat` starts one");
+            }
+            for c in list {
+                println!("{:>4}  {:>3} messages  {}", c.id, c.message_count, if c.title.is_empty() { "(untitled)" } else { &c.title });
+            }
+        }
+        Some(HistoryCmd::Show { id }) => {
+            let id = ConversationId(id);
+            let Some(c) = store.conversation(id)? else { bail!("there is no conversation {id}; `revis history` lists them") };
+            println!("conversation {}: {}", c.id, c.title);
+            if let Some(s) = store.summary(id)? {
+                println!("[summary up to message {}] {}", s.covers_up_to, s.text);
+            }
+            for m in store.messages(id)? {
+                let who = if m.role == Role::User { "you" } else { "revis" };
+                let flag = if m.state == MessageState::Incomplete { " [incomplete: cut off before it ended]" } else { "" };
+                println!("{who}{flag}: {}", m.text);
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn profile() -> anyhow::Result<ExitCode> {
+    let store = open_store()?;
+    let facts = store.facts()?;
+    if facts.is_empty() {
+        println!("revis has not learned anything about you yet");
+    }
+    for f in facts {
+        println!("{:>4}  {}", f.id, f.text);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn chat(client: Client, a: ChatArgs) -> anyhow::Result<ExitCode> {
+    let store = open_store()?;
+    let conversation = match (a.conversation, a.new) {
+        (Some(id), _) => {
+            let id = ConversationId(id);
+            store.conversation(id)?.with_context(|| format!("there is no conversation {id}; `revis history` lists them"))?;
+            id
+        }
+        (None, false) if !store.conversations()?.is_empty() => store.conversations()?[0].id,
+        _ => store.create_conversation("")?,
+    };
+    let mut chat = Chat::new(client, store.clone(), conversation, revis_orchestrator::Policies::default());
+    chat.sampling = a.temperature.map(|t| pb::Sampling { temperature: Some(t), ..Default::default() });
+    chat.max_tokens = a.max_tokens.unwrap_or(0);
     let interactive = std::io::stdin().is_terminal();
-    let mut history = Vec::new();
-    if let Some(s) = &a.system {
-        history.push(message(pb::Role::System, s));
-    }
+    let send = |text: String| {
+        let (chat, store, verbose) = (&chat, &store, a.verbose);
+        async move {
+            if store.conversation(conversation)?.is_some_and(|c| c.title.is_empty()) {
+                store.set_title(conversation, &text.chars().take(60).collect::<String>())?;
+            }
+            let mut out = std::io::stdout();
+            let done = chat
+                .send(&text, |t| {
+                    let _ = out.write_all(t.as_bytes());
+                    let _ = out.flush();
+                })
+                .await?;
+            println!();
+            if verbose {
+                print_stats(&done);
+            }
+            anyhow::Ok(())
+        }
+    };
     if interactive {
-        eprintln!("revis chat on {} (an empty line or Ctrl-D ends)", a.tier);
+        let n = store.messages(conversation)?.len();
+        eprintln!(
+            "revis chat, conversation {conversation}{} (Ctrl-D ends)",
+            if n > 0 { format!(", {n} messages so far") } else { String::new() }
+        );
+        let mut term = Terminal::start("> ")?;
+        while let Some(ev) = term.events.recv().await {
+            match ev {
+                Input::TypingStarted => chat.typing_started()?,
+                Input::Line(line) if line.trim().is_empty() => {
+                    chat.typing_stopped();
+                    term.next();
+                }
+                Input::Line(line) => {
+                    send(line).await?;
+                    term.next();
+                }
+                Input::End => break,
+            }
+        }
+    } else {
+        for line in std::io::stdin().lock().lines() {
+            let line = line?;
+            if !line.trim().is_empty() {
+                send(line).await?;
+            }
+        }
     }
-    let stdin = std::io::stdin();
-    let mut lines = stdin.lock().lines();
-    loop {
-        if interactive {
-            eprint!("> ");
-            std::io::stderr().flush()?;
-        }
-        let Some(line) = lines.next() else { break };
-        let line = line?;
-        if line.trim().is_empty() {
-            if interactive {
-                break;
-            }
-            continue;
-        }
-        history.push(message(pb::Role::User, &line));
-        let req = pb::GenerateRequest {
-            tier: a.tier.clone(),
-            messages: history.clone(),
-            sampling: Some(pb::Sampling { temperature: a.temperature, ..Default::default() }),
-            ..Default::default()
-        };
-        let done = stream_answer(client, req).await?;
-        if a.verbose {
-            print_stats(&done);
-        }
-        history.push(message(pb::Role::Assistant, &done.text));
-        // While the user reads and types, warm the daemon's cache with the
-        // conversation so far: it is the static part of the next prompt.
-        // (Piped input has no typing time to hide this in.)
-        if !interactive {
-            continue;
-        }
-        let mut warm = client.clone();
-        let prefill = pb::PrefillRequest { tier: a.tier.clone(), messages: history.clone(), ..Default::default() };
-        tokio::spawn(async move {
-            if let Err(e) = warm.inference.prefill(prefill).await {
-                tracing_log(&e);
-            }
-        });
+    if chat.background().outstanding() > 0 {
+        eprintln!("revis: finishing background work (profile, summary)...");
+        chat.background().idle().await;
     }
     Ok(ExitCode::SUCCESS)
 }

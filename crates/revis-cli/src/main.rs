@@ -2,6 +2,7 @@
 //! load/unload, run, chat).
 
 mod commands;
+mod input;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -41,8 +42,22 @@ pub enum Cmd {
     Unload { tier: String },
     /// Answer one prompt, streamed to stdout.
     Run(commands::RunArgs),
-    /// Chat interactively (one message per line; an empty line or Ctrl-D ends).
+    /// Chat, remembered across runs (continues the latest conversation; --new starts one).
+    /// With piped input, one message per line and each answer printed.
     Chat(commands::ChatArgs),
+    /// List conversations, or show one.
+    History {
+        #[command(subcommand)]
+        show: Option<HistoryCmd>,
+    },
+    /// What revis has learned about you.
+    Profile,
+}
+
+#[derive(Subcommand)]
+pub enum HistoryCmd {
+    /// Show a conversation's messages.
+    Show { id: u64 },
 }
 
 fn main() -> ExitCode {

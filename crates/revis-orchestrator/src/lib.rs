@@ -7,6 +7,7 @@
 //! It talks to a daemon through the small [`Daemon`] trait, implemented for
 //! [`revis_client::Client`]; unit tests use a scripted one.
 
+pub mod conversation;
 pub mod gates;
 pub mod prefill;
 pub mod prompt;

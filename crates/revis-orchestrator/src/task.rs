@@ -119,17 +119,23 @@ impl Ord for Item {
 #[derive(Clone)]
 pub struct Background {
     inner: Arc<(Mutex<(BinaryHeap<Item>, u64)>, Notify)>,
+    /// Jobs submitted and not yet finished.
+    outstanding: tokio::sync::watch::Sender<usize>,
 }
 
 impl Background {
     /// Starts the runner on the current tokio runtime.
     pub fn start(gates: Gates) -> Background {
-        let bg = Background { inner: Arc::new((Mutex::new((BinaryHeap::new(), 0)), Notify::new())) };
+        let bg = Background {
+            inner: Arc::new((Mutex::new((BinaryHeap::new(), 0)), Notify::new())),
+            outstanding: tokio::sync::watch::Sender::new(0),
+        };
         let runner = bg.clone();
         tokio::spawn(async move {
             loop {
                 let job = runner.next(&gates).await;
                 job.await;
+                runner.outstanding.send_modify(|n| *n -= 1);
             }
         });
         bg
@@ -145,6 +151,7 @@ impl Background {
         let job: Job = Box::pin(async move {
             let _ = tx.send(job.await);
         });
+        self.outstanding.send_modify(|n| *n += 1);
         let mut q = self.inner.0.lock().unwrap_or_else(|p| p.into_inner());
         q.1 += 1;
         let seq = q.1;
@@ -152,6 +159,16 @@ impl Background {
         drop(q);
         self.inner.1.notify_one();
         rx
+    }
+
+    /// Waits until every submitted job has finished.
+    pub async fn idle(&self) {
+        let _ = self.outstanding.subscribe().wait_for(|n| *n == 0).await;
+    }
+
+    /// Jobs submitted and not finished (waiting or running).
+    pub fn outstanding(&self) -> usize {
+        *self.outstanding.borrow()
     }
 
     pub fn pending(&self) -> usize {
@@ -193,6 +210,8 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(600)).await; // paused time: ten "minutes" pass at once
         assert!(order.lock().unwrap().is_empty(), "nothing runs while the user types");
         gates.set_typing(false);
+        bg.idle().await;
+        assert_eq!(bg.outstanding(), 0);
         for d in done {
             d.await.unwrap();
         }

@@ -1,0 +1,229 @@
+//! A conversation turn from start to finish: the user's message is stored,
+//! the answer streams from tier2 on top of the warm prefix and is stored
+//! (incomplete until its stream ends), and then, in the background, profile
+//! facts are extracted and old turns summarised. Their results are stored
+//! and folded into the static part of later prompts.
+
+use revis_client::v1 as pb;
+use revis_store::{ConversationId, MessageState, Role, Store};
+use serde_json::json;
+
+use crate::prompt::{PromptContext, Speaker, Turn};
+use crate::task::{Background, Policies, TaskKind};
+use crate::{Daemon, Gates, PrePrefill, structured};
+
+/// The house rules every answer starts with.
+pub const RULES: &str = "You are revis, a private assistant running on the user's own computer. \
+Answer helpfully, briefly and honestly. If you do not know, say so.";
+
+/// Turns shown in full before older ones are summarised.
+pub const TURN_BUDGET: usize = 12;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ChatError {
+    #[error(transparent)]
+    Store(#[from] revis_store::StoreError),
+    #[error("the daemon failed: {0}")]
+    Daemon(String),
+}
+
+/// A cheap guard against invented facts (small models make them up): most
+/// of a fact's longer words must appear, by their first four letters (so
+/// "lives" matches "live"), in what the user said.
+pub fn grounded(fact: &str, said: &str) -> bool {
+    let said = said.to_lowercase();
+    let words: Vec<String> = fact
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.chars().count() >= 4)
+        .map(str::to_lowercase)
+        .collect();
+    if words.is_empty() {
+        return false;
+    }
+    let found = words.iter().filter(|w| said.contains(&w.chars().take(4).collect::<String>())).count();
+    found * 5 >= words.len() * 3
+}
+
+/// One conversation, driven by the orchestrator.
+pub struct Chat<D: Daemon> {
+    daemon: D,
+    store: Store,
+    gates: Gates,
+    background: Background,
+    pre: PrePrefill<D>,
+    policies: Policies,
+    pub conversation: ConversationId,
+    /// Sampling for answers (None = the daemon's defaults).
+    pub sampling: Option<pb::Sampling>,
+    pub max_tokens: u32,
+}
+
+impl<D: Daemon> Chat<D> {
+    /// Starts a background runner on the current runtime.
+    pub fn new(daemon: D, store: Store, conversation: ConversationId, policies: Policies) -> Self {
+        let gates = Gates::new();
+        Chat {
+            pre: PrePrefill::new(daemon.clone(), gates.clone()),
+            background: Background::start(gates.clone()),
+            daemon,
+            store,
+            gates,
+            policies,
+            conversation,
+            sampling: None,
+            max_tokens: 0,
+        }
+    }
+
+    pub fn gates(&self) -> &Gates {
+        &self.gates
+    }
+
+    pub fn pre_prefill(&self) -> &PrePrefill<D> {
+        &self.pre
+    }
+
+    pub fn background(&self) -> &Background {
+        &self.background
+    }
+
+    /// What the next prompt is built from, as the store holds it now.
+    pub fn context(&self) -> Result<PromptContext, ChatError> {
+        let summary = self.store.summary(self.conversation)?;
+        let turns = self
+            .store
+            .messages(self.conversation)?
+            .into_iter()
+            // A reply cut off by a crash is kept in the store, flagged, but not shown to the model.
+            .filter(|m| m.state == MessageState::Complete && !m.text.is_empty())
+            .filter(|m| summary.as_ref().is_none_or(|s| m.id > s.covers_up_to))
+            .map(|m| Turn { speaker: if m.role == Role::User { Speaker::User } else { Speaker::Assistant }, text: m.text })
+            .collect();
+        Ok(PromptContext {
+            rules: RULES.to_owned(),
+            profile: self.store.facts()?.into_iter().map(|f| f.text).collect(),
+            summary: summary.map(|s| s.text),
+            turns,
+        })
+    }
+
+    /// The user started typing: warm the cache with the next prompt's static part.
+    pub fn typing_started(&self) -> Result<(), ChatError> {
+        let tier = &self.policies.get(TaskKind::ChatAnswer).tier;
+        self.pre.typing_started(tier, self.context()?.static_messages());
+        Ok(())
+    }
+
+    pub fn typing_stopped(&self) {
+        self.pre.typing_stopped();
+    }
+
+    /// Sends the user's message and streams the answer through `on_delta`.
+    pub async fn send(&self, text: &str, on_delta: impl FnMut(&str) + Send) -> Result<pb::Done, ChatError> {
+        let tier = self.policies.get(TaskKind::ChatAnswer).tier.clone();
+        let ctx = self.context()?;
+        let user = self.store.append_user(self.conversation, text)?;
+        self.pre.enter().await;
+        let mut req = ctx.request(&tier, text);
+        req.sampling = self.sampling;
+        req.max_tokens = self.max_tokens;
+        let reply = self.store.begin_reply(self.conversation, &tier)?;
+        let streaming = self.gates.streaming();
+        let result = self.daemon.generate(req, on_delta).await;
+        drop(streaming);
+        self.pre.consumed();
+        let done = result.map_err(|s| ChatError::Daemon(s.message().to_owned()))?;
+        self.store.complete_reply(reply, &done.text)?;
+        self.after_turn(text, user);
+        Ok(done)
+    }
+
+    /// Queues the background work a turn leaves behind.
+    fn after_turn(&self, user_text: &str, user: revis_store::MessageId) {
+        let facts = self.policies.get(TaskKind::ExtractFacts).clone();
+        let (daemon, store) = (self.daemon.clone(), self.store.clone());
+        let said = user_text.to_owned();
+        let task = format!(
+            "Extract facts the user states about themselves (name, home, work, likes, plans) from this message, \
+             as short sentences in the third person. If there are none, give an empty list.\n\nMessage: {user_text}"
+        );
+        let _ = self.background.submit(facts.rank, async move {
+            let schema = json!({
+                "type": "object",
+                "properties": {"facts": {"type": "array", "items": {"type": "string", "minLength": 3, "maxLength": 120}, "maxItems": 5}},
+                "required": ["facts"],
+                "additionalProperties": false
+            });
+            match structured::run(&daemon, &facts.tier, &task, &schema).await {
+                Ok(v) => {
+                    let mut known: Vec<String> = store.facts().map(|f| f.into_iter().map(|f| f.text).collect()).unwrap_or_default();
+                    for fact in v["facts"].as_array().into_iter().flatten().filter_map(|f| f.as_str()) {
+                        let fact = fact.trim();
+                        if known.iter().any(|k| k.eq_ignore_ascii_case(fact)) || !grounded(fact, &said) {
+                            continue;
+                        }
+                        match store.add_fact(fact, Some(user)) {
+                            Ok(_) => known.push(fact.to_owned()),
+                            Err(e) => tracing::warn!("storing a profile fact failed: {e}"),
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!("profile extraction failed: {e}"),
+            }
+        });
+
+        let Ok(ctx) = self.context() else { return };
+        if ctx.turns.len() <= TURN_BUDGET {
+            return;
+        }
+        let summarise = self.policies.get(TaskKind::Summarise).clone();
+        let (daemon, store, conversation) = (self.daemon.clone(), self.store.clone(), self.conversation);
+        let _ = self.background.submit(summarise.rank, async move {
+            // Summarise all but the last few turns, folding in the previous summary.
+            let Ok(messages) = store.messages(conversation) else { return };
+            let keep = TURN_BUDGET / 2;
+            let complete: Vec<_> = messages.into_iter().filter(|m| m.state == MessageState::Complete).collect();
+            if complete.len() <= keep {
+                return;
+            }
+            let old = &complete[..complete.len() - keep];
+            let mut text = ctx.summary.clone().map(|s| format!("Earlier summary: {s}\n")).unwrap_or_default();
+            for m in old {
+                text.push_str(if m.role == Role::User { "User: " } else { "Assistant: " });
+                text.push_str(&m.text);
+                text.push('\n');
+            }
+            let schema = json!({
+                "type": "object",
+                "properties": {"summary": {"type": "string", "minLength": 1, "maxLength": 800}},
+                "required": ["summary"],
+                "additionalProperties": false
+            });
+            let task = format!("Summarise this conversation in a few sentences, keeping names and decisions.\n\n{text}");
+            match structured::run(&daemon, &summarise.tier, &task, &schema).await {
+                Ok(v) => {
+                    if let (Some(s), Some(last)) = (v["summary"].as_str(), old.last()) {
+                        if let Err(e) = store.put_summary(conversation, last.id, s) {
+                            tracing::warn!("storing a summary failed: {e}");
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!("summary failed: {e}"),
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::grounded;
+
+    #[test]
+    fn facts_must_come_from_what_the_user_said() {
+        let said = "Hi! My name is Ada and I live in London.";
+        assert!(grounded("The user's name is Ada and she lives in London.", said) || grounded("Ada lives in London.", said));
+        assert!(grounded("Ada lives in London.", said));
+        assert!(!grounded("I love to travel and love to eat.", said));
+        assert!(!grounded("", said));
+    }
+}
