@@ -116,6 +116,11 @@ async fn a_conversation_persists_across_client_restarts() {
     assert_eq!(messages.len(), 6);
     assert!(messages.iter().all(|m| m.state == MessageState::Complete));
     assert_eq!(messages[2].text, "What is the capital of France?");
+    // Every answer was audited in the background, and the verdict stored.
+    for reply in messages.iter().filter(|m| m.role == revis_store::Role::Assistant) {
+        let audit = store.setting(&revis_orchestrator::conversation::audit_key(reply.id)).unwrap().expect("an audit");
+        assert!(audit["ok"].is_boolean() && audit["problems"].is_array(), "{audit}");
+    }
 }
 
 /// How many tokens the static part of the chat's next prompt is.

@@ -27,6 +27,41 @@ pub enum ChatError {
     Daemon(String),
 }
 
+/// The settings key an answer's audit is stored under.
+pub fn audit_key(reply: revis_store::MessageId) -> String {
+    format!("audit/{reply}")
+}
+
+impl<D: Daemon> Chat<D> {
+    /// Checks an answer after it was given; the verdict is stored under [`audit_key`].
+    fn audit(&self, question: &str, reply: revis_store::MessageId, answer: &str) {
+        let policy = self.policies.get(TaskKind::Audit).clone();
+        let (daemon, store) = (self.daemon.clone(), self.store.clone());
+        let task = format!(
+            "Check this answer for factual mistakes or unhelpfulness.\n\nQuestion: {question}\n\nAnswer: {answer}"
+        );
+        let _ = self.background.submit(policy.rank, async move {
+            let schema = json!({
+                "type": "object",
+                "properties": {
+                    "ok": {"type": "boolean"},
+                    "problems": {"type": "array", "items": {"type": "string", "maxLength": 160}, "maxItems": 3}
+                },
+                "required": ["ok", "problems"],
+                "additionalProperties": false
+            });
+            match structured::run(&daemon, &policy.tier, &task, &schema).await {
+                Ok(v) => {
+                    if let Err(e) = store.set_setting(&audit_key(reply), &v) {
+                        tracing::warn!("storing an audit failed: {e}");
+                    }
+                }
+                Err(e) => tracing::warn!("audit failed: {e}"),
+            }
+        });
+    }
+}
+
 /// A cheap guard against invented facts (small models make them up): most
 /// of a fact's longer words must appear, by their first four letters (so
 /// "lives" matches "live"), in what the user said.
@@ -134,12 +169,13 @@ impl<D: Daemon> Chat<D> {
         self.pre.consumed();
         let done = result.map_err(|s| ChatError::Daemon(s.message().to_owned()))?;
         self.store.complete_reply(reply, &done.text)?;
-        self.after_turn(text, user);
+        self.after_turn(text, user, reply, &done.text);
         Ok(done)
     }
 
     /// Queues the background work a turn leaves behind.
-    fn after_turn(&self, user_text: &str, user: revis_store::MessageId) {
+    fn after_turn(&self, user_text: &str, user: revis_store::MessageId, reply: revis_store::MessageId, answer: &str) {
+        self.audit(user_text, reply, answer);
         let facts = self.policies.get(TaskKind::ExtractFacts).clone();
         let (daemon, store) = (self.daemon.clone(), self.store.clone());
         let said = user_text.to_owned();
