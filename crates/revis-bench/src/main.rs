@@ -8,6 +8,7 @@
 //! revisd (decode, prompt speed, cold and warm time to first token).
 
 mod alone;
+mod chat;
 mod daemon;
 mod llama_bench;
 mod machine;
@@ -78,6 +79,9 @@ struct Args {
     /// Rebuild llama-bench even if it is up to date.
     #[arg(long)]
     rebuild_llama_bench: bool,
+    /// Run only the chat-turn benchmark (pre-prefill on vs off), on the first model and thread count.
+    #[arg(long)]
+    chat: bool,
 }
 
 /// The workspace this binary was built from.
@@ -102,6 +106,9 @@ fn main() -> anyhow::Result<()> {
     }
     // One thread is enough for the client side; the engine threads do the work.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    if args.chat {
+        return rt.block_on(run_chat(args));
+    }
     rt.block_on(run(args))
 }
 
@@ -112,6 +119,30 @@ struct Setup {
     n_gen: u32,
     context: u32,
     batch: u32,
+}
+
+async fn run_chat(args: Args) -> anyhow::Result<()> {
+    let revisd = args.revisd.clone().unwrap_or(std::env::current_exe()?.with_file_name("revisd"));
+    let name = &args.models[0];
+    let entry = revis_models::find(name).with_context(|| format!("{name} is not in the catalog"))?;
+    let dir = revis_models::models_dir()?;
+    let model = tokio::task::spawn_blocking(move || {
+        revis_models::pull(entry, &dir, &revis_models::PullOptions { progress: revis_models::Progress::Quiet, ..Default::default() })
+    })
+    .await??;
+    let threads = *args.threads.iter().max().unwrap_or(&2);
+    // About 1,000 tokens of history with these filler words.
+    let result = chat::run(&revisd, &model, threads, args.rounds, 620).await?;
+    let date = String::from_utf8(std::process::Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]).output()?.stdout)?;
+    let section = chat::report(&result, name, threads, date.trim(), &args_line());
+    println!("{section}");
+    if args.write {
+        let doc = args.doc.clone().unwrap_or_else(|| workspace_root().join("docs/BENCHMARKS.md"));
+        let old = std::fs::read_to_string(&doc).unwrap_or_default();
+        std::fs::write(&doc, chat::splice(&old, &section))?;
+        eprintln!("revis-bench: updated {}", doc.display());
+    }
+    Ok(())
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
