@@ -1,5 +1,9 @@
 //! revisd: logging, config (validated before anything binds), bind the
-//! socket, serve until SIGTERM/SIGINT, drain with a deadline.
+//! socket (or take the one systemd or launchd holds), serve until
+//! SIGTERM/SIGINT, drain with a deadline. `revisd service ...` installs it
+//! as a background service (see service.rs).
+
+mod service;
 
 use std::io::Write;
 use std::os::fd::FromRawFd;
@@ -7,6 +11,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use revis_daemon::socket::{Inherited, take_inherited};
 use revis_daemon::{Config, bind, default_socket_path};
 
 /// The revis inference daemon: serves the models of each tier over gRPC on a Unix socket.
@@ -14,7 +19,7 @@ use revis_daemon::{Config, bind, default_socket_path};
 #[command(version)]
 struct Args {
     /// Config file (TOML). Default: $REVIS_CONFIG, else revisd.toml in the user's config dir if it exists.
-    #[arg(long, env = "REVIS_CONFIG")]
+    #[arg(long, env = "REVIS_CONFIG", global = true)]
     config: Option<PathBuf>,
     /// Socket path. Default: the config's daemon.socket, else $REVIS_SOCKET, else the user's runtime dir.
     #[arg(long)]
@@ -22,6 +27,15 @@ struct Args {
     /// Check the config and exit.
     #[arg(long)]
     check_config: bool,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(clap::Subcommand)]
+enum Command {
+    /// Run revisd in the background: a LaunchAgent on macOS, a systemd user service on Linux.
+    #[command(subcommand)]
+    Service(service::Action),
 }
 
 /// sysexits.h: a bad config is a usage error.
@@ -37,6 +51,20 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
+    if let Some(Command::Service(action)) = args.command {
+        if args.socket.is_some() || args.check_config {
+            eprintln!("revisd: --socket and --check-config do not apply to `revisd service`");
+            return ExitCode::from(EX_USAGE);
+        }
+        // A service that would only exit 64 again and again is not installed.
+        if matches!(action, service::Action::Install { .. })
+            && let Err(e) = load_config(args.config.clone())
+        {
+            eprintln!("revisd: {e:#}");
+            return ExitCode::from(EX_USAGE);
+        }
+        return service::run(action, args.config.as_deref());
+    }
     let config = match load_config(args.config) {
         Ok(c) => c,
         Err(e) => {
@@ -48,8 +76,17 @@ fn main() -> ExitCode {
         println!("config ok");
         return ExitCode::SUCCESS;
     }
+    // SAFETY: no other thread exists yet (the runtime is built below), and
+    // descriptor 3 is ours when LISTEN_PID says so.
+    let inherited = match unsafe { take_inherited() } {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("revisd: {e}");
+            return ExitCode::from(EX_CANTCREAT);
+        }
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
-    runtime.block_on(serve(config, args.socket))
+    runtime.block_on(serve(config, args.socket, inherited))
 }
 
 fn load_config(path: Option<PathBuf>) -> anyhow::Result<Config> {
@@ -61,18 +98,38 @@ fn load_config(path: Option<PathBuf>) -> anyhow::Result<Config> {
     }
 }
 
-async fn serve(config: Config, socket: Option<PathBuf>) -> ExitCode {
-    let path = socket.or_else(|| config.socket.clone()).unwrap_or_else(default_socket_path);
-    let listener = match bind(&path).await {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("revisd: {e}");
-            return ExitCode::from(EX_CANTCREAT);
+async fn serve(config: Config, socket: Option<PathBuf>, inherited: Option<Inherited>) -> ExitCode {
+    let asked = socket.or_else(|| config.socket.clone());
+    // A socket the service manager holds stays its own: we neither bind nor remove it.
+    let (listener, path, ours) = match inherited {
+        Some(i) => {
+            if let Some(asked) = asked.filter(|a| *a != i.path) {
+                tracing::warn!(asked = %asked.display(), "serving the socket {} handed over instead", i.from);
+            }
+            match tokio::net::UnixListener::from_std(i.listener) {
+                Ok(l) => (l, i.path, false),
+                Err(e) => {
+                    eprintln!("revisd: the socket handed over by {}: {e}", i.from);
+                    return ExitCode::from(EX_CANTCREAT);
+                }
+            }
+        }
+        None => {
+            let path = asked.unwrap_or_else(default_socket_path);
+            match bind(&path).await {
+                Ok(l) => (l, path, true),
+                Err(e) => {
+                    eprintln!("revisd: {e}");
+                    return ExitCode::from(EX_CANTCREAT);
+                }
+            }
         }
     };
-    tracing::info!(socket = %path.display(), pid = std::process::id(), "revisd {} listening", env!("CARGO_PKG_VERSION"));
+    tracing::info!(socket = %path.display(), pid = std::process::id(), activated = !ours, "revisd {} listening", env!("CARGO_PKG_VERSION"));
     let result = revis_daemon::run(config, listener, signal(), notify_ready).await;
-    let _ = std::fs::remove_file(&path);
+    if ours {
+        let _ = std::fs::remove_file(&path);
+    }
     match result {
         Ok(()) => {
             tracing::info!("stopped");

@@ -1,7 +1,9 @@
 //! The local Unix socket: a safe default path, a 0700 directory, a 0600
 //! socket, stale sockets replaced, symlinked or foreign-owned paths refused,
-//! and peers with another uid turned away.
+//! and peers with another uid turned away. Or the same socket, already
+//! listening, handed over by systemd or launchd (socket activation).
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -15,6 +17,8 @@ pub enum SocketError {
     InUse(PathBuf),
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    #[error("the socket handed over by {from}: {message}")]
+    Inherited { from: Activation, message: String },
 }
 
 /// The user's uid.
@@ -58,6 +62,12 @@ fn check_dir(dir: &Path) -> Result<(), SocketError> {
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io(dir))?;
             Ok(())
         }
+        other => check_existing_dir(dir, other),
+    }
+}
+
+fn check_existing_dir(dir: &Path, meta: std::io::Result<std::fs::Metadata>) -> Result<(), SocketError> {
+    match meta {
         Err(e) => Err(io(dir)(e)),
         Ok(m) if m.file_type().is_symlink() => Err(refuse(dir, "is a symbolic link; refusing to put the socket there")),
         Ok(m) if !m.is_dir() => Err(refuse(dir, "is not a directory")),
@@ -98,6 +108,182 @@ pub async fn bind(path: &Path) -> Result<UnixListener, SocketError> {
     Ok(listener)
 }
 
+/// Which service manager handed the socket over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    Systemd,
+    Launchd,
+}
+
+impl std::fmt::Display for Activation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Activation::Systemd => "systemd",
+            Activation::Launchd => "launchd",
+        })
+    }
+}
+
+/// A listening socket that the service manager opened for us.
+#[derive(Debug)]
+pub struct Inherited {
+    /// Non-blocking and close-on-exec. It stays the manager's: whoever serves
+    /// it must not remove the socket file.
+    pub listener: std::os::unix::net::UnixListener,
+    pub path: PathBuf,
+    pub from: Activation,
+}
+
+/// systemd passes its sockets from descriptor 3 on (sd_listen_fds(3)).
+const SD_LISTEN_FDS_START: RawFd = 3;
+
+/// The name of the `Sockets` entry in launchd/revisd.plist.
+#[cfg(target_os = "macos")]
+const LAUNCHD_SOCKET_NAME: &std::ffi::CStr = c"Listeners";
+
+/// Takes the listening socket that systemd (`LISTEN_FDS`/`LISTEN_PID`,
+/// descriptor 3) or launchd (`launch_activate_socket`) handed over, if any,
+/// and checks it as strictly as a socket we bind ourselves: a listening
+/// Unix stream socket (never TCP) at a path only we can reach. `Ok(None)`:
+/// nothing was handed over; bind the socket yourself.
+///
+/// # Safety
+/// Call it once, while the process has a single thread: it removes the
+/// `LISTEN_*` variables from the environment (so no child of ours thinks
+/// the sockets are its own), and it takes ownership of descriptor 3 when
+/// systemd says that descriptor is ours.
+pub unsafe fn take_inherited() -> Result<Option<Inherited>, SocketError> {
+    // SAFETY: forwarded to our caller.
+    if let Some(fd) = unsafe { systemd_socket()? } {
+        return check_inherited(fd, Activation::Systemd).map(Some);
+    }
+    #[cfg(target_os = "macos")]
+    if let Some(fd) = launchd::activate(LAUNCHD_SOCKET_NAME)? {
+        return check_inherited(fd, Activation::Launchd).map(Some);
+    }
+    Ok(None)
+}
+
+fn inherited_error(from: Activation, message: impl Into<String>) -> SocketError {
+    SocketError::Inherited { from, message: message.into() }
+}
+
+/// sd_listen_fds(unset_environment = true), for exactly one socket.
+///
+/// # Safety
+/// As for [`take_inherited`].
+unsafe fn systemd_socket() -> Result<Option<OwnedFd>, SocketError> {
+    let pid = std::env::var("LISTEN_PID").ok();
+    let fds = std::env::var("LISTEN_FDS").ok();
+    // SAFETY: single-threaded, by our caller's contract.
+    unsafe {
+        std::env::remove_var("LISTEN_PID");
+        std::env::remove_var("LISTEN_FDS");
+        std::env::remove_var("LISTEN_FDNAMES");
+    }
+    let (Some(pid), Some(fds)) = (pid, fds) else { return Ok(None) };
+    if pid.trim().parse::<u32>().ok() != Some(std::process::id()) {
+        // Meant for another process (we inherited its environment): not ours to touch.
+        tracing::debug!(listen_pid = %pid, "LISTEN_PID is not ours; ignoring LISTEN_FDS");
+        return Ok(None);
+    }
+    let err = |m: String| inherited_error(Activation::Systemd, m);
+    let n: RawFd = fds.trim().parse().map_err(|_| err(format!("LISTEN_FDS={fds:?} is not a number")))?;
+    for fd in SD_LISTEN_FDS_START..SD_LISTEN_FDS_START.saturating_add(n.max(0)) {
+        // SAFETY: fcntl on a descriptor number only reads or sets its flags.
+        if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } == -1 {
+            return Err(err(format!("LISTEN_FDS={n}, but descriptor {fd} is not open")));
+        }
+    }
+    match n {
+        n if n < 1 => Ok(None),
+        // SAFETY: LISTEN_PID names us, so systemd gave descriptor 3 to this process, and nothing else here owns it.
+        1 => Ok(Some(unsafe { OwnedFd::from_raw_fd(SD_LISTEN_FDS_START) })),
+        n => Err(err(format!("{n} sockets; revisd.socket must have exactly one ListenStream="))),
+    }
+}
+
+/// The inherited descriptor must be a listening Unix stream socket, at a
+/// path in a directory that is ours and writable only by us, itself open
+/// to nobody else.
+fn check_inherited(fd: OwnedFd, from: Activation) -> Result<Inherited, SocketError> {
+    let err = |m: String| inherited_error(from, m);
+    let raw = fd.as_raw_fd();
+    let ty = sockopt(raw, libc::SO_TYPE).map_err(|e| err(format!("descriptor {raw} is not a socket ({e})")))?;
+    if ty != libc::SOCK_STREAM {
+        return Err(err(format!("descriptor {raw} is not a stream socket")));
+    }
+    if sockopt(raw, libc::SO_ACCEPTCONN).map_err(|e| err(e.to_string()))? == 0 {
+        return Err(err(format!("descriptor {raw} is not listening")));
+    }
+    let listener = std::os::unix::net::UnixListener::from(fd);
+    // std checks the address family: a TCP socket fails here.
+    let addr = listener.local_addr().map_err(|e| err(format!("not a Unix socket ({e}); revisd serves only a private socket file")))?;
+    let Some(path) = addr.as_pathname().map(Path::to_path_buf) else {
+        return Err(err("the socket has no path (abstract or unnamed); revisd serves only a private socket file".into()));
+    };
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    check_existing_dir(dir, std::fs::symlink_metadata(dir))?;
+    match std::fs::symlink_metadata(&path) {
+        Err(e) => return Err(io(&path)(e)),
+        Ok(m) if !m.file_type().is_socket() => return Err(refuse(&path, "is not a socket")),
+        // Root: the service manager itself may have created it.
+        Ok(m) if m.uid() != my_uid() && m.uid() != 0 => return Err(refuse(&path, format!("belongs to uid {}, not to you", m.uid()))),
+        Ok(m) if m.mode() & 0o077 != 0 => {
+            return Err(refuse(&path, format!("is open to other users (mode {:o}); the socket unit must set mode 0600", m.mode() & 0o777)));
+        }
+        Ok(_) => {}
+    }
+    listener.set_nonblocking(true).map_err(io(&path))?;
+    // SAFETY: fcntl only sets the flag on a descriptor we own.
+    unsafe { libc::fcntl(listener.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+    Ok(Inherited { listener, path, from })
+}
+
+/// An integer SOL_SOCKET option.
+fn sockopt(fd: RawFd, name: libc::c_int) -> std::io::Result<libc::c_int> {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: value and len are valid for writes of the sizes given.
+    let r = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, name, (&raw mut value).cast(), &mut len) };
+    if r == -1 { Err(std::io::Error::last_os_error()) } else { Ok(value) }
+}
+
+/// launchd's socket activation (launch_activate_socket(3), in libSystem).
+#[cfg(target_os = "macos")]
+mod launchd {
+    use std::os::fd::{FromRawFd, OwnedFd};
+
+    use super::{Activation, SocketError, inherited_error};
+
+    unsafe extern "C" {
+        /// <launch.h>: the descriptors of the job's `Sockets` entry `name`,
+        /// in a malloc'd array the caller frees.
+        fn launch_activate_socket(name: *const libc::c_char, fds: *mut *mut libc::c_int, cnt: *mut libc::size_t) -> libc::c_int;
+    }
+
+    /// The socket launchd holds for us under `name`; None when we were not
+    /// started by launchd (ESRCH) or the job has no such socket (ENOENT).
+    pub(super) fn activate(name: &std::ffi::CStr) -> Result<Option<OwnedFd>, SocketError> {
+        let mut fds: *mut libc::c_int = std::ptr::null_mut();
+        let mut cnt: libc::size_t = 0;
+        // SAFETY: name is NUL-terminated; fds and cnt are valid for writes.
+        let r = unsafe { launch_activate_socket(name.as_ptr(), &mut fds, &mut cnt) };
+        if r == libc::ESRCH || r == libc::ENOENT {
+            return Ok(None);
+        }
+        if r != 0 {
+            return Err(inherited_error(Activation::Launchd, std::io::Error::from_raw_os_error(r).to_string()));
+        }
+        // SAFETY: on success fds points to cnt descriptors that are now ours;
+        // the array itself was malloc'd for us to free.
+        let owned: Vec<OwnedFd> = (0..cnt).map(|i| unsafe { OwnedFd::from_raw_fd(*fds.add(i)) }).collect();
+        unsafe { libc::free(fds.cast()) };
+        // One path, one socket; any others are closed here.
+        Ok(owned.into_iter().next())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,6 +314,67 @@ mod tests {
         let e = bind(&file).await.unwrap_err().to_string();
         assert!(e.contains("not a socket"), "{e}");
         assert_eq!(std::fs::read(&file).unwrap(), b"data", "nothing was overwritten");
+    }
+
+    /// What the service manager would hand over: a copy of the descriptor.
+    fn handed_over(fd: &impl AsRawFd) -> OwnedFd {
+        // SAFETY: dup returns a fresh descriptor that only we own.
+        let copy = unsafe { libc::dup(fd.as_raw_fd()) };
+        assert!(copy >= 0);
+        unsafe { OwnedFd::from_raw_fd(copy) }
+    }
+
+    #[tokio::test]
+    async fn an_inherited_private_unix_socket_is_served() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("run/revisd.sock");
+        let held = bind(&path).await.unwrap();
+        let got = check_inherited(handed_over(&held), Activation::Systemd).unwrap();
+        assert_eq!(got.path, path);
+        let listener = UnixListener::from_std(got.listener).unwrap();
+        let (_client, _) = tokio::join!(tokio::net::UnixStream::connect(&path), listener.accept());
+        // SAFETY: F_GETFD only reads the flags.
+        assert_eq!(unsafe { libc::fcntl(listener.as_raw_fd(), libc::F_GETFD) } & libc::FD_CLOEXEC, libc::FD_CLOEXEC);
+    }
+
+    #[test]
+    fn an_inherited_tcp_or_unlistening_or_abstract_socket_is_refused() {
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let e = check_inherited(handed_over(&tcp), Activation::Systemd).unwrap_err().to_string();
+        assert!(e.contains("not a Unix socket"), "{e}");
+
+        let tmp = tempfile::tempdir().unwrap();
+        let dgram = std::os::unix::net::UnixDatagram::bind(tmp.path().join("d.sock")).unwrap();
+        let e = check_inherited(handed_over(&dgram), Activation::Launchd).unwrap_err().to_string();
+        assert!(e.contains("launchd") && e.contains("not a stream socket"), "{e}");
+
+        let file = std::fs::File::create(tmp.path().join("plain")).unwrap();
+        let e = check_inherited(handed_over(&file), Activation::Systemd).unwrap_err().to_string();
+        assert!(e.contains("not a socket"), "{e}");
+
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::linux::net::SocketAddrExt;
+            let name = format!("revis-test-{}", std::process::id());
+            let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+            let abstract_ = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+            let e = check_inherited(handed_over(&abstract_), Activation::Systemd).unwrap_err().to_string();
+            assert!(e.contains("no path"), "{e}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_inherited_socket_others_can_reach_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("run/revisd.sock");
+        let held = bind(&path).await.unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let e = check_inherited(handed_over(&held), Activation::Systemd).unwrap_err().to_string();
+        assert!(e.contains("open to other users"), "{e}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::set_permissions(path.parent().unwrap(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = check_inherited(handed_over(&held), Activation::Systemd).unwrap_err().to_string();
+        assert!(e.contains("writable by other users"), "{e}");
     }
 
     #[tokio::test]
