@@ -104,14 +104,125 @@ impl Client {
         &self.path
     }
 
+    // The calls below are safe to send twice, so each is retried once when
+    // the connection failed under it (see `retry`). The `admin` and
+    // `inference` fields are the raw stubs, without that retry.
+
     pub async fn status(&mut self) -> Result<pb::StatusResponse, ClientError> {
-        Ok(self.admin.status(pb::StatusRequest {}).await?.into_inner())
+        self.retry(|mut c| async move { c.admin.status(pb::StatusRequest {}).await }).await
+    }
+
+    pub async fn load_model(&mut self, req: pb::LoadModelRequest) -> Result<pb::LoadModelResponse, ClientError> {
+        self.retry(|mut c| {
+            let req = req.clone();
+            async move { c.admin.load_model(req).await }
+        })
+        .await
+    }
+
+    pub async fn unload_model(&mut self, req: pb::UnloadModelRequest) -> Result<pb::UnloadModelResponse, ClientError> {
+        self.retry(|mut c| {
+            let req = req.clone();
+            async move { c.admin.unload_model(req).await }
+        })
+        .await
+    }
+
+    pub async fn purge(&mut self, req: pb::PurgeRequest) -> Result<pb::PurgeResponse, ClientError> {
+        self.retry(|mut c| {
+            let req = req.clone();
+            async move { c.admin.purge(req).await }
+        })
+        .await
+    }
+
+    pub async fn prefill(&mut self, req: pb::PrefillRequest) -> Result<pb::PrefillResponse, ClientError> {
+        self.retry(|mut c| {
+            let req = req.clone();
+            async move { c.inference.prefill(req).await }
+        })
+        .await
+    }
+
+    pub async fn score(&mut self, req: pb::ScoreRequest) -> Result<pb::ScoreResponse, ClientError> {
+        self.retry(|mut c| {
+            let req = req.clone();
+            async move { c.inference.score(req).await }
+        })
+        .await
     }
 
     /// Starts a generation; the stream yields Started, Deltas, then Done.
-    pub async fn generate(&mut self, req: pb::GenerateRequest) -> Result<tonic::Streaming<pb::GenerateEvent>, ClientError> {
-        Ok(self.inference.generate(req).await?.into_inner())
+    /// The request is sent again once if the connection fails before the
+    /// first event arrives (nothing has been shown to anyone yet); after
+    /// that, a failure ends the stream with its error.
+    pub async fn generate(&mut self, req: pb::GenerateRequest) -> Result<GenerateStream, ClientError> {
+        match self.inference.generate(req.clone()).await {
+            Ok(r) => Ok(GenerateStream { inner: r.into_inner(), retry: Some((self.clone(), req)) }),
+            Err(s) if is_retryable(&s) => {
+                tracing::debug!(status = %s, "Generate failed before it started; sending it again");
+                Ok(GenerateStream { inner: self.inference.generate(req).await?.into_inner(), retry: None })
+            }
+            Err(s) => Err(s.into()),
+        }
     }
+
+    /// Runs `call` on a clone of this client and, if the connection failed
+    /// under it, once more. The clones share one channel, and the channel
+    /// dials the socket again when its connection has gone (tonic's
+    /// reconnect), so the second try reaches a daemon that was restarted on
+    /// the same path in the meantime.
+    async fn retry<T, F, Fut>(&self, call: F) -> Result<T, ClientError>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        match call(self.clone()).await {
+            Ok(r) => Ok(r.into_inner()),
+            Err(s) if is_retryable(&s) => {
+                tracing::debug!(status = %s, "call failed on the connection; sending it again");
+                Ok(call(self.clone()).await?.into_inner())
+            }
+            Err(s) => Err(s.into()),
+        }
+    }
+}
+
+/// The events of one Generate (see [`Client::generate`]).
+pub struct GenerateStream {
+    inner: tonic::Streaming<pb::GenerateEvent>,
+    /// What it takes to send the request again: kept until the first event.
+    retry: Option<(Client, pb::GenerateRequest)>,
+}
+
+impl GenerateStream {
+    /// The next event; `Ok(None)` when the stream ended.
+    pub async fn message(&mut self) -> Result<Option<pb::GenerateEvent>, tonic::Status> {
+        loop {
+            match self.inner.message().await {
+                Ok(ev) => {
+                    self.retry = None;
+                    return Ok(ev);
+                }
+                Err(s) if is_retryable(&s) => {
+                    let Some((mut client, req)) = self.retry.take() else { return Err(s) };
+                    tracing::debug!(status = %s, "Generate failed before its first event; sending it again");
+                    self.inner = client.inference.generate(req).await?.into_inner();
+                }
+                Err(s) => return Err(s),
+            }
+        }
+    }
+}
+
+/// Whether a failed call may be sent again: the daemon could not be reached
+/// (UNAVAILABLE, which is also what a daemon that is shutting down answers),
+/// or the connection broke under the call. A broken connection shows up as a
+/// status made here from the transport error (it has a `source`), with code
+/// UNKNOWN or CANCELLED; a status the daemon sent never has a source.
+fn is_retryable(s: &tonic::Status) -> bool {
+    s.code() == tonic::Code::Unavailable
+        || (std::error::Error::source(s).is_some() && matches!(s.code(), tonic::Code::Unknown | tonic::Code::Cancelled))
 }
 
 fn source_chain(e: &dyn std::error::Error) -> String {
@@ -128,4 +239,107 @@ fn source_chain(e: &dyn std::error::Error) -> String {
 /// A chat message with text content.
 pub fn message(role: pb::Role, text: &str) -> pb::ChatMessage {
     pb::ChatMessage { role: role as i32, content: text.as_bytes().to_vec().into() }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The Generate retry rule against a scripted server: sent again when
+    //! the stream fails before its first event, never after one.
+
+    use std::pin::Pin;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use tokio_stream::Stream;
+    use tonic::{Request, Response, Status};
+
+    use super::*;
+
+    type Events = Pin<Box<dyn Stream<Item = Result<pb::GenerateEvent, Status>> + Send>>;
+
+    /// Answers each Generate with the next script; counts the calls.
+    struct Scripted {
+        scripts: Vec<Vec<Result<pb::GenerateEvent, Status>>>,
+        calls: Arc<AtomicUsize>,
+    }
+
+    fn started() -> Result<pb::GenerateEvent, Status> {
+        Ok(pb::GenerateEvent { event: Some(pb::generate_event::Event::Started(pb::Started::default())) })
+    }
+
+    fn done() -> Result<pb::GenerateEvent, Status> {
+        Ok(pb::GenerateEvent { event: Some(pb::generate_event::Event::Done(pb::Done::default())) })
+    }
+
+    #[tonic::async_trait]
+    impl pb::inference_server::Inference for Scripted {
+        type GenerateStream = Events;
+
+        async fn generate(&self, _: Request<pb::GenerateRequest>) -> Result<Response<Events>, Status> {
+            let n = self.calls.fetch_add(1, Ordering::SeqCst);
+            let script = self.scripts.get(n).cloned().unwrap_or_default();
+            Ok(Response::new(Box::pin(tokio_stream::iter(script))))
+        }
+
+        async fn prefill(&self, _: Request<pb::PrefillRequest>) -> Result<Response<pb::PrefillResponse>, Status> {
+            Err(Status::unimplemented("scripted"))
+        }
+
+        async fn score(&self, _: Request<pb::ScoreRequest>) -> Result<Response<pb::ScoreResponse>, Status> {
+            Err(Status::unimplemented("scripted"))
+        }
+    }
+
+    /// A client of a scripted server on a fresh socket, and its call count.
+    async fn scripted(name: &str, scripts: Vec<Vec<Result<pb::GenerateEvent, Status>>>) -> (Client, Arc<AtomicUsize>) {
+        let path = std::env::temp_dir().join(format!("revis-client-{name}-{}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let server = pb::inference_server::InferenceServer::new(Scripted { scripts, calls: calls.clone() });
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(server)
+                .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
+        );
+        let client = Client::connect(&path).await.unwrap();
+        let _ = std::fs::remove_file(&path);
+        (client, calls)
+    }
+
+    async fn events(stream: &mut GenerateStream) -> Result<usize, Status> {
+        let mut n = 0;
+        while stream.message().await?.is_some() {
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    #[tokio::test]
+    async fn generate_is_sent_again_when_it_fails_before_its_first_event() {
+        let unavailable = Err(Status::unavailable("shutting down"));
+        let (mut c, calls) = scripted("before", vec![vec![unavailable], vec![started(), done()]]).await;
+        let mut stream = c.generate(pb::GenerateRequest::default()).await.unwrap();
+        assert_eq!(events(&mut stream).await.unwrap(), 2);
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn generate_is_not_sent_again_after_an_event_arrived() {
+        let unavailable = Err(Status::unavailable("shutting down"));
+        let (mut c, calls) = scripted("after", vec![vec![started(), unavailable], vec![started(), done()]]).await;
+        let mut stream = c.generate(pb::GenerateRequest::default()).await.unwrap();
+        assert!(stream.message().await.unwrap().is_some());
+        assert_eq!(stream.message().await.unwrap_err().code(), tonic::Code::Unavailable);
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn an_answer_of_the_daemon_is_not_retried() {
+        let refused = Err(Status::invalid_argument("empty"));
+        let (mut c, calls) = scripted("refused", vec![vec![refused], vec![started(), done()]]).await;
+        let mut stream = c.generate(pb::GenerateRequest::default()).await.unwrap();
+        assert_eq!(stream.message().await.unwrap_err().code(), tonic::Code::InvalidArgument);
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
 }
