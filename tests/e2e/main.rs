@@ -7,6 +7,7 @@ mod cache;
 mod generate;
 mod orchestrator;
 mod process;
+mod service;
 mod third_party;
 
 use revis_client::{Client, message, v1 as pb};

@@ -1,9 +1,10 @@
 //! Test support: the real models (pulled once into the user's models dir),
 //! and [`TestDaemon`], a real `revisd` process on a socket in a temporary
-//! directory, killed when the handle drops.
+//! directory, killed when the handle drops; or on a socket the test holds
+//! the way systemd does ([`HeldSocket`], socket activation).
 
 use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Mutex;
@@ -75,8 +76,8 @@ impl TestDaemon {
         self
     }
 
-    /// Starts revisd and waits until it serves.
-    pub fn start(self) -> Running {
+    /// The daemon's directory and its config file.
+    fn prepare(self) -> (tempfile::TempDir, PathBuf) {
         let model = self.model.unwrap_or_else(smollm2);
         let dir = tempfile::Builder::new().prefix("revisd-test").tempdir().expect("temp dir");
         let mut config = format!("[daemon]\nthreads = 2\ncontext = 2048\n{}", self.config);
@@ -85,29 +86,132 @@ impl TestDaemon {
         }
         let config_path = dir.path().join("revisd.toml");
         std::fs::write(&config_path, config).expect("write config");
-        let socket = dir.path().join("run/revisd.sock");
-        Running::spawn(dir, &config_path, &socket)
+        (dir, config_path)
     }
+
+    /// Starts revisd and waits until it serves.
+    pub fn start(self) -> Running {
+        let (dir, config) = self.prepare();
+        let socket = dir.path().join("run/revisd.sock");
+        Running::spawn(dir, config, socket, None)
+    }
+
+    /// Starts revisd the way systemd starts a socket-activated service: the
+    /// held socket becomes its descriptor 3, with LISTEN_FDS=1 and
+    /// LISTEN_PID set to revisd's own PID (and no --socket). The socket
+    /// stays with the returned handle, so [`Running::restart`] hands the
+    /// same one to the next revisd, as systemd would.
+    pub fn start_activated(self, held: HeldSocket) -> Running {
+        let (dir, config) = self.prepare();
+        Running::spawn(dir, config, held.path.clone(), Some(held))
+    }
+}
+
+/// A listening socket held by the test, as systemd's socket unit holds
+/// one: a 0600 socket in a 0700 directory of its own.
+pub struct HeldSocket {
+    pub path: PathBuf,
+    listener: std::os::unix::net::UnixListener,
+    _dir: tempfile::TempDir,
+}
+
+impl Default for HeldSocket {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl HeldSocket {
+    pub fn new() -> HeldSocket {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::Builder::new().prefix("revisd-socket").tempdir().expect("temp dir");
+        let run = dir.path().join("revis");
+        std::fs::create_dir(&run).expect("socket dir");
+        std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o700)).expect("chmod 0700");
+        let path = run.join("revisd.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind the held socket");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod 0600");
+        HeldSocket { path, listener, _dir: dir }
+    }
+}
+
+impl AsFd for HeldSocket {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.listener.as_fd()
+    }
+}
+
+/// A command that runs revisd as systemd runs a socket-activated service:
+/// `socket` as descriptor 3, LISTEN_FDS=1, and LISTEN_PID = `listen_pid`,
+/// or when None the PID of revisd itself (a shell sets it to its own PID,
+/// then execs revisd, which keeps that PID: the PID of the returned child
+/// is revisd's). Add revisd's arguments with `.arg`.
+pub fn activated_revisd(socket: BorrowedFd<'_>, listen_pid: Option<u32>) -> Command {
+    // A copy far above 3, so putting it at 3 in the child cannot overwrite
+    // another descriptor the child needs (the readiness pipe is moved up too).
+    // SAFETY: F_DUPFD_CLOEXEC returns a fresh descriptor that only we own.
+    let high = unsafe { libc::fcntl(socket.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 100) };
+    assert!(high >= 0, "dup the held socket");
+    let high = unsafe { OwnedFd::from_raw_fd(high) };
+    let pid = listen_pid.map_or_else(|| "$$".to_owned(), |p| p.to_string());
+    let mut cmd = Command::new("/bin/sh");
+    cmd.arg("-c").arg(format!(r#"LISTEN_PID={pid}; LISTEN_FDS=1; export LISTEN_PID LISTEN_FDS; exec "$0" "$@""#));
+    cmd.arg(binary("revisd"));
+    let raw = high.as_raw_fd();
+    // SAFETY: dup2 is async-signal-safe; it runs in the child between fork
+    // and exec, and the new descriptor 3 is not close-on-exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+            let _keep = &high; // the copy lives as long as the command
+            if libc::dup2(raw, 3) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd
 }
 
 /// A running revisd. Dropping it kills the process (SIGKILL) and removes its directory.
 pub struct Running {
     pub socket: PathBuf,
     pub log: PathBuf,
+    config: PathBuf,
+    held: Option<HeldSocket>,
     child: Option<Child>,
     dir: tempfile::TempDir,
 }
 
 impl Running {
-    fn spawn(dir: tempfile::TempDir, config: &Path, socket: &Path) -> Running {
+    fn spawn(dir: tempfile::TempDir, config: PathBuf, socket: PathBuf, held: Option<HeldSocket>) -> Running {
         let log = dir.path().join("revisd.log");
-        let log_file = std::fs::File::create(&log).expect("log file");
+        let mut running = Running { socket, log, config, held, child: None, dir };
+        running.launch();
+        running
+    }
+
+    /// Starts revisd again after it exited (see [`Running::wait_exit`]), as
+    /// the service manager would: the same config, the same socket (the
+    /// held one, when it was started activated). Waits until it serves.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "restart only after wait_exit");
+        self.launch();
+    }
+
+    fn launch(&mut self) {
+        let log_file = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("log file");
         let (read_end, write_end) = pipe();
-        let child = Command::new(binary("revisd"))
+        let mut cmd = match &self.held {
+            Some(held) => activated_revisd(held.as_fd(), None),
+            None => {
+                let mut c = Command::new(binary("revisd"));
+                c.arg("--socket").arg(&self.socket);
+                c
+            }
+        };
+        let child = cmd
             .arg("--config")
-            .arg(config)
-            .arg("--socket")
-            .arg(socket)
+            .arg(&self.config)
             .env("REVIS_READY_FD", write_end.as_raw_fd().to_string())
             .env("REVIS_LOG", "info")
             .stdin(Stdio::null())
@@ -115,8 +219,9 @@ impl Running {
             .stderr(log_file)
             .spawn()
             .expect("start revisd");
+        drop(cmd);
         drop(write_end);
-        let mut running = Running { socket: socket.into(), log, child: Some(child), dir };
+        self.child = Some(child);
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut s = String::new();
@@ -124,10 +229,10 @@ impl Running {
             let _ = tx.send(s);
         });
         match rx.recv_timeout(READY_TIMEOUT) {
-            Ok(s) if s.starts_with("ready") => running,
+            Ok(s) if s.starts_with("ready") => {}
             other => {
-                let status = running.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
-                panic!("revisd did not become ready ({other:?}, exit {status:?}); log:\n{}", running.log_text());
+                let status = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+                panic!("revisd did not become ready ({other:?}, exit {status:?}); log:\n{}", self.log_text());
             }
         }
     }
@@ -186,11 +291,16 @@ impl Drop for Running {
     }
 }
 
+/// A readiness pipe: the read end close-on-exec, the write end inherited
+/// and numbered 100 or above (clear of descriptor 3, see [`activated_revisd`]).
 fn pipe() -> (OwnedFd, OwnedFd) {
     let mut fds = [0; 2];
     // SAFETY: pipe fills two fresh descriptors.
     assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe");
     let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     unsafe { libc::fcntl(r.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
-    (r, w)
+    // SAFETY: F_DUPFD returns a fresh descriptor (inherited by children) that only we own.
+    let high = unsafe { libc::fcntl(w.as_raw_fd(), libc::F_DUPFD, 100) };
+    assert!(high >= 0, "dup the pipe");
+    (r, unsafe { OwnedFd::from_raw_fd(high) })
 }
