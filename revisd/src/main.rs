@@ -101,13 +101,14 @@ fn load_config(path: Option<PathBuf>) -> anyhow::Result<Config> {
 async fn serve(config: Config, socket: Option<PathBuf>, inherited: Option<Inherited>) -> ExitCode {
     let asked = socket.or_else(|| config.socket.clone());
     // A socket the service manager holds stays its own: we neither bind nor remove it.
-    let (listener, path, ours) = match inherited {
+    let activated = inherited.is_some();
+    let (listener, path) = match inherited {
         Some(i) => {
             if let Some(asked) = asked.filter(|a| *a != i.path) {
                 tracing::warn!(asked = %asked.display(), "serving the socket {} handed over instead", i.from);
             }
             match tokio::net::UnixListener::from_std(i.listener) {
-                Ok(l) => (l, i.path, false),
+                Ok(l) => (l, i.path),
                 Err(e) => {
                     eprintln!("revisd: the socket handed over by {}: {e}", i.from);
                     return ExitCode::from(EX_CANTCREAT);
@@ -117,7 +118,7 @@ async fn serve(config: Config, socket: Option<PathBuf>, inherited: Option<Inheri
         None => {
             let path = asked.unwrap_or_else(default_socket_path);
             match bind(&path).await {
-                Ok(l) => (l, path, true),
+                Ok(l) => (l, path),
                 Err(e) => {
                     eprintln!("revisd: {e}");
                     return ExitCode::from(EX_CANTCREAT);
@@ -125,9 +126,12 @@ async fn serve(config: Config, socket: Option<PathBuf>, inherited: Option<Inheri
             }
         }
     };
-    tracing::info!(socket = %path.display(), pid = std::process::id(), activated = !ours, "revisd {} listening", env!("CARGO_PKG_VERSION"));
+    // The socket file we bound, to remove on exit only if it is still there:
+    // a service manager that took the path over since then keeps its socket.
+    let bound = if activated { None } else { file_id(&path) };
+    tracing::info!(socket = %path.display(), pid = std::process::id(), activated, "revisd {} listening", env!("CARGO_PKG_VERSION"));
     let result = revis_daemon::run(config, listener, signal(), notify_ready).await;
-    if ours {
+    if bound.is_some() && file_id(&path) == bound {
         let _ = std::fs::remove_file(&path);
     }
     match result {
@@ -140,6 +144,12 @@ async fn serve(config: Config, socket: Option<PathBuf>, inherited: Option<Inheri
             ExitCode::FAILURE
         }
     }
+}
+
+/// Which file is at `path`: its device and inode.
+fn file_id(path: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 async fn signal() {

@@ -86,6 +86,18 @@ async fn a_request_right_after_a_kill_is_served_by_the_restarted_daemon() {
     assert_eq!(second.pid, d.pid());
 }
 
+/// A revisd started by hand whose socket path a service manager took over
+/// since (systemd unlinks and binds again) leaves the new socket alone on exit.
+#[test]
+fn a_daemon_started_by_hand_leaves_a_socket_taken_over_since() {
+    let mut d = TestDaemon::new().start();
+    std::fs::remove_file(&d.socket).unwrap();
+    let _manager = std::os::unix::net::UnixListener::bind(&d.socket).unwrap();
+    d.signal(libc::SIGTERM);
+    assert!(d.wait_exit(Duration::from_secs(10)).expect("exited").success());
+    assert!(d.socket.exists(), "revisd removed a socket it did not bind");
+}
+
 /// A config for revisd started by hand: every tier on SmolLM2.
 fn config(dir: &Path) -> PathBuf {
     let model = revis_testkit::smollm2();
