@@ -75,8 +75,10 @@ const PASSED_ENV: &[&str] = &["REVIS_DATA_DIR"];
 impl Layout {
     /// The layout for the revisd binary that is running now.
     pub fn from_env(config: Option<&Path>) -> Result<Layout, ServiceError> {
+        // Not canonicalized: a stable link (Homebrew's bin/revisd) must not
+        // become the versioned file it points to, which an upgrade removes.
         let exe = std::env::current_exe().map_err(ServiceError::Binary)?;
-        let revisd = exe.canonicalize().map_err(ServiceError::Binary)?;
+        let revisd = std::path::absolute(&exe).map_err(ServiceError::Binary)?;
         let absolute = |p: &Path| std::path::absolute(p).map_err(io_error(p));
         let config = config.map(absolute).transpose()?;
         let mut env = Vec::new();
