@@ -6,7 +6,7 @@ use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::error::{Result, StoreError};
 use crate::schema::{self, MARKER, Marker, SCHEMA_VERSION, VERSION_KEY};
@@ -14,6 +14,10 @@ use crate::store::Store;
 
 /// sled's page cache limit. sled's default is 1 GiB; a chat history needs far less.
 const CACHE_CAPACITY: u64 = 64 * 1024 * 1024;
+
+/// How long [`Store::open`] waits for a database in use to be let go.
+const LOCK_WAIT: Duration = Duration::from_secs(1);
+const LOCK_POLL: Duration = Duration::from_millis(5);
 
 /// An opened store, and what was done if the old database was damaged.
 #[derive(Debug)]
@@ -64,16 +68,17 @@ impl Store {
     ///   ([`StoreError::NewerSchema`]) and left untouched.
     /// - A damaged database (sled reports corruption or fails inside, a
     ///   record that should be there is not, the version stamp or
-    ///   [`MARKER`](crate::schema) is unreadable) is renamed to
+    ///   marker file `revis-store.json` is unreadable) is renamed to
     ///   `<dir>.damaged-<unix ms>`, a fresh one is created, and
     ///   [`Opened::recovered`] says so. Nothing is deleted or overwritten.
     /// - A directory that cannot be used (permissions, a regular file in the
-    ///   way) is [`StoreError::Io`]; one open elsewhere is [`StoreError::Locked`].
-    ///   Those are never treated as damage.
+    ///   way) is [`StoreError::Io`]; one open elsewhere is [`StoreError::Locked`]
+    ///   (after waiting up to a second for it to be let go). Those are never
+    ///   treated as damage.
     ///
     /// Blocking (file I/O and fsync), like every method of [`Store`].
     pub fn open(dir: &Path) -> Result<Opened> {
-        match try_open(dir) {
+        match try_open_waiting(dir) {
             Ok(store) => Ok(Opened {
                 store,
                 recovered: None,
@@ -87,7 +92,7 @@ impl Store {
                     %error,
                     "the database was damaged; moved it aside and started a new one"
                 );
-                match try_open(dir) {
+                match try_open_waiting(dir) {
                     Ok(store) => Ok(Opened {
                         store,
                         recovered: Some(Recovered {
@@ -124,6 +129,23 @@ fn default_dir_from(env_value: Option<OsString>) -> Result<PathBuf> {
     Ok(data.join("db"))
 }
 
+/// [`try_open`], waiting up to [`LOCK_WAIT`] for a lock to be released.
+///
+/// sled 0.34 does not release its lock when the last handle is dropped but
+/// when its background I/O threads let go of the file, a little later: without
+/// the wait, closing and reopening in one process fails now and then.
+fn try_open_waiting(dir: &Path) -> Result<Store, Failure> {
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        match try_open(dir) {
+            Err(Failure::Fatal(StoreError::Locked { .. })) if Instant::now() < deadline => {
+                std::thread::sleep(LOCK_POLL);
+            }
+            other => return other,
+        }
+    }
+}
+
 fn try_open(dir: &Path) -> Result<Store, Failure> {
     let io = |source| {
         Failure::Fatal(StoreError::Io {
@@ -149,6 +171,14 @@ fn try_open(dir: &Path) -> Result<Store, Failure> {
         return Err(newer(schema_version));
     }
     make_private(dir).map_err(io)?;
+    // sled reads some files before it takes its lock (and keeps the lock
+    // after some failures): check the lock first, so a database another
+    // process has open is never taken for damaged and moved.
+    if in_use(dir).map_err(io)? {
+        return Err(Failure::Fatal(StoreError::Locked {
+            path: dir.to_path_buf(),
+        }));
+    }
 
     let config = sled::Config::new().path(dir).cache_capacity(CACHE_CAPACITY);
     let db = match catch_unwind(AssertUnwindSafe(|| config.open())) {
@@ -229,6 +259,25 @@ fn try_open(dir: &Path) -> Result<Store, Failure> {
     Store::from_db(Arc::from(dir), db).map_err(|e| classify(dir, e))
 }
 
+/// Whether another process (or another [`Store`]) holds sled's lock on the
+/// database: the same `flock` on its `db` file that sled takes.
+fn in_use(dir: &Path) -> std::io::Result<bool> {
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.join("db"))
+    {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    match file.try_lock() {
+        Ok(()) => Ok(false), // released when `file` closes, before sled opens
+        Err(std::fs::TryLockError::WouldBlock) => Ok(true),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
+    }
+}
+
 /// Reads every key and value of every tree.
 fn verify(db: &sled::Db) -> sled::Result<()> {
     for name in db.tree_names() {
@@ -305,29 +354,11 @@ fn make_private(dir: &Path) -> std::io::Result<()> {
 }
 
 /// Renames the damaged directory to `<dir>.damaged-<unix ms>[-n]`, never over
-/// anything. Holds sled's lock while doing it, so a database another process
-/// has open is never moved.
+/// anything.
 fn move_aside(dir: &Path) -> Result<PathBuf> {
     let io = |source| StoreError::Io {
         path: dir.to_path_buf(),
         source,
-    };
-    let _lock = match std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(dir.join("db"))
-    {
-        Ok(file) => match file.try_lock() {
-            Ok(()) => Some(file),
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(StoreError::Locked {
-                    path: dir.to_path_buf(),
-                });
-            }
-            Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
-        },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(io(e)),
     };
     let millis = SystemTime::now()
         .duration_since(UNIX_EPOCH)
