@@ -1,0 +1,271 @@
+//! kill -9 during writes: a child process (`revis-store-crash-writer`) writes
+//! and acknowledges; it is killed at random points, many times, into the same
+//! database. After each kill every acknowledged write is there, and a reply
+//! is either complete with exactly the text it was completed with or flagged
+//! incomplete.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::BufRead as _;
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng as _};
+use revis_store::{ConversationId, MessageId, MessageState, Role};
+
+use crate::{open, temp_db};
+
+/// Kills per run (`REVIS_STORE_CRASH_KILLS` overrides, for soak runs).
+const KILLS: usize = 50;
+/// Acknowledgements to wait for before a kill: 1..=this, drawn per kill.
+const MOST_ACKS: usize = 120;
+/// The delay between the last acknowledgement read and the kill:
+/// 0..this many microseconds, drawn per kill.
+const MOST_JITTER_US: u64 = 3000;
+/// The writer acknowledges thousands of writes a second; this long without
+/// one means it is stuck.
+const STALL: Duration = Duration::from_secs(20);
+
+/// What the writer has acknowledged so far, over all runs.
+#[derive(Default)]
+struct Acked {
+    conversations: BTreeMap<ConversationId, String>,
+    users: BTreeMap<MessageId, String>,
+    begun: BTreeSet<MessageId>,
+    /// The text each reply was (about to be) completed with.
+    intents: BTreeMap<MessageId, String>,
+    completed: BTreeSet<MessageId>,
+}
+
+impl Acked {
+    fn record(&mut self, line: &str) {
+        let (kind, rest) = line.split_once(' ').unwrap_or((line, ""));
+        let id_and_text = || {
+            rest.split_once(' ')
+                .map_or((rest, ""), |(id, text)| (id, text))
+        };
+        let message = |id: &str| {
+            id.parse::<MessageId>()
+                .unwrap_or_else(|_| panic!("bad id in {line:?}"))
+        };
+        match kind {
+            "ack" => {
+                let (what, rest) = rest
+                    .split_once(' ')
+                    .unwrap_or_else(|| panic!("bad line {line:?}"));
+                let (id, text) = rest.split_once(' ').unwrap_or((rest, ""));
+                match what {
+                    "conv" => {
+                        let id = id.parse().unwrap_or_else(|_| panic!("bad id in {line:?}"));
+                        self.conversations.insert(id, text.to_owned());
+                    }
+                    "user" => {
+                        self.users.insert(message(id), text.to_owned());
+                    }
+                    "begin" => {
+                        self.begun.insert(message(id));
+                    }
+                    "complete" => {
+                        self.completed.insert(message(id));
+                    }
+                    _ => panic!("unknown acknowledgement {line:?}"),
+                }
+            }
+            "intent" => {
+                let (id, text) = id_and_text();
+                self.intents.insert(message(id), text.to_owned());
+            }
+            _ => panic!("the writer said {line:?}"),
+        }
+    }
+}
+
+/// Runs the writer on `dir` and kills it (SIGKILL) `jitter` after `acks`
+/// acknowledgements have been read; returns every complete line it printed.
+fn run_and_kill(dir: &Path, acks: usize, jitter: Duration) -> Vec<String> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_revis-store-crash-writer"))
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the writer");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut stdout = std::io::BufReader::new(stdout);
+        loop {
+            let mut line = Vec::new();
+            match stdout.read_until(b'\n', &mut line) {
+                // A line without its newline was cut by the kill: not printed.
+                Ok(_) if line.last() == Some(&b'\n') => {
+                    line.pop();
+                    let line = String::from_utf8(line).expect("the writer prints UTF-8");
+                    if tx.send(line).is_err() {
+                        return;
+                    }
+                }
+                Ok(_) => return,
+                Err(e) => panic!("reading the writer: {e}"),
+            }
+        }
+    });
+
+    let mut lines = Vec::new();
+    let mut seen = 0;
+    while seen < acks {
+        match rx.recv_timeout(STALL) {
+            Ok(line) => {
+                seen += usize::from(line.starts_with("ack "));
+                lines.push(line);
+            }
+            Err(e) => {
+                let _ = child.kill();
+                let status = child.wait().unwrap();
+                panic!("the writer stopped ({e}, {status}) after {lines:#?}");
+            }
+        }
+    }
+    // Not a wait for anything: it spreads the kills over the writer's cycle
+    // (a write takes well under a millisecond here).
+    let chosen = Instant::now();
+    while chosen.elapsed() < jitter {
+        std::hint::spin_loop();
+    }
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(
+        status.signal(),
+        Some(9),
+        "the writer ended by itself: {status}; it said {lines:#?}"
+    );
+    // Lines printed before the kill but not read yet were acknowledged too.
+    reader.join().unwrap();
+    lines.extend(rx.try_iter());
+    lines
+}
+
+/// Checks the reopened database against everything acknowledged so far.
+/// Returns how many replies were found cut off.
+fn check(dir: &Path, acked: &Acked, kill: usize) -> usize {
+    let store = open(dir);
+    let at = |what: String| format!("after kill {kill}: {what}");
+
+    for (&id, title) in &acked.conversations {
+        let found = store
+            .conversation(id)
+            .unwrap()
+            .unwrap_or_else(|| panic!("{}", at(format!("conversation {id} lost"))));
+        assert_eq!(&found.title, title, "{}", at(format!("conversation {id}")));
+    }
+    for (&id, text) in &acked.users {
+        let m = store
+            .message(id)
+            .unwrap()
+            .unwrap_or_else(|| panic!("{}", at(format!("user message {id} lost"))));
+        assert_eq!(
+            (m.role, m.state),
+            (Role::User, MessageState::Complete),
+            "{}",
+            at(format!("message {id}"))
+        );
+        assert_eq!(&m.text, text, "{}", at(format!("user message {id}")));
+    }
+    for &id in &acked.begun {
+        let m = store
+            .message(id)
+            .unwrap()
+            .unwrap_or_else(|| panic!("{}", at(format!("begun reply {id} lost"))));
+        assert_eq!(m.role, Role::Assistant, "{}", at(format!("reply {id}")));
+    }
+    for &id in &acked.completed {
+        let m = store.message(id).unwrap().unwrap();
+        assert_eq!(
+            m.state,
+            MessageState::Complete,
+            "{}",
+            at(format!("completed reply {id} is not complete"))
+        );
+    }
+
+    // Every reply in the database, acknowledged or not: complete means
+    // exactly the text it was completed with; incomplete means a prefix of it.
+    let mut cut_off = 0;
+    for conversation in store.conversations().unwrap() {
+        let messages = store.messages(conversation.id).unwrap();
+        let seqs: Vec<u64> = messages.iter().map(|m| m.id.seq).collect();
+        assert_eq!(
+            seqs,
+            (0..conversation.message_count).collect::<Vec<_>>(),
+            "{}",
+            at("gaps".into())
+        );
+        for m in messages.iter().filter(|m| m.role == Role::Assistant) {
+            let intent = acked.intents.get(&m.id);
+            match m.state {
+                MessageState::Complete => {
+                    let intent = intent.unwrap_or_else(|| {
+                        panic!("{}", at(format!("reply {} complete unasked", m.id)))
+                    });
+                    assert_eq!(
+                        &m.text,
+                        intent,
+                        "{}",
+                        at(format!("complete reply {} has other text", m.id))
+                    );
+                }
+                MessageState::Incomplete => {
+                    cut_off += 1;
+                    assert!(
+                        !acked.completed.contains(&m.id),
+                        "{}",
+                        at(format!("completed reply {} lost it", m.id))
+                    );
+                    if let Some(intent) = intent {
+                        assert!(
+                            intent.starts_with(&m.text),
+                            "{}",
+                            at(format!("reply {} text is no prefix", m.id))
+                        );
+                    }
+                }
+            }
+        }
+    }
+    cut_off
+}
+
+#[test]
+fn every_acknowledged_write_survives_kill_9() {
+    let env = |name: &str| std::env::var(name).ok().and_then(|s| s.parse::<u64>().ok());
+    let seed = env("REVIS_STORE_CRASH_SEED").unwrap_or(20_260_801);
+    let kills = env("REVIS_STORE_CRASH_KILLS").map_or(KILLS, |k| k as usize);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let (_tmp, dir) = temp_db();
+    let mut acked = Acked::default();
+    let started = Instant::now();
+    let mut cut_off = 0;
+    for kill in 1..=kills {
+        let (acks, jitter) = (
+            rng.random_range(1..=MOST_ACKS),
+            rng.random_range(0..MOST_JITTER_US),
+        );
+        for line in run_and_kill(&dir, acks, Duration::from_micros(jitter)) {
+            acked.record(&line);
+        }
+        cut_off = check(&dir, &acked, kill);
+    }
+    eprintln!(
+        "seed {seed}: {kills} kills in {:.1?}; {} user messages and {} replies acknowledged, {} completed; \
+         {cut_off} replies cut off",
+        started.elapsed(),
+        acked.users.len(),
+        acked.begun.len(),
+        acked.completed.len(),
+    );
+    // The kills did land inside replies, so the incomplete path was tested.
+    assert!(cut_off > 0, "no kill interrupted a reply (seed {seed})");
+}
