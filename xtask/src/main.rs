@@ -14,7 +14,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("chat") => chat(&args[1..]),
         Some("test") => test(&args[1..]),
-        Some("deps") => deps(),
+        Some("deps") => deps(true),
         _ => {
             eprintln!("usage: cargo xtask chat [ARGS...] | test [NEXTEST ARGS...] | deps");
             return ExitCode::from(2);
@@ -46,12 +46,15 @@ fn have(program: &str) -> bool {
     Command::new("sh").arg("-c").arg(format!("command -v {program} >/dev/null 2>&1")).status().is_ok_and(|s| s.success())
 }
 
-/// cmake (llama.cpp), libclang (bindgen) and protoc (the gRPC code).
-fn deps() -> anyhow::Result<()> {
+/// cmake (llama.cpp), libclang (bindgen), protoc (the gRPC code) and, on
+/// Linux, systemd-analyze (the service tests verify the generated units).
+fn deps(for_tests: bool) -> anyhow::Result<()> {
     let libclang = ["/usr/lib/llvm-14/lib", "/usr/lib/llvm-15/lib", "/usr/lib/llvm-16/lib", "/usr/lib/x86_64-linux-gnu"]
         .iter()
         .any(|d| std::fs::read_dir(d).is_ok_and(|mut r| r.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("libclang")))));
-    if have("cmake") && have("protoc") && (libclang || cfg!(target_os = "macos")) {
+    // systemd-analyze (Linux) verifies the service units in the tests; systemd need not run.
+    let systemd = !for_tests || cfg!(target_os = "macos") || have("systemd-analyze");
+    if have("cmake") && have("protoc") && (libclang || cfg!(target_os = "macos")) && systemd {
         return Ok(());
     }
     if cfg!(target_os = "macos") {
@@ -70,7 +73,11 @@ fn deps() -> anyhow::Result<()> {
         run(&mut c)
     };
     apt(&["update", "-qq"])?;
-    apt(&["install", "-y", "-qq", "cmake", "libclang-dev", "protobuf-compiler", "python3-pip"])
+    apt(&["install", "-y", "-qq", "cmake", "libclang-dev", "protobuf-compiler", "python3-pip"])?;
+    if !systemd {
+        apt(&["install", "-y", "-qq", "systemd"])?;
+    }
+    Ok(())
 }
 
 fn unsafe_is_root() -> bool {
@@ -88,13 +95,13 @@ fn build() -> anyhow::Result<()> {
 }
 
 fn chat(args: &[String]) -> anyhow::Result<()> {
-    deps()?;
+    deps(false)?;
     build()?;
     run(Command::new(root().join("target/release/revis")).arg("chat").args(args))
 }
 
 fn test(args: &[String]) -> anyhow::Result<()> {
-    deps()?;
+    deps(true)?;
     // The third-party client test uses Google's grpcio from PyPI.
     let py = "import grpc, grpc_tools";
     if !Command::new("python3").args(["-c", py]).status().is_ok_and(|s| s.success()) {

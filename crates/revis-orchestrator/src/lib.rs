@@ -39,7 +39,11 @@ impl Daemon for revis_client::Client {
     }
 
     async fn generate(&self, req: pb::GenerateRequest, mut on_delta: impl FnMut(&str) + Send) -> Result<pb::Done, tonic::Status> {
-        let mut stream = self.clone().inference.generate(req).await?.into_inner();
+        // The client library's generate retries once if the daemon restarted before the first event.
+        let mut stream = revis_client::Client::generate(&mut self.clone(), req).await.map_err(|e| match e {
+            revis_client::ClientError::Rpc(s) => s,
+            other => tonic::Status::unavailable(other.to_string()),
+        })?;
         while let Some(ev) = stream.message().await? {
             match ev.event {
                 Some(pb::generate_event::Event::Delta(d)) => on_delta(&d.text),
