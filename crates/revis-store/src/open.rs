@@ -171,9 +171,9 @@ fn try_open(dir: &Path) -> Result<Store, Failure> {
         return Err(newer(schema_version));
     }
     make_private(dir).map_err(io)?;
-    // sled reads some files before it takes its lock (and keeps the lock
-    // after some failures): check the lock first, so a database another
-    // process has open is never taken for damaged and moved.
+    // sled reads its config before it takes its lock: check the lock first,
+    // so a database another process has open is never taken for damaged
+    // (and moved aside) because of what sled read without it.
     if in_use(dir).map_err(io)? {
         return Err(Failure::Fatal(StoreError::Locked {
             path: dir.to_path_buf(),
