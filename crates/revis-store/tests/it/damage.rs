@@ -7,13 +7,15 @@ use std::path::{Path, PathBuf};
 use expect_test::expect;
 use revis_store::{Opened, Store, StoreError};
 
-use crate::{dump, files_under, open, siblings, temp_db};
+use crate::{dump, files_under, open, siblings, temp_db, wait_closed};
 
 /// A database with one conversation in it, closed.
 fn written(dir: &Path) {
     let store = open(dir);
     let conv = store.create_conversation("precious").unwrap();
     store.append_user(conv, "remember this").unwrap();
+    drop(store);
+    wait_closed(dir);
 }
 
 /// Overwrites every byte of `file` with a pattern that is not sled's.
@@ -96,6 +98,7 @@ fn a_log_zeroed_under_its_snapshot_is_found_by_sled() {
     written(&dir);
     // Opening again makes sled write a snapshot that points into the log.
     drop(open(&dir));
+    wait_closed(&dir);
     assert!(files_under(&dir).iter().any(|f| {
         f.file_name()
             .unwrap()

@@ -6,9 +6,25 @@ use revis_store::{SCHEMA_VERSION, Store, StoreError};
 
 use crate::{dump, files_under, open, siblings, temp_db};
 
+/// sled itself, on a database a [`Store`] may just have closed: sled lets go
+/// of its lock when its I/O threads are done with the file, a moment after
+/// the close, so this polls for it (as `Store::open` does).
+fn raw_sled(dir: &std::path::Path) -> sled::Db {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match sled::open(dir) {
+            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
+                assert!(std::time::Instant::now() < deadline, "{e}");
+                std::thread::yield_now();
+            }
+            other => return other.unwrap(),
+        }
+    }
+}
+
 /// The version sled holds, read with sled directly.
 fn stamped_version(dir: &std::path::Path) -> Option<u32> {
-    let db = sled::open(dir).unwrap();
+    let db = raw_sled(dir);
     db.get("schema_version")
         .unwrap()
         .map(|v| serde_json::from_slice(&v).unwrap())
@@ -66,7 +82,7 @@ fn a_newer_version_in_sled_is_refused_and_left_alone() {
             .unwrap();
     }
     {
-        let db = sled::open(&dir).unwrap();
+        let db = raw_sled(&dir);
         db.insert(
             "schema_version",
             format!("{}", SCHEMA_VERSION + 1).as_bytes(),
