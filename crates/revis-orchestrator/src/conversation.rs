@@ -16,6 +16,13 @@ use crate::{Daemon, Gates, PrePrefill, structured};
 pub const RULES: &str = "You are revis, a private assistant running on the user's own computer. \
 Answer helpfully, briefly and honestly. If you do not know, say so.";
 
+/// How often the text of a streaming reply is saved (unflushed) while it grows.
+pub const PARTIAL_SAVE_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ChatError> + Send + 'static) -> Result<T, ChatError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| ChatError::Daemon(format!("a store task failed: {e}")))?
+}
+
 /// Turns shown in full before older ones are summarised.
 pub const TURN_BUDGET: usize = 12;
 
@@ -154,21 +161,41 @@ impl<D: Daemon> Chat<D> {
     }
 
     /// Sends the user's message and streams the answer through `on_delta`.
-    pub async fn send(&self, text: &str, on_delta: impl FnMut(&str) + Send) -> Result<pb::Done, ChatError> {
+    /// The reply is stored as incomplete when its stream starts, its text so
+    /// far is saved as it grows, and it is marked complete when it ends.
+    pub async fn send(&self, text: &str, mut on_delta: impl FnMut(&str) + Send) -> Result<pb::Done, ChatError> {
         let tier = self.policies.get(TaskKind::ChatAnswer).tier.clone();
         let ctx = self.context()?;
-        let user = self.store.append_user(self.conversation, text)?;
+        let (store, conv, owned) = (self.store.clone(), self.conversation, text.to_owned());
+        let t = tier.clone();
+        // Store writes fsync: keep them off the async runtime.
+        let (user, reply) = blocking(move || Ok((store.append_user(conv, &owned)?, store.begin_reply(conv, &t)?))).await?;
         self.pre.enter().await;
         let mut req = ctx.request(&tier, text);
         req.sampling = self.sampling;
         req.max_tokens = self.max_tokens;
-        let reply = self.store.begin_reply(self.conversation, &tier)?;
         let streaming = self.gates.streaming();
-        let result = self.daemon.generate(req, on_delta).await;
+        let mut so_far = String::new();
+        let mut saved = std::time::Instant::now();
+        let result = self
+            .daemon
+            .generate(req, |t| {
+                on_delta(t);
+                so_far.push_str(t);
+                // Keep the partial text, so a crash leaves it (flagged incomplete), not an empty reply.
+                if saved.elapsed() >= PARTIAL_SAVE_EVERY {
+                    saved = std::time::Instant::now();
+                    if let Err(e) = self.store.update_reply(reply, &so_far) {
+                        tracing::warn!("saving the partial reply failed: {e}");
+                    }
+                }
+            })
+            .await;
         drop(streaming);
         self.pre.consumed();
         let done = result.map_err(|s| ChatError::Daemon(s.message().to_owned()))?;
-        self.store.complete_reply(reply, &done.text)?;
+        let (store, final_text) = (self.store.clone(), done.text.clone());
+        blocking(move || Ok(store.complete_reply(reply, &final_text)?)).await?;
         self.after_turn(text, user, reply, &done.text);
         Ok(done)
     }
