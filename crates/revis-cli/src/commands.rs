@@ -56,6 +56,10 @@ pub struct ChatArgs {
     /// Print token counts and timings to stderr after each answer.
     #[arg(long)]
     verbose: bool,
+    /// Seconds without a keystroke after which typing counts as stopped (background work may run again;
+    /// the warm cache stays).
+    #[arg(long, default_value_t = 5.0)]
+    typing_idle_s: f64,
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -340,9 +344,35 @@ async fn chat(client: Client, a: ChatArgs) -> anyhow::Result<ExitCode> {
             if n > 0 { format!(", {n} messages so far") } else { String::new() }
         );
         let mut term = Terminal::start("> ")?;
-        while let Some(ev) = term.events.recv().await {
+        let idle = std::time::Duration::from_secs_f64(a.typing_idle_s.max(0.1));
+        let mut typing_until: Option<tokio::time::Instant> = None;
+        loop {
+            let ev = match typing_until {
+                Some(deadline) => tokio::select! {
+                    ev = term.events.recv() => ev,
+                    () = tokio::time::sleep_until(deadline) => {
+                        // A pause in typing: background work may go on; the warm cache stays.
+                        chat.typing_stopped();
+                        typing_until = None;
+                        continue;
+                    }
+                },
+                None => term.events.recv().await,
+            };
+            let Some(ev) = ev else { break };
+            if matches!(ev, Input::TypingStarted | Input::Typing) {
+                typing_until = Some(tokio::time::Instant::now() + idle);
+            } else {
+                typing_until = None;
+            }
             match ev {
                 Input::TypingStarted => chat.typing_started()?,
+                Input::Typing => {
+                    if !chat.gates().state().typing {
+                        // Typing resumed after a pause: hold background work again.
+                        chat.typing_started()?;
+                    }
+                }
                 Input::Line(line) if line.trim().is_empty() => {
                     chat.typing_stopped();
                     term.next();

@@ -12,21 +12,21 @@ use tokio::sync::mpsc;
 pub enum Input {
     /// The first key of a new line was pressed.
     TypingStarted,
+    /// Another key was pressed on a line being typed.
+    Typing,
     /// Enter: a whole line.
     Line(String),
     /// Ctrl-D, Ctrl-C or the end of input.
     End,
 }
 
-/// Calls back on the first keystroke of an empty line, then lets rustyline
-/// handle the key as usual.
+/// Reports the first keystroke of an empty line, and later ones (so a pause
+/// in typing can be noticed), then lets rustyline handle the key as usual.
 struct FirstKey(mpsc::UnboundedSender<Input>);
 
 impl ConditionalEventHandler for FirstKey {
     fn handle(&self, _: &Event, _: RepeatCount, _: bool, ctx: &EventContext) -> Option<Cmd> {
-        if ctx.line().is_empty() {
-            let _ = self.0.send(Input::TypingStarted);
-        }
+        let _ = self.0.send(if ctx.line().is_empty() { Input::TypingStarted } else { Input::Typing });
         None
     }
 }
