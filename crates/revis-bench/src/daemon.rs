@@ -3,7 +3,7 @@
 //! revis client library, stopped with SIGTERM afterwards.
 
 use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -66,7 +66,7 @@ impl Daemon {
                 tier("tier3")
             ),
         )?;
-        let (read_end, write_end) = pipe()?;
+        let (read_end, write_end) = revis_client::readiness_pipe()?;
         let log_file = std::fs::File::create(&log)?;
         let mut cmd = Command::new(revisd);
         cmd.arg("--socket")
@@ -206,19 +206,6 @@ fn toml_string(s: &str) -> String {
     out
 }
 
-/// A pipe whose read end is close-on-exec and whose write end is inherited.
-fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe writes two descriptors into the array.
-    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors are fresh and owned by us from here on.
-    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    // SAFETY: setting a flag on a descriptor we own.
-    unsafe { libc::fcntl(r.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
-    Ok((r, w))
-}
 
 #[cfg(test)]
 mod tests {

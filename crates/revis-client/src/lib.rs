@@ -12,7 +12,7 @@ use revis_proto::v1 as pb;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 pub use revis_proto::v1;
-pub use spawn::{SpawnOptions, spawn_daemon};
+pub use spawn::{SpawnOptions, readiness_pipe, spawn_daemon};
 
 /// How long to wait for a freshly started daemon to answer.
 pub const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -33,22 +33,8 @@ fn status_message(s: &tonic::Status) -> String {
     format!("{} ({:?})", s.message(), s.code())
 }
 
-/// The default socket: `$REVIS_SOCKET`, else the user's runtime directory
-/// (must match revisd's default; see `revis_daemon::socket::default_socket_path`).
-pub fn default_socket_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("REVIS_SOCKET").filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
-    #[cfg(target_os = "macos")]
-    if let Some(home) = std::env::var_os("HOME") {
-        return PathBuf::from(home).join("Library/Application Support/revis/revisd.sock");
-    }
-    if let Some(dir) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
-        return PathBuf::from(dir).join("revis/revisd.sock");
-    }
-    // SAFETY: getuid cannot fail.
-    PathBuf::from(format!("/tmp/revis-{}/revisd.sock", unsafe { libc::getuid() }))
-}
+pub use revis_proto::default_socket_path;
+
 
 /// A connection to one revisd.
 #[derive(Clone)]

@@ -62,7 +62,7 @@ pub async fn spawn_daemon(socket: &Path, opts: &SpawnOptions) -> Result<u32, Cli
         .append(true)
         .open(&log_path)
         .map_err(|e| ClientError::Spawn(format!("{}: {e}", log_path.display())))?;
-    let (read_end, write_end) = pipe().map_err(|e| ClientError::Spawn(format!("pipe: {e}")))?;
+    let (read_end, write_end) = readiness_pipe().map_err(|e| ClientError::Spawn(format!("pipe: {e}")))?;
     let binary = revisd_binary(opts);
     let mut cmd = Command::new(&binary);
     cmd.arg("--socket")
@@ -96,8 +96,10 @@ pub async fn spawn_daemon(socket: &Path, opts: &SpawnOptions) -> Result<u32, Cli
     }
 }
 
-/// A pipe whose read end is close-on-exec and whose write end is inherited.
-fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+/// A readiness pipe for starting revisd: the read end is close-on-exec, the
+/// write end is inherited (pass its number in `REVIS_READY_FD`); revisd
+/// writes "ready\n" to it once it serves, and EOF means it exited.
+pub fn readiness_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: pipe writes two descriptors into the array.
     if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {

@@ -27,22 +27,8 @@ pub fn my_uid() -> u32 {
     unsafe { libc::getuid() }
 }
 
-/// Where the daemon listens by default: `$XDG_RUNTIME_DIR/revis/revisd.sock`
-/// on Linux, `~/Library/Application Support/revis/revisd.sock` on macOS, and
-/// `/tmp/revis-$UID/revisd.sock` when neither is available.
-pub fn default_socket_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("REVIS_SOCKET").filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
-    #[cfg(target_os = "macos")]
-    if let Some(home) = std::env::var_os("HOME") {
-        return PathBuf::from(home).join("Library/Application Support/revis/revisd.sock");
-    }
-    if let Some(dir) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
-        return PathBuf::from(dir).join("revis/revisd.sock");
-    }
-    PathBuf::from(format!("/tmp/revis-{}/revisd.sock", my_uid()))
-}
+pub use revis_proto::default_socket_path;
+
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SocketError + '_ {
     move |source| SocketError::Io { path: path.into(), source }

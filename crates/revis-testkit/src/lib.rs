@@ -294,11 +294,7 @@ impl Drop for Running {
 /// A readiness pipe: the read end close-on-exec, the write end inherited
 /// and numbered 100 or above (clear of descriptor 3, see [`activated_revisd`]).
 fn pipe() -> (OwnedFd, OwnedFd) {
-    let mut fds = [0; 2];
-    // SAFETY: pipe fills two fresh descriptors.
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe");
-    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    unsafe { libc::fcntl(r.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+    let (r, w) = revis_client::readiness_pipe().expect("pipe");
     // SAFETY: F_DUPFD returns a fresh descriptor (inherited by children) that only we own.
     let high = unsafe { libc::fcntl(w.as_raw_fd(), libc::F_DUPFD, 100) };
     assert!(high >= 0, "dup the pipe");
