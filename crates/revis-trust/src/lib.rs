@@ -1,0 +1,37 @@
+//! Trust between machines: who this node is, which devices it trusts, and mutual TLS between them.
+//!
+//! The one crate that owns TLS, pairing and discovery (see
+//! `shared/design/trust-and-faults.md`). Today it holds the foundation:
+//!
+//! - [`Identity`]: this node's key and self-signed certificate, created on
+//!   first run in a directory it is given (`identity.key`, `identity.crt`,
+//!   both 0600) and loaded afterwards.
+//! - [`DeviceId`]: SHA-256 of a certificate's DER, written as 8 groups of 7
+//!   base32 characters with check characters, and parsed back.
+//! - [`TrustStore`]: the paired devices (`trusted-devices.json`, 0600,
+//!   written atomically) and the live [`TrustSet`] the TLS verifier reads.
+//! - [`server_config`] / [`client_config`]: TLS 1.3 only, ALPN `h2`, client
+//!   authentication mandatory, peers pinned by device ID, handshake
+//!   signatures verified, session resumption off (so a revocation holds for
+//!   every new connection).
+//!
+//! Pairing (SPAKE2 over the TLS exporter) and mDNS discovery come later.
+
+mod device_id;
+mod error;
+mod fsutil;
+mod identity;
+mod store;
+mod tls;
+
+pub use device_id::DeviceId;
+pub use error::TrustError;
+pub use identity::{CERT_FILE, Identity, KEY_FILE};
+pub use store::{PairedDevice, TRUST_FILE, TrustSet, TrustStore};
+pub use tls::{
+    ALPN_H2, PinnedClientVerifier, PinnedServerVerifier, client_config, peer_device_id, provider,
+    server_config, server_name,
+};
+
+/// The `Result` of this crate.
+pub type Result<T, E = TrustError> = std::result::Result<T, E>;

@@ -1,0 +1,6 @@
+//! revis-trust's integration tests: one binary, loopback only.
+
+mod device_id;
+mod handshake;
+mod identity;
+mod store;
