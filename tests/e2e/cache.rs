@@ -96,3 +96,25 @@ async fn score_prefers_the_true_continuation() {
     assert!((sum - paris.logprob).abs() < 1e-9);
     assert!(paris.tokens.iter().all(|t| t.logprob <= 0.0));
 }
+
+/// With room for one saved prefix, A, B, A: saving B evicts A, so the third
+/// request is evaluated cold, and its answer is exactly the first one (a
+/// wrongly restored prefix would change it).
+#[tokio::test]
+async fn a_full_prefix_cache_never_restores_the_wrong_prefix() {
+    let d = TestDaemon::new().daemon("cache_slots = 1").start();
+    let mut c = d.client().await;
+    let req = |rules: &str| pb::GenerateRequest {
+        messages: vec![system(rules), user("Name one colour.")],
+        sampling: greedy(),
+        max_tokens: 16,
+        ..Default::default()
+    };
+    let a = long_rules();
+    let b = long_rules().replace("house", "garden");
+    let first = generate(&mut c, req(&a)).await.unwrap().done;
+    generate(&mut c, req(&b)).await.unwrap();
+    let again = generate(&mut c, req(&a)).await.unwrap().done;
+    assert_eq!(again.text, first.text);
+    assert!(again.cached_tokens == 0 || again.cached_tokens >= 290, "{} cached", again.cached_tokens);
+}

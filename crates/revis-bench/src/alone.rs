@@ -60,7 +60,7 @@ impl Alone {
         let (tx, mut rx) = tokio::sync::mpsc::channel(64);
         let (done, done_rx) = tokio::sync::oneshot::channel();
         let job = GenerateJob { prompt, sampling: Sampling::greedy(), max_tokens, stop: vec![], grammar: None };
-        let _finished = self.engine.run(KEY, Job::Generate { job, deltas: tx, done }, Arc::new(AtomicBool::new(false)));
+        let _finished = self.engine.run(KEY, Job::Generate { job, deltas: tx, done }, Arc::new(AtomicBool::new(false)), Box::new(()));
         let mut first = None;
         while rx.recv().await.is_some() {
             first.get_or_insert_with(Instant::now);

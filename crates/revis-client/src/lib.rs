@@ -82,8 +82,14 @@ impl Client {
         {
             return Ok(c);
         }
-        spawn_daemon(path, opts).await?;
-        Self::connect(path).await
+        match spawn_daemon(path, opts).await {
+            Ok(_) => Self::connect(path).await,
+            // Another client may have started one at the same moment: use it.
+            Err(e) => match Self::connect(path).await {
+                Ok(c) if c.clone().status().await.is_ok() => Ok(c),
+                _ => Err(e),
+            },
+        }
     }
 
     pub fn socket(&self) -> &Path {

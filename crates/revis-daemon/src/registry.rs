@@ -54,6 +54,28 @@ impl Drop for Lease {
     }
 }
 
+/// Gives back an `in_use` count taken for a lease that was never handed out.
+struct InUse(Arc<Model>);
+
+impl Drop for InUse {
+    fn drop(&mut self) {
+        let mut s = self.0.lock();
+        s.in_use = s.in_use.saturating_sub(1);
+    }
+}
+
+/// Puts a model back to Unloaded if its load is abandoned half way.
+struct LoadingGuard<'a>(&'a Model);
+
+impl Drop for LoadingGuard<'_> {
+    fn drop(&mut self) {
+        let mut s = self.0.lock();
+        if s.phase == Phase::Loading {
+            s.phase = Phase::Unloaded;
+        }
+    }
+}
+
 /// A snapshot of one model's state.
 #[derive(Clone, Debug)]
 pub struct ModelView {
@@ -129,14 +151,12 @@ impl Registry {
                 return Ok(Lease { model: model.clone(), tokenizer: t });
             }
         }
-        // From here on a failure must give the count back: a Lease does that on drop.
-        match self.load(model).await {
-            Ok(tokenizer) => Ok(Lease { model: model.clone(), tokenizer }),
-            Err(e) => {
-                model.lock().in_use -= 1;
-                Err(e)
-            }
-        }
+        // The count is given back if loading fails or the caller goes away
+        // while it waits (its future is dropped).
+        let pending = InUse(model.clone());
+        let tokenizer = self.load(model).await?;
+        std::mem::forget(pending);
+        Ok(Lease { model: model.clone(), tokenizer })
     }
 
     /// Loads a model if it is not loaded; returns its tokenizer.
@@ -150,7 +170,9 @@ impl Registry {
             s.phase = Phase::Loading;
         }
         tracing::info!(model = %model.name, path = %model.path.display(), "loading");
+        let loading = LoadingGuard(model);
         let result = self.engine.load(&model.key, model.spec.clone()).await;
+        drop(loading);
         let mut s = model.lock();
         match result {
             Ok(loaded) => {
@@ -169,9 +191,27 @@ impl Registry {
         }
     }
 
-    /// Unloads a model; true if it was loaded.
+    /// Unloads a model; true if it was loaded. Requests already queued for
+    /// it fail with UNAVAILABLE; their leases hold the weights until they end.
     pub async fn unload(&self, model: &Arc<Model>) -> Result<bool, EngineError> {
         let _g = model.load_lock.lock().await;
+        self.unload_locked(model).await
+    }
+
+    /// Unloads a model only if it is still idle once the load lock is held
+    /// (a request may have leased it since the idle check).
+    async fn unload_if_idle(&self, model: &Arc<Model>, keep: Duration) -> Result<bool, EngineError> {
+        let _g = model.load_lock.lock().await;
+        {
+            let s = model.lock();
+            if !(s.phase == Phase::Ready && s.in_use == 0 && s.last_used.elapsed() >= keep) {
+                return Ok(false);
+            }
+        }
+        self.unload_locked(model).await
+    }
+
+    async fn unload_locked(&self, model: &Arc<Model>) -> Result<bool, EngineError> {
         {
             let mut s = model.lock();
             s.phase = Phase::Unloaded;
@@ -200,9 +240,10 @@ impl Registry {
                     s.phase == Phase::Ready && s.in_use == 0 && s.last_used.elapsed() >= keep
                 };
                 if idle {
-                    tracing::info!(model = %m.name, "idle for {}s, unloading", keep.as_secs());
-                    if let Err(e) = self.unload(&m).await {
-                        tracing::warn!("idle unload failed: {e}");
+                    match self.unload_if_idle(&m, keep).await {
+                        Ok(true) => tracing::info!(model = %m.name, "was idle for {}s: unloaded", keep.as_secs()),
+                        Ok(false) => {}
+                        Err(e) => tracing::warn!("idle unload failed: {e}"),
                     }
                 }
             }

@@ -29,7 +29,7 @@ pub struct Task {
     pub key: String,
     pub job: Job,
     pub cancel: Arc<AtomicBool>,
-    pub _lease: Lease,
+    pub lease: Lease,
 }
 
 /// Runs queued jobs on the engine one at a time, most urgent first.
@@ -40,7 +40,9 @@ pub async fn run_queue(queue: Arc<Queue<Task>>, registry: Arc<Registry>) {
             continue;
         }
         queue.set_busy(true);
-        let _ = registry.engine().run(&task.key, task.job, task.cancel).await;
+        // The lease goes with the job and is dropped on the engine thread as
+        // soon as the job ends, so an unload right after frees the weights.
+        let _ = registry.engine().run(&task.key, task.job, task.cancel, Box::new(task.lease)).await;
         queue.set_busy(false);
     }
 }
@@ -130,7 +132,7 @@ impl pb::inference_server::Inference for Daemon {
             key: v.model.key.clone(),
             job: Job::Generate { job, deltas: deltas_tx, done: done_tx },
             cancel: cancel.clone(),
-            _lease: lease,
+            lease,
         };
         self.admit(v.priority, task)?;
         Ok(Response::new(EventStream { started: Some(started), deltas, done: Some(done), cancel, seed, admitted }))
@@ -151,7 +153,7 @@ impl pb::inference_server::Inference for Daemon {
             key: v.model.key.clone(),
             job: Job::Prefill { job: PrefillJob { prompt }, done: done_tx },
             cancel: Arc::new(AtomicBool::new(false)),
-            _lease: lease,
+            lease,
         };
         self.admit(v.priority, task)?;
         let p = done.await.map_err(|_| DaemonError::ShuttingDown)?.map_err(DaemonError::from)?;
@@ -182,7 +184,7 @@ impl pb::inference_server::Inference for Daemon {
             key: v.model.key.clone(),
             job: Job::Score { job: ScoreJob { prefix, continuation }, done: done_tx },
             cancel: Arc::new(AtomicBool::new(false)),
-            _lease: lease,
+            lease,
         };
         self.admit(Priority::User, task)?;
         let s = done.await.map_err(|_| DaemonError::ShuttingDown)?.map_err(DaemonError::from)?;

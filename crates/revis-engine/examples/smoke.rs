@@ -15,7 +15,7 @@ async fn main() {
         let (tx, mut rx) = tokio::sync::mpsc::channel(64);
         let (done, done_rx) = tokio::sync::oneshot::channel();
         let job = GenerateJob { prompt: prompt.clone(), sampling: Sampling::greedy(), max_tokens: 64, stop: vec![], grammar: None };
-        let _f = engine.run("m", Job::Generate { job, deltas: tx, done }, Arc::new(AtomicBool::new(false)));
+        let _f = engine.run("m", Job::Generate { job, deltas: tx, done }, Arc::new(AtomicBool::new(false)), Box::new(()));
         while let Some(d) = rx.recv().await { print!("{}", d.text); }
         let f = done_rx.await.unwrap().unwrap();
         println!("\n{:?}", Finished { text: String::new(), ..f });

@@ -189,7 +189,8 @@ pub trait Session: Send {
         cancelled: &dyn Fn() -> bool,
     ) -> Result<Finished, EngineError>;
     fn prefill(&mut self, prompt: &Prompt, cancelled: &dyn Fn() -> bool) -> Result<Prefilled, EngineError>;
-    fn score(&mut self, prefix: &[Token], continuation: &[Token]) -> Result<Scored, EngineError>;
+    /// `cancelled` is polled between batches.
+    fn score(&mut self, prefix: &[Token], continuation: &[Token], cancelled: &dyn Fn() -> bool) -> Result<Scored, EngineError>;
     /// Drops cached prefixes; returns (prefixes, bytes) dropped.
     fn purge(&mut self) -> (u32, u64);
     fn stats(&self) -> ModelStats;

@@ -166,14 +166,19 @@ impl LlamaSession {
     /// how many tokens are already evaluated.
     fn reuse(&mut self, tokens: &[Token], cuts: &[usize], limit: usize) -> Result<usize, EngineError> {
         let from_live = self.live.reusable(tokens, cuts, limit);
-        let from_saved = self.saved.best(tokens, cuts, limit).filter(|&(_, n)| n > from_live);
         if from_live < self.live.len() {
+            // Save what is about to be cut first: saving may evict entries, so
+            // a saved entry is chosen only afterwards.
             self.save_live();
         }
+        let from_saved = self.saved.best(tokens, cuts, limit).filter(|&(_, n)| n > from_live);
         let n = match from_saved {
             Some((index, n)) => {
-                let saved = self.saved.get(index);
+                // Forget what the sequence held before touching it, so an error
+                // below never leaves stale bookkeeping behind.
+                self.live = Evaluated::default();
                 self.ctx.clear_kv_cache_seq(Some(0), None, None).map_err(llama_err)?;
+                let saved = self.saved.get(index);
                 self.ctx.state_seq_set(&saved.state, 0).map_err(llama_err)?;
                 self.live = saved.seq.clone();
                 n
@@ -184,8 +189,8 @@ impl LlamaSession {
             let trimmed = self.ctx.clear_kv_cache_seq(Some(0), Some(n as u32), None).map_err(llama_err)?;
             if !trimmed {
                 // This model's cache cannot be trimmed part-way: start over.
-                self.ctx.clear_kv_cache_seq(Some(0), None, None).map_err(llama_err)?;
                 self.live = Evaluated::default();
+                self.ctx.clear_kv_cache_seq(Some(0), None, None).map_err(llama_err)?;
                 return Ok(0);
             }
         }
@@ -197,6 +202,10 @@ impl LlamaSession {
     /// long enough and no saved prefix already holds it.
     fn save_live(&mut self) {
         if self.live.len() < MIN_SAVED_TOKENS || self.saved.covers(&self.live) {
+            return;
+        }
+        // Ask the size first: copying a state that cannot be kept is wasted work.
+        if self.ctx.state_seq_get_size_ext(0, LlamaStateSeqFlags::empty()) > self.saved.budget_bytes() {
             return;
         }
         match self.ctx.state_seq_get(0, LlamaStateSeqFlags::empty()) {
@@ -262,7 +271,9 @@ impl LlamaSession {
             chain.push(LlamaSampler::top_p(s.top_p, 1));
             chain.push(LlamaSampler::min_p(s.min_p, 1));
             chain.push(LlamaSampler::temp(s.temperature));
-            chain.push(LlamaSampler::dist((s.seed ^ (s.seed >> 32)) as u32));
+            // llama.cpp reads u32::MAX as "pick a random seed": never pass it.
+            let seed = ((s.seed ^ (s.seed >> 32)) as u32).min(u32::MAX - 1);
+            chain.push(LlamaSampler::dist(seed));
         }
         Ok(LlamaSampler::chain_simple(chain))
     }
@@ -374,7 +385,9 @@ impl Session for LlamaSession {
         let cuts = cuts(prompt.split, tokens.len(), self.chunk);
         // A later request always has more tokens, so the whole prefill may be reused.
         let cached = self.reuse(tokens, &cuts, tokens.len())?;
-        self.evaluate(tokens, &cuts, cached, &|_| false, &mut |_, _, _| Ok(()), cancelled)?;
+        if !self.evaluate(tokens, &cuts, cached, &|_| false, &mut |_, _, _| Ok(()), cancelled)? {
+            return Err(EngineError::Stopped);
+        }
         Ok(Prefilled {
             prompt_tokens: tokens.len() as u32,
             cached_tokens: cached as u32,
@@ -382,7 +395,7 @@ impl Session for LlamaSession {
         })
     }
 
-    fn score(&mut self, prefix: &[Token], continuation: &[Token]) -> Result<Scored, EngineError> {
+    fn score(&mut self, prefix: &[Token], continuation: &[Token], cancelled: &dyn Fn() -> bool) -> Result<Scored, EngineError> {
         if continuation.is_empty() {
             return Err(EngineError::EmptyContinuation);
         }
@@ -410,7 +423,9 @@ impl Session for LlamaSession {
             }
             Ok(())
         };
-        self.evaluate(&all, &cuts, cached, &|p| p >= first && p <= last, &mut collect, &|| false)?;
+        if !self.evaluate(&all, &cuts, cached, &|p| p >= first && p <= last, &mut collect, cancelled)? {
+            return Err(EngineError::Stopped);
+        }
         Ok(Scored { logprob: scored.iter().map(|(_, lp)| lp).sum(), tokens: scored, prefix_tokens: prefix.len() as u32 })
     }
 

@@ -60,7 +60,7 @@ enum Command {
     Load { key: String, spec: ModelSpec, reply: oneshot::Sender<Result<LoadedModel, EngineError>> },
     Unload { key: String, reply: oneshot::Sender<bool> },
     Purge { key: Option<String>, reply: oneshot::Sender<(u32, u64)> },
-    Run { key: String, job: Job, cancel: Arc<AtomicBool>, _finished: oneshot::Sender<()> },
+    Run { key: String, job: Job, cancel: Arc<AtomicBool>, hold: Box<dyn std::any::Any + Send>, _finished: oneshot::Sender<()> },
 }
 
 /// Handle to the engine thread. Cheap to clone.
@@ -114,11 +114,13 @@ impl Engine {
 
     /// Runs a job. The returned receiver resolves when the engine is done
     /// with it (its results went to the job's own channels). Setting `cancel`
-    /// stops it within one token step.
-    pub fn run(&self, key: &str, job: Job, cancel: Arc<AtomicBool>) -> oneshot::Receiver<()> {
+    /// stops it within one token step. `hold` is dropped on the engine thread
+    /// right after the job, before the next command: whatever it keeps alive
+    /// (a model lease) is released before an unload that follows can run.
+    pub fn run(&self, key: &str, job: Job, cancel: Arc<AtomicBool>, hold: Box<dyn std::any::Any + Send>) -> oneshot::Receiver<()> {
         let (finished, rx) = oneshot::channel();
         // If the thread is gone the command is dropped and `rx` resolves at once.
-        let _ = self.tx.send(Command::Run { key: key.to_owned(), job, cancel, _finished: finished });
+        let _ = self.tx.send(Command::Run { key: key.to_owned(), job, cancel, hold, _finished: finished });
         rx
     }
 
@@ -186,7 +188,8 @@ fn handle(cmd: Command, backend: &Arc<dyn Backend>, models: &mut HashMap<String,
                 }
                 let _ = reply.send(total);
             }
-            Command::Run { key, job, cancel, _finished } => {
+            Command::Run { key, job, cancel, hold, _finished } => {
+                let _hold = hold;
                 if job.abandoned() {
                     return;
                 }
@@ -219,7 +222,9 @@ fn run_job(session: &mut dyn Session, job: Job, stopped: &dyn Fn() -> bool) {
             let _ = done.send(result);
         }
         Job::Score { job, done } => {
-            let _ = done.send(session.score(&job.prefix, &job.continuation));
+            let cancelled = || stopped() || done.is_closed();
+            let result = session.score(&job.prefix, &job.continuation, &cancelled);
+            let _ = done.send(result);
         }
     }
 }

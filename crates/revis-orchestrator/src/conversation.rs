@@ -170,11 +170,13 @@ impl<D: Daemon> Chat<D> {
         let t = tier.clone();
         // Store writes fsync: keep them off the async runtime.
         let (user, reply) = blocking(move || Ok((store.append_user(conv, &owned)?, store.begin_reply(conv, &t)?))).await?;
+        // Take the pipeline lock before Enter releases the typing hold and the
+        // prefill freeze, so no background job slips in ahead of the answer.
+        let streaming = self.gates.streaming();
         self.pre.enter().await;
         let mut req = ctx.request(&tier, text);
         req.sampling = self.sampling;
         req.max_tokens = self.max_tokens;
-        let streaming = self.gates.streaming();
         let mut so_far = String::new();
         let mut saved = std::time::Instant::now();
         let result = self
@@ -245,7 +247,12 @@ impl<D: Daemon> Chat<D> {
             // Summarise all but the last few turns, folding in the previous summary.
             let Ok(messages) = store.messages(conversation) else { return };
             let keep = TURN_BUDGET / 2;
-            let complete: Vec<_> = messages.into_iter().filter(|m| m.state == MessageState::Complete).collect();
+            // Only what the previous summary does not cover yet; it is folded in as text.
+            let covered = store.summary(conversation).ok().flatten().map(|s| s.covers_up_to);
+            let complete: Vec<_> = messages
+                .into_iter()
+                .filter(|m| m.state == MessageState::Complete && covered.is_none_or(|c| m.id > c))
+                .collect();
             if complete.len() <= keep {
                 return;
             }

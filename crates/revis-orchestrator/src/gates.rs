@@ -10,8 +10,8 @@ use tokio::sync::watch;
 pub struct GateState {
     /// Answers streaming to the user now.
     pub streaming: u32,
-    /// A pre-prefill is warming a cache.
-    pub prefilling: bool,
+    /// Pre-prefills warming a cache now (a replaced one may still be finishing).
+    pub prefilling: u32,
     /// The user is typing.
     pub typing: bool,
 }
@@ -19,7 +19,7 @@ pub struct GateState {
 impl GateState {
     /// Background work may start only when no gate is closed.
     pub fn background_may_start(&self) -> bool {
-        self.streaming == 0 && !self.prefilling && !self.typing
+        self.streaming == 0 && self.prefilling == 0 && !self.typing
     }
 }
 
@@ -55,7 +55,7 @@ pub struct PrefillGuard {
 
 impl Drop for PrefillGuard {
     fn drop(&mut self) {
-        self.gates.tx.send_modify(|g| g.prefilling = false);
+        self.gates.tx.send_modify(|g| g.prefilling = g.prefilling.saturating_sub(1));
     }
 }
 
@@ -74,7 +74,7 @@ impl Gates {
     }
 
     pub fn prefilling(&self) -> PrefillGuard {
-        self.tx.send_modify(|g| g.prefilling = true);
+        self.tx.send_modify(|g| g.prefilling += 1);
         PrefillGuard { gates: self.clone() }
     }
 

@@ -211,12 +211,12 @@ mod tests {
         let (p, gates, _) = setup(800, false);
         p.typing_started("tier2", history());
         phase_becomes(&p, Phase::Computing).await;
-        assert!(gates.state().prefilling, "the prefill freeze holds while it computes");
+        assert_eq!(gates.state().prefilling, 1, "the prefill freeze holds while it computes");
         let t0 = tokio::time::Instant::now();
         assert_eq!(p.enter().await, EnterOutcome::Waited);
         assert_eq!(t0.elapsed(), Duration::from_millis(800), "waited exactly until the prefill was done");
         assert_eq!(p.phase(), Phase::Ready);
-        assert!(!gates.state().prefilling);
+        assert_eq!(gates.state().prefilling, 0);
     }
 
     #[tokio::test(start_paused = true)]
