@@ -81,6 +81,9 @@ impl Drop for LoadingGuard<'_> {
 pub struct ModelView {
     pub phase: Phase,
     pub memory_bytes: u64,
+    /// The context the loaded model really has (the configured one capped
+    /// at what the model was trained for); None while unloaded.
+    pub n_ctx: Option<u32>,
 }
 
 impl Model {
@@ -90,7 +93,7 @@ impl Model {
 
     pub fn view(&self) -> ModelView {
         let s = self.lock();
-        ModelView { phase: s.phase, memory_bytes: s.memory_bytes }
+        ModelView { phase: s.phase, memory_bytes: s.memory_bytes, n_ctx: s.tokenizer.as_ref().map(|t| t.n_ctx()) }
     }
 }
 

@@ -82,7 +82,7 @@ impl Daemon {
             memory_bytes: view.memory_bytes,
             cached_prefixes: if ready { stats.cached_prefixes } else { 0 },
             cache_bytes: if ready { stats.cache_bytes } else { 0 },
-            context_tokens: model.spec.n_ctx,
+            context_tokens: view.n_ctx.unwrap_or(model.spec.n_ctx),
             shared_with: self.registry.shared_with(tier),
         }
     }
