@@ -58,10 +58,16 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    fn admit(&self, priority: Priority, task: Task) -> Result<(), DaemonError> {
+    /// Refuses new work once shutdown began, before any model is loaded for it.
+    fn open(&self) -> Result<(), DaemonError> {
         if self.closing.load(Ordering::SeqCst) {
             return Err(DaemonError::ShuttingDown);
         }
+        Ok(())
+    }
+
+    fn admit(&self, priority: Priority, task: Task) -> Result<(), DaemonError> {
+        self.open()?;
         self.queue.push(priority, task).map_err(|f| DaemonError::QueueFull { capacity: f.capacity })
     }
 
@@ -108,6 +114,7 @@ impl pb::inference_server::Inference for Daemon {
 
     async fn generate(&self, req: Request<pb::GenerateRequest>) -> Result<Response<EventStream>, Status> {
         let admitted = Instant::now();
+        self.open()?;
         let v = validate::generate(req.get_ref(), &self.registry, &self.config)?;
         let lease = self.registry.lease(&v.model).await.map_err(DaemonError::from)?;
         let tok = lease.tokenizer.clone();
@@ -139,6 +146,7 @@ impl pb::inference_server::Inference for Daemon {
     }
 
     async fn prefill(&self, req: Request<pb::PrefillRequest>) -> Result<Response<pb::PrefillResponse>, Status> {
+        self.open()?;
         let v = validate::prefill(req.get_ref(), &self.registry)?;
         let lease = self.registry.lease(&v.model).await.map_err(DaemonError::from)?;
         let tok = lease.tokenizer.clone();
@@ -165,6 +173,7 @@ impl pb::inference_server::Inference for Daemon {
     }
 
     async fn score(&self, req: Request<pb::ScoreRequest>) -> Result<Response<pb::ScoreResponse>, Status> {
+        self.open()?;
         let v = validate::score(req.get_ref(), &self.registry)?;
         let lease = self.registry.lease(&v.model).await.map_err(DaemonError::from)?;
         let tok = lease.tokenizer.clone();
