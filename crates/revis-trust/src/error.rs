@@ -35,6 +35,32 @@ pub enum TrustError {
     /// rustls refused the key, the certificate or the configuration.
     #[error("TLS configuration: {0}")]
     Tls(#[from] rustls::Error),
+    /// Pairing: the two sides did not prove the same code on this very
+    /// connection. Either the code was mistyped, or someone is relaying the
+    /// connection (a man in the middle); the two cannot be told apart, and
+    /// either way nothing was paired.
+    #[error(
+        "pairing failed: the code does not match (mistyped, or the connection is being intercepted); nothing was paired"
+    )]
+    WrongCode,
+    /// Pairing: the window is not open (never opened, expired, or already
+    /// used by a successful pairing). Open a new one for a new code.
+    #[error(
+        "pairing failed: the pairing window is closed (expired or already used); open a new one for a new code"
+    )]
+    WindowClosed,
+    /// Pairing: too many wrong codes; the window stays closed.
+    #[error(
+        "pairing failed: too many wrong codes; the pairing window is closed, open a new one for a new code"
+    )]
+    TooManyAttempts,
+    /// Pairing: the peer broke the pairing protocol (malformed, oversized or
+    /// unexpected message).
+    #[error("pairing failed: protocol error: {0}")]
+    Protocol(String),
+    /// Pairing: the connection failed.
+    #[error("pairing failed: connection: {0}")]
+    Connection(#[source] io::Error),
 }
 
 impl TrustError {

@@ -15,21 +15,35 @@
 //!   signatures verified, session resumption off (so a revocation holds for
 //!   every new connection).
 //!
-//! Pairing (SPAKE2 over the TLS exporter) and mDNS discovery come later.
+//! - Pairing ([`PairingWindow`], [`pair_server`], [`pair_client`]): a
+//!   single-use code shown for about two minutes, SPAKE2 over it between the
+//!   two device IDs, key confirmation bound to the TLS connection by its
+//!   exporter, over [`pairing_server_config`] / [`pairing_client_config`]
+//!   (TLS 1.3, signatures verified, nothing pinned). Then each side stores
+//!   the other.
+//!
+//! mDNS discovery comes later.
 
 mod device_id;
 mod error;
 mod fsutil;
 mod identity;
+mod pairing;
 mod store;
 mod tls;
 
 pub use device_id::DeviceId;
 pub use error::TrustError;
 pub use identity::{CERT_FILE, Identity, KEY_FILE};
+pub use pairing::{
+    CODE_DIGITS, ChannelBinding, DEFAULT_WINDOW, EXPORTER_LABEL, MAX_ATTEMPTS, MAX_FRAME,
+    PairingCode, PairingWindow, pair_client, pair_client_over, pair_server, pair_server_over,
+    read_frame, send_frame,
+};
 pub use store::{PairedDevice, TRUST_FILE, TrustSet, TrustStore};
 pub use tls::{
-    ALPN_H2, PinnedClientVerifier, PinnedServerVerifier, client_config, peer_device_id, provider,
+    ALPN_H2, ALPN_PAIRING, PinnedClientVerifier, PinnedServerVerifier, UnpinnedVerifier,
+    client_config, pairing_client_config, pairing_server_config, peer_device_id, provider,
     server_config, server_name,
 };
 

@@ -168,7 +168,7 @@ impl TrustStore {
     }
 }
 
-fn check_name(name: &str) -> Result<()> {
+pub(crate) fn check_name(name: &str) -> Result<()> {
     if name.trim().is_empty() {
         return Err(TrustError::InvalidName("empty"));
     }

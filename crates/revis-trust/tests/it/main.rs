@@ -3,4 +3,5 @@
 mod device_id;
 mod handshake;
 mod identity;
+mod pairing;
 mod store;
