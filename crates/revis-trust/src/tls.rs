@@ -37,45 +37,52 @@ pub fn peer_device_id(conn: &CommonState) -> Option<DeviceId> {
         .map(|cert| DeviceId::of_certificate(cert))
 }
 
-/// The server side: presents `identity`, demands a client certificate whose
-/// device ID is in `trusted` at handshake time. No session resumption, so
-/// every connection runs the full check (a revoked device cannot resume).
-pub fn server_config(identity: &Identity, trusted: TrustSet) -> Result<Arc<ServerConfig>> {
-    let provider = provider();
-    let verifier = Arc::new(PinnedClientVerifier::new(
-        trusted,
-        provider.signature_verification_algorithms,
-    ));
-    let mut config = ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])?
-        .with_client_cert_verifier(verifier)
-        .with_cert_resolver(Arc::new(SingleCertAndKey::from(Arc::unwrap_or_clone(
-            identity.certified_key()?,
-        ))));
-    config.alpn_protocols = vec![ALPN_H2.to_vec()];
-    config.session_storage = Arc::new(NoServerSessionStorage {});
-    config.send_tls13_tickets = 0;
-    Ok(Arc::new(config))
+/// Which peers a verifier lets through.
+#[derive(Clone, Debug)]
+pub enum Pin {
+    /// Server side of a paired connection: any device in the trust set, as
+    /// it is at handshake time (a revoke takes effect at once).
+    Trusted(TrustSet),
+    /// Client side of a paired connection: exactly this server.
+    Device(DeviceId),
+    /// Both sides of a pairing connection: anyone whose key signs the
+    /// handshake; the pairing code decides trust, never this verifier.
+    Any,
 }
 
-/// The client side: presents `identity`, accepts only a server whose
-/// certificate has device ID `server`. No session resumption.
-pub fn client_config(identity: &Identity, server: DeviceId) -> Result<Arc<ClientConfig>> {
-    let provider = provider();
-    let verifier = Arc::new(PinnedServerVerifier::new(
-        server,
-        provider.signature_verification_algorithms,
-    ));
-    let mut config = ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])?
-        .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_client_cert_resolver(Arc::new(SingleCertAndKey::from(Arc::unwrap_or_clone(
-            identity.certified_key()?,
-        ))));
-    config.alpn_protocols = vec![ALPN_H2.to_vec()];
-    config.resumption = Resumption::disabled();
-    Ok(Arc::new(config))
+/// The one certificate verifier of revis, for both sides: no CA and no
+/// hostname check; the peer's device ID must match the [`Pin`]; client
+/// authentication is mandatory; and the TLS 1.3 handshake signature is
+/// always verified, so a certificate without its key is worth nothing.
+/// TLS 1.2 signatures are refused (every config here is TLS 1.3 only).
+#[derive(Debug)]
+pub struct PeerVerifier {
+    pin: Pin,
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl PeerVerifier {
+    pub fn new(pin: Pin, algorithms: WebPkiSupportedAlgorithms) -> Self {
+        Self { pin, algorithms }
+    }
+
+    fn check(&self, cert: &CertificateDer<'_>) -> std::result::Result<(), rustls::Error> {
+        let ok = match &self.pin {
+            Pin::Trusted(set) => set.contains(&DeviceId::of_certificate(cert)),
+            Pin::Device(id) => DeviceId::of_certificate(cert) == *id,
+            Pin::Any => true,
+        };
+        if ok { Ok(()) } else { Err(not_trusted()) }
+    }
+
+    fn tls13(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
 }
 
 /// The certificate names no paired device.
@@ -83,25 +90,11 @@ fn not_trusted() -> rustls::Error {
     rustls::Error::InvalidCertificate(CertificateError::ApplicationVerificationFailure)
 }
 
-/// Server side: client authentication is mandatory, and only a device in the
-/// trust set passes. The handshake signature is verified as usual, so the
-/// certificate alone (without its key) is worth nothing.
-#[derive(Debug)]
-pub struct PinnedClientVerifier {
-    trusted: TrustSet,
-    algorithms: WebPkiSupportedAlgorithms,
+fn no_tls12() -> rustls::Error {
+    rustls::Error::General("revis accepts TLS 1.3 signatures only".into())
 }
 
-impl PinnedClientVerifier {
-    pub fn new(trusted: TrustSet, algorithms: WebPkiSupportedAlgorithms) -> Self {
-        Self {
-            trusted,
-            algorithms,
-        }
-    }
-}
-
-impl ClientCertVerifier for PinnedClientVerifier {
+impl ClientCertVerifier for PeerVerifier {
     fn offer_client_auth(&self) -> bool {
         true
     }
@@ -119,21 +112,18 @@ impl ClientCertVerifier for PinnedClientVerifier {
         end_entity: &CertificateDer<'_>,
         _intermediates: &[CertificateDer<'_>],
         _now: UnixTime,
-    ) -> Result<ClientCertVerified, rustls::Error> {
-        if self.trusted.contains(&DeviceId::of_certificate(end_entity)) {
-            Ok(ClientCertVerified::assertion())
-        } else {
-            Err(not_trusted())
-        }
+    ) -> std::result::Result<ClientCertVerified, rustls::Error> {
+        self.check(end_entity)
+            .map(|()| ClientCertVerified::assertion())
     }
 
     fn verify_tls12_signature(
         &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+        _: &[u8],
+        _: &CertificateDer<'_>,
+        _: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        Err(no_tls12())
     }
 
     fn verify_tls13_signature(
@@ -141,8 +131,8 @@ impl ClientCertVerifier for PinnedClientVerifier {
         message: &[u8],
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.tls13(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
@@ -150,21 +140,7 @@ impl ClientCertVerifier for PinnedClientVerifier {
     }
 }
 
-/// Client side: the server's certificate must have the pinned device ID; no
-/// hostname check, no CA. The handshake signature is verified as usual.
-#[derive(Debug)]
-pub struct PinnedServerVerifier {
-    pin: DeviceId,
-    algorithms: WebPkiSupportedAlgorithms,
-}
-
-impl PinnedServerVerifier {
-    pub fn new(pin: DeviceId, algorithms: WebPkiSupportedAlgorithms) -> Self {
-        Self { pin, algorithms }
-    }
-}
-
-impl ServerCertVerifier for PinnedServerVerifier {
+impl ServerCertVerifier for PeerVerifier {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -172,21 +148,18 @@ impl ServerCertVerifier for PinnedServerVerifier {
         _server_name: &ServerName<'_>,
         _ocsp_response: &[u8],
         _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        if DeviceId::of_certificate(end_entity) == self.pin {
-            Ok(ServerCertVerified::assertion())
-        } else {
-            Err(not_trusted())
-        }
+    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        self.check(end_entity)
+            .map(|()| ServerCertVerified::assertion())
     }
 
     fn verify_tls12_signature(
         &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+        _: &[u8],
+        _: &CertificateDer<'_>,
+        _: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        Err(no_tls12())
     }
 
     fn verify_tls13_signature(
@@ -194,13 +167,66 @@ impl ServerCertVerifier for PinnedServerVerifier {
         message: &[u8],
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.tls13(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.algorithms.supported_schemes()
     }
+}
+
+/// A server config: presents `identity`, lets clients through `pin`, offers
+/// `alpn`. TLS 1.3 only and no session resumption, so every connection runs
+/// the full check (a revoked device cannot resume).
+fn server_with(identity: &Identity, pin: Pin, alpn: &[u8]) -> Result<Arc<ServerConfig>> {
+    let provider = provider();
+    let verifier = Arc::new(PeerVerifier::new(
+        pin,
+        provider.signature_verification_algorithms,
+    ));
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_client_cert_verifier(verifier)
+        .with_cert_resolver(Arc::new(SingleCertAndKey::from(Arc::unwrap_or_clone(
+            identity.certified_key()?,
+        ))));
+    config.alpn_protocols = vec![alpn.to_vec()];
+    config.session_storage = Arc::new(NoServerSessionStorage {});
+    config.send_tls13_tickets = 0;
+    Ok(Arc::new(config))
+}
+
+/// A client config: presents `identity`, accepts a server through `pin`,
+/// asks for `alpn`. TLS 1.3 only, no session resumption.
+fn client_with(identity: &Identity, pin: Pin, alpn: &[u8]) -> Result<Arc<ClientConfig>> {
+    let provider = provider();
+    let verifier = Arc::new(PeerVerifier::new(
+        pin,
+        provider.signature_verification_algorithms,
+    ));
+    let mut config = ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_client_cert_resolver(Arc::new(SingleCertAndKey::from(Arc::unwrap_or_clone(
+            identity.certified_key()?,
+        ))));
+    config.alpn_protocols = vec![alpn.to_vec()];
+    config.resumption = Resumption::disabled();
+    Ok(Arc::new(config))
+}
+
+/// The server side: presents `identity`, demands a client certificate whose
+/// device ID is in `trusted` at handshake time. ALPN h2.
+pub fn server_config(identity: &Identity, trusted: TrustSet) -> Result<Arc<ServerConfig>> {
+    server_with(identity, Pin::Trusted(trusted), ALPN_H2)
+}
+
+/// The client side: presents `identity`, accepts only a server whose
+/// certificate has device ID `server`. ALPN h2.
+pub fn client_config(identity: &Identity, server: DeviceId) -> Result<Arc<ClientConfig>> {
+    client_with(identity, Pin::Device(server), ALPN_H2)
 }
 
 /// The application protocol of a pairing connection, distinct from `h2` so
@@ -210,140 +236,13 @@ pub const ALPN_PAIRING: &[u8] = b"revis-pair/1";
 /// The server side of a pairing connection: presents `identity` and demands
 /// a client certificate, but pins nothing (the peer is not trusted yet; the
 /// pairing code decides). The handshake signature is still verified, so the
-/// peer's device ID ([`peer_device_id`]) is one whose key it holds. ALPN
-/// [`ALPN_PAIRING`], TLS 1.3 only, no resumption.
+/// peer's device ID ([`peer_device_id`]) is one whose key it holds.
 pub fn pairing_server_config(identity: &Identity) -> Result<Arc<ServerConfig>> {
-    let provider = provider();
-    let verifier = Arc::new(UnpinnedVerifier::new(
-        provider.signature_verification_algorithms,
-    ));
-    let mut config = ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])?
-        .with_client_cert_verifier(verifier)
-        .with_cert_resolver(Arc::new(SingleCertAndKey::from(Arc::unwrap_or_clone(
-            identity.certified_key()?,
-        ))));
-    config.alpn_protocols = vec![ALPN_PAIRING.to_vec()];
-    config.session_storage = Arc::new(NoServerSessionStorage {});
-    config.send_tls13_tickets = 0;
-    Ok(Arc::new(config))
+    server_with(identity, Pin::Any, ALPN_PAIRING)
 }
 
 /// The client side of a pairing connection: presents `identity` and accepts
-/// any server certificate whose handshake signature verifies (pinning
-/// nothing). ALPN [`ALPN_PAIRING`], TLS 1.3 only, no resumption.
+/// any server certificate whose handshake signature verifies.
 pub fn pairing_client_config(identity: &Identity) -> Result<Arc<ClientConfig>> {
-    let provider = provider();
-    let verifier = Arc::new(UnpinnedVerifier::new(
-        provider.signature_verification_algorithms,
-    ));
-    let mut config = ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])?
-        .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_client_cert_resolver(Arc::new(SingleCertAndKey::from(Arc::unwrap_or_clone(
-            identity.certified_key()?,
-        ))));
-    config.alpn_protocols = vec![ALPN_PAIRING.to_vec()];
-    config.resumption = Resumption::disabled();
-    Ok(Arc::new(config))
-}
-
-/// Both sides of a pairing connection: any certificate is accepted (it is
-/// parsed when the handshake signature is checked against it, so a
-/// malformed one fails there), client authentication is mandatory, and the
-/// TLS 1.3 signature is verified. Trust comes from the pairing code, never
-/// from this verifier.
-#[derive(Debug)]
-pub struct UnpinnedVerifier {
-    algorithms: WebPkiSupportedAlgorithms,
-}
-
-impl UnpinnedVerifier {
-    pub fn new(algorithms: WebPkiSupportedAlgorithms) -> Self {
-        Self { algorithms }
-    }
-}
-
-impl ClientCertVerifier for UnpinnedVerifier {
-    fn offer_client_auth(&self) -> bool {
-        true
-    }
-
-    fn client_auth_mandatory(&self) -> bool {
-        true
-    }
-
-    fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        &[]
-    }
-
-    fn verify_client_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _now: UnixTime,
-    ) -> Result<ClientCertVerified, rustls::Error> {
-        Ok(ClientCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        _message: &[u8],
-        _cert: &CertificateDer<'_>,
-        _dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        // The configs are TLS 1.3 only; never accept a 1.2 signature here.
-        Err(rustls::Error::General(
-            "pairing accepts TLS 1.3 signatures only".into(),
-        ))
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_schemes()
-    }
-}
-
-impl ServerCertVerifier for UnpinnedVerifier {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        ClientCertVerifier::verify_tls12_signature(self, message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        ClientCertVerifier::verify_tls13_signature(self, message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        ClientCertVerifier::supported_verify_schemes(self)
-    }
+    client_with(identity, Pin::Any, ALPN_PAIRING)
 }

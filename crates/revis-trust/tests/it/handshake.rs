@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use revis_trust::{
-    ALPN_H2, DeviceId, Identity, PinnedServerVerifier, TrustSet, TrustStore, client_config,
+    ALPN_H2, DeviceId, Identity, PeerVerifier, Pin, TrustSet, TrustStore, client_config,
     peer_device_id, provider, server_config, server_name,
 };
 use rustls::sign::{CertifiedKey, SingleCertAndKey};
@@ -75,7 +75,10 @@ fn replaying_client(cert_of: &Identity, key_of: &Identity, server: DeviceId) -> 
         key_of.signing_key().unwrap(),
     );
     let provider = provider();
-    let verifier = PinnedServerVerifier::new(server, provider.signature_verification_algorithms);
+    let verifier = PeerVerifier::new(
+        Pin::Device(server),
+        provider.signature_verification_algorithms,
+    );
     let mut config = ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
         .unwrap()
@@ -119,8 +122,8 @@ async fn a_client_without_a_certificate_is_refused() {
     let p = pair();
     let server = server_config(&p.server, TrustSet::new([p.client.device_id()])).unwrap();
     let provider = provider();
-    let verifier = PinnedServerVerifier::new(
-        p.server.device_id(),
+    let verifier = PeerVerifier::new(
+        Pin::Device(p.server.device_id()),
         provider.signature_verification_algorithms,
     );
     let mut client = ClientConfig::builder_with_provider(provider)
@@ -182,8 +185,8 @@ async fn a_server_replaying_the_pinned_certificate_is_refused() {
     let mut server = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .unwrap()
-        .with_client_cert_verifier(Arc::new(revis_trust::PinnedClientVerifier::new(
-            TrustSet::new([p.client.device_id()]),
+        .with_client_cert_verifier(Arc::new(revis_trust::PeerVerifier::new(
+            Pin::Trusted(TrustSet::new([p.client.device_id()])),
             provider.signature_verification_algorithms,
         )))
         .with_cert_resolver(Arc::new(SingleCertAndKey::from(forged)));
