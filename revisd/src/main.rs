@@ -130,7 +130,10 @@ async fn serve(config: Config, socket: Option<PathBuf>, inherited: Option<Inheri
     // a service manager that took the path over since then keeps its socket.
     let bound = if activated { None } else { file_id(&path) };
     tracing::info!(socket = %path.display(), pid = std::process::id(), activated, "revisd {} listening", env!("CARGO_PKG_VERSION"));
-    let result = revis_daemon::run(config, listener, signal(), notify_ready).await;
+    // Handlers go in before anything can announce readiness: a SIGTERM sent
+    // right after "ready" must drain, not kill the process.
+    let shutdown = signal();
+    let result = revis_daemon::run(config, listener, shutdown, notify_ready).await;
     if bound.is_some() && file_id(&path) == bound {
         let _ = std::fs::remove_file(&path);
     }
@@ -152,13 +155,17 @@ fn file_id(path: &std::path::Path) -> Option<(u64, u64)> {
     std::fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
-async fn signal() {
+/// Installs the SIGTERM and SIGINT handlers now and returns a future that
+/// resolves on the first of them.
+fn signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM"),
-        _ = int.recv() => tracing::info!("SIGINT"),
+    async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM"),
+            _ = int.recv() => tracing::info!("SIGINT"),
+        }
     }
 }
 
