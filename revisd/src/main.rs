@@ -3,6 +3,7 @@
 //! SIGTERM/SIGINT, drain with a deadline. `revisd service ...` installs it
 //! as a background service (see service.rs).
 
+mod admin;
 mod service;
 
 use std::io::Write;
@@ -36,11 +37,15 @@ enum Command {
     /// Run revisd in the background: a LaunchAgent on macOS, a systemd user service on Linux.
     #[command(subcommand)]
     Service(service::Action),
+    #[command(flatten)]
+    Admin(admin::Action),
 }
 
 /// sysexits.h: a bad config is a usage error.
 const EX_USAGE: u8 = 64;
 const EX_CANTCREAT: u8 = 73;
+/// sysexits.h: the daemon these commands talk to is not running.
+const EX_UNAVAILABLE: u8 = 69;
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -51,6 +56,17 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
+    if let Some(Command::Admin(action)) = args.command {
+        let socket = match args.socket.clone() {
+            Some(s) => s,
+            None => match load_config(args.config.clone()) {
+                Ok(c) => c.socket.unwrap_or_else(default_socket_path),
+                Err(_) => default_socket_path(),
+            },
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+        return runtime.block_on(admin::run(action, &socket));
+    }
     if let Some(Command::Service(action)) = args.command {
         if args.socket.is_some() || args.check_config {
             eprintln!("revisd: --socket and --check-config do not apply to `revisd service`");

@@ -4,9 +4,11 @@
 mod admin;
 mod bad_input;
 mod cache;
+mod discovery;
 mod generate;
 mod orchestrator;
 mod process;
+mod server_mode;
 mod service;
 mod third_party;
 

@@ -68,15 +68,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Cmd::Pull { name, verify } => pull(name, verify).await,
         Cmd::Models => models(),
-        Cmd::Status { json } => status(&mut connect(&socket).await?, json).await,
+        Cmd::Status { json } => status(&mut target(cli.node.as_deref(), &socket, false, true).await?, json).await,
         Cmd::Load { tier } => {
-            let r = connect(&socket).await?.admin.load_model(pb::LoadModelRequest { tier }).await?.into_inner();
+            let r = target(cli.node.as_deref(), &socket, false, true).await?.admin.load_model(pb::LoadModelRequest { tier }).await?.into_inner();
             let t = r.tier.unwrap_or_default();
             println!("{}: {} ready in {} ms ({} MiB)", t.tier, t.model, r.elapsed_ms, t.memory_bytes >> 20);
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Unload { tier } => {
-            let r = connect(&socket).await?.admin.unload_model(pb::UnloadModelRequest { tier }).await?.into_inner();
+            let r = target(cli.node.as_deref(), &socket, false, true).await?.admin.unload_model(pb::UnloadModelRequest { tier }).await?.into_inner();
             let t = r.tier.unwrap_or_default();
             println!(
                 "{}: {} unloaded; daemon memory {} MiB -> {} MiB",
@@ -88,15 +88,28 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Run(args) => {
-            let mut client = connect_or_start(&socket, explicit_socket).await?;
+            let mut client = target(cli.node.as_deref(), &socket, explicit_socket, false).await?;
             run_prompt(&mut client, args).await
         }
         Cmd::Chat(args) => {
-            let client = connect_or_start(&socket, explicit_socket).await?;
+            let client = target(cli.node.as_deref(), &socket, explicit_socket, false).await?;
             chat(client, args).await
         }
         Cmd::History { show } => history(show),
         Cmd::Profile => profile(),
+        Cmd::Nodes(a) => crate::nodes::nodes(a).await,
+        Cmd::Pair(a) => crate::nodes::pair(a).await,
+        Cmd::Unpair { node } => crate::nodes::unpair(&node),
+    }
+}
+
+/// The daemon a command talks to: a paired node (`--node`), else the local
+/// one (started when none answers, unless `only_connect`).
+async fn target(node: Option<&str>, socket: &std::path::Path, explicit: bool, only_connect: bool) -> anyhow::Result<Client> {
+    match node {
+        Some(n) => crate::nodes::connect(n).await,
+        None if only_connect => connect(socket).await,
+        None => connect_or_start(socket, explicit).await,
     }
 }
 
@@ -141,7 +154,7 @@ fn models() -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn state_name(s: i32) -> &'static str {
+pub fn state_name(s: i32) -> &'static str {
     match pb::ModelState::try_from(s) {
         Ok(pb::ModelState::Ready) => "ready",
         Ok(pb::ModelState::Loading) => "loading",
@@ -164,14 +177,19 @@ async fn status(client: &mut Client, as_json: bool) -> anyhow::Result<ExitCode> 
             })
             .collect();
         let v = json!({
-            "version": s.version, "pid": s.pid, "uptime_s": s.uptime_s, "socket": client.socket(),
+            "version": s.version, "pid": s.pid, "uptime_s": s.uptime_s, "daemon": client.target().to_string(),
             "rss_bytes": s.rss_bytes, "busy": s.busy, "queue_depth": s.queue_depth,
             "queue_capacity": s.queue_capacity, "tiers": tiers,
+            "device_id": s.device_id, "name": s.name,
+            "server": s.server.as_ref().map(|m| json!({
+                "enabled": m.enabled, "listen_address": m.listen_address, "advertised": m.advertised,
+                "remote_connections": m.remote_connections, "paired_devices": m.paired_devices, "pairing_open": m.pairing_open,
+            })),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!("revisd {} (pid {}, up {}s) on {}", s.version, s.pid, s.uptime_s, client.socket().display());
+    println!("revisd {} (pid {}, up {}s) on {}", s.version, s.pid, s.uptime_s, client.target());
     println!(
         "memory {} MiB, queue {}/{}, {}",
         s.rss_bytes >> 20,
@@ -179,6 +197,9 @@ async fn status(client: &mut Client, as_json: bool) -> anyhow::Result<ExitCode> 
         s.queue_capacity,
         if s.busy { "busy" } else { "idle" }
     );
+    if let Some(line) = crate::nodes::server_line(&s) {
+        println!("{line}");
+    }
     for t in &s.tiers {
         let shared = if t.shared_with.is_empty() { String::new() } else { format!(" (shared with {})", t.shared_with.join(", ")) };
         println!(

@@ -1,8 +1,9 @@
 //! `revis`: the command line over the client library (pull, models, status,
-//! load/unload, run, chat).
+//! load/unload, run, chat, and other machines: nodes, pair, unpair, --node).
 
 mod commands;
 mod input;
+mod nodes;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -16,6 +17,10 @@ pub struct Cli {
     /// The daemon's socket. Default: $REVIS_SOCKET, else the user's runtime dir.
     #[arg(long, global = true, env = "REVIS_SOCKET")]
     socket: Option<PathBuf>,
+    /// Use a paired node's daemon (name or device ID, see `revis nodes`) instead of this machine's,
+    /// over mutual TLS. For status, run and chat.
+    #[arg(long, global = true, env = "REVIS_NODE", conflicts_with = "socket")]
+    node: Option<String>,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -52,6 +57,12 @@ pub enum Cmd {
     },
     /// What revis has learned about you.
     Profile,
+    /// Other machines' daemons: discovered on the LAN, and paired ones with their health.
+    Nodes(nodes::NodesArgs),
+    /// Pair with another machine's daemon, using the code it shows (`revisd pair` there).
+    Pair(nodes::PairArgs),
+    /// Forget a paired node here.
+    Unpair { node: String },
 }
 
 #[derive(Subcommand)]
@@ -70,7 +81,10 @@ fn main() -> ExitCode {
     match runtime.block_on(commands::run(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("revis: {e:#}");
+            match e.downcast_ref::<tonic::Status>() {
+                Some(s) => eprintln!("revis: {} ({:?})", s.message(), s.code()),
+                None => eprintln!("revis: {e:#}"),
+            }
             ExitCode::FAILURE
         }
     }

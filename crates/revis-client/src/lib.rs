@@ -2,6 +2,7 @@
 //! (starting a daemon when none answers) and exposes its API. The `revis`
 //! CLI and the GUI both sit on top of this crate.
 
+mod remote;
 mod spawn;
 
 use std::path::{Path, PathBuf};
@@ -12,6 +13,8 @@ use revis_proto::v1 as pb;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 pub use revis_proto::v1;
+pub use remote::{CONNECT_TIMEOUT, Keyring, Node, NodeError, PAIR_TIMEOUT, interfaces_from_env, pair, resolve};
+pub use revis_trust::{DeviceId, Discovered, Interfaces, PairingCode, browse, host_name};
 pub use spawn::{SpawnOptions, readiness_pipe, spawn_daemon};
 
 /// How long to wait for a freshly started daemon to answer.
@@ -27,6 +30,14 @@ pub enum ClientError {
     Rpc(#[from] tonic::Status),
     #[error(transparent)]
     Models(#[from] revis_models::Error),
+    #[error(transparent)]
+    Trust(#[from] revis_trust::TrustError),
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    #[error("no paired node is called or has the ID {0:?}; `revis nodes` lists them, `revis pair NODE` pairs one")]
+    UnknownNode(String),
+    #[error("{0}")]
+    Pairing(String),
 }
 
 fn status_message(s: &tonic::Status) -> String {
@@ -43,7 +54,25 @@ pub struct Client {
     pub admin: pb::admin_client::AdminClient<Channel>,
     /// The underlying channel, for other services on the socket (health, reflection).
     pub channel: Channel,
-    path: PathBuf,
+    target: Target,
+}
+
+/// Which daemon a [`Client`] talks to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// The local daemon, over its Unix socket.
+    Socket(PathBuf),
+    /// A paired daemon on another machine, over mutual TLS.
+    Node(Node),
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Socket(p) => write!(f, "{}", p.display()),
+            Target::Node(n) => write!(f, "{} at {} (mutual TLS)", n.name, n.addr),
+        }
+    }
 }
 
 impl Client {
@@ -60,8 +89,13 @@ impl Client {
             }))
             .await
             .map_err(|e| not_running(source_chain(&e)))?;
+        Ok(Client::over(channel, Target::Socket(path.into())))
+    }
+
+    /// A client over an established channel.
+    fn over(channel: Channel, target: Target) -> Client {
         let limit = 4 << 20;
-        let client = Client {
+        Client {
             inference: pb::inference_client::InferenceClient::new(channel.clone())
                 .max_decoding_message_size(limit)
                 .max_encoding_message_size(limit),
@@ -69,9 +103,8 @@ impl Client {
                 .max_decoding_message_size(limit)
                 .max_encoding_message_size(limit),
             channel,
-            path: path.into(),
-        };
-        Ok(client)
+            target,
+        }
     }
 
     /// Connects to the daemon at `path`; if none answers, starts one (pulling
@@ -92,8 +125,9 @@ impl Client {
         }
     }
 
-    pub fn socket(&self) -> &Path {
-        &self.path
+    /// The daemon this client talks to.
+    pub fn target(&self) -> &Target {
+        &self.target
     }
 
     // The calls below are safe to send twice, so each is retried once when

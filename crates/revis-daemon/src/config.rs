@@ -2,6 +2,7 @@
 //! into a [`Config`] before anything binds. Every error names its field.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -20,6 +21,23 @@ struct RawConfig {
     daemon: RawDaemon,
     #[serde(default)]
     tiers: BTreeMap<String, RawTier>,
+    #[serde(default)]
+    server: RawServer,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    enabled: Option<bool>,
+    listen: Option<String>,
+    name: Option<String>,
+    advertise: Option<bool>,
+    interfaces: Option<Vec<String>>,
+    state_dir: Option<PathBuf>,
+    pairing_window_s: Option<u64>,
+    max_connections: Option<u32>,
+    /// Only here to refuse `tls = false` with a message of its own.
+    tls: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -60,7 +78,30 @@ pub struct Config {
     pub default_max_tokens: u32,
     /// tier name → the model it uses.
     pub tiers: BTreeMap<String, TierModel>,
+    pub server: ServerConfig,
 }
+
+/// Server mode: mutual TLS on the LAN, mDNS, pairing (`[server]`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerConfig {
+    /// The switch's position at start when the file sets it; None = the
+    /// position it was left in (saved in `state_dir`), else off.
+    pub enabled: Option<bool>,
+    pub listen: SocketAddr,
+    /// How paired clients and mDNS name this machine.
+    pub name: String,
+    /// Advertise over mDNS while server mode is on.
+    pub advertise: bool,
+    /// Interfaces mDNS uses; empty = every non-loopback interface.
+    pub interfaces: Vec<String>,
+    /// Identity (key, certificate), paired devices, the saved switch.
+    pub state_dir: PathBuf,
+    pub pairing_window: Duration,
+    pub max_connections: usize,
+}
+
+/// The TCP port server mode listens on unless told otherwise.
+pub const DEFAULT_PORT: u16 = 47470;
 
 /// One tier's model and how to load it.
 #[derive(Clone, Debug, PartialEq)]
@@ -157,7 +198,9 @@ impl Config {
                 }
             }
         }
+        let server = server_config(raw.server, &field, models_dir, &range)?;
         Ok(Config {
+            server,
             socket: d.socket,
             load_at_start: d.load_at_start.unwrap_or(false),
             keep_alive: (keep_alive_s > 0).then(|| Duration::from_secs(keep_alive_s)),
@@ -167,6 +210,57 @@ impl Config {
             tiers,
         })
     }
+}
+
+/// Checks a number field: (name, value, default, low, high) → the value.
+type Range<'a> = &'a dyn Fn(&str, Option<u64>, u64, u64, u64) -> Result<u64, ConfigError>;
+
+fn server_config(
+    s: RawServer,
+    field: &dyn Fn(&str, String) -> ConfigError,
+    models_dir: &Path,
+    range: Range<'_>,
+) -> Result<ServerConfig, ConfigError> {
+    if s.tls == Some(false) {
+        return Err(field(
+            "server.tls",
+            "is false, but revisd never serves plain TCP: on the network every connection is mutual TLS between paired devices. Remove the line".into(),
+        ));
+    }
+    let listen = match s.listen {
+        None => SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)),
+        Some(text) => {
+            if text.contains("://") {
+                return Err(field("server.listen", format!("is {text:?}; write an address and port such as \"0.0.0.0:{DEFAULT_PORT}\", without a scheme (it is always mutual TLS)")));
+            }
+            text.parse().map_err(|_| field("server.listen", format!("is {text:?}, which is not an address and port such as \"0.0.0.0:{DEFAULT_PORT}\"")))?
+        }
+    };
+    let name = match s.name {
+        Some(n) => n,
+        None => revis_trust::host_name("revis"),
+    };
+    if name.trim().is_empty() || name.chars().count() > 64 || name.chars().any(char::is_control) {
+        return Err(field("server.name", format!("is {name:?}; a name is 1 to 64 printable characters")));
+    }
+    let interfaces = s.interfaces.unwrap_or_default();
+    for i in &interfaces {
+        if i.is_empty() || i.len() > 15 || i.contains(['/', ' ']) {
+            return Err(field("server.interfaces", format!("names {i:?}, which is not a network interface name")));
+        }
+    }
+    // The default sits beside the models: `$REVIS_DATA_DIR/daemon`.
+    let state_dir = s.state_dir.unwrap_or_else(|| models_dir.parent().unwrap_or(models_dir).join("daemon"));
+    Ok(ServerConfig {
+        enabled: s.enabled,
+        listen,
+        name,
+        advertise: s.advertise.unwrap_or(true),
+        interfaces,
+        state_dir,
+        pairing_window: Duration::from_secs(range("server.pairing_window_s", s.pairing_window_s, 120, 10, 600)?),
+        max_connections: range("server.max_connections", s.max_connections.map(u64::from), 64, 1, 4096)? as usize,
+    })
 }
 
 /// A catalog name → its file in `models_dir`; anything else is a path.
@@ -243,5 +337,18 @@ mod tests {
             2 | threds = 2
               | ^^^^^^
             unknown field `threds`, expected one of `socket`, `load_at_start`, `keep_alive_s`, `queue_capacity`, `max_tokens_limit`, `default_max_tokens`, `context`, `threads`, `batch`, `cache_slots`, `cache_budget_mb`"#]]);
+    }
+
+    #[test]
+    fn server_mode_is_mutual_tls_only() {
+        check("[server]\ntls = false\n", expect!["config revisd.toml: `server.tls` is false, but revisd never serves plain TCP: on the network every connection is mutual TLS between paired devices. Remove the line"]);
+        check("[server]\nlisten = \"http://0.0.0.0:80\"\n", expect![[r#"config revisd.toml: `server.listen` is "http://0.0.0.0:80"; write an address and port such as "0.0.0.0:47470", without a scheme (it is always mutual TLS)"#]]);
+        check("[server]\nlisten = \"lan\"\n", expect![[r#"config revisd.toml: `server.listen` is "lan", which is not an address and port such as "0.0.0.0:47470""#]]);
+        check("[server]\npairing_window_s = 5\n", expect!["config revisd.toml: `server.pairing_window_s` is 5; it must be between 10 and 600"]);
+        check("[server]\ninterfaces = [\"eth0/1\"]\n", expect![[r#"config revisd.toml: `server.interfaces` names "eth0/1", which is not a network interface name"#]]);
+        let dir = tempfile::tempdir().unwrap();
+        let c = Config::parse("[server]\nenabled = true\nlisten = \"127.0.0.1:0\"\nname = \"desk\"\n", Path::new("x"), &dir.path().join("models"));
+        let s = c.unwrap().server;
+        assert_eq!((s.enabled, s.listen.to_string(), s.name.as_str(), s.state_dir), (Some(true), "127.0.0.1:0".into(), "desk", dir.path().join("daemon")));
     }
 }

@@ -5,6 +5,7 @@
 pub mod config;
 pub mod error;
 pub mod registry;
+pub mod remote;
 pub mod scheduler;
 pub mod server;
 pub mod service;

@@ -10,12 +10,14 @@ use revis_engine::{Engine, LlamaCpp};
 use revis_proto::v1 as pb;
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
+use tonic::service::Routes;
 use tonic::transport::Server;
 use tonic::transport::server::UdsConnectInfo;
 use tonic::{Request, Status};
 
 use crate::config::Config;
 use crate::registry::Registry;
+use crate::remote::Remote;
 use crate::scheduler::Queue;
 use crate::service::{Daemon, run_queue};
 use crate::validate::GRPC_MAX_MESSAGE_BYTES;
@@ -31,6 +33,8 @@ pub enum ServeError {
     LoadAtStart { model: String, source: revis_engine::EngineError },
     #[error("gRPC server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
+    #[error(transparent)]
+    Remote(#[from] crate::remote::RemoteError),
 }
 
 /// Only the user who runs the daemon may call it.
@@ -64,7 +68,9 @@ pub async fn run(
     }
     let queue = Arc::new(Queue::new(config.queue_capacity, |t: &crate::service::Task| t.job.abandoned()));
     let closing = Arc::new(AtomicBool::new(false));
+    let remote = Remote::new(config.server.clone(), config.tiers.keys().cloned().collect())?;
     let daemon = Daemon {
+        remote: remote.clone(),
         registry: registry.clone(),
         queue: queue.clone(),
         config: Arc::new(config),
@@ -89,6 +95,14 @@ pub async fn run(
     let admin = pb::admin_server::AdminServer::new(daemon)
         .max_decoding_message_size(GRPC_MAX_MESSAGE_BYTES)
         .max_encoding_message_size(GRPC_MAX_MESSAGE_BYTES);
+
+    // Paired devices reach the same services over mutual TLS (server mode).
+    remote.set_routes(
+        Routes::new(health_service.clone()).add_service(inference.clone()).add_service(admin.clone()),
+    );
+    if remote.initial_switch() {
+        remote.set_enabled(true, false).await?;
+    }
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let draining = {
@@ -117,6 +131,9 @@ pub async fn run(
     tracing::info!("shutting down: refusing new work, draining for up to {}s", SHUTDOWN_GRACE.as_secs());
     closing.store(true, Ordering::SeqCst);
     let _ = stop_tx.send(());
+    // Off the network first (advertisement withdrawn, remote calls cut); the
+    // saved switch keeps its position for the next start.
+    remote.set_enabled(false, false).await.ok();
     tokio::select! {
         r = &mut server => return r.expect("server task").map_err(Into::into),
         () = tokio::time::sleep(SHUTDOWN_GRACE) => {}

@@ -18,6 +18,7 @@ use tonic::{Request, Response, Status};
 use crate::config::Config;
 use crate::error::DaemonError;
 use crate::registry::{Lease, Phase, Registry};
+use crate::remote::{DeviceInfo, PairingOutcome, Remote, ServerState, is_remote, local_only};
 use crate::scheduler::{Priority, Queue};
 use crate::validate;
 
@@ -55,6 +56,8 @@ pub struct Daemon {
     pub started: Instant,
     /// Set once shutdown begins: new requests are refused.
     pub closing: Arc<AtomicBool>,
+    /// Server mode: identity, paired devices, the TCP side.
+    pub remote: Arc<Remote>,
 }
 
 impl Daemon {
@@ -208,8 +211,13 @@ impl pb::inference_server::Inference for Daemon {
 
 #[tonic::async_trait]
 impl pb::admin_server::Admin for Daemon {
-    async fn status(&self, _: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
+    async fn status(&self, req: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
+        // Paired devices see the tiers and the load, not this machine's pairings.
+        let server = (!is_remote(&req)).then(|| server_status(&self.remote.state()));
         Ok(Response::new(pb::StatusResponse {
+            device_id: self.remote.device_id().to_string(),
+            name: self.remote.name().to_owned(),
+            server,
             version: env!("CARGO_PKG_VERSION").to_owned(),
             tiers: self.registry.tiers().map(|(t, _)| self.tier_status(t)).collect(),
             queue_depth: self.queue.len() as u32,
@@ -222,6 +230,7 @@ impl pb::admin_server::Admin for Daemon {
     }
 
     async fn load_model(&self, req: Request<pb::LoadModelRequest>) -> Result<Response<pb::LoadModelResponse>, Status> {
+        local_only(&req, "LoadModel")?;
         let (tier, model) = validate::tier(&self.registry, &req.get_ref().tier)?;
         let t0 = Instant::now();
         self.registry.load(model).await.map_err(DaemonError::from)?;
@@ -229,6 +238,7 @@ impl pb::admin_server::Admin for Daemon {
     }
 
     async fn unload_model(&self, req: Request<pb::UnloadModelRequest>) -> Result<Response<pb::UnloadModelResponse>, Status> {
+        local_only(&req, "UnloadModel")?;
         let (tier, model) = validate::tier(&self.registry, &req.get_ref().tier)?;
         let rss_before_bytes = revis_engine::rss_bytes();
         self.registry.unload(model).await.map_err(DaemonError::from)?;
@@ -240,6 +250,7 @@ impl pb::admin_server::Admin for Daemon {
     }
 
     async fn purge(&self, req: Request<pb::PurgeRequest>) -> Result<Response<pb::PurgeResponse>, Status> {
+        local_only(&req, "Purge")?;
         let key = if req.get_ref().tier.is_empty() {
             None
         } else {
@@ -247,6 +258,96 @@ impl pb::admin_server::Admin for Daemon {
         };
         let (n, bytes) = self.registry.engine().purge(key.as_deref()).await.map_err(DaemonError::from)?;
         Ok(Response::new(pb::PurgeResponse { dropped_prefixes: n, freed_bytes: bytes }))
+    }
+
+    async fn set_server_mode(&self, req: Request<pb::SetServerModeRequest>) -> Result<Response<pb::ServerModeStatus>, Status> {
+        local_only(&req, "SetServerMode")?;
+        self.open()?;
+        let state = self.remote.set_enabled(req.get_ref().enabled, true).await?;
+        Ok(Response::new(server_status(&state)))
+    }
+
+    type OpenPairingStream = tokio_stream::wrappers::ReceiverStream<Result<pb::PairingEvent, Status>>;
+
+    async fn open_pairing(&self, req: Request<pb::OpenPairingRequest>) -> Result<Response<Self::OpenPairingStream>, Status> {
+        local_only(&req, "OpenPairing")?;
+        self.open()?;
+        let window_s = req.get_ref().window_s;
+        if window_s > 600 {
+            return Err(Status::invalid_argument(format!("window_s is {window_s}; a pairing window is open for at most 600 s")));
+        }
+        let duration = (window_s > 0).then(|| std::time::Duration::from_secs(window_s.into()));
+        let (id, window, mut outcomes) = self.remote.open_window(duration)?;
+        let state = self.remote.state();
+        let opened = pb::PairingOpened {
+            code: window.code().to_string(),
+            expires_in_s: window.deadline().saturating_duration_since(Instant::now()).as_secs() as u32,
+            listen_address: state.listen.map(|a| a.to_string()).unwrap_or_default(),
+            device_id: self.remote.device_id().to_string(),
+        };
+        let (tx, rx) = mpsc::channel(4);
+        let remote = self.remote.clone();
+        tokio::spawn(async move {
+            use pb::pairing_event::Event;
+            let send = |e: Event| pb::PairingEvent { event: Some(e) };
+            if tx.send(Ok(send(Event::Opened(opened)))).await.is_err() {
+                remote.close_window(id);
+                return;
+            }
+            let last = tokio::select! {
+                o = outcomes.recv() => match o {
+                    Some(PairingOutcome::Paired { device_id, name }) => {
+                        Event::Paired(pb::PairingPaired { device_id: device_id.to_string(), name })
+                    }
+                    Some(PairingOutcome::Closed(reason)) => Event::Closed(pb::PairingClosed { reason }),
+                    None => Event::Closed(pb::PairingClosed { reason: "the window was closed".into() }),
+                },
+                () = tokio::time::sleep_until(window.deadline().into()) => {
+                    Event::Closed(pb::PairingClosed { reason: "the code expired unused; nothing was paired".into() })
+                }
+                // Nobody shows the code any more: nobody may use it.
+                () = tx.closed() => Event::Closed(pb::PairingClosed { reason: String::new() }),
+            };
+            remote.close_window(id);
+            let _ = tx.send(Ok(send(last))).await;
+        });
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    }
+
+    async fn list_devices(&self, req: Request<pb::ListDevicesRequest>) -> Result<Response<pb::ListDevicesResponse>, Status> {
+        local_only(&req, "ListDevices")?;
+        Ok(Response::new(pb::ListDevicesResponse { devices: self.remote.devices().iter().map(device_info).collect() }))
+    }
+
+    async fn revoke_device(&self, req: Request<pb::RevokeDeviceRequest>) -> Result<Response<pb::RevokeDeviceResponse>, Status> {
+        local_only(&req, "RevokeDevice")?;
+        let what = req.get_ref().device.trim();
+        if what.is_empty() {
+            return Err(Status::invalid_argument("device is empty; give a paired device's ID or name"));
+        }
+        let (device, cut) = self.remote.revoke(what)?;
+        Ok(Response::new(pb::RevokeDeviceResponse { device: Some(device_info(&device)), cut_connections: cut as u32 }))
+    }
+}
+
+fn server_status(s: &ServerState) -> pb::ServerModeStatus {
+    pb::ServerModeStatus {
+        enabled: s.enabled,
+        listen_address: s.listen.map(|a| a.to_string()).unwrap_or_default(),
+        advertised: s.advertised,
+        remote_connections: s.connections as u32,
+        paired_devices: s.paired as u32,
+        pairing_open: s.pairing_open,
+    }
+}
+
+fn device_info(d: &DeviceInfo) -> pb::PairedDeviceInfo {
+    pb::PairedDeviceInfo {
+        device_id: d.device.device_id.to_string(),
+        name: d.device.name.clone(),
+        paired_at: d.device.paired_at,
+        last_seen: d.device.last_seen.unwrap_or(0),
+        connections: d.connections as u32,
     }
 }
 

@@ -3,6 +3,8 @@
 //! directory, killed when the handle drops; or on a socket the test holds
 //! the way systemd does ([`HeldSocket`], socket activation).
 
+pub mod netns;
+
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -49,7 +51,9 @@ pub fn binary(name: &str) -> PathBuf {
 /// Builder for a real revisd.
 pub struct TestDaemon {
     config: String,
+    server: String,
     model: Option<PathBuf>,
+    netns: Option<String>,
 }
 
 impl Default for TestDaemon {
@@ -60,7 +64,7 @@ impl Default for TestDaemon {
 
 impl TestDaemon {
     pub fn new() -> Self {
-        TestDaemon { config: String::new(), model: None }
+        TestDaemon { config: String::new(), server: String::new(), model: None, netns: None }
     }
 
     /// Every tier uses this model file (default: SmolLM2).
@@ -76,14 +80,32 @@ impl TestDaemon {
         self
     }
 
+    /// Extra `[server]` settings, TOML lines such as `enabled = true`. The
+    /// state directory (identity, paired devices) is always the daemon's own
+    /// temporary one, never the user's.
+    pub fn server(mut self, toml: &str) -> Self {
+        self.server.push_str(toml);
+        self.server.push('\n');
+        self
+    }
+
+    /// Runs revisd inside this network namespace (`ip netns exec`); its
+    /// socket stays on the shared filesystem, so the test still reaches it.
+    pub fn netns(mut self, name: &str) -> Self {
+        self.netns = Some(name.to_owned());
+        self
+    }
+
     /// The daemon's directory and its config file.
-    fn prepare(self) -> (tempfile::TempDir, PathBuf) {
-        let model = self.model.unwrap_or_else(smollm2);
+    fn prepare(&self) -> (tempfile::TempDir, PathBuf) {
+        let model = self.model.clone().unwrap_or_else(smollm2);
         let dir = tempfile::Builder::new().prefix("revisd-test").tempdir().expect("temp dir");
         let mut config = format!("[daemon]\nthreads = 2\ncontext = 2048\n{}", self.config);
         for t in ["tier1", "tier2", "tier3"] {
             config.push_str(&format!("[tiers.{t}]\nmodel = {:?}\n", model.display().to_string()));
         }
+        let state = dir.path().join("state");
+        config.push_str(&format!("[server]\nstate_dir = {:?}\n{}", state.display().to_string(), self.server));
         let config_path = dir.path().join("revisd.toml");
         std::fs::write(&config_path, config).expect("write config");
         (dir, config_path)
@@ -93,7 +115,40 @@ impl TestDaemon {
     pub fn start(self) -> Running {
         let (dir, config) = self.prepare();
         let socket = dir.path().join("run/revisd.sock");
-        Running::spawn(dir, config, socket, None)
+        Running::spawn(dir, config, socket, None, self.netns)
+    }
+
+    /// Writes the config and starts revisd, expecting it to refuse: returns
+    /// its exit status and what it printed. Panics if it is still running
+    /// after [`READY_TIMEOUT`].
+    pub fn start_expecting_failure(self) -> (ExitStatus, String) {
+        let (dir, config) = self.prepare();
+        let mut child = Command::new(binary("revisd"))
+            .arg("--config")
+            .arg(&config)
+            .arg("--socket")
+            .arg(dir.path().join("run/revisd.sock"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start revisd");
+        let pid = child.id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut stderr = child.stderr.take().expect("stderr");
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = stderr.read_to_string(&mut s);
+            let _ = tx.send((child.wait(), s));
+        });
+        match rx.recv_timeout(READY_TIMEOUT) {
+            Ok((status, text)) => (status.expect("wait"), text),
+            Err(_) => {
+                // SAFETY: a child we started; its waiter thread reaps it.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                panic!("revisd did not exit; it was expected to refuse its config");
+            }
+        }
     }
 
     /// Starts revisd the way systemd starts a socket-activated service: the
@@ -103,7 +158,7 @@ impl TestDaemon {
     /// same one to the next revisd, as systemd would.
     pub fn start_activated(self, held: HeldSocket) -> Running {
         let (dir, config) = self.prepare();
-        Running::spawn(dir, config, held.path.clone(), Some(held))
+        Running::spawn(dir, config, held.path.clone(), Some(held), None)
     }
 }
 
@@ -178,14 +233,15 @@ pub struct Running {
     pub log: PathBuf,
     config: PathBuf,
     held: Option<HeldSocket>,
+    netns: Option<String>,
     child: Option<Child>,
     dir: tempfile::TempDir,
 }
 
 impl Running {
-    fn spawn(dir: tempfile::TempDir, config: PathBuf, socket: PathBuf, held: Option<HeldSocket>) -> Running {
+    fn spawn(dir: tempfile::TempDir, config: PathBuf, socket: PathBuf, held: Option<HeldSocket>, netns: Option<String>) -> Running {
         let log = dir.path().join("revisd.log");
-        let mut running = Running { socket, log, config, held, child: None, dir };
+        let mut running = Running { socket, log, config, held, netns, child: None, dir };
         running.launch();
         running
     }
@@ -204,7 +260,15 @@ impl Running {
         let mut cmd = match &self.held {
             Some(held) => activated_revisd(held.as_fd(), None),
             None => {
-                let mut c = Command::new(binary("revisd"));
+                let mut c = match &self.netns {
+                    // `ip netns exec` execs revisd: the child's PID is revisd's own.
+                    Some(ns) => {
+                        let mut c = Command::new("ip");
+                        c.args(["netns", "exec", ns]).arg(binary("revisd"));
+                        c
+                    }
+                    None => Command::new(binary("revisd")),
+                };
                 c.arg("--socket").arg(&self.socket);
                 c
             }

@@ -1,4 +1,4 @@
-//! `TrustError`: everything that can go wrong with identities, the trust store and TLS configs.
+//! `TrustError`: everything that can go wrong with identities, the trust store, TLS configs, pairing and discovery.
 
 use std::io;
 use std::path::PathBuf;
@@ -61,6 +61,10 @@ pub enum TrustError {
     /// Pairing: the connection failed.
     #[error("pairing failed: connection: {0}")]
     Connection(#[source] io::Error),
+    /// mDNS discovery: a named interface does not exist, an advertisement
+    /// cannot be sent as given, or the mDNS daemon failed.
+    #[error("mDNS discovery: {0}")]
+    Discovery(String),
 }
 
 impl TrustError {

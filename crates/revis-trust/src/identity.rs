@@ -171,3 +171,32 @@ fn check_private(path: &Path) -> Result<()> {
     }
     Ok(())
 }
+
+/// This machine's host name without its domain, at most 64 characters (the
+/// default name a node shows to others); `fallback` when there is none.
+pub fn host_name(fallback: &str) -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for writes of its length; gethostname
+    // writes at most that many bytes.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    let name = if ok {
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        String::new()
+    };
+    let short: String = name
+        .split('.')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(64)
+        .collect();
+    if short.is_empty() {
+        fallback.to_owned()
+    } else {
+        short
+    }
+}

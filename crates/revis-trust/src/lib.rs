@@ -22,9 +22,13 @@
 //!   (TLS 1.3, signatures verified, nothing pinned). Then each side stores
 //!   the other.
 //!
-//! mDNS discovery comes later.
+//! - Discovery ([`Advertiser`], [`browse`]): mDNS (DNS-SD type
+//!   [`SERVICE_TYPE`]) on chosen interfaces, IPv4 only; an advertisement
+//!   carries the device ID, name, version and tiers, and is a hint only:
+//!   the connection that follows pins the device ID.
 
 mod device_id;
+mod discovery;
 mod error;
 mod fsutil;
 mod identity;
@@ -33,11 +37,12 @@ mod store;
 mod tls;
 
 pub use device_id::DeviceId;
+pub use discovery::{Advertisement, Advertiser, Discovered, Interfaces, SERVICE_TYPE, browse};
 pub use error::TrustError;
-pub use identity::{CERT_FILE, Identity, KEY_FILE};
+pub use identity::{CERT_FILE, Identity, KEY_FILE, host_name};
 pub use pairing::{
     CODE_DIGITS, ChannelBinding, DEFAULT_WINDOW, EXPORTER_LABEL, MAX_ATTEMPTS, MAX_FRAME,
-    PairingCode, PairingWindow, pair_client, pair_client_over, pair_server, pair_server_over,
+    PairingCode, PairingSink, PairingWindow, pair_client, pair_client_over, pair_server, pair_server_over,
     read_frame, send_frame,
 };
 pub use store::{PairedDevice, TRUST_FILE, TrustSet, TrustStore};

@@ -247,6 +247,25 @@ impl Drop for Attempt<'_> {
     }
 }
 
+/// Where the server side of a pairing stores the device it paired: a
+/// [`TrustStore`] borrowed for the whole exchange, or one behind a mutex
+/// that is locked only to store (so a slow peer does not hold it).
+pub trait PairingSink {
+    fn pair(&mut self, id: DeviceId, name: &str) -> Result<()>;
+}
+
+impl PairingSink for &mut TrustStore {
+    fn pair(&mut self, id: DeviceId, name: &str) -> Result<()> {
+        self.add(id, name)
+    }
+}
+
+impl PairingSink for &Mutex<TrustStore> {
+    fn pair(&mut self, id: DeviceId, name: &str) -> Result<()> {
+        self.lock().unwrap_or_else(|e| e.into_inner()).add(id, name)
+    }
+}
+
 /// What both sides must agree on: this connection (its exporter value) and
 /// the two device IDs each saw in the TLS handshake.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -304,7 +323,7 @@ pub async fn pair_server<S>(
     tls: &mut tokio_rustls::server::TlsStream<S>,
     local: DeviceId,
     window: &PairingWindow,
-    store: &mut TrustStore,
+    store: impl PairingSink,
     now: Instant,
 ) -> Result<DeviceId>
 where
@@ -340,7 +359,7 @@ pub async fn pair_server_over<S>(
     io: &mut S,
     binding: &ChannelBinding,
     window: &PairingWindow,
-    store: &mut TrustStore,
+    mut store: impl PairingSink,
     now: Instant,
 ) -> Result<DeviceId>
 where
@@ -367,7 +386,7 @@ where
                 refuse(io, &e).await;
                 return Err(e);
             }
-            if let Err(e) = store.add(binding.client, &name) {
+            if let Err(e) = store.pair(binding.client, &name) {
                 send_frame(io, &[REFUSE, REFUSE_STORE]).await.ok();
                 return Err(e);
             }

@@ -26,6 +26,10 @@ pub struct PairedDevice {
     pub paired_at: u64,
     /// Seconds since the Unix epoch of the last accepted connection.
     pub last_seen: Option<u64>,
+    /// Where it was last reached (`host:port`), on the client side: a hint
+    /// for when mDNS finds nothing; the pin decides, never the address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -107,6 +111,23 @@ impl TrustStore {
         self.devices.iter().find(|d| d.device_id == *id)
     }
 
+    /// The paired device a person means by `what`: its device ID (any
+    /// spacing or case), or its name. None when nothing matches; an error
+    /// when the name is shared by several devices.
+    pub fn find(&self, what: &str) -> Result<Option<&PairedDevice>> {
+        if let Ok(id) = what.parse::<DeviceId>() {
+            return Ok(self.get(&id));
+        }
+        let mut named = self.devices.iter().filter(|d| d.name == what);
+        match (named.next(), named.next()) {
+            (Some(d), None) => Ok(Some(d)),
+            (None, _) => Ok(None),
+            (Some(_), Some(_)) => Err(TrustError::InvalidName(
+                "several paired devices have this name; use the device ID",
+            )),
+        }
+    }
+
     /// The live allowlist for [`crate::server_config`].
     pub fn trust_set(&self) -> TrustSet {
         self.set.clone()
@@ -121,6 +142,7 @@ impl TrustStore {
             name: name.to_owned(),
             paired_at: unix_seconds(SystemTime::now()),
             last_seen: None,
+            address: None,
         };
         let mut devices = self.devices.clone();
         match devices.iter_mut().find(|d| d.device_id == id) {
@@ -152,6 +174,21 @@ impl TrustStore {
             return Ok(false);
         };
         d.last_seen = Some(unix_seconds(at));
+        self.save(&devices)?;
+        self.devices = devices;
+        Ok(true)
+    }
+
+    /// Records where `id` was reached; false when it is not paired.
+    pub fn set_address(&mut self, id: &DeviceId, address: &str) -> Result<bool> {
+        let mut devices = self.devices.clone();
+        let Some(d) = devices.iter_mut().find(|d| d.device_id == *id) else {
+            return Ok(false);
+        };
+        if d.address.as_deref() == Some(address) {
+            return Ok(true);
+        }
+        d.address = Some(address.to_owned());
         self.save(&devices)?;
         self.devices = devices;
         Ok(true)

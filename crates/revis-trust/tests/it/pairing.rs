@@ -563,6 +563,6 @@ fn pairing_futures_are_send(
 ) {
     fn send<T: Send>(_: &T) {}
     let id = DeviceId::from_bytes([0; 32]);
-    send(&pair_server(server_tls, id, window, store, Instant::now()));
+    send(&pair_server(server_tls, id, window, &mut *store, Instant::now()));
     send(&pair_client(client_tls, id, code, "a", "b", store));
 }

@@ -1,0 +1,289 @@
+//! Other machines' daemons: this client's identity and the daemons it has
+//! paired with ([`Keyring`]), pairing ([`pair`]), finding a paired daemon on
+//! the LAN ([`resolve`]), and connecting to it over mutual TLS
+//! ([`Client::connect_node`]).
+//!
+//! mDNS only suggests where a node is. What decides is the pin: the TLS
+//! connection succeeds only when the server's certificate has the device ID
+//! stored at pairing, so a forged advertisement leads to a refused
+//! handshake, never to a call.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use revis_proto::v1 as pb;
+use revis_trust::{DeviceId, Discovered, Identity, Interfaces, PairingCode, TrustError, TrustStore};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tonic::transport::{Endpoint, Uri};
+
+use crate::{Client, ClientError, Target};
+
+/// How long a TCP connect plus TLS handshake to a node may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a pairing exchange may take, handshake included.
+pub const PAIR_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// This client's identity (created on first use) and the daemons it has
+/// paired with, in one directory: by default `client/` in revis's data
+/// directory (`$REVIS_DATA_DIR/client`).
+pub struct Keyring {
+    pub identity: Identity,
+    pub store: TrustStore,
+    dir: PathBuf,
+}
+
+impl Keyring {
+    /// The keyring in `dir`, created on first use (0700 directory, 0600 files).
+    pub fn open(dir: &Path) -> Result<Keyring, ClientError> {
+        Ok(Keyring { identity: Identity::load_or_create(dir)?, store: TrustStore::open(dir)?, dir: dir.into() })
+    }
+
+    /// The keyring in revis's data directory.
+    pub fn open_default() -> Result<Keyring, ClientError> {
+        Self::open(&revis_models::data_dir()?.join("client"))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+/// A paired daemon and where to reach it now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    pub name: String,
+    pub device_id: DeviceId,
+    pub addr: SocketAddr,
+}
+
+/// Why a handshake with a node failed, in words a person can act on.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error(
+        "the machine at {addr} is not {name}: its certificate does not match the one paired (device ID {expected}); refusing to talk to it"
+    )]
+    NotThatNode { name: String, addr: SocketAddr, expected: DeviceId },
+    #[error("{name} at {addr} refused this machine: it is not paired there (or was unpaired); pair again with `revis pair {name}`")]
+    Refused { name: String, addr: SocketAddr },
+    #[error("cannot reach {name} at {addr}: {reason}")]
+    Unreachable { name: String, addr: SocketAddr, reason: String },
+}
+
+impl Client {
+    /// Connects to a paired daemon over mutual TLS, pinned to its device ID,
+    /// and checks that it answers (a Status call), so a refusal shows here
+    /// with a clear error rather than on the first real call.
+    pub async fn connect_node(keyring: &Keyring, node: &Node) -> Result<Client, ClientError> {
+        let config = revis_trust::client_config(&keyring.identity, node.device_id)?;
+        let connector = TlsConnector::from(config);
+        let (addr, name, expected) = (node.addr, node.name.clone(), node.device_id);
+        let channel = Endpoint::from_static("http://revis-node")
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true)
+            .connect_with_connector(tower::service_fn(move |_: Uri| {
+                let (connector, name) = (connector.clone(), name.clone());
+                async move { dial(&connector, addr, &name, expected).await.map(TokioIo::new) }
+            }))
+            .await
+            .map_err(|e| node_error(&e, node).map_or_else(|| unreachable(node, &e), ClientError::Node))?;
+        let mut client = Client::over(channel, Target::Node(node.clone()));
+        match client.admin.status(pb::StatusRequest {}).await {
+            Ok(_) => Ok(client),
+            Err(s) => Err(node_error(&s, node).map_or(ClientError::Rpc(s), ClientError::Node)),
+        }
+    }
+}
+
+/// TCP, then TLS pinned to `expected`, then the server's first bytes.
+///
+/// In TLS 1.3 the client's handshake ends before the server has judged the
+/// client's certificate, so a refusal would only show as a closed
+/// connection on the first call. The server speaks first on a connection
+/// it accepts (the HTTP/2 SETTINGS frame), so waiting for its first bytes
+/// tells the two apart: bytes mean accepted (they are replayed to tonic),
+/// an alert or a close means refused. A pin mismatch becomes
+/// [`NodeError::NotThatNode`], a refusal [`NodeError::Refused`].
+async fn dial(connector: &TlsConnector, addr: SocketAddr, name: &str, expected: DeviceId) -> std::io::Result<Prefetched> {
+    let tcp = TcpStream::connect(addr).await?;
+    tcp.set_nodelay(true)?;
+    let mut tls = connector.connect(revis_trust::server_name(), tcp).await.map_err(|e| {
+        if is_pin_mismatch(&e) {
+            std::io::Error::other(NodeError::NotThatNode { name: name.into(), addr, expected })
+        } else {
+            e
+        }
+    })?;
+    let refused = || std::io::Error::other(NodeError::Refused { name: name.into(), addr });
+    let mut first = vec![0u8; 4096];
+    let n = match tokio::time::timeout(CONNECT_TIMEOUT, tls.read(&mut first)).await {
+        Err(_) => return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the node accepted TLS but said nothing")),
+        Ok(Ok(0)) => return Err(refused()),
+        Ok(Err(e)) if e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()).is_some() => return Err(refused()),
+        Ok(Err(e)) => return Err(e),
+        Ok(Ok(n)) => n,
+    };
+    first.truncate(n);
+    Ok(Prefetched { first, at: 0, tls })
+}
+
+/// A TLS stream whose first bytes were already read: they come first.
+struct Prefetched {
+    first: Vec<u8>,
+    at: usize,
+    tls: tokio_rustls::client::TlsStream<TcpStream>,
+}
+
+impl AsyncRead for Prefetched {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        if self.at < self.first.len() {
+            let n = buf.remaining().min(self.first.len() - self.at);
+            let at = self.at;
+            buf.put_slice(&self.first[at..at + n]);
+            self.at += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.tls).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Prefetched {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.tls).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[std::io::IoSlice<'_>]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.tls).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.tls.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.tls).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.tls).poll_shutdown(cx)
+    }
+}
+
+fn is_pin_mismatch(e: &std::io::Error) -> bool {
+    matches!(
+        e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()),
+        Some(rustls::Error::InvalidCertificate(_))
+    )
+}
+
+/// A [`NodeError`] somewhere in `e`'s sources, or a TLS alert from the
+/// server (it did not accept our certificate) turned into one.
+fn node_error(e: &(dyn std::error::Error + 'static), node: &Node) -> Option<NodeError> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        let inner = err.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()).and_then(|i| i.downcast_ref::<NodeError>());
+        if let Some(n) = err.downcast_ref::<NodeError>().or(inner) {
+            return Some(match n {
+                NodeError::NotThatNode { name, addr, expected } => {
+                    NodeError::NotThatNode { name: name.clone(), addr: *addr, expected: *expected }
+                }
+                NodeError::Refused { name, addr } => NodeError::Refused { name: name.clone(), addr: *addr },
+                NodeError::Unreachable { name, addr, reason } => {
+                    NodeError::Unreachable { name: name.clone(), addr: *addr, reason: reason.clone() }
+                }
+            });
+        }
+        if let Some(rustls::Error::AlertReceived(_)) = err.downcast_ref::<rustls::Error>() {
+            return Some(NodeError::Refused { name: node.name.clone(), addr: node.addr });
+        }
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && let Some(rustls::Error::AlertReceived(_)) = io.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>())
+        {
+            return Some(NodeError::Refused { name: node.name.clone(), addr: node.addr });
+        }
+        cur = err.source();
+    }
+    None
+}
+
+fn unreachable(node: &Node, e: &dyn std::error::Error) -> ClientError {
+    ClientError::Node(NodeError::Unreachable { name: node.name.clone(), addr: node.addr, reason: crate::source_chain(e) })
+}
+
+/// Pairs with the daemon at `addr` using the code its screen shows: SPAKE2
+/// over TLS, bound to the connection. On success the daemon is stored in
+/// the keyring under `server_name` (with `addr` as its last address) and
+/// this machine is stored there under `my_name`.
+pub async fn pair(
+    keyring: &mut Keyring,
+    addr: SocketAddr,
+    server_name: &str,
+    code: &PairingCode,
+    my_name: &str,
+) -> Result<DeviceId, ClientError> {
+    let config = revis_trust::pairing_client_config(&keyring.identity)?;
+    let local = keyring.identity.device_id();
+    let run = async {
+        let tcp = TcpStream::connect(addr).await.map_err(TrustError::Connection)?;
+        tcp.set_nodelay(true).map_err(TrustError::Connection)?;
+        let mut tls = TlsConnector::from(Arc::clone(&config))
+            .connect(revis_trust::server_name(), tcp)
+            .await
+            .map_err(TrustError::Connection)?;
+        revis_trust::pair_client(&mut tls, local, code, my_name, server_name, &mut keyring.store).await
+    };
+    let id = match tokio::time::timeout(PAIR_TIMEOUT, run).await {
+        Ok(r) => r?,
+        Err(_) => return Err(ClientError::Pairing(format!("{server_name} at {addr} did not finish pairing within {}s", PAIR_TIMEOUT.as_secs()))),
+    };
+    keyring.store.set_address(&id, &addr.to_string())?;
+    Ok(id)
+}
+
+/// Finds the paired daemon a person named (its name or device ID): browses
+/// mDNS on `interfaces` for up to `wait` until an advertisement with its
+/// device ID shows up, else uses the address it was last reached at.
+/// Advertisements are hints: [`Client::connect_node`] checks the pin.
+/// With `interfaces` None (mDNS off), only the last address is tried.
+pub async fn resolve(keyring: &Keyring, what: &str, interfaces: Option<&Interfaces>, wait: Duration) -> Result<Node, ClientError> {
+    let device = keyring.store.find(what)?.cloned().ok_or_else(|| ClientError::UnknownNode(what.to_owned()))?;
+    let id = device.device_id;
+    let advertised = match interfaces {
+        None => None,
+        Some(interfaces) => {
+            match revis_trust::browse(interfaces, wait, |seen: &[Discovered]| seen.iter().any(|d| d.device_id == id)).await {
+                Ok(seen) => seen.into_iter().find(|d| d.device_id == id).and_then(|d| d.addresses.first().copied()),
+                Err(e) => {
+                    tracing::warn!("mDNS browse failed: {e}");
+                    None
+                }
+            }
+        }
+    };
+    let addr = advertised.or_else(|| device.address.as_deref().and_then(|a| a.parse().ok())).ok_or_else(|| {
+        ClientError::Pairing(format!(
+            "{} is paired but was not found on the network within {:.1}s and has no known address; is its server mode on?",
+            device.name,
+            wait.as_secs_f64()
+        ))
+    })?;
+    Ok(Node { name: device.name, device_id: id, addr })
+}
+
+/// The interfaces mDNS uses on the client: `$REVIS_MDNS_INTERFACES`
+/// (comma-separated names) when set, else every non-loopback interface;
+/// None when it is `none` (no mDNS at all: paired nodes are reached at
+/// their last address, and pairing needs HOST:PORT).
+pub fn interfaces_from_env() -> Option<Interfaces> {
+    match std::env::var("REVIS_MDNS_INTERFACES") {
+        Ok(v) if v.trim() == "none" => None,
+        Ok(v) if !v.trim().is_empty() => Some(Interfaces::Named(v.split(',').map(|s| s.trim().to_owned()).collect())),
+        _ => Some(Interfaces::AllLan),
+    }
+}

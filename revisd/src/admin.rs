@@ -1,0 +1,138 @@
+//! `revisd pair`, `revisd server`, `revisd devices`, `revisd revoke`: the
+//! server-mode controls, run on the daemon's machine against the running
+//! daemon over its local socket (the only place these calls are accepted).
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use revis_client::{Client, v1 as pb};
+
+/// What to do with server mode.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
+    Status,
+}
+
+#[derive(clap::Subcommand)]
+pub enum Action {
+    /// Show a single-use pairing code for another machine's `revis pair` (server mode must be on).
+    Pair {
+        /// How long the code stays valid, in seconds (10..=600). Default: the config's server.pairing_window_s.
+        #[arg(long)]
+        window_s: Option<u32>,
+    },
+    /// Server mode: let paired machines use this daemon over mutual TLS, advertised on the LAN.
+    Server {
+        #[arg(value_enum)]
+        switch: Switch,
+    },
+    /// List the devices paired with this daemon.
+    Devices,
+    /// Unpair a device (by device ID or name): its open calls are cut and it cannot connect again.
+    Revoke { device: String },
+}
+
+pub async fn run(action: Action, socket: &Path) -> ExitCode {
+    let mut client = match Client::connect(socket).await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("revisd: {e}; start it first (`revisd`, or `revisd service install`)");
+            return ExitCode::from(crate::EX_UNAVAILABLE);
+        }
+    };
+    let result = match action {
+        Action::Pair { window_s } => pair(&mut client, window_s.unwrap_or(0)).await,
+        Action::Server { switch } => server(&mut client, switch).await,
+        Action::Devices => devices(&mut client).await,
+        Action::Revoke { device } => revoke(&mut client, device).await,
+    };
+    result.unwrap_or_else(|e| {
+        eprintln!("revisd: {}", e.message());
+        ExitCode::FAILURE
+    })
+}
+
+async fn pair(client: &mut Client, window_s: u32) -> Result<ExitCode, tonic::Status> {
+    use pb::pairing_event::Event;
+    let status = client.admin.status(pb::StatusRequest {}).await?.into_inner();
+    let mut events = client.admin.open_pairing(pb::OpenPairingRequest { window_s }).await?.into_inner();
+    while let Some(e) = events.message().await? {
+        match e.event {
+            Some(Event::Opened(o)) => {
+                println!("Pairing is open on {} for {} s.", status.name, o.expires_in_s);
+                println!("  Code:       {}", o.code);
+                println!("  Device ID:  {}", o.device_id);
+                println!("  Listening:  {}", o.listen_address);
+                println!("On the other machine, run `revis pair {}` and type the code.", status.name);
+                println!("Waiting (Ctrl-C closes the window)...");
+            }
+            Some(Event::Paired(p)) => {
+                println!("Paired with {} ({}).", p.name, p.device_id);
+                return Ok(ExitCode::SUCCESS);
+            }
+            Some(Event::Closed(c)) => {
+                eprintln!("revisd: pairing closed: {}", c.reason);
+                return Ok(ExitCode::FAILURE);
+            }
+            None => {}
+        }
+    }
+    eprintln!("revisd: the daemon closed the pairing window without saying why");
+    Ok(ExitCode::FAILURE)
+}
+
+async fn server(client: &mut Client, switch: Switch) -> Result<ExitCode, tonic::Status> {
+    let s = match switch {
+        Switch::Status => client.admin.status(pb::StatusRequest {}).await?.into_inner().server.unwrap_or_default(),
+        Switch::On | Switch::Off => {
+            let enabled = matches!(switch, Switch::On);
+            client.admin.set_server_mode(pb::SetServerModeRequest { enabled }).await?.into_inner()
+        }
+    };
+    if s.enabled {
+        println!(
+            "Server mode is on: listening on {} (mutual TLS){}; {} paired device(s), {} connected.",
+            s.listen_address,
+            if s.advertised { ", advertised on the LAN" } else { ", not advertised (server.advertise = false)" },
+            s.paired_devices,
+            s.remote_connections
+        );
+    } else {
+        println!("Server mode is off: no TCP port is open; {} paired device(s).", s.paired_devices);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn devices(client: &mut Client) -> Result<ExitCode, tonic::Status> {
+    let list = client.admin.list_devices(pb::ListDevicesRequest {}).await?.into_inner().devices;
+    if list.is_empty() {
+        println!("No paired devices. Pair one with `revisd pair` here and `revis pair` there.");
+    }
+    for d in list {
+        let seen = if d.last_seen == 0 { "never connected".to_owned() } else { format!("last seen {}", ago(d.last_seen)) };
+        println!("{}  {}\n    paired {}, {}, {} open connection(s)", d.name, d.device_id, ago(d.paired_at), seen, d.connections);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn revoke(client: &mut Client, device: String) -> Result<ExitCode, tonic::Status> {
+    let r = client.admin.revoke_device(pb::RevokeDeviceRequest { device }).await?.into_inner();
+    let d = r.device.unwrap_or_default();
+    println!("Unpaired {} ({}); cut {} open connection(s).", d.name, d.device_id, r.cut_connections);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// "3 min ago", from seconds since the epoch.
+fn ago(unix_s: u64) -> String {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).as_secs();
+    let d = now.saturating_sub(unix_s);
+    match d {
+        0..60 => format!("{d} s ago"),
+        60..3600 => format!("{} min ago", d / 60),
+        3600..86_400 => format!("{} h ago", d / 3600),
+        _ => format!("{} days ago", d / 86_400),
+    }
+}

@@ -1,0 +1,283 @@
+//! Server mode on loopback: pairing, mutual TLS, strangers, revocation, the
+//! switch. mDNS stays off here (these run in the machine's own network
+//! namespace); discovery is tested in namespaces of its own (lan.rs).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Output;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use revis_client::{Client, ClientError, Keyring, Node, NodeError, v1 as pb};
+use revis_testkit::{Running, TestDaemon};
+use rustls::pki_types::CertificateDer;
+use rustls::sign::{CertifiedKey, SigningKey, SingleCertAndKey};
+use tokio::io::AsyncReadExt;
+
+use crate::{ask, generate};
+
+/// A daemon in server mode on a free loopback port, not advertised.
+pub fn server_daemon() -> Running {
+    TestDaemon::new().server("enabled = true\nlisten = \"127.0.0.1:0\"\nadvertise = false\nname = \"desk\"").start()
+}
+
+/// Where server mode listens, from the local Status.
+pub async fn listen_addr(c: &mut Client) -> SocketAddr {
+    let s = c.status().await.unwrap().server.expect("the local socket sees server mode");
+    assert!(s.enabled, "server mode is on");
+    s.listen_address.parse().unwrap()
+}
+
+/// Opens a pairing window on the local socket: its code and its events.
+pub async fn open_pairing(c: &mut Client) -> (String, tonic::Streaming<pb::PairingEvent>) {
+    let mut events = c.admin.open_pairing(pb::OpenPairingRequest { window_s: 0 }).await.unwrap().into_inner();
+    match events.message().await.unwrap().and_then(|e| e.event) {
+        Some(pb::pairing_event::Event::Opened(o)) => (o.code, events),
+        other => panic!("expected Opened first, got {other:?}"),
+    }
+}
+
+/// The last event of a pairing window.
+pub async fn pairing_end(events: &mut tonic::Streaming<pb::PairingEvent>) -> pb::pairing_event::Event {
+    let e = tokio::time::timeout(Duration::from_secs(30), events.message()).await.expect("an outcome within 30 s");
+    e.unwrap().and_then(|e| e.event).expect("an event")
+}
+
+/// Runs the `revis` CLI with its own data directory and no mDNS.
+pub fn revis(data: &Path, args: &[&str]) -> Output {
+    std::process::Command::new(revis_testkit::binary("revis"))
+        .args(args)
+        .env("REVIS_DATA_DIR", data)
+        .env("REVIS_MDNS_INTERFACES", "none")
+        .env_remove("REVIS_SOCKET")
+        .env_remove("REVIS_NODE")
+        .output()
+        .expect("run revis")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// Pairs a keyring in `dir` with the daemon through the library.
+async fn pair_keyring(c: &mut Client, addr: SocketAddr, dir: &Path) -> (Keyring, Node) {
+    let (code, mut events) = open_pairing(c).await;
+    let mut keyring = Keyring::open(dir).unwrap();
+    let id = revis_client::pair(&mut keyring, addr, "desk", &code.parse().unwrap(), "laptop").await.unwrap();
+    assert!(matches!(pairing_end(&mut events).await, pb::pairing_event::Event::Paired(p) if p.name == "laptop"));
+    (keyring, Node { name: "desk".into(), device_id: id, addr })
+}
+
+#[tokio::test]
+async fn plain_tcp_cannot_be_configured() {
+    let (status, stderr) = TestDaemon::new().server("enabled = true\ntls = false").start_expecting_failure();
+    assert_eq!(status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("`server.tls` is false, but revisd never serves plain TCP"), "{stderr}");
+    let (status, stderr) = TestDaemon::new().server("listen = \"http://127.0.0.1:8080\"").start_expecting_failure();
+    assert_eq!(status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("without a scheme (it is always mutual TLS)"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_paired_client_runs_the_same_generation_over_mutual_tls() {
+    let d = server_daemon();
+    let mut local = d.client().await;
+    let addr = listen_addr(&mut local).await;
+    let (code, mut events) = open_pairing(&mut local).await;
+    let data = tempfile::tempdir().unwrap();
+    let out = revis(data.path(), &["pair", &addr.to_string(), "--code", &code, "--as", "desk", "--name", "laptop"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let paired = match pairing_end(&mut events).await {
+        pb::pairing_event::Event::Paired(p) => p,
+        other => panic!("expected Paired, got {other:?}"),
+    };
+    assert_eq!(paired.name, "laptop");
+    let devices = local.admin.list_devices(pb::ListDevicesRequest {}).await.unwrap().into_inner().devices;
+    assert_eq!(devices.len(), 1);
+    assert_eq!(devices[0].device_id, paired.device_id);
+
+    // Greedy: the node's answer over TLS is the local socket's answer.
+    let prompt = "Name three colours.";
+    let want = generate(&mut local, pb::GenerateRequest { max_tokens: 24, ..ask(prompt) }).await.unwrap().done.text;
+    let out = revis(data.path(), &["--node", "desk", "run", "--temperature", "0", "--max-tokens", "24", prompt]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim_end(), want.trim_end());
+
+    // Admin calls other than Status are for the local socket only.
+    let out = revis(data.path(), &["--node", "desk", "load", "tier1"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("LoadModel is for the local socket only"), "{}", text(&out));
+    let status = revis(data.path(), &["--node", "desk", "status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(v["name"], "desk");
+    assert!(v["server"].is_null(), "a paired device does not see this machine's pairings: {v}");
+}
+
+#[tokio::test]
+async fn three_wrong_codes_close_the_window_and_pair_nothing() {
+    let d = server_daemon();
+    let mut local = d.client().await;
+    let addr = listen_addr(&mut local).await.to_string();
+    let (code, mut events) = open_pairing(&mut local).await;
+    let wrong = if code.starts_with('1') { "2222 2222" } else { "1111 1111" };
+    let data = tempfile::tempdir().unwrap();
+    for _ in 0..3 {
+        let out = revis(data.path(), &["pair", &addr, "--code", wrong]);
+        assert!(!out.status.success());
+        assert!(
+            text(&out).contains("the code does not match") || text(&out).contains("too many wrong codes"),
+            "{}",
+            text(&out)
+        );
+    }
+    match pairing_end(&mut events).await {
+        pb::pairing_event::Event::Closed(c) => assert!(c.reason.contains("wrong codes"), "{}", c.reason),
+        other => panic!("expected Closed, got {other:?}"),
+    }
+    // The right code is no use now.
+    let out = revis(data.path(), &["pair", &addr, "--code", &code]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("the pairing window is closed"), "{}", text(&out));
+    assert!(local.admin.list_devices(pb::ListDevicesRequest {}).await.unwrap().into_inner().devices.is_empty());
+    let keyring = Keyring::open(&data.path().join("client")).unwrap();
+    assert!(keyring.store.devices().is_empty(), "the client pinned nothing");
+}
+
+/// A client config that trusts any server and presents `cert` signed by
+/// `key` (or no certificate at all).
+fn raw_client(cert: Option<(CertificateDer<'static>, Arc<dyn SigningKey>)>) -> Arc<rustls::ClientConfig> {
+    let provider = revis_trust::provider();
+    let verifier = Arc::new(revis_trust::PeerVerifier::new(revis_trust::Pin::Any, provider.signature_verification_algorithms));
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(verifier);
+    let mut config = match cert {
+        Some((cert, key)) => builder.with_client_cert_resolver(Arc::new(SingleCertAndKey::from(CertifiedKey::new(vec![cert], key)))),
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![revis_trust::ALPN_H2.to_vec()];
+    Arc::new(config)
+}
+
+/// Connects with `config` and reads what the server sends first: an
+/// accepted connection gets the server's HTTP/2 SETTINGS; a refused one an
+/// error or nothing.
+async fn first_bytes(addr: SocketAddr, config: Arc<rustls::ClientConfig>) -> Result<usize, String> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(config)
+        .connect(revis_trust::server_name(), tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut buf = [0u8; 64];
+    match tokio::time::timeout(Duration::from_secs(10), tls.read(&mut buf)).await.expect("an answer within 10 s") {
+        Ok(0) => Err("closed".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[tokio::test]
+async fn strangers_are_refused_at_the_handshake() {
+    let d = server_daemon();
+    let mut local = d.client().await;
+    let addr = listen_addr(&mut local).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (keyring, _) = pair_keyring(&mut local, addr, dir.path()).await;
+    let paired_cert = keyring.identity.certificate().clone();
+    let paired_key = keyring.identity.signing_key().unwrap();
+    let stranger = revis_trust::Identity::generate().unwrap();
+
+    // The paired certificate with its key gets the server's first frame...
+    assert!(first_bytes(addr, raw_client(Some((paired_cert.clone(), paired_key)))).await.is_ok());
+    // ...no certificate, an unknown one, or the paired one replayed without
+    // its key get nothing.
+    let refused = [
+        ("no certificate", raw_client(None)),
+        ("an unknown self-signed certificate", raw_client(Some((stranger.certificate().clone(), stranger.signing_key().unwrap())))),
+        ("the paired certificate without its key", raw_client(Some((paired_cert, stranger.signing_key().unwrap())))),
+    ];
+    for (what, config) in refused {
+        let r = first_bytes(addr, config).await;
+        assert!(r.is_err(), "{what}: the server sent {r:?}");
+    }
+    let log = d.log_text();
+    assert_eq!(log.matches("TLS handshake refused").count(), 3, "{log}");
+    let s = local.status().await.unwrap().server.unwrap();
+    assert_eq!(s.paired_devices, 1);
+}
+
+#[tokio::test]
+async fn revoking_a_device_cuts_its_open_stream_and_refuses_it_after() {
+    let d = server_daemon();
+    let mut local = d.client().await;
+    let addr = listen_addr(&mut local).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (keyring, node) = pair_keyring(&mut local, addr, dir.path()).await;
+    let mut remote = Client::connect_node(&keyring, &node).await.unwrap();
+    let req = pb::GenerateRequest { max_tokens: 1000, ..ask("Count from 1 to 400, separated by commas.") };
+    let mut stream = remote.inference.generate(req).await.unwrap().into_inner();
+    // Wait for the first text, then revoke while the answer streams.
+    loop {
+        match stream.message().await.unwrap().and_then(|e| e.event) {
+            Some(pb::generate_event::Event::Delta(_)) => break,
+            Some(pb::generate_event::Event::Started(_)) => {}
+            other => panic!("expected text, got {other:?}"),
+        }
+    }
+    let r = local.admin.revoke_device(pb::RevokeDeviceRequest { device: "laptop".into() }).await.unwrap().into_inner();
+    assert_eq!(r.cut_connections, 1);
+    let t0 = Instant::now();
+    let end = loop {
+        match tokio::time::timeout(Duration::from_secs(10), stream.message()).await.expect("the stream ends") {
+            Ok(Some(pb::GenerateEvent { event: Some(pb::generate_event::Event::Done(_)) })) => {
+                panic!("the answer finished although its device was revoked")
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => break "ended without Done".to_owned(),
+            Err(s) => break format!("{s}"),
+        }
+    };
+    assert!(t0.elapsed() < Duration::from_secs(2), "cut after {:?} ({end})", t0.elapsed());
+    match Client::connect_node(&keyring, &node).await {
+        Err(ClientError::Node(NodeError::Refused { .. })) => {}
+        Err(e) => panic!("expected a refusal, got: {e}"),
+        Ok(_) => panic!("a revoked device connected again"),
+    }
+    assert!(local.admin.list_devices(pb::ListDevicesRequest {}).await.unwrap().into_inner().devices.is_empty());
+}
+
+#[tokio::test]
+async fn server_mode_off_closes_the_port_and_the_switch_is_remembered() {
+    // No `enabled` in the config: the switch decides, and is remembered.
+    let mut d = TestDaemon::new().server("listen = \"127.0.0.1:0\"\nadvertise = false\nname = \"desk\"").start();
+    let mut local = d.client().await;
+    assert!(!local.status().await.unwrap().server.unwrap().enabled, "off by default");
+    let on = local.admin.set_server_mode(pb::SetServerModeRequest { enabled: true }).await.unwrap().into_inner();
+    assert!(on.enabled);
+    let addr: SocketAddr = on.listen_address.parse().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (keyring, node) = pair_keyring(&mut local, addr, dir.path()).await;
+    let mut remote = Client::connect_node(&keyring, &node).await.unwrap();
+    let denied = remote.admin.set_server_mode(pb::SetServerModeRequest { enabled: false }).await.unwrap_err();
+    assert_eq!(denied.code(), tonic::Code::PermissionDenied);
+
+    let off = local.admin.set_server_mode(pb::SetServerModeRequest { enabled: false }).await.unwrap().into_inner();
+    assert!(!off.enabled && off.listen_address.is_empty());
+    let refused = tokio::net::TcpStream::connect(addr).await.unwrap_err();
+    assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+    assert!(remote.admin.status(pb::StatusRequest {}).await.is_err(), "the open connection was closed");
+
+    // On again, then a restart: still on, the pairing still holds.
+    local.admin.set_server_mode(pb::SetServerModeRequest { enabled: true }).await.unwrap();
+    d.signal(libc::SIGTERM);
+    assert!(d.wait_exit(Duration::from_secs(10)).is_some_and(|s| s.success()));
+    d.restart();
+    let mut local = d.client().await;
+    let addr = listen_addr(&mut local).await;
+    let node = Node { addr, ..node };
+    let mut remote = Client::connect_node(&keyring, &node).await.unwrap();
+    let answer = crate::generate(&mut remote, ask("Hi")).await.unwrap();
+    assert!(!answer.done.text.is_empty());
+}
