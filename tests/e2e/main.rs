@@ -6,6 +6,7 @@ mod bad_input;
 mod cache;
 mod discovery;
 mod generate;
+mod lan;
 mod orchestrator;
 mod process;
 mod server_mode;

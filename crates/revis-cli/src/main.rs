@@ -18,8 +18,8 @@ pub struct Cli {
     #[arg(long, global = true, env = "REVIS_SOCKET")]
     socket: Option<PathBuf>,
     /// Use a paired node's daemon (name or device ID, see `revis nodes`) instead of this machine's,
-    /// over mutual TLS. For status, run and chat.
-    #[arg(long, global = true, env = "REVIS_NODE", conflicts_with = "socket")]
+    /// over mutual TLS (--socket is then not used).
+    #[arg(long, global = true, env = "REVIS_NODE")]
     node: Option<String>,
     #[command(subcommand)]
     command: Cmd,

@@ -1,0 +1,172 @@
+//! Two machines on a LAN: two network namespaces joined by a veth, a real
+//! revisd in each, the `revis` CLI on the second. mDNS runs only on the
+//! veth ends, never on this machine's own interfaces.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use revis_client::v1 as pb;
+use revis_testkit::TestDaemon;
+use revis_testkit::netns::{Netns, NetnsPair};
+use serde_json::Value;
+
+use crate::server_mode::{listen_addr, open_pairing, pairing_end};
+use crate::{ask, generate};
+
+/// `revis` inside `ns`, with its own data directory, mDNS on the veth only,
+/// and `socket` as its local daemon.
+fn revis_in(ns: &Netns, data: &Path, socket: &Path, args: &[&str]) -> Output {
+    ns.command(revis_testkit::binary("revis"))
+        .args(args)
+        .env("REVIS_DATA_DIR", data)
+        .env("REVIS_MDNS_INTERFACES", &ns.interface)
+        .env("REVIS_SOCKET", socket)
+        .env_remove("REVIS_NODE")
+        .output()
+        .expect("run revis")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// A daemon in `ns` whose server mode (when on) listens on every address
+/// of the namespace and advertises on its veth.
+fn daemon_in(ns: &Netns, name: &str, extra: &str) -> TestDaemon {
+    TestDaemon::new()
+        .netns(&ns.name)
+        .server(&format!("listen = \"0.0.0.0:0\"\nname = \"{name}\"\ninterfaces = [\"{}\"]\n{extra}", ns.interface))
+}
+
+/// The nodes `revis nodes --json` lists from `ns`.
+fn nodes(ns: &Netns, data: &Path, socket: &Path, wait_ms: &str) -> Vec<Value> {
+    let out = revis_in(ns, data, socket, &["nodes", "--json", "--wait-ms", wait_ms]);
+    assert!(out.status.success(), "{}", text(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["browse_error"].is_null(), "{v}");
+    v["nodes"].as_array().cloned().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_second_machine_discovers_pairs_and_generates_and_server_mode_off_withdraws() {
+    let net = NetnsPair::new();
+    let desk = daemon_in(&net.a, "desk", "enabled = true").start();
+    let laptop = daemon_in(&net.b, "laptop", "").start();
+    let data = tempfile::tempdir().unwrap();
+    let mut local = desk.client().await;
+    let desk_id = local.status().await.unwrap().device_id;
+    let port = listen_addr(&mut local).await.port();
+
+    // The laptop finds the desk by name (the browse gives up after 3 s) and pairs.
+    let (code, mut events) = open_pairing(&mut local).await;
+    let t0 = Instant::now();
+    let out = revis_in(&net.b, data.path(), &laptop.socket, &["pair", "desk", "--code", &code, "--name", "laptop"]);
+    assert!(out.status.success(), "{}", text(&out));
+    eprintln!("discovered and paired in {:?}", t0.elapsed());
+    assert!(matches!(pairing_end(&mut events).await, pb::pairing_event::Event::Paired(p) if p.name == "laptop"));
+
+    // `revis nodes` lists it: paired, found on the veth, healthy, with its tiers.
+    let listed = nodes(&net.b, data.path(), &laptop.socket, "1500");
+    let row = listed.iter().find(|n| n["name"] == "desk").unwrap_or_else(|| panic!("desk not listed: {listed:?}"));
+    assert_eq!(row["device_id"], desk_id.as_str());
+    assert_eq!((row["paired"].as_bool(), row["discovered"].as_bool()), (Some(true), Some(true)), "{row}");
+    assert_eq!(row["address"], format!("{}:{port}", net.a.addr).as_str());
+    assert_eq!(row["health"], "ok", "{row}");
+    assert_eq!(row["tiers"].as_array().map(Vec::len), Some(3), "{row}");
+
+    // A generation on the desk from the laptop is the desk's own answer;
+    // without --node the laptop's own daemon answers.
+    let prompt = "What is the capital of France?";
+    let want = generate(&mut local, pb::GenerateRequest { max_tokens: 24, ..ask(prompt) }).await.unwrap().done.text;
+    let args = ["--node", "desk", "run", "--temperature", "0", "--max-tokens", "24", prompt];
+    let out = revis_in(&net.b, data.path(), &laptop.socket, &args);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim_end(), want.trim_end());
+    let out = revis_in(&net.b, data.path(), &laptop.socket, &["status", "--json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", text(&out)));
+    assert_eq!(v["name"], "laptop");
+
+    // Server mode off: the port closes and the advertisement goes.
+    local.admin.set_server_mode(pb::SetServerModeRequest { enabled: false }).await.unwrap();
+    let listed = nodes(&net.b, data.path(), &laptop.socket, "1500");
+    let row = listed.iter().find(|n| n["name"] == "desk").expect("still paired");
+    assert_eq!(row["discovered"], false, "{row}");
+    assert_ne!(row["health"], "ok", "{row}");
+    assert!(listed.iter().all(|n| n["paired"] == true), "nothing else advertised: {listed:?}");
+}
+
+/// `mdns-probe advertise` in `ns`: an advertisement saying what we like.
+struct Forged(Child);
+
+impl Forged {
+    fn start(ns: &Netns, name: &str, id: &str, port: u16) -> Forged {
+        let mut child = ns
+            .command(revis_testkit::binary("mdns-probe"))
+            .args(["advertise", "--name", name, "--id", id, "--port", &port.to_string(), "--interface", &ns.interface])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start mdns-probe");
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "advertising");
+        Forged(child)
+    }
+}
+
+impl Drop for Forged {
+    fn drop(&mut self) {
+        // Closing stdin withdraws it; then it exits.
+        drop(self.0.stdin.take());
+        let _ = self.0.wait();
+    }
+}
+
+// Multi-threaded: the daemon's goodbye to our connections is answered
+// while this thread blocks waiting for it to exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_advertisement_is_refused_on_the_pin() {
+    let net = NetnsPair::new();
+    let mut desk = daemon_in(&net.a, "desk", "enabled = true").start();
+    let laptop = daemon_in(&net.b, "laptop", "").start();
+    let data = tempfile::tempdir().unwrap();
+    let mut local = desk.client().await;
+    let desk_id = local.status().await.unwrap().device_id;
+    let (code, mut events) = open_pairing(&mut local).await;
+    let out = revis_in(&net.b, data.path(), &laptop.socket, &["pair", "desk", "--code", &code]);
+    assert!(out.status.success(), "{}", text(&out));
+    pairing_end(&mut events).await;
+
+    // The desk goes away; an impostor takes its name, advertising itself,
+    // and a forged advertisement claims the desk's device ID for its port.
+    drop((local, events));
+    desk.signal(libc::SIGTERM);
+    assert!(desk.wait_exit(Duration::from_secs(10)).is_some());
+    let impostor = daemon_in(&net.a, "desk", "enabled = true").start();
+    let mut imp = impostor.client().await;
+    let imp_id = imp.status().await.unwrap().device_id;
+    let imp_port = listen_addr(&mut imp).await.port();
+    let _forged = Forged::start(&net.a, "desk", &desk_id, imp_port);
+
+    let args = ["--node", "desk", "run", "--max-tokens", "8", "Hello"];
+    let out = revis_in(&net.b, data.path(), &laptop.socket, &args);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("is not desk: its certificate does not match the one paired (device ID {desk_id})")),
+        "{}",
+        text(&out)
+    );
+    assert!(!impostor.log_text().contains("paired device connected"), "{}", impostor.log_text());
+
+    // `revis nodes` shows the impostor's own advertisement as a stranger
+    // with the desk's name, and the desk as not healthy.
+    let listed = nodes(&net.b, data.path(), &laptop.socket, "2000");
+    let stranger = listed.iter().find(|n| n["device_id"] == imp_id.as_str()).unwrap_or_else(|| panic!("{listed:?}"));
+    assert_eq!(stranger["paired"], false);
+    assert!(stranger["warning"].as_str().is_some_and(|w| w.contains("not that node")), "{stranger}");
+    let paired = listed.iter().find(|n| n["device_id"] == desk_id.as_str()).unwrap();
+    assert!(paired["health"].as_str().is_some_and(|h| h.contains("is not desk")), "{paired}");
+}
