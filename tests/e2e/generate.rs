@@ -141,3 +141,32 @@ async fn dropping_a_stream_frees_the_daemon_at_once() {
     assert!(a.done.queue_ms < 2000, "waited {} ms behind a cancelled request", a.done.queue_ms);
     assert_eq!(c.status().await.unwrap().queue_depth, 0);
 }
+
+#[tokio::test]
+async fn an_answer_continues_from_the_text_already_delivered() {
+    let d = TestDaemon::new().start();
+    let mut c = d.client().await;
+    let req = || pb::GenerateRequest { max_tokens: 60, ..ask("Count from 1 to 30, separated by commas.") };
+    let whole = generate(&mut c, req()).await.unwrap();
+    // Cut after a third of the deltas (a token boundary), then continue from there.
+    let cut = whole.deltas.len() / 3;
+    let shown: String = whole.deltas[..cut].iter().map(|d| d.text.as_str()).collect();
+    let tokens: u32 = whole.deltas[..cut].iter().map(|d| d.tokens).sum();
+    let rest = generate(
+        &mut c,
+        pb::GenerateRequest { answer_prefix: shown.clone().into_bytes().into(), max_tokens: 60 - tokens, ..req() },
+    )
+    .await
+    .unwrap();
+    assert_eq!(format!("{shown}{}", rest.done.text), whole.done.text, "nothing repeated, nothing lost");
+    assert!(rest.started.prompt_tokens > whole.started.prompt_tokens);
+
+    let json = pb::GenerateRequest {
+        format: pb::OutputFormat::Json as i32,
+        answer_prefix: b"{\"a\":".to_vec().into(),
+        ..req()
+    };
+    let err = generate(&mut c, json).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("answer_prefix cannot continue a JSON answer"), "{}", err.message());
+}

@@ -5,6 +5,7 @@ mod admin;
 mod bad_input;
 mod cache;
 mod discovery;
+mod dispatch;
 mod generate;
 mod lan;
 mod orchestrator;
@@ -32,6 +33,7 @@ pub fn ask(text: &str) -> pb::GenerateRequest {
 }
 
 /// What one Generate streamed.
+#[derive(Debug)]
 pub struct Answer {
     pub started: pb::Started,
     pub deltas: Vec<pb::Delta>,

@@ -11,6 +11,7 @@ use serde_json::json;
 
 use crate::{Cli, Cmd, HistoryCmd};
 use crate::input::{Input, Terminal};
+use revis_orchestrator::Daemon;
 use revis_orchestrator::conversation::Chat;
 use revis_store::{ConversationId, MessageState, Role, Store};
 
@@ -88,18 +89,47 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Run(args) => {
-            let mut client = target(cli.node.as_deref(), &socket, explicit_socket, false).await?;
-            run_prompt(&mut client, args).await
+            let client = target(cli.node.as_deref(), &socket, explicit_socket, false).await?;
+            if cli.node.is_some() {
+                return run_prompt(&client, args).await;
+            }
+            // This machine's daemon, or a node for an offloaded tier.
+            let offload = match open_store() {
+                Ok(store) => revis_orchestrator::dispatch::Offload::load_all(&store),
+                Err(e) => {
+                    tracing::warn!("the store is not available ({e:#}); running here");
+                    Default::default()
+                }
+            };
+            let dispatcher = crate::nodes::dispatcher(client, offload).await;
+            run_prompt(&dispatcher, args).await
         }
         Cmd::Chat(args) => {
             let client = target(cli.node.as_deref(), &socket, explicit_socket, false).await?;
-            chat(client, args).await
+            let store = open_store()?;
+            if cli.node.is_some() {
+                return chat(client, store, args).await;
+            }
+            let dispatcher = crate::nodes::dispatcher(client, revis_orchestrator::dispatch::Offload::load_all(&store)).await;
+            // Keep the nodes' health current while the chat runs.
+            let _supervisor = SupervisorGuard(dispatcher.spawn_supervisor(crate::nodes::HEALTH_EVERY));
+            chat(dispatcher, store, args).await
         }
+        Cmd::Offload(a) => crate::nodes::offload(&socket, explicit_socket, a).await,
         Cmd::History { show } => history(show),
         Cmd::Profile => profile(),
         Cmd::Nodes(a) => crate::nodes::nodes(a).await,
         Cmd::Pair(a) => crate::nodes::pair(a).await,
         Cmd::Unpair { node } => crate::nodes::unpair(&node),
+    }
+}
+
+/// Stops the node health checks when the chat ends.
+struct SupervisorGuard(tokio::task::JoinHandle<()>);
+
+impl Drop for SupervisorGuard {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -119,7 +149,7 @@ async fn connect(socket: &std::path::Path) -> anyhow::Result<Client> {
 
 /// The first command of a new user just works: with no daemon on the
 /// default socket, start one (pulling the default model first).
-async fn connect_or_start(socket: &std::path::Path, explicit: bool) -> anyhow::Result<Client> {
+pub async fn connect_or_start(socket: &std::path::Path, explicit: bool) -> anyhow::Result<Client> {
     if explicit {
         return connect(socket).await;
     }
@@ -200,6 +230,11 @@ async fn status(client: &mut Client, as_json: bool) -> anyhow::Result<ExitCode> 
     if let Some(line) = crate::nodes::server_line(&s) {
         println!("{line}");
     }
+    if let Some(lines) = crate::nodes::placement_lines(client).await {
+        for l in lines {
+            println!("{l}");
+        }
+    }
     for t in &s.tiers {
         let shared = if t.shared_with.is_empty() { String::new() } else { format!(" (shared with {})", t.shared_with.join(", ")) };
         println!(
@@ -216,26 +251,19 @@ async fn status(client: &mut Client, as_json: bool) -> anyhow::Result<ExitCode> 
 }
 
 /// Streams one answer to stdout; returns the Done event.
-async fn stream_answer(client: &mut Client, req: pb::GenerateRequest) -> anyhow::Result<pb::Done> {
-    let mut stream = client.generate(req).await?;
-    let mut out = std::io::stdout().lock();
-    while let Some(ev) = stream.message().await? {
-        match ev.event {
-            Some(pb::generate_event::Event::Delta(d)) => {
-                out.write_all(d.text.as_bytes())?;
-                out.flush()?;
-            }
-            Some(pb::generate_event::Event::Done(d)) => {
-                writeln!(out)?;
-                return Ok(d);
-            }
-            _ => {}
-        }
-    }
-    bail!("the daemon closed the stream before the answer was done")
+async fn stream_answer(daemon: &impl Daemon, req: pb::GenerateRequest) -> anyhow::Result<pb::Done> {
+    let mut out = std::io::stdout();
+    let done = daemon
+        .generate(req, |t| {
+            let _ = out.write_all(t.as_bytes());
+            let _ = out.flush();
+        })
+        .await?;
+    println!();
+    Ok(done)
 }
 
-async fn run_prompt(client: &mut Client, a: RunArgs) -> anyhow::Result<ExitCode> {
+async fn run_prompt(daemon: &impl Daemon, a: RunArgs) -> anyhow::Result<ExitCode> {
     let schema = match &a.schema {
         Some(p) => std::fs::read(p).with_context(|| format!("reading schema {}", p.display()))?,
         None => Vec::new(),
@@ -254,7 +282,7 @@ async fn run_prompt(client: &mut Client, a: RunArgs) -> anyhow::Result<ExitCode>
         json_schema: schema.into(),
         ..Default::default()
     };
-    let d = stream_answer(client, req).await?;
+    let d = stream_answer(daemon, req).await?;
     if a.verbose {
         print_stats(&d);
     }
@@ -273,7 +301,7 @@ fn print_stats(d: &pb::Done) {
     );
 }
 
-fn open_store() -> anyhow::Result<Store> {
+pub fn open_store() -> anyhow::Result<Store> {
     let dir = Store::default_dir()?;
     let opened = Store::open(&dir)?;
     if let Some(r) = &opened.recovered {
@@ -323,8 +351,7 @@ fn profile() -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn chat(client: Client, a: ChatArgs) -> anyhow::Result<ExitCode> {
-    let store = open_store()?;
+async fn chat<D: Daemon>(daemon: D, store: Store, a: ChatArgs) -> anyhow::Result<ExitCode> {
     let conversation = match (a.conversation, a.new) {
         (Some(id), _) => {
             let id = ConversationId(id);
@@ -334,7 +361,7 @@ async fn chat(client: Client, a: ChatArgs) -> anyhow::Result<ExitCode> {
         (None, false) if !store.conversations()?.is_empty() => store.conversations()?[0].id,
         _ => store.create_conversation("")?,
     };
-    let mut chat = Chat::new(client, store.clone(), conversation, revis_orchestrator::Policies::default());
+    let mut chat = Chat::new(daemon, store.clone(), conversation, revis_orchestrator::Policies::default());
     chat.sampling = a.temperature.map(|t| pb::Sampling { temperature: Some(t), ..Default::default() });
     chat.max_tokens = a.max_tokens.unwrap_or(0);
     let interactive = std::io::stdin().is_terminal();

@@ -63,6 +63,8 @@ pub enum Cmd {
     Pair(nodes::PairArgs),
     /// Forget a paired node here.
     Unpair { node: String },
+    /// Run a tier on paired nodes instead of here (its model is unloaded here), or bring it home.
+    Offload(nodes::OffloadArgs),
 }
 
 #[derive(Subcommand)]

@@ -8,7 +8,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Args;
 use revis_client::{Client, DeviceId, Discovered, Keyring, Node, PairingCode, interfaces_from_env, v1 as pb};
+use revis_orchestrator::dispatch::{Deadlines, Dispatcher, Offload, Placement, offload_key};
 use serde_json::json;
+
+/// How often a running chat checks its nodes' health.
+pub const HEALTH_EVERY: Duration = Duration::from_secs(2);
 
 /// How long `--node` looks for the node on the LAN before it tries the
 /// address it last reached it at.
@@ -21,6 +25,26 @@ pub struct NodesArgs {
     wait_ms: u64,
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Args)]
+pub struct OffloadArgs {
+    /// tier1, tier2 or tier3.
+    tier: String,
+    #[arg(value_enum)]
+    switch: OnOff,
+    /// Only this paired node (default: any healthy node that serves the tier, least loaded first).
+    #[arg(long)]
+    node: Option<String>,
+    /// Keep the model loaded here too, and share background tasks with this machine.
+    #[arg(long)]
+    keep_local: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
 }
 
 #[derive(Args)]
@@ -226,4 +250,81 @@ pub fn server_line(s: &pb::StatusResponse) -> Option<String> {
     } else {
         format!("server mode off ({} paired); device ID {}", server.paired_devices, s.device_id)
     })
+}
+
+/// A dispatcher over this machine's daemon and the paired nodes, probed
+/// once when a tier is offloaded.
+pub async fn dispatcher(local: Client, offload: std::collections::BTreeMap<String, Offload>) -> Dispatcher {
+    let keyring = match Keyring::open_default() {
+        Ok(k) => Some(std::sync::Arc::new(k)),
+        Err(e) => {
+            tracing::warn!("no keyring ({e}); running here");
+            None
+        }
+    };
+    let any = offload.values().any(|o| o.enabled);
+    let d = Dispatcher::new(local, keyring, interfaces_from_env(), offload, Deadlines::default());
+    if any {
+        d.refresh().await;
+    }
+    d
+}
+
+pub async fn offload(socket: &std::path::Path, explicit: bool, a: OffloadArgs) -> anyhow::Result<ExitCode> {
+    if !["tier1", "tier2", "tier3"].contains(&a.tier.as_str()) {
+        bail!("{:?} is not a tier; the tiers are tier1, tier2 and tier3", a.tier);
+    }
+    let keyring = Keyring::open_default()?;
+    if let Some(n) = &a.node
+        && keyring.store.find(n)?.is_none()
+    {
+        bail!("no paired node is called or has the ID {n:?}; `revis nodes` lists them, `revis pair NODE` pairs one");
+    }
+    if a.switch == OnOff::On && keyring.store.devices().is_empty() {
+        bail!("no node is paired yet; pair one first (`revis pair NODE`)");
+    }
+    drop(keyring);
+    let store = crate::commands::open_store()?;
+    let setting = Offload { enabled: a.switch == OnOff::On, node: a.node.clone(), keep_local: a.keep_local };
+    store.set_setting(&offload_key(&a.tier), &setting.to_json())?;
+    let local = crate::commands::connect_or_start(socket, explicit).await?;
+    let d = dispatcher(local, Offload::load_all(&store)).await;
+    d.refresh().await;
+    if a.switch == OnOff::Off {
+        // Home now: load its model here again (it was unloaded when it went away).
+        d.local().admin.clone().load_model(revis_client::v1::LoadModelRequest { tier: a.tier.clone() }).await?;
+    }
+    match d.placements().get(&a.tier) {
+        Some(Placement::Node(n)) => println!("{} runs on {n} now{}.", a.tier, if a.keep_local { " (and here)" } else { "; its model was unloaded here" }),
+        Some(Placement::FallenBack) => println!("{} is offloaded, but no paired node that serves it answers now: it runs here until one does.", a.tier),
+        _ => println!("{} runs here.", a.tier),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Where each offloaded tier runs, for `revis status`; None when nothing is offloaded.
+pub async fn placement_lines(local: &Client) -> Option<Vec<String>> {
+    if !matches!(local.target(), revis_client::Target::Socket(_)) {
+        return None;
+    }
+    let store = crate::commands::open_store().ok()?;
+    let offload = Offload::load_all(&store);
+    if !offload.values().any(|o| o.enabled) {
+        return None;
+    }
+    let d = dispatcher(local.clone(), offload).await;
+    let nodes = d.nodes();
+    Some(
+        d.placements()
+            .into_iter()
+            .filter(|(t, _)| d.offload(t).enabled)
+            .map(|(tier, p)| match p {
+                Placement::Node(name) => {
+                    let n = nodes.iter().find(|n| n.name == name);
+                    format!("  {tier}: offloaded to {name} ({} ms, queue {})", n.map_or(0.0, |n| round1(n.latency_ms)), n.map_or(0, |n| n.queue_depth))
+                }
+                _ => format!("  {tier}: offloaded, but no node that serves it answers: running here"),
+            })
+            .collect(),
+    )
 }

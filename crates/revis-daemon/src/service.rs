@@ -121,9 +121,15 @@ impl pb::inference_server::Inference for Daemon {
         let v = validate::generate(req.get_ref(), &self.registry, &self.config)?;
         let lease = self.registry.lease(&v.model).await.map_err(DaemonError::from)?;
         let tok = lease.tokenizer.clone();
-        let (messages, static_count, json) = (v.messages, v.static_count, v.json);
+        let (messages, static_count, json, prefix) = (v.messages, v.static_count, v.json, v.answer_prefix);
         let (prompt, grammar) = blocking(move || {
-            let prompt = build_prompt(tok.as_ref(), &messages, static_count)?;
+            let mut prompt = build_prompt(tok.as_ref(), &messages, static_count)?;
+            // Continuing an answer: its text so far follows the turn's
+            // opening, as the model's own text (special-token names in it
+            // stay text).
+            if !prefix.is_empty() {
+                prompt.tokens.extend(tok.tokenize_plain(&prefix));
+            }
             let grammar = json.map(|schema| tok.json_grammar(schema.as_deref())).transpose()?;
             Ok((prompt, grammar))
         })

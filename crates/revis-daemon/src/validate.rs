@@ -37,6 +37,8 @@ pub struct ValidGenerate {
     /// Some(schema) when JSON output was asked for; the schema is optional.
     pub json: Option<Option<String>>,
     pub priority: Priority,
+    /// The answer so far, to continue (empty = a fresh answer).
+    pub answer_prefix: String,
 }
 
 pub struct ValidPrefill {
@@ -189,8 +191,14 @@ pub fn generate(req: &pb::GenerateRequest, registry: &Registry, config: &Config)
         Ok(_) => None,
         Err(_) => return Err(invalid(format!("format {} is not a known output format", req.format))),
     };
+    if json.is_some() && !req.answer_prefix.is_empty() {
+        return Err(invalid("answer_prefix cannot continue a JSON answer (OUTPUT_FORMAT_JSON); send the request again without it"));
+    }
+    let answer_prefix = utf8("answer_prefix", &req.answer_prefix)?;
+    total += req.answer_prefix.len();
     size(total)?;
     Ok(ValidGenerate {
+        answer_prefix,
         tier,
         model: model.clone(),
         messages,

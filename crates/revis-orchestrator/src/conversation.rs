@@ -106,7 +106,7 @@ impl<D: Daemon> Chat<D> {
         let gates = Gates::new();
         Chat {
             pre: PrePrefill::new(daemon.clone(), gates.clone()),
-            background: Background::start(gates.clone()),
+            background: Background::start_with(gates.clone(), daemon.parallelism()),
             daemon,
             store,
             gates,

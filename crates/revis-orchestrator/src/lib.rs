@@ -5,9 +5,12 @@
 //! ([`structured`]).
 //!
 //! It talks to a daemon through the small [`Daemon`] trait, implemented for
-//! [`revis_client::Client`]; unit tests use a scripted one.
+//! [`revis_client::Client`] (one daemon) and for [`dispatch::Dispatcher`]
+//! (this machine's daemon and paired nodes, with fallback); unit tests use a
+//! scripted one.
 
 pub mod conversation;
+pub mod dispatch;
 pub mod gates;
 pub mod prefill;
 pub mod prompt;
@@ -31,6 +34,10 @@ pub trait Daemon: Clone + Send + Sync + 'static {
         req: pb::GenerateRequest,
         on_delta: impl FnMut(&str) + Send,
     ) -> impl Future<Output = Result<pb::Done, tonic::Status>> + Send;
+    /// How many background tasks may run at once (it may change); None = one.
+    fn parallelism(&self) -> Option<tokio::sync::watch::Receiver<usize>> {
+        None
+    }
 }
 
 impl Daemon for revis_client::Client {

@@ -114,8 +114,10 @@ impl Ord for Item {
     }
 }
 
-/// Runs background jobs one at a time, highest rank first (first come first
-/// served within a rank), each only once every gate is open.
+/// Runs background jobs, highest rank first (first come first served within
+/// a rank), each only once every gate is open; one at a time, or as many at
+/// once as a parallelism the dispatcher sets (one per daemon that can take
+/// them).
 #[derive(Clone)]
 pub struct Background {
     inner: Arc<(Mutex<(BinaryHeap<Item>, u64)>, Notify)>,
@@ -124,18 +126,40 @@ pub struct Background {
 }
 
 impl Background {
-    /// Starts the runner on the current tokio runtime.
+    /// Starts the runner on the current tokio runtime: one job at a time.
     pub fn start(gates: Gates) -> Background {
+        Self::start_with(gates, None)
+    }
+
+    /// Starts the runner; up to `parallel` jobs run at once (None = one).
+    pub fn start_with(gates: Gates, parallel: Option<tokio::sync::watch::Receiver<usize>>) -> Background {
         let bg = Background {
             inner: Arc::new((Mutex::new((BinaryHeap::new(), 0)), Notify::new())),
             outstanding: tokio::sync::watch::Sender::new(0),
         };
         let runner = bg.clone();
         tokio::spawn(async move {
+            let mut parallel = parallel;
+            let mut running = tokio::task::JoinSet::new();
             loop {
-                let job = runner.next(&gates).await;
-                job.await;
-                runner.outstanding.send_modify(|n| *n -= 1);
+                let limit = parallel.as_ref().map_or(1, |p| (*p.borrow()).max(1));
+                if running.len() >= limit {
+                    tokio::select! {
+                        Some(_) = running.join_next() => runner.outstanding.send_modify(|n| *n -= 1),
+                        Ok(()) = changed(&mut parallel) => {}
+                    }
+                    continue;
+                }
+                // `next` takes a job off the queue only at its end, after its
+                // last await: losing this race never loses a job.
+                tokio::select! {
+                    job = runner.next(&gates) => {
+                        running.spawn(job);
+                    }
+                    Some(_) = running.join_next(), if !running.is_empty() => {
+                        runner.outstanding.send_modify(|n| *n -= 1);
+                    }
+                }
             }
         });
         bg
@@ -188,6 +212,14 @@ impl Background {
             }
             notified.await;
         }
+    }
+}
+
+/// Resolves when the parallelism changes; never when there is none.
+async fn changed(p: &mut Option<tokio::sync::watch::Receiver<usize>>) -> Result<(), tokio::sync::watch::error::RecvError> {
+    match p {
+        Some(rx) => rx.changed().await,
+        None => std::future::pending().await,
     }
 }
 

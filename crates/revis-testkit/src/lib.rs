@@ -53,6 +53,7 @@ pub struct TestDaemon {
     config: String,
     server: String,
     model: Option<PathBuf>,
+    tier_models: Vec<(String, PathBuf)>,
     netns: Option<String>,
 }
 
@@ -64,12 +65,18 @@ impl Default for TestDaemon {
 
 impl TestDaemon {
     pub fn new() -> Self {
-        TestDaemon { config: String::new(), server: String::new(), model: None, netns: None }
+        TestDaemon { config: String::new(), server: String::new(), model: None, tier_models: Vec::new(), netns: None }
     }
 
     /// Every tier uses this model file (default: SmolLM2).
     pub fn model(mut self, path: PathBuf) -> Self {
         self.model = Some(path);
+        self
+    }
+
+    /// This tier uses this model file instead.
+    pub fn tier_model(mut self, tier: &str, path: PathBuf) -> Self {
+        self.tier_models.push((tier.to_owned(), path));
         self
     }
 
@@ -100,9 +107,16 @@ impl TestDaemon {
     fn prepare(&self) -> (tempfile::TempDir, PathBuf) {
         let model = self.model.clone().unwrap_or_else(smollm2);
         let dir = tempfile::Builder::new().prefix("revisd-test").tempdir().expect("temp dir");
-        let mut config = format!("[daemon]\nthreads = 2\ncontext = 2048\n{}", self.config);
+        // Defaults for what the test did not set itself.
+        let mut config = format!("[daemon]\n{}", self.config);
+        for (key, default) in [("threads", "2"), ("context", "2048")] {
+            if !self.config.lines().any(|l| l.trim_start().starts_with(key)) {
+                config.push_str(&format!("{key} = {default}\n"));
+            }
+        }
         for t in ["tier1", "tier2", "tier3"] {
-            config.push_str(&format!("[tiers.{t}]\nmodel = {:?}\n", model.display().to_string()));
+            let m = self.tier_models.iter().find(|(tier, _)| tier == t).map_or(&model, |(_, p)| p);
+            config.push_str(&format!("[tiers.{t}]\nmodel = {:?}\n", m.display().to_string()));
         }
         let state = dir.path().join("state");
         config.push_str(&format!("[server]\nstate_dir = {:?}\n{}", state.display().to_string(), self.server));

@@ -115,6 +115,20 @@ impl Netns {
         cmd
     }
 
+    /// Moves the calling thread into this namespace (`setns`): every socket
+    /// it opens and every process it starts from now on lives there, so a
+    /// test acts as a machine on the veth. For a test's own thread running a
+    /// current-thread runtime only (other threads stay where they were);
+    /// the thread never comes back.
+    pub fn enter(&self) {
+        use std::os::fd::AsRawFd;
+        let path = format!("/var/run/netns/{}", self.name);
+        let ns = std::fs::File::open(&path).unwrap_or_else(|e| panic!("opening {path}: {e}"));
+        // SAFETY: a valid namespace descriptor; setns affects only this thread.
+        let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns into {}: {}", self.name, std::io::Error::last_os_error());
+    }
+
     /// Waits until the veth end says it is up (its carrier too).
     fn wait_up(&self) {
         let deadline = Instant::now() + UP_TIMEOUT;

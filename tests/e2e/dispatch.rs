@@ -1,0 +1,344 @@
+//! Tier dispatch across machines: the test's own thread enters namespace b
+//! (the laptop: its local daemon and the dispatcher) and the nodes run in
+//! namespace a, across a veth the test can cut. No mDNS: nodes are reached
+//! at the address they were paired at.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use revis_client::{Client, Keyring, v1 as pb};
+use revis_orchestrator::Daemon;
+use revis_orchestrator::conversation::Chat;
+use revis_orchestrator::dispatch::{Deadlines, Dispatcher, Offload, Placement};
+use revis_store::{MessageState, Role, Store};
+use revis_testkit::netns::NetnsPair;
+use revis_testkit::{Running, TestDaemon};
+
+use crate::server_mode::{listen_addr, open_pairing, pairing_end};
+use crate::{greedy, user};
+
+/// Our deadlines: a short gap, so a silent node shows within it (but not
+/// so short that a busy two-core machine trips it).
+const DEADLINES: Deadlines = Deadlines {
+    first_token: Duration::from_secs(30),
+    gap: Duration::from_secs(3),
+    total: Duration::from_secs(120),
+    probe: Duration::from_secs(3),
+};
+
+/// A node in namespace a: server mode on, not advertised, one thread (the
+/// machines of these tests share two cores).
+fn node(net: &NetnsPair, name: &str) -> Running {
+    TestDaemon::new()
+        .daemon("threads = 1")
+        .netns(&net.a.name)
+        .server(&format!("enabled = true\nlisten = \"0.0.0.0:0\"\nadvertise = false\nname = \"{name}\""))
+        .start()
+}
+
+/// Pairs the keyring with a node (reached over the veth).
+async fn pair(keyring: &mut Keyring, net: &NetnsPair, node: &Running, name: &str) {
+    let mut local = node.client().await;
+    let port = listen_addr(&mut local).await.port();
+    let (code, mut events) = open_pairing(&mut local).await;
+    let addr = std::net::SocketAddr::from((net.a.addr, port));
+    revis_client::pair(keyring, addr, name, &code.parse().unwrap(), "laptop").await.unwrap();
+    assert!(matches!(pairing_end(&mut events).await, pb::pairing_event::Event::Paired(_)));
+}
+
+fn offloaded(tier: &str, keep_local: bool) -> BTreeMap<String, Offload> {
+    BTreeMap::from([(tier.to_owned(), Offload { enabled: true, node: None, keep_local })])
+}
+
+/// A long, deterministic answer: plenty of tokens to cut in the middle of.
+fn counting() -> String {
+    "Write a long story about a dragon who learns to fly.".to_owned()
+}
+
+/// The request for [`counting`]: greedy, 300 tokens.
+fn story() -> pb::GenerateRequest {
+    pb::GenerateRequest { messages: vec![user(&counting())], sampling: greedy(), max_tokens: 300, ..Default::default() }
+}
+
+fn node_view(d: &Dispatcher, name: &str) -> revis_orchestrator::dispatch::NodeView {
+    d.nodes().into_iter().find(|n| n.name == name).unwrap()
+}
+
+/// Checks that `answer` is the node's text up to the one fallback, then
+/// exactly what this machine's daemon continues from there: nothing
+/// repeated, nothing lost.
+async fn check_continuation(d: &Dispatcher, local: &Client, base: pb::GenerateRequest, answer: &str) {
+    let fallbacks = d.fallbacks();
+    assert_eq!(fallbacks.len(), 1, "{fallbacks:?}");
+    let f = &fallbacks[0];
+    assert!(f.shown_bytes > 0 && f.shown_bytes < answer.len(), "{f:?}");
+    let (shown, rest) = answer.split_at(f.shown_bytes);
+    let req = pb::GenerateRequest {
+        max_tokens: base.max_tokens - f.shown_tokens,
+        answer_prefix: shown.as_bytes().to_vec().into(),
+        ..base
+    };
+    assert_eq!(local.generate(req, |_| {}).await.unwrap().text, rest, "the continuation after {f:?}");
+}
+
+#[tokio::test]
+async fn a_node_killed_mid_answer_the_answer_continues_here_and_is_stored_once() {
+    let net = NetnsPair::new();
+    net.b.enter();
+    let mut desk = node(&net, "desk");
+    let laptop = TestDaemon::new().start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut keyring = Keyring::open(&dir.path().join("client")).unwrap();
+    pair(&mut keyring, &net, &desk, "desk").await;
+    let local = laptop.client().await;
+    // The default deadlines: a dead node fails at once, whatever the gap.
+    let deadlines = Deadlines { probe: DEADLINES.probe, ..Deadlines::default() };
+    let d = Dispatcher::new(local.clone(), Some(Arc::new(keyring)), None, offloaded("tier2", false), deadlines);
+    d.refresh().await;
+    assert_eq!(d.placements()["tier2"], Placement::Node("desk".into()));
+
+    let store = Store::open(&dir.path().join("db")).unwrap().store;
+    let conversation = store.create_conversation("").unwrap();
+    let mut chat = Chat::new(d.clone(), store.clone(), conversation, Default::default());
+    chat.sampling = greedy();
+    chat.max_tokens = 300;
+    // What the chat sends: its prompt (rules and all), greedy, 300 tokens.
+    let sent = pb::GenerateRequest { sampling: greedy(), max_tokens: 300, ..chat.context().unwrap().request("tier2", &counting()) };
+    let mut shown = String::new();
+    let mut deltas = 0;
+    let desk_pid = desk.pid();
+    let done = chat
+        .send(&counting(), |t| {
+            shown.push_str(t);
+            deltas += 1;
+            if deltas == 20 {
+                // SAFETY: the PID of a child this test started.
+                unsafe { libc::kill(desk_pid as i32, libc::SIGKILL) };
+            }
+        })
+        .await
+        .unwrap();
+    assert!(desk.wait_exit(Duration::from_secs(5)).is_some(), "the node was killed");
+    assert!(deltas > 20, "the answer went on after the node died");
+    assert_eq!(shown, done.text, "what was shown is the answer");
+    check_continuation(&d, &local, sent, &done.text).await;
+    assert!(!node_view(&d, "desk").healthy, "the breaker opened");
+    assert_eq!(d.local_completed(), 1, "the continuation ran here");
+    let replies: Vec<_> = store.messages(conversation).unwrap().into_iter().filter(|m| m.role == Role::Assistant).collect();
+    assert_eq!(replies.len(), 1);
+    assert_eq!((replies[0].state, replies[0].text.as_str()), (MessageState::Complete, done.text.as_str()));
+}
+
+#[tokio::test]
+async fn a_node_that_goes_silent_is_given_up_at_the_gap_deadline() {
+    let net = NetnsPair::new();
+    net.b.enter();
+    let desk = node(&net, "desk");
+    let laptop = TestDaemon::new().start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut keyring = Keyring::open(&dir.path().join("client")).unwrap();
+    pair(&mut keyring, &net, &desk, "desk").await;
+    let local = laptop.client().await;
+    let d = Dispatcher::new(local.clone(), Some(Arc::new(keyring)), None, offloaded("tier2", false), DEADLINES);
+    d.refresh().await;
+    assert_eq!(d.placements()["tier2"], Placement::Node("desk".into()));
+    let req = story();
+    let (mut shown, mut deltas, mut last) = (String::new(), 0, Instant::now());
+    let mut stall = None::<Duration>;
+    let done = d
+        .generate(req, |t| {
+            shown.push_str(t);
+            deltas += 1;
+            if let Some(s) = stall.as_mut() {
+                *s = (*s).max(last.elapsed());
+            }
+            last = Instant::now();
+            if deltas == 20 {
+                // Frozen, not dead: the connection stays open and says nothing.
+                desk.signal(libc::SIGSTOP);
+                stall = Some(Duration::ZERO);
+            }
+        })
+        .await
+        .unwrap();
+    desk.signal(libc::SIGCONT);
+    let stall = stall.expect("the node was stopped");
+    eprintln!("silent node: the text stalled for {stall:?} (gap deadline {:?})", DEADLINES.gap);
+    assert!(stall >= DEADLINES.gap, "given up before the gap deadline: {stall:?}");
+    assert!(stall < DEADLINES.gap + Duration::from_secs(5), "given up after {stall:?}");
+    assert_eq!(shown, done.text);
+    check_continuation(&d, &local, story(), &done.text).await;
+    assert!(!node_view(&d, "desk").healthy, "the breaker opened");
+}
+
+#[tokio::test]
+async fn a_cut_link_is_noticed_within_the_gap_deadline_and_offload_resumes_when_it_is_back() {
+    let net = NetnsPair::new();
+    net.b.enter();
+    let desk = node(&net, "desk");
+    let laptop = TestDaemon::new().start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut keyring = Keyring::open(&dir.path().join("client")).unwrap();
+    pair(&mut keyring, &net, &desk, "desk").await;
+    let local = laptop.client().await;
+    let d = Dispatcher::new(local.clone(), Some(Arc::new(keyring)), None, offloaded("tier2", false), DEADLINES);
+    d.refresh().await;
+    assert_eq!(d.placements()["tier2"], Placement::Node("desk".into()));
+
+    let req = story();
+    let mut shown = String::new();
+    let mut deltas = 0;
+    let mut last = Instant::now();
+    // The longest silence after the cut: text already on its way still
+    // arrives, then nothing until the gap deadline notices, then this
+    // machine continues.
+    let mut stall = None::<Duration>;
+    let done = d
+        .generate(req, |t| {
+            shown.push_str(t);
+            deltas += 1;
+            if let Some(s) = stall.as_mut() {
+                *s = (*s).max(last.elapsed());
+            }
+            last = Instant::now();
+            if deltas == 20 {
+                net.set_link(false);
+                stall = Some(Duration::ZERO);
+                last = Instant::now();
+            }
+        })
+        .await
+        .unwrap();
+    let stall = stall.expect("the link was cut");
+    // Noticed by the gap deadline at the latest (a write into the downed
+    // link may fail sooner), then this machine continues.
+    eprintln!("link cut: the text stalled for {stall:?} (gap deadline {:?})", DEADLINES.gap);
+    assert!(stall < DEADLINES.gap + Duration::from_secs(5), "noticed after {stall:?}; the gap deadline is {:?}", DEADLINES.gap);
+    assert_eq!(shown, done.text);
+    check_continuation(&d, &local, story(), &done.text).await;
+    assert!(!node_view(&d, "desk").healthy, "the breaker opened");
+    assert_eq!(d.placements()["tier2"], Placement::FallenBack);
+
+    // The link comes back: the next probe closes the breaker and work goes there again.
+    net.set_link(true);
+    d.refresh().await;
+    assert!(node_view(&d, "desk").healthy, "{:?}", node_view(&d, "desk").last_error);
+    assert_eq!(d.placements()["tier2"], Placement::Node("desk".into()));
+    let before = node_view(&d, "desk").completed;
+    let short = pb::GenerateRequest { messages: vec![user("Hi")], sampling: greedy(), max_tokens: 8, ..Default::default() };
+    d.generate(short, |_| {}).await.unwrap();
+    assert_eq!(node_view(&d, "desk").completed, before + 1);
+}
+
+#[tokio::test]
+async fn background_tasks_spread_over_two_nodes_and_this_machine_and_each_completes_once() {
+    let net = NetnsPair::new();
+    net.b.enter();
+    let desk = node(&net, "desk");
+    let attic = node(&net, "attic");
+    let laptop = TestDaemon::new().daemon("threads = 1").start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut keyring = Keyring::open(&dir.path().join("client")).unwrap();
+    pair(&mut keyring, &net, &desk, "desk").await;
+    pair(&mut keyring, &net, &attic, "attic").await;
+    // Three daemons on two cores are slow: a gap deadline to match.
+    let deadlines = Deadlines { gap: Duration::from_secs(20), ..DEADLINES };
+    let d = Dispatcher::new(laptop.client().await, Some(Arc::new(keyring)), None, offloaded("tier3", true), deadlines);
+    d.refresh().await;
+    assert_eq!(*d.parallelism().borrow(), 3);
+
+    let gates = revis_orchestrator::Gates::new();
+    let bg = revis_orchestrator::Background::start_with(gates, Some(d.parallelism()));
+    let results: Vec<_> = (0..12)
+        .map(|i| {
+            let d = d.clone();
+            bg.submit(1, async move {
+                let req = pb::GenerateRequest {
+                    tier: "tier3".into(),
+                    messages: vec![user(&format!("Write one sentence about the number {i}."))],
+                    sampling: greedy(),
+                    max_tokens: 24,
+                    priority: pb::Priority::Background as i32,
+                    ..Default::default()
+                };
+                d.generate(req, |_| {}).await
+            })
+        })
+        .collect();
+    let mut texts = 0;
+    for r in results {
+        assert!(!r.await.expect("each task reports once").expect("each task succeeds").text.is_empty());
+        texts += 1;
+    }
+    let per_target = [node_view(&d, "desk").completed, node_view(&d, "attic").completed, d.local_completed()];
+    eprintln!("tasks run by desk, attic, here: {per_target:?}");
+    assert_eq!(texts, 12);
+    assert_eq!(per_target.iter().sum::<u64>(), 12, "every task ran exactly once: {per_target:?}");
+    assert!(per_target.iter().filter(|&&n| n > 0).count() >= 2, "spread: {per_target:?}");
+}
+
+#[tokio::test]
+async fn offloading_a_tier_unloads_it_here_and_it_comes_home_when_its_node_is_gone() {
+    let net = NetnsPair::new();
+    net.b.enter();
+    let mut desk = node(&net, "desk");
+    // tier3 has a model of its own here, so it can go without the others.
+    let laptop = TestDaemon::new().tier_model("tier3", revis_testkit::gemma3()).start();
+    let data = tempfile::tempdir().unwrap();
+    let mut local = laptop.client().await;
+    for tier in ["tier2", "tier3"] {
+        local.admin.load_model(pb::LoadModelRequest { tier: tier.into() }).await.unwrap();
+    }
+
+    // The CLI, as a user would: pair, offload, status.
+    let revis = |args: &[&str]| {
+        let out = std::process::Command::new(revis_testkit::binary("revis"))
+            .args(args)
+            .env("REVIS_DATA_DIR", data.path())
+            .env("REVIS_SOCKET", &laptop.socket)
+            .env("REVIS_MDNS_INTERFACES", "none")
+            .output()
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "revis {args:?}: {text}");
+        text
+    };
+    let mut dl = desk.client().await;
+    let port = listen_addr(&mut dl).await.port();
+    let (code, mut events) = open_pairing(&mut dl).await;
+    revis(&["pair", &format!("{}:{port}", net.a.addr), "--as", "desk", "--code", &code]);
+    pairing_end(&mut events).await;
+    let rss_before = local.status().await.unwrap().rss_bytes;
+    let out = revis(&["offload", "tier3", "on"]);
+    assert!(out.contains("tier3 runs on desk now; its model was unloaded here"), "{out}");
+    let s = local.status().await.unwrap();
+    assert_eq!(s.tiers[2].state, pb::ModelState::Unloaded as i32, "tier3 unloaded here");
+    assert_eq!(s.tiers[1].state, pb::ModelState::Ready as i32, "tier2 stays");
+    eprintln!("memory here: {} MiB -> {} MiB", rss_before >> 20, s.rss_bytes >> 20);
+    assert!(s.rss_bytes < rss_before, "memory dropped: {rss_before} -> {}", s.rss_bytes);
+    let status = revis(&["status"]);
+    assert!(status.contains("tier3: offloaded to desk"), "{status}");
+
+    // The node goes away; the tier comes home by itself and the next task runs here.
+    let keyring = Keyring::open(&data.path().join("client")).unwrap();
+    let d = Dispatcher::new(local.clone(), Some(Arc::new(keyring)), None, offloaded("tier3", false), DEADLINES);
+    d.refresh().await;
+    assert_eq!(d.placements()["tier3"], Placement::Node("desk".into()));
+    drop(dl);
+    desk.signal(libc::SIGKILL);
+    assert!(desk.wait_exit(Duration::from_secs(5)).is_some());
+    d.refresh().await;
+    assert_eq!(d.placements()["tier3"], Placement::FallenBack);
+    assert_eq!(local.status().await.unwrap().tiers[2].state, pb::ModelState::Ready as i32, "tier3 came home");
+    let req = pb::GenerateRequest {
+        tier: "tier3".into(),
+        messages: vec![user("What is the capital of France?")],
+        sampling: greedy(),
+        max_tokens: 16,
+        ..Default::default()
+    };
+    let done = d.generate(req, |_| {}).await.unwrap();
+    assert!(!done.text.is_empty());
+    assert_eq!(d.local_completed(), 1);
+}
