@@ -3,6 +3,8 @@
 //!         model and starts revisd if needed): a fresh machine to a chat.
 //!   test  install what the tests need, build, pull both models, run every test.
 //!   deps  install the system packages the build needs (Debian/Ubuntu, macOS).
+//!   screenshots  render the GUI's main views to docs/screenshots/ (real
+//!         daemon, SmolLM2, egui's headless wgpu renderer).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -15,8 +17,9 @@ fn main() -> ExitCode {
         Some("chat") => chat(&args[1..]),
         Some("test") => test(&args[1..]),
         Some("deps") => deps(true),
+        Some("screenshots") => screenshots(),
         _ => {
-            eprintln!("usage: cargo xtask chat [ARGS...] | test [NEXTEST ARGS...] | deps");
+            eprintln!("usage: cargo xtask chat [ARGS...] | test [NEXTEST ARGS...] | deps | screenshots");
             return ExitCode::from(2);
         }
     };
@@ -54,7 +57,9 @@ fn deps(for_tests: bool) -> anyhow::Result<()> {
         .any(|d| std::fs::read_dir(d).is_ok_and(|mut r| r.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("libclang")))));
     // systemd-analyze (Linux) verifies the service units in the tests; systemd need not run.
     let systemd = !for_tests || cfg!(target_os = "macos") || have("systemd-analyze");
-    if have("cmake") && have("protoc") && (libclang || cfg!(target_os = "macos")) && systemd {
+    // The GUI's headless tests render with Mesa's CPU drivers (EGL + llvmpipe, or lavapipe).
+    let gui = !for_tests || cfg!(target_os = "macos") || installed(GUI_TEST_PACKAGES);
+    if have("cmake") && have("protoc") && (libclang || cfg!(target_os = "macos")) && systemd && gui {
         return Ok(());
     }
     if cfg!(target_os = "macos") {
@@ -77,7 +82,26 @@ fn deps(for_tests: bool) -> anyhow::Result<()> {
     if !systemd {
         apt(&["install", "-y", "-qq", "systemd"])?;
     }
+    if !gui {
+        let mut args = vec!["install", "-y", "-qq"];
+        args.extend_from_slice(GUI_TEST_PACKAGES);
+        apt(&args)?;
+    }
     Ok(())
+}
+
+/// Debian packages the GUI tests render with: EGL and Mesa's CPU renderers
+/// (llvmpipe for GL, lavapipe for Vulkan).
+const GUI_TEST_PACKAGES: &[&str] = &["libegl1", "libegl-mesa0", "libgl1-mesa-dri", "mesa-vulkan-drivers"];
+
+/// Whether dpkg has all of `packages` installed.
+fn installed(packages: &[&str]) -> bool {
+    !have("dpkg-query")
+        || Command::new("dpkg-query")
+            .args(["-W", "-f", "${Status}\n"])
+            .args(packages)
+            .output()
+            .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).lines().all(|l| l.ends_with(" installed")))
 }
 
 fn unsafe_is_root() -> bool {
@@ -98,6 +122,20 @@ fn chat(args: &[String]) -> anyhow::Result<()> {
     deps(false)?;
     build()?;
     run(Command::new(root().join("target/release/revis")).arg("chat").args(args))
+}
+
+/// The GUI's screenshot test, writing its PNGs into docs/screenshots/.
+fn screenshots() -> anyhow::Result<()> {
+    deps(true)?;
+    run(cargo().args(["build", "--release", "-p", "revisd", "-p", "revis-cli"]))?;
+    run(Command::new(root().join("target/release/revis")).args(["pull", "smollm2-135m-instruct"]))?;
+    let out = root().join("docs/screenshots");
+    std::fs::create_dir_all(&out)?;
+    run(cargo()
+        .args(["nextest", "run", "--release", "-p", "revis-gui", "-E", "test(screenshots)"])
+        .env("REVIS_SCREENSHOTS", &out))?;
+    eprintln!("screenshots are in {}", out.display());
+    Ok(())
 }
 
 fn test(args: &[String]) -> anyhow::Result<()> {

@@ -1,0 +1,514 @@
+//! The window: a navigation rail and five views (chat, tiers, nodes, server
+//! mode, settings). Each frame first applies the I/O side's events to the
+//! [`State`], then draws it; every action becomes a [`Command`].
+
+use std::time::{Duration, Instant};
+
+use eframe::egui::{self, Key, KeyboardShortcut, Modifiers, RichText};
+use revis_orchestrator::Phase;
+
+use crate::backend::{Backend, Command, Health, Options, PairingEvent, state_name};
+use crate::settings::TIERS;
+use crate::state::{Connection, Shown, State, View};
+
+pub struct App {
+    pub state: State,
+    backend: Backend,
+    socket: std::path::PathBuf,
+}
+
+impl App {
+    /// Starts the I/O side; `ctx` is repainted whenever an event arrives.
+    pub fn new(opts: Options, ctx: &egui::Context) -> App {
+        let ctx = ctx.clone();
+        Self::with_wake(opts, move || ctx.request_repaint())
+    }
+
+    /// Starts the I/O side; `wake` is called after each event.
+    pub fn with_wake(opts: Options, wake: impl Fn() + Send + Sync + 'static) -> App {
+        App { state: State::default(), socket: opts.socket.clone(), backend: Backend::start(opts, wake) }
+    }
+
+    /// Waits up to `limit` for the I/O side's next event and applies it
+    /// (for tests and screenshots; the window never waits).
+    pub fn wait_event(&mut self, limit: Duration) -> bool {
+        match self.backend.recv_timeout(limit) {
+            Some(e) => {
+                self.state.apply(e);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The daemon's socket this app uses.
+    pub fn socket(&self) -> Option<std::path::PathBuf> {
+        Some(self.socket.clone())
+    }
+
+    pub fn send(&self, c: Command) {
+        self.backend.send(c);
+    }
+
+    fn drain(&mut self) {
+        while let Some(e) = self.backend.try_recv() {
+            self.state.apply(e);
+        }
+    }
+
+    /// One frame.
+    pub fn ui(&mut self, ui: &mut egui::Ui) {
+        self.drain();
+        egui::Panel::top("status").show(ui, |ui| self.status_bar(ui));
+        egui::Panel::left("nav").resizable(false).exact_size(130.0).show(ui, |ui| {
+            ui.add_space(6.0);
+            for v in View::ALL {
+                if ui.selectable_label(self.state.view() == v, v.title()).clicked() {
+                    self.open_view(v);
+                }
+            }
+        });
+        match self.state.view() {
+            View::Chat => self.chat(ui),
+            View::Tiers => egui::CentralPanel::default().show(ui, |ui| self.tiers(ui)).inner,
+            View::Nodes => egui::CentralPanel::default().show(ui, |ui| self.nodes(ui)).inner,
+            View::Server => egui::CentralPanel::default().show(ui, |ui| self.server(ui)).inner,
+            View::Settings => egui::CentralPanel::default().show(ui, |ui| self.settings(ui)).inner,
+        }
+    }
+
+    pub fn open_view(&mut self, v: View) {
+        self.state.view = Some(v);
+        match v {
+            View::Nodes if self.state.nodes.is_empty() && !self.state.nodes_loading => {
+                self.state.nodes_loading = true;
+                self.send(Command::RefreshNodes);
+            }
+            View::Tiers | View::Server => self.send(Command::RefreshStatus),
+            _ => {}
+        }
+    }
+
+    fn status_bar(&mut self, ui: &mut egui::Ui) {
+        ui.horizontal(|ui| {
+            ui.strong("revis");
+            match &self.state.connection {
+                None | Some(Connection::Connecting) => {
+                    ui.label("Connecting to revisd…");
+                }
+                Some(Connection::Starting) => {
+                    ui.label("No revisd was running: starting it (the first start may download the default model)…");
+                }
+                Some(Connection::Connected(_)) => {
+                    let s = self.state.status.as_ref();
+                    let text = s.map_or_else(
+                        || "Connected to revisd".to_owned(),
+                        |s| {
+                            format!(
+                                "revisd {} on {}: {} MiB, {}",
+                                s.version,
+                                if s.name.is_empty() { "this machine" } else { &s.name },
+                                s.rss_bytes >> 20,
+                                if s.busy { "working" } else { "idle" }
+                            )
+                        },
+                    );
+                    ui.label(text);
+                }
+                Some(Connection::Failed(why)) => {
+                    ui.colored_label(ui.visuals().error_fg_color, format!("revisd is not available: {why}"));
+                    if ui.button("Try again").clicked() {
+                        self.send(Command::Connect);
+                    }
+                }
+            }
+        });
+        if !self.state.errors.is_empty() {
+            let mut dismiss = false;
+            ui.horizontal_wrapped(|ui| {
+                let last = self.state.errors.last().cloned().unwrap_or_default();
+                ui.colored_label(ui.visuals().warn_fg_color, last);
+                dismiss = ui.button("Dismiss").clicked();
+            });
+            if dismiss {
+                self.state.errors.clear();
+            }
+        }
+    }
+
+    fn chat(&mut self, ui: &mut egui::Ui) {
+        egui::Panel::left("conversations").default_size(180.0).show(ui, |ui| {
+            ui.add_space(6.0);
+            if ui.add_enabled(!self.state.streaming, egui::Button::new("New conversation")).clicked() {
+                self.send(Command::NewConversation);
+            }
+            ui.separator();
+            egui::ScrollArea::vertical().show(ui, |ui| {
+                for c in self.state.conversations.clone() {
+                    let title = if c.title.is_empty() { "(new conversation)" } else { &c.title };
+                    let selected = self.state.current == Some(c.id);
+                    let r = ui.add_enabled(!self.state.streaming, egui::Button::selectable(selected, title));
+                    if r.clicked() && !selected {
+                        self.send(Command::OpenConversation(c.id));
+                    }
+                }
+            });
+        });
+        egui::Panel::bottom("input").show(ui, |ui| self.input(ui));
+        egui::CentralPanel::default().show(ui, |ui| {
+            egui::ScrollArea::vertical().stick_to_bottom(true).auto_shrink(false).show(ui, |ui| {
+                if self.state.messages.is_empty() {
+                    ui.weak("Type a message below and press Enter.");
+                }
+                for (i, m) in self.state.messages.iter().enumerate() {
+                    ui.push_id(i, |ui| {
+                        ui.add_space(4.0);
+                        ui.horizontal(|ui| {
+                            ui.strong(if m.from_user { "You" } else { "revis" });
+                            let note = match m.shown {
+                                Shown::Streaming => "answering…",
+                                Shown::Stopped => "stopped",
+                                Shown::Incomplete => "cut off before it ended",
+                                Shown::Failed => "failed",
+                                Shown::Complete => "",
+                            };
+                            if !note.is_empty() {
+                                ui.weak(note);
+                            }
+                            if !m.from_user && !m.text.is_empty() && m.shown != Shown::Streaming && ui.small_button("Copy").clicked() {
+                                ui.ctx().copy_text(m.text.clone());
+                            }
+                        });
+                        ui.label(&m.text);
+                    });
+                }
+            });
+        });
+    }
+
+    fn input(&mut self, ui: &mut egui::Ui) {
+        ui.add_space(4.0);
+        let phase = match self.state.phase {
+            Some(Phase::Queued) => "The answer will be warmed up when the current one ends.",
+            Some(Phase::Computing) => "Warming up the answer while you type…",
+            Some(Phase::Ready) => "Ready: the answer starts from a warm cache.",
+            _ => "",
+        };
+        ui.horizontal(|ui| {
+            if let Some(s) = &self.state.last_stats {
+                ui.weak(s);
+            } else if !phase.is_empty() {
+                ui.weak(phase);
+            }
+        });
+        ui.horizontal(|ui| {
+            let label = ui.label("Message:");
+            let was_empty = self.state.input.is_empty();
+            let width = ui.available_width() - 70.0;
+            let edit = egui::TextEdit::multiline(&mut self.state.input)
+                .desired_rows(2)
+                .desired_width(width.max(100.0))
+                .hint_text("Ask anything; Enter sends, Shift+Enter starts a new line")
+                .return_key(KeyboardShortcut::new(Modifiers::SHIFT, Key::Enter));
+            let r = ui.add(edit).labelled_by(label.id);
+            if r.changed() {
+                // The typing signal: the first key starts the pre-prefill and holds background work.
+                if self.state.input.is_empty() {
+                    self.send(Command::InputCleared);
+                } else {
+                    self.send(Command::Keystroke { first: was_empty });
+                }
+            }
+            let enter = r.has_focus() && ui.input(|i| i.key_pressed(Key::Enter) && i.modifiers.is_none());
+            if self.state.streaming {
+                if ui.button("Stop").clicked() {
+                    self.send(Command::Stop);
+                }
+            } else {
+                let send = ui.add_enabled(!self.state.input.trim().is_empty(), egui::Button::new("Send")).clicked();
+                if (send || enter) && !self.state.input.trim().is_empty() {
+                    let text = std::mem::take(&mut self.state.input).trim().to_owned();
+                    self.state.sent(text.clone());
+                    self.send(Command::Send(text));
+                    r.request_focus();
+                }
+            }
+        });
+        ui.add_space(4.0);
+    }
+
+    fn tiers(&mut self, ui: &mut egui::Ui) {
+        ui.heading("Tiers");
+        ui.label("Each tier is a role: tier1 small and fast, tier2 the conversation, tier3 the heaviest work.");
+        ui.add_space(8.0);
+        let Some(status) = self.state.status.clone() else {
+            ui.label("Waiting for revisd…");
+            return;
+        };
+        let here = if status.name.is_empty() { "this machine".to_owned() } else { format!("this machine ({})", status.name) };
+        egui::Grid::new("tiers").num_columns(6).striped(true).spacing([16.0, 6.0]).show(ui, |ui| {
+            for h in ["Tier", "Model", "Runs on", "State", "Memory", ""] {
+                ui.strong(h);
+            }
+            ui.end_row();
+            for t in &status.tiers {
+                ui.label(&t.tier);
+                // A model given by path shows its file name; the whole path on hover.
+                let short = std::path::Path::new(&t.model).file_name().map_or(t.model.clone(), |f| f.to_string_lossy().into_owned());
+                let shared = if t.shared_with.is_empty() { String::new() } else { format!("\nloaded once, shared with {}", t.shared_with.join(", ")) };
+                ui.label(short).on_hover_text(format!("{}{shared}", t.model_path));
+                // Every task goes to the local daemon until the orchestrator dispatches to nodes.
+                ui.label(&here);
+                let busy = self.state.tier_busy.contains_key(&t.tier);
+                ui.label(if busy { "working…" } else { state_name(t.state) });
+                ui.label(if t.memory_bytes > 0 { format!("{} MiB", t.memory_bytes >> 20) } else { "–".into() });
+                let loaded = state_name(t.state) != "unloaded";
+                let (verb, cmd) = if loaded { ("Unload", Command::Unload(t.tier.clone())) } else { ("Load", Command::Load(t.tier.clone())) };
+                if ui.add_enabled(!busy, egui::Button::new(format!("{verb} {}", t.tier))).clicked() {
+                    self.state.tier_busy.insert(t.tier.clone(), true);
+                    self.send(cmd);
+                }
+                ui.end_row();
+            }
+        });
+        ui.add_space(8.0);
+        for (tier, note) in &self.state.tier_notes {
+            match note {
+                Ok(m) => ui.label(format!("{tier}: {m}")),
+                Err(e) => ui.colored_label(ui.visuals().error_fg_color, format!("{tier}: {e}")),
+            };
+        }
+        ui.add_space(8.0);
+        ui.weak(format!("revisd uses {} MiB in all; queue {}/{}.", status.rss_bytes >> 20, status.queue_depth, status.queue_capacity));
+    }
+
+    fn nodes(&mut self, ui: &mut egui::Ui) {
+        ui.horizontal(|ui| {
+            ui.heading("Nodes");
+            if ui.add_enabled(!self.state.nodes_loading, egui::Button::new("Look again")).clicked() {
+                self.state.nodes_loading = true;
+                self.send(Command::RefreshNodes);
+            }
+            if self.state.nodes_loading {
+                ui.weak("looking…");
+            }
+        });
+        ui.label("Your other machines: those found on the network, and those paired with this one.");
+        if let Some(n) = &self.state.nodes_note {
+            ui.weak(n);
+        }
+        ui.add_space(8.0);
+        if self.state.nodes.is_empty() && !self.state.nodes_loading {
+            ui.label("No machines yet. On the other machine, open revis and turn on server mode, then pair with it here.");
+        }
+        let mut pick = None;
+        let mut forget = None;
+        for n in &self.state.nodes {
+            egui::Frame::group(ui.style()).show(ui, |ui| {
+                ui.set_width(ui.available_width());
+                ui.horizontal(|ui| {
+                    ui.strong(&n.name).on_hover_text(format!("device ID {}", n.device_id));
+                    ui.label(n.address.as_deref().unwrap_or("address unknown"));
+                    ui.label(match (n.paired, n.discovered) {
+                        (true, true) => "paired, on the network",
+                        (true, false) => "paired",
+                        (false, _) => "not paired",
+                    });
+                    if n.paired {
+                        if ui.button(format!("Forget {}", n.name)).clicked() {
+                            forget = Some(n.device_id.clone());
+                        }
+                    } else if ui.button(format!("Pair with {}", n.name)).clicked() {
+                        pick = Some(n.name.clone());
+                    }
+                });
+                match &n.health {
+                    Health::Unknown if n.paired => {
+                        ui.weak("checking…");
+                    }
+                    Health::Unknown => {
+                        if let Some(w) = &n.warning {
+                            ui.colored_label(ui.visuals().warn_fg_color, w);
+                        }
+                    }
+                    Health::Ok { connect_ms, latency_ms, tiers, queue } => {
+                        ui.label(format!("ok, {latency_ms:.1} ms (connect {connect_ms:.0} ms), queue {queue}"));
+                        let tiers: Vec<String> = tiers.iter().map(|(t, m, s)| format!("{t}: {m} ({s})")).collect();
+                        ui.weak(tiers.join(" · "));
+                    }
+                    Health::Failed(why) => {
+                        ui.colored_label(ui.visuals().error_fg_color, why);
+                    }
+                }
+            });
+        }
+        if let Some(p) = pick {
+            self.state.pair_node = p;
+        }
+        if let Some(id) = forget {
+            self.send(Command::Forget(id));
+        }
+        ui.add_space(12.0);
+        ui.separator();
+        ui.strong("Pair with a machine");
+        ui.label("On the other machine, turn on server mode and press \"Pair a device\"; type the code it shows.");
+        egui::Grid::new("pair").num_columns(2).spacing([8.0, 6.0]).show(ui, |ui| {
+            let l = ui.label("Machine:");
+            ui.add(egui::TextEdit::singleline(&mut self.state.pair_node).hint_text("its name, or HOST:PORT")).labelled_by(l.id);
+            ui.end_row();
+            let l = ui.label("Code:");
+            ui.add(egui::TextEdit::singleline(&mut self.state.pair_code).hint_text("1234 5678")).labelled_by(l.id);
+            ui.end_row();
+        });
+        let ready = !self.state.pair_node.trim().is_empty() && !self.state.pair_code.trim().is_empty() && !self.state.pairing_with;
+        if ui.add_enabled(ready, egui::Button::new("Pair")).clicked() {
+            self.state.pairing_with = true;
+            self.state.pair_result = None;
+            self.send(Command::Pair { node: self.state.pair_node.clone(), code: self.state.pair_code.clone() });
+        }
+        match &self.state.pair_result {
+            Some(Ok(m)) => {
+                ui.label(m);
+            }
+            Some(Err(e)) => {
+                ui.colored_label(ui.visuals().error_fg_color, e);
+            }
+            None if self.state.pairing_with => {
+                ui.weak("pairing…");
+            }
+            None => {}
+        }
+    }
+
+    fn server(&mut self, ui: &mut egui::Ui) {
+        ui.heading("Server mode");
+        ui.label("Your other machines can run tasks on this one, encrypted and only once paired.");
+        ui.add_space(8.0);
+        let Some(server) = self.state.server.clone() else {
+            ui.label("Waiting for revisd…");
+            return;
+        };
+        let mut on = self.state.server_wanted.unwrap_or(server.enabled);
+        let r = ui.add_enabled(self.state.server_wanted.is_none(), egui::Checkbox::new(&mut on, "Let my other Macs use this one"));
+        if r.changed() {
+            self.state.server_wanted = Some(on);
+            self.send(Command::SetServerMode(on));
+        }
+        if !server.enabled {
+            ui.weak("Off: revisd listens only on this machine's private socket.");
+        } else {
+            let id = self.state.status.as_ref().map(|s| s.device_id.clone()).unwrap_or_default();
+            ui.label(format!(
+                "On: listening on {} (mutual TLS){}; {} connected.",
+                server.listen_address,
+                if server.advertised { ", visible on the network" } else { "" },
+                server.remote_connections
+            ));
+            ui.label(format!("This machine's device ID: {id}"));
+            ui.add_space(8.0);
+            match self.state.pairing.clone() {
+                Some(PairingEvent::Opened { code, expires_at, listen_address, .. }) => {
+                    let left = expires_at.saturating_duration_since(Instant::now());
+                    ui.label("On the other machine, pair with this one and type this code:");
+                    ui.label(RichText::new(&code).size(32.0).monospace().strong());
+                    ui.weak(format!("Valid for {} s more, once. Address: {listen_address}", left.as_secs()));
+                    ui.ctx().request_repaint_after(Duration::from_secs(1));
+                    if ui.button("Cancel pairing").clicked() {
+                        self.send(Command::ClosePairing);
+                    }
+                }
+                other => {
+                    match other {
+                        Some(PairingEvent::Paired { name, .. }) => {
+                            ui.label(format!("Paired with {name}."));
+                        }
+                        Some(PairingEvent::Closed { reason }) => {
+                            ui.weak(format!("Pairing closed: {reason}."));
+                        }
+                        _ => {}
+                    }
+                    if ui.button("Pair a device").clicked() {
+                        self.send(Command::OpenPairing);
+                    }
+                }
+            }
+        }
+        ui.add_space(12.0);
+        ui.separator();
+        ui.strong("Devices that may use this machine");
+        if self.state.devices.is_empty() {
+            ui.weak("None yet.");
+        }
+        let mut revoke = None;
+        egui::Grid::new("devices").num_columns(4).striped(true).spacing([16.0, 6.0]).show(ui, |ui| {
+            for d in &self.state.devices {
+                ui.label(&d.name).on_hover_text(format!("device ID {}", d.device_id));
+                ui.label(format!("{} open connection(s)", d.connections));
+                ui.label(if d.last_seen == 0 { "never connected".to_owned() } else { "has connected".to_owned() });
+                if ui.button(format!("Revoke {}", d.name)).clicked() {
+                    revoke = Some(d.device_id.clone());
+                }
+                ui.end_row();
+            }
+        });
+        if let Some(d) = revoke {
+            self.send(Command::Revoke(d));
+        }
+    }
+
+    fn settings(&mut self, ui: &mut egui::Ui) {
+        ui.heading("Settings");
+        let Some(mut draft) = self.state.settings_draft.clone() else {
+            ui.label("Reading the settings…");
+            return;
+        };
+        ui.strong("Models per tier");
+        let names: Vec<&str> = revis_models::catalog().iter().map(|e| e.name).collect();
+        ui.weak(format!("A catalog model ({}) or the path of a .gguf file; empty = the default.", names.join(", ")));
+        egui::Grid::new("models").num_columns(2).spacing([8.0, 6.0]).show(ui, |ui| {
+            for tier in TIERS {
+                let l = ui.label(format!("{tier} model:"));
+                let v = draft.tiers.entry(tier.to_owned()).or_default();
+                ui.add(egui::TextEdit::singleline(v).hint_text(revis_models::DEFAULT_MODEL).desired_width(320.0)).labelled_by(l.id);
+                ui.end_row();
+            }
+        });
+        ui.add_space(8.0);
+        ui.strong("Data folder");
+        ui.label(format!("Conversations, models and keys are in {}", draft.data_dir.display()));
+        ui.horizontal(|ui| {
+            let l = ui.label("Use from the next start:");
+            ui.add(egui::TextEdit::singleline(&mut draft.next_data_dir).hint_text("the default folder").desired_width(320.0))
+                .labelled_by(l.id);
+        });
+        ui.add_space(8.0);
+        let changed = self.state.settings.as_ref().is_none_or(|s| !same(s, &draft));
+        if ui.add_enabled(changed, egui::Button::new("Save settings")).clicked() {
+            self.send(Command::SaveSettings(draft.clone()));
+        }
+        match &self.state.settings_note {
+            Some(Ok(m)) => {
+                ui.label(m);
+            }
+            Some(Err(e)) => {
+                ui.colored_label(ui.visuals().error_fg_color, e);
+            }
+            None => {}
+        }
+        self.state.settings_draft = Some(draft);
+    }
+}
+
+/// Equal, counting an empty model as no model.
+fn same(a: &crate::settings::Settings, b: &crate::settings::Settings) -> bool {
+    let set = |s: &crate::settings::Settings| {
+        s.tiers.iter().filter(|(_, m)| !m.trim().is_empty()).map(|(t, m)| (t.clone(), m.trim().to_owned())).collect::<Vec<_>>()
+    };
+    set(a) == set(b) && a.next_data_dir.trim() == b.next_data_dir.trim()
+}
+
+impl eframe::App for App {
+    fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
+        App::ui(self, ui);
+    }
+}

@@ -1,0 +1,169 @@
+//! The settings the app edits. Which model each tier uses lives in revisd's
+//! own configuration file (`$REVIS_CONFIG`, else `revisd.toml` in the
+//! user's config directory), edited in place so the user's comments stay;
+//! revisd reads it when it starts. Where revis keeps its data lives in
+//! `gui.toml` beside it and applies from the app's next start
+//! (`$REVIS_DATA_DIR` still wins).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The tiers, in order.
+pub const TIERS: [&str; 3] = ["tier1", "tier2", "tier3"];
+
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Settings {
+    /// tier → model (a catalog name or a .gguf path); a tier not listed uses revisd's default.
+    pub tiers: BTreeMap<String, String>,
+    /// The data folder in use now.
+    pub data_dir: PathBuf,
+    /// The data folder to use from the next start ("" = the default).
+    pub next_data_dir: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path} is not valid TOML: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{path}: `{key}` is not a table")]
+    NotATable { path: PathBuf, key: String },
+    #[error("there is no config directory for this user")]
+    NoConfigDir,
+}
+
+/// revisd's configuration file, found as revisd finds it.
+pub fn config_path() -> Result<PathBuf, SettingsError> {
+    if let Some(p) = std::env::var_os("REVIS_CONFIG").filter(|p| !p.is_empty()) {
+        return Ok(PathBuf::from(p));
+    }
+    directories::ProjectDirs::from("", "", "revis").map(|d| d.config_dir().join("revisd.toml")).ok_or(SettingsError::NoConfigDir)
+}
+
+/// The app's own settings file, beside revisd's.
+pub fn gui_path(config: &Path) -> PathBuf {
+    config.with_file_name("gui.toml")
+}
+
+/// The data folder chosen in the settings, if any.
+pub fn saved_data_dir(config: &Path) -> Option<PathBuf> {
+    let doc = read(&gui_path(config)).ok()?;
+    doc.get("data_dir")?.as_str().filter(|s| !s.trim().is_empty()).map(PathBuf::from)
+}
+
+fn read(path: &Path) -> Result<toml_edit::DocumentMut, SettingsError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(source) => return Err(SettingsError::Io { path: path.into(), source }),
+    };
+    text.parse().map_err(|e: toml_edit::TomlError| SettingsError::Parse { path: path.into(), message: e.to_string() })
+}
+
+fn write(path: &Path, doc: &toml_edit::DocumentMut) -> Result<(), SettingsError> {
+    let io = |source| SettingsError::Io { path: path.into(), source };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
+    // Written whole, then renamed over: a crash leaves the old file or the new one.
+    let tmp = path.with_extension("toml.tmp");
+    std::fs::write(&tmp, doc.to_string()).map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)
+}
+
+impl Settings {
+    pub fn load(config: &Path, data_dir: &Path) -> Result<Settings, SettingsError> {
+        let doc = read(config)?;
+        let mut tiers = BTreeMap::new();
+        if let Some(t) = doc.get("tiers").and_then(|t| t.as_table_like()) {
+            for (name, tier) in t.iter() {
+                if let Some(model) = tier.get("model").and_then(|m| m.as_str()) {
+                    tiers.insert(name.to_owned(), model.to_owned());
+                }
+            }
+        }
+        let next = saved_data_dir(config).map(|p| p.display().to_string()).unwrap_or_default();
+        Ok(Settings { tiers, data_dir: data_dir.to_owned(), next_data_dir: next })
+    }
+
+    /// Writes the models into revisd's file (keeping everything else in it)
+    /// and the data folder into `gui.toml`.
+    pub fn save(&self, config: &Path) -> Result<String, SettingsError> {
+        let mut doc = read(config)?;
+        let not_table = |key: &str| SettingsError::NotATable { path: config.into(), key: key.into() };
+        let tiers = doc.entry("tiers").or_insert_with(|| {
+            let mut t = toml_edit::Table::new();
+            t.set_implicit(true);
+            toml_edit::Item::Table(t)
+        });
+        let tiers = tiers.as_table_like_mut().ok_or_else(|| not_table("tiers"))?;
+        for (tier, model) in &self.tiers {
+            let model = model.trim();
+            if model.is_empty() {
+                if let Some(t) = tiers.get_mut(tier).and_then(|t| t.as_table_like_mut()) {
+                    t.remove("model");
+                }
+                continue;
+            }
+            let t = tiers.entry(tier).or_insert(toml_edit::Item::Table(toml_edit::Table::new()));
+            let t = t.as_table_like_mut().ok_or_else(|| not_table(&format!("tiers.{tier}")))?;
+            t.insert("model", toml_edit::value(model));
+        }
+        write(config, &doc)?;
+
+        let gui = gui_path(config);
+        let mut g = read(&gui)?;
+        if self.next_data_dir.trim().is_empty() {
+            g.remove("data_dir");
+        } else {
+            g["data_dir"] = toml_edit::value(self.next_data_dir.trim());
+        }
+        write(&gui, &g)?;
+        Ok(format!("Saved to {}. revisd uses the models from its next start; the data folder applies when revis starts again.", config.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn models_are_written_into_revisd_toml_and_comments_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("revisd.toml");
+        std::fs::write(&config, "# my notes\n[daemon]\nthreads = 2 # two cores\n\n[tiers.tier3]\nmodel = \"gemma3-270m\"\ncontext = 8192\n").unwrap();
+        let mut s = Settings::load(&config, dir.path()).unwrap();
+        assert_eq!(s.tiers.get("tier3").map(String::as_str), Some("gemma3-270m"));
+        s.tiers.insert("tier1".into(), "smollm2-135m-instruct".into());
+        s.tiers.insert("tier3".into(), "/models/big.gguf".into());
+        s.next_data_dir = "/srv/revis".into();
+        s.save(&config).unwrap();
+        let text = std::fs::read_to_string(&config).unwrap();
+        assert!(text.contains("# my notes") && text.contains("threads = 2 # two cores"), "{text}");
+        assert!(text.contains("context = 8192"), "{text}");
+        let back = Settings::load(&config, dir.path()).unwrap();
+        assert_eq!(back.tiers.get("tier1").map(String::as_str), Some("smollm2-135m-instruct"));
+        assert_eq!(back.tiers.get("tier3").map(String::as_str), Some("/models/big.gguf"));
+        assert_eq!(saved_data_dir(&config), Some(PathBuf::from("/srv/revis")));
+        // Cleared: revisd's default again, and no data folder.
+        let mut cleared = back.clone();
+        cleared.tiers.insert("tier1".into(), String::new());
+        cleared.next_data_dir.clear();
+        cleared.save(&config).unwrap();
+        let back = Settings::load(&config, dir.path()).unwrap();
+        assert!(!back.tiers.contains_key("tier1"));
+        assert_eq!(saved_data_dir(&config), None);
+    }
+
+    #[test]
+    fn a_broken_file_is_reported_not_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("revisd.toml");
+        std::fs::write(&config, "[tiers\n").unwrap();
+        let err = Settings::load(&config, dir.path()).unwrap_err().to_string();
+        assert!(err.contains("is not valid TOML"), "{err}");
+        assert!(Settings::default().save(&config).is_err());
+        assert_eq!(std::fs::read_to_string(&config).unwrap(), "[tiers\n");
+    }
+}

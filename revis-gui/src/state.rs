@@ -1,0 +1,214 @@
+//! What the UI shows, built only from the I/O side's [`Event`]s. Pure data:
+//! applying an event never blocks.
+
+use std::collections::BTreeMap;
+
+use revis_client::v1 as pb;
+use revis_orchestrator::{GateState, Phase};
+use revis_store::{Conversation, ConversationId, MessageState, Role, Store};
+
+use crate::backend::{Event, NodeRow, PairingEvent};
+use crate::settings::Settings;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum View {
+    Chat,
+    Tiers,
+    Nodes,
+    Server,
+    Settings,
+}
+
+impl View {
+    pub const ALL: [View; 5] = [View::Chat, View::Tiers, View::Nodes, View::Server, View::Settings];
+
+    pub fn title(self) -> &'static str {
+        match self {
+            View::Chat => "Chat",
+            View::Tiers => "Tiers",
+            View::Nodes => "Nodes",
+            View::Server => "Server mode",
+            View::Settings => "Settings",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Connection {
+    Connecting,
+    /// No daemon answered: starting one.
+    Starting,
+    Connected(String),
+    Failed(String),
+}
+
+/// How a message on screen came to be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shown {
+    Complete,
+    /// Cut off (a crash, or stopped), as the store flags it.
+    Incomplete,
+    Streaming,
+    Stopped,
+    Failed,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Message {
+    pub from_user: bool,
+    pub text: String,
+    pub shown: Shown,
+}
+
+#[derive(Default)]
+pub struct State {
+    pub view: Option<View>,
+    pub connection: Option<Connection>,
+    /// Failures to show, in words, newest last.
+    pub errors: Vec<String>,
+    pub store: Option<Store>,
+
+    pub conversations: Vec<Conversation>,
+    pub current: Option<ConversationId>,
+    pub messages: Vec<Message>,
+    pub input: String,
+    pub streaming: bool,
+    pub phase: Option<Phase>,
+    pub gates: GateState,
+    pub last_stats: Option<String>,
+
+    pub status: Option<pb::StatusResponse>,
+    /// Tiers with a load or unload in flight.
+    pub tier_busy: BTreeMap<String, bool>,
+    pub tier_notes: BTreeMap<String, Result<String, String>>,
+
+    pub nodes: Vec<NodeRow>,
+    pub nodes_note: Option<String>,
+    pub nodes_loading: bool,
+    pub pair_node: String,
+    pub pair_code: String,
+    pub pairing_with: bool,
+    pub pair_result: Option<Result<String, String>>,
+
+    pub server: Option<pb::ServerModeStatus>,
+    /// The switch's position while a change is on its way.
+    pub server_wanted: Option<bool>,
+    pub pairing: Option<PairingEvent>,
+    pub devices: Vec<pb::PairedDeviceInfo>,
+
+    pub settings: Option<Settings>,
+    pub settings_draft: Option<Settings>,
+    pub settings_note: Option<Result<String, String>>,
+}
+
+impl State {
+    pub fn view(&self) -> View {
+        self.view.unwrap_or(View::Chat)
+    }
+
+    pub fn apply(&mut self, e: Event) {
+        match e {
+            Event::Connecting { starting } => {
+                self.connection = Some(if starting { Connection::Starting } else { Connection::Connecting })
+            }
+            Event::Connected { target } => self.connection = Some(Connection::Connected(target)),
+            Event::Disconnected(why) => self.connection = Some(Connection::Failed(why)),
+            Event::Status(s) => {
+                if matches!(self.connection, Some(Connection::Failed(_))) {
+                    self.connection = Some(Connection::Connected(String::new()));
+                }
+                self.status = Some(*s);
+            }
+            Event::StoreOpened(s) => self.store = Some(s),
+            Event::Conversations(c) => self.conversations = c,
+            Event::Opened { id, messages } => {
+                self.current = Some(id);
+                self.messages = messages
+                    .into_iter()
+                    .map(|m| Message {
+                        from_user: m.role == Role::User,
+                        text: m.text,
+                        shown: if m.state == MessageState::Complete { Shown::Complete } else { Shown::Incomplete },
+                    })
+                    .collect();
+            }
+            Event::Delta(t) => {
+                if let Some(m) = self.messages.last_mut().filter(|m| m.shown == Shown::Streaming) {
+                    m.text.push_str(&t);
+                }
+            }
+            Event::AnswerDone { text, stats } => self.end_answer(Some(text), Shown::Complete, Some(stats)),
+            Event::AnswerStopped { text } => self.end_answer(Some(text), Shown::Stopped, None),
+            Event::AnswerFailed(why) => {
+                self.end_answer(None, Shown::Failed, None);
+                self.errors.push(why);
+            }
+            Event::Phase(p) => self.phase = Some(p),
+            Event::Gates(g) => self.gates = g,
+            Event::TierDone { tier, message } => {
+                self.tier_busy.remove(&tier);
+                self.tier_notes.insert(tier, message);
+            }
+            Event::Nodes { rows, note } => {
+                self.nodes = rows;
+                self.nodes_note = note;
+                self.nodes_loading = false;
+            }
+            Event::PairResult(r) => {
+                self.pairing_with = false;
+                if r.is_ok() {
+                    self.pair_code.clear();
+                }
+                self.pair_result = Some(r);
+            }
+            Event::ServerMode(s) => {
+                self.server_wanted = None;
+                if !s.enabled {
+                    self.pairing = None;
+                }
+                self.server = Some(s);
+            }
+            Event::Pairing(p) => self.pairing = Some(p),
+            Event::Devices(d) => self.devices = d,
+            Event::Settings(s) => {
+                self.settings_draft = Some(s.clone());
+                self.settings = Some(s);
+            }
+            Event::SettingsSaved(r) => {
+                if r.is_ok() {
+                    self.settings.clone_from(&self.settings_draft);
+                }
+                self.settings_note = Some(r);
+            }
+            Event::Error { what, message } => self.errors.push(format!("{what}: {message}")),
+        }
+    }
+
+    /// The user sent `text`: it shows at once, with an empty answer that streams in.
+    pub fn sent(&mut self, text: String) {
+        self.messages.push(Message { from_user: true, text, shown: Shown::Complete });
+        self.messages.push(Message { from_user: false, text: String::new(), shown: Shown::Streaming });
+        self.streaming = true;
+        self.last_stats = None;
+    }
+
+    fn end_answer(&mut self, text: Option<String>, shown: Shown, stats: Option<String>) {
+        self.streaming = false;
+        if let Some(m) = self.messages.last_mut().filter(|m| m.shown == Shown::Streaming) {
+            if let Some(t) = text {
+                m.text = t;
+            }
+            m.shown = shown;
+        }
+        self.last_stats = stats;
+    }
+
+    pub fn connected(&self) -> bool {
+        matches!(self.connection, Some(Connection::Connected(_)))
+    }
+
+    /// The last answer on screen, if any.
+    pub fn last_answer(&self) -> Option<&Message> {
+        self.messages.iter().rev().find(|m| !m.from_user)
+    }
+}

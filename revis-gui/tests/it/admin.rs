@@ -1,0 +1,150 @@
+//! Tiers, server mode, pairing and nodes: each control changes the daemon's
+//! state, checked with a client of the test's own. Settings write the files.
+
+use egui_kittest::kittest::Queryable;
+use eframe::egui::accesskit::Role;
+use revis_client::v1 as pb;
+use revis_gui::backend::{Health, PairingEvent};
+use revis_testkit::TestDaemon;
+
+use crate::{block_on, daemon_status, harness, options, ready, wait_until};
+
+fn tier_state(s: &pb::StatusResponse, tier: &str) -> &'static str {
+    revis_gui::backend::state_name(s.tiers.iter().find(|t| t.tier == tier).unwrap().state)
+}
+
+#[test]
+fn load_and_unload_change_the_daemons_tiers() {
+    let d = TestDaemon::new().start();
+    let data = tempfile::tempdir().unwrap();
+    let mut h = harness(options(&d.socket, data.path(), 16));
+    ready(&mut h);
+    h.get_by_label("Tiers").click();
+    wait_until(&mut h, "the tiers table", |h| h.query_by_label("Load tier1").is_some());
+    assert_eq!(tier_state(&daemon_status(&d.socket), "tier1"), "unloaded");
+    assert_eq!(h.query_all_by_label_contains("this machine").count(), 3, "where each tier runs");
+
+    h.get_by_label("Load tier1").click();
+    wait_until(&mut h, "tier1 to load", |h| h.state().state.tier_notes.contains_key("tier1") && h.query_by_label("Unload tier1").is_some());
+    assert!(h.state().state.tier_notes["tier1"].is_ok(), "{:?}", h.state().state.tier_notes);
+    let s = daemon_status(&d.socket);
+    assert_eq!(tier_state(&s, "tier1"), "ready");
+    let mib = s.tiers.iter().find(|t| t.tier == "tier1").unwrap().memory_bytes >> 20;
+    assert!(h.query_all_by_label(&format!("{mib} MiB")).count() >= 1, "its memory is shown");
+
+    h.get_by_label("Unload tier1").click();
+    wait_until(&mut h, "tier1 to unload", |h| h.query_by_label("Load tier1").is_some());
+    assert_eq!(tier_state(&daemon_status(&d.socket), "tier1"), "unloaded");
+}
+
+#[test]
+fn server_mode_pairing_nodes_and_revocation() {
+    let d = TestDaemon::new().server("listen = \"127.0.0.1:0\"\nadvertise = false\nname = \"desk\"").start();
+    let data = tempfile::tempdir().unwrap();
+    let mut h = harness(options(&d.socket, data.path(), 16));
+    ready(&mut h);
+    h.get_by_label("Server mode").click();
+    wait_until(&mut h, "the switch", |h| h.query_by_label("Let my other Macs use this one").is_some());
+    assert!(!daemon_status(&d.socket).server.unwrap().enabled);
+    assert!(h.query_by_label("Pair a device").is_none(), "no pairing while off");
+
+    // The switch turns server mode on in the daemon.
+    h.get_by_role_and_label(Role::CheckBox, "Let my other Macs use this one").click();
+    wait_until(&mut h, "server mode on", |h| h.state().state.server.as_ref().is_some_and(|s| s.enabled) && h.query_by_label("Pair a device").is_some());
+    let server = daemon_status(&d.socket).server.unwrap();
+    assert!(server.enabled);
+    let addr = server.listen_address;
+
+    // "Pair a device" shows the code.
+    h.get_by_label("Pair a device").click();
+    wait_until(&mut h, "a pairing code", |h| matches!(h.state().state.pairing, Some(PairingEvent::Opened { .. })));
+    let Some(PairingEvent::Opened { code, .. }) = h.state().state.pairing.clone() else { unreachable!() };
+    assert!(h.query_by_label(&code).is_some(), "the code is on screen");
+    assert!(daemon_status(&d.socket).server.unwrap().pairing_open);
+
+    // This app pairs with that daemon as a node (by address: no mDNS here).
+    h.get_by_label("Nodes").click();
+    wait_until(&mut h, "the nodes view", |h| !h.state().state.nodes_loading);
+    assert!(h.state().state.nodes_note.as_deref().is_some_and(|n| n.contains("Discovery is off")));
+    h.get_by_role_and_label(Role::TextInput, "Machine:").focus();
+    h.get_by_role_and_label(Role::TextInput, "Machine:").type_text(&addr);
+    h.run_ok();
+    h.get_by_role_and_label(Role::TextInput, "Code:").focus();
+    h.get_by_role_and_label(Role::TextInput, "Code:").type_text("0000 0000");
+    h.run_ok();
+    // A wrong code first: refused, in words.
+    h.get_by_label("Pair").click();
+    wait_until(&mut h, "the wrong code refused", |h| h.state().state.pair_result.is_some());
+    let wrong = h.state().state.pair_result.clone().unwrap().unwrap_err();
+    assert!(wrong.contains("code"), "{wrong}");
+    assert!(h.query_by_label(&wrong).is_some());
+    // Then the right one.
+    h.state_mut().state.pair_code.clear();
+    h.get_by_role_and_label(Role::TextInput, "Code:").focus();
+    h.get_by_role_and_label(Role::TextInput, "Code:").type_text(&code);
+    h.run_ok();
+    h.get_by_label("Pair").click();
+    wait_until(&mut h, "pairing", |h| h.state().state.pair_result.is_some());
+    assert!(h.state().state.pair_result.clone().unwrap().is_ok(), "{:?}", h.state().state.pair_result);
+    wait_until(&mut h, "the paired node's health", |h| h.state().state.nodes.iter().any(|n| n.paired && matches!(n.health, Health::Ok { .. })));
+    let node = h.state().state.nodes[0].clone();
+    let Health::Ok { latency_ms, .. } = node.health else { unreachable!() };
+    assert!(h.query_by_label(&format!("ok, {latency_ms:.1} ms")).is_some() || h.query_by_label_contains("ok, ").is_some());
+
+    // The daemon lists this app's machine; Revoke unpairs it there.
+    h.get_by_label("Server mode").click();
+    wait_until(&mut h, "the paired device", |h| h.state().state.devices.len() == 1 && matches!(h.state().state.pairing, Some(PairingEvent::Paired { .. })));
+    let name = h.state().state.devices[0].name.clone();
+    let listed = block_on(async {
+        let mut c = revis_client::Client::connect(&d.socket).await.unwrap();
+        c.admin.list_devices(pb::ListDevicesRequest {}).await.unwrap().into_inner().devices
+    });
+    assert_eq!(listed.len(), 1);
+    h.get_by_label(&format!("Revoke {name}")).click();
+    wait_until(&mut h, "the device revoked", |h| h.state().state.devices.is_empty());
+    let listed = block_on(async {
+        let mut c = revis_client::Client::connect(&d.socket).await.unwrap();
+        c.admin.list_devices(pb::ListDevicesRequest {}).await.unwrap().into_inner().devices
+    });
+    assert!(listed.is_empty());
+
+    // Revoked there: the node now refuses this machine; Forget drops it here.
+    h.get_by_label("Nodes").click();
+    h.run_ok();
+    h.get_by_label("Look again").click();
+    wait_until(&mut h, "the refusal", |h| h.state().state.nodes.iter().any(|n| matches!(&n.health, Health::Failed(_))));
+    h.get_by_label(&format!("Forget {}", node.name)).click();
+    wait_until(&mut h, "the node forgotten", |h| h.state().state.nodes.is_empty() && !h.state().state.nodes_loading);
+
+    // The switch turns it off again.
+    h.get_by_label("Server mode").click();
+    h.run_ok();
+    h.get_by_role_and_label(Role::CheckBox, "Let my other Macs use this one").click();
+    wait_until(&mut h, "server mode off", |h| h.state().state.server.as_ref().is_some_and(|s| !s.enabled));
+    assert!(!daemon_status(&d.socket).server.unwrap().enabled);
+}
+
+#[test]
+fn settings_write_the_models_per_tier_and_the_data_folder() {
+    let d = TestDaemon::new().start();
+    let data = tempfile::tempdir().unwrap();
+    let opts = options(&d.socket, data.path(), 16);
+    let config = opts.config.clone();
+    let mut h = harness(opts);
+    ready(&mut h);
+    h.get_by_label("Settings").click();
+    wait_until(&mut h, "the settings", |h| h.query_by_label("Save settings").is_some());
+    assert!(h.query_by_label_contains(&data.path().display().to_string()).is_some(), "the data folder in use");
+    h.get_by_role_and_label(Role::TextInput, "tier3 model:").focus();
+    h.get_by_role_and_label(Role::TextInput, "tier3 model:").type_text("gemma3-270m");
+    h.run_ok();
+    h.get_by_role_and_label(Role::TextInput, "Use from the next start:").focus();
+    h.get_by_role_and_label(Role::TextInput, "Use from the next start:").type_text("/srv/revis");
+    h.run_ok();
+    h.get_by_label("Save settings").click();
+    wait_until(&mut h, "saved", |h| h.state().state.settings_note.is_some());
+    assert!(h.state().state.settings_note.clone().unwrap().is_ok(), "{:?}", h.state().state.settings_note);
+    let text = std::fs::read_to_string(&config).unwrap();
+    assert!(text.contains("[tiers.tier3]") && text.contains("model = \"gemma3-270m\""), "{text}");
+    assert_eq!(revis_gui::settings::saved_data_dir(&config).as_deref(), Some(std::path::Path::new("/srv/revis")));
+}

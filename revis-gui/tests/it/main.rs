@@ -1,0 +1,96 @@
+//! The app against a real revisd with SmolLM2, driven headlessly through
+//! egui_kittest: find widgets by their accessible names, type, click, and
+//! wait for the I/O side's events (never for a fixed time).
+
+mod admin;
+mod chat;
+mod screenshots;
+mod start;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use egui_kittest::Harness;
+use revis_client::v1 as pb;
+use revis_gui::{App, Options};
+
+/// How long any one step may take before the test fails.
+pub const STEP: Duration = Duration::from_secs(120);
+
+/// The app's options for a test: the test daemon's socket, a fresh data
+/// dir and config, no mDNS, greedy answers.
+pub fn options(socket: &Path, data: &Path, max_tokens: u32) -> Options {
+    Options {
+        socket: socket.to_owned(),
+        start_daemon: false,
+        spawn: Default::default(),
+        data_dir: data.to_owned(),
+        config: data.join("config/revisd.toml"),
+        typing_idle: Duration::from_secs(30),
+        // Never multicast from a test in this network namespace.
+        discovery: None,
+        sampling: Some(pb::Sampling { temperature: Some(0.0), ..Default::default() }),
+        max_tokens,
+    }
+}
+
+/// The app in a test harness (events are pumped by [`wait_until`]).
+pub fn harness(opts: Options) -> Harness<'static, App> {
+    harness_with(Harness::builder().with_size([1000.0, 700.0]), opts)
+}
+
+pub fn harness_with(builder: egui_kittest::HarnessBuilder<App>, opts: Options) -> Harness<'static, App> {
+    builder.with_max_steps(64).build_ui_state(|ui, app: &mut App| app.ui(ui), App::with_wake(opts, || {}))
+}
+
+/// Draws and applies the app's events, one at a time, until `done` holds;
+/// fails after [`STEP`].
+#[track_caller]
+pub fn wait_until(h: &mut Harness<'static, App>, what: &str, mut done: impl FnMut(&Harness<'static, App>) -> bool) {
+    let deadline = Instant::now() + STEP;
+    loop {
+        h.run_ok();
+        if done(h) {
+            return;
+        }
+        let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+            let s = &h.state().state;
+            let daemon = h.state().socket().map(|p| block_on(async {
+                match revis_client::Client::connect(&p).await {
+                    Ok(mut c) => format!("{:?}", c.status().await.map(|s| (s.busy, s.queue_depth))),
+                    Err(e) => e.to_string(),
+                }
+            }));
+            panic!(
+                "waited {}s for {what}; daemon (busy, queue) {daemon:?}; connection {:?}, streaming {}, {} messages, last answer {:?}, input {:?}, nodes {:?}, errors shown: {:?}",
+                STEP.as_secs(),
+                s.connection,
+                s.streaming,
+                s.messages.len(),
+                s.last_answer(),
+                s.input,
+                s.nodes,
+                s.errors
+            )
+        };
+        h.state_mut().wait_event(left);
+    }
+}
+
+/// Waits until the app is connected and has opened a conversation.
+#[track_caller]
+pub fn ready(h: &mut Harness<'static, App>) {
+    wait_until(h, "the app to connect and open a conversation", |h| {
+        let s = &h.state().state;
+        s.connected() && s.status.is_some() && s.current.is_some() && s.store.is_some()
+    });
+}
+
+/// A client of its own, for checking the daemon's side.
+pub fn daemon_status(socket: &Path) -> pb::StatusResponse {
+    block_on(async { revis_client::Client::connect(socket).await.unwrap().status().await.unwrap() })
+}
+
+pub fn block_on<T>(f: impl Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+}
