@@ -246,8 +246,8 @@ impl App {
             return;
         };
         let here = if status.name.is_empty() { "this machine".to_owned() } else { format!("this machine ({})", status.name) };
-        egui::Grid::new("tiers").num_columns(6).striped(true).spacing([16.0, 6.0]).show(ui, |ui| {
-            for h in ["Tier", "Model", "Runs on", "State", "Memory", ""] {
+        egui::Grid::new("tiers").num_columns(7).striped(true).spacing([16.0, 6.0]).show(ui, |ui| {
+            for h in ["Tier", "Model", "Runs on", "State", "Memory", "", "Offload"] {
                 ui.strong(h);
             }
             ui.end_row();
@@ -257,8 +257,11 @@ impl App {
                 let short = std::path::Path::new(&t.model).file_name().map_or(t.model.clone(), |f| f.to_string_lossy().into_owned());
                 let shared = if t.shared_with.is_empty() { String::new() } else { format!("\nloaded once, shared with {}", t.shared_with.join(", ")) };
                 ui.label(short).on_hover_text(format!("{}{shared}", t.model_path));
-                // Every task goes to the local daemon until the orchestrator dispatches to nodes.
-                ui.label(&here);
+                let placement = self.state.placements.get(&t.tier);
+                match placement.map(|p| p.runs_on.as_str()) {
+                    None | Some("this machine") => ui.label(&here),
+                    Some(elsewhere) => ui.label(elsewhere),
+                };
                 let busy = self.state.tier_busy.contains_key(&t.tier);
                 ui.label(if busy { "working…" } else { state_name(t.state) });
                 ui.label(if t.memory_bytes > 0 { format!("{} MiB", t.memory_bytes >> 20) } else { "–".into() });
@@ -267,6 +270,17 @@ impl App {
                 if ui.add_enabled(!busy, egui::Button::new(format!("{verb} {}", t.tier))).clicked() {
                     self.state.tier_busy.insert(t.tier.clone(), true);
                     self.send(cmd);
+                }
+                // Offload: run this tier on a paired node; its model leaves this machine.
+                let mut on = placement.is_some_and(|p| p.offloaded);
+                let toggle = ui
+                    .checkbox(&mut on, format!("Offload {}", t.tier))
+                    .on_hover_text("Run this tier's tasks on a paired machine that serves it, and free its memory here. It comes back here by itself when no paired machine answers.");
+                if toggle.changed() {
+                    if let Some(p) = self.state.placements.get_mut(&t.tier) {
+                        p.offloaded = on;
+                    }
+                    self.send(Command::SetOffload { tier: t.tier.clone(), on });
                 }
                 ui.end_row();
             }

@@ -3,6 +3,7 @@
 //! pairing stream. The UI sends [`Command`]s and reads [`Event`]s; nothing
 //! here runs on the UI thread, and nothing on the UI thread waits for it.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 
 use revis_client::{Client, ClientError, Discovered, Keyring, Node, SpawnOptions, interfaces_from_env, v1 as pb};
+use revis_orchestrator::dispatch::{Deadlines, Dispatcher, Offload, Placement, offload_key};
 use revis_orchestrator::conversation::ChatError;
 use revis_orchestrator::{GateState, Phase};
 use revis_store::{Conversation, ConversationId, Store, StoredMessage};
@@ -91,6 +93,8 @@ pub enum Command {
     ClosePairing,
     Revoke(String),
     SaveSettings(Settings),
+    /// Run a tier on paired nodes (its model unloaded here), or bring it home.
+    SetOffload { tier: String, on: bool },
 }
 
 /// A node as the Nodes panel shows it.
@@ -112,6 +116,15 @@ pub enum Health {
     Unknown,
     Ok { connect_ms: f64, latency_ms: f64, tiers: Vec<(String, String, String)>, queue: String },
     Failed(String),
+}
+
+/// Where a tier runs, as the Tiers panel shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TierPlacement {
+    /// The user's switch: offload on for this tier.
+    pub offloaded: bool,
+    /// In words: "this machine", a node's name, or why it is here after all.
+    pub runs_on: String,
 }
 
 /// A pairing window on this daemon, as the Server panel shows it.
@@ -150,8 +163,29 @@ pub enum Event {
     Devices(Vec<pb::PairedDeviceInfo>),
     Settings(Settings),
     SettingsSaved(Result<String, String>),
+    /// Where each tier runs now, in words ("this machine", "desk", ...), and whether it is offloaded.
+    Placements(BTreeMap<String, TierPlacement>),
     /// Something failed; `what` says what was being done.
     Error { what: &'static str, message: String },
+}
+
+/// How often the nodes are probed and the tiers' placement applied.
+const PLACEMENT_EVERY: Duration = Duration::from_secs(3);
+
+/// Where each tier runs, for the Tiers panel.
+fn placements(d: &Dispatcher) -> BTreeMap<String, TierPlacement> {
+    d.placements()
+        .into_iter()
+        .map(|(tier, p)| {
+            let offloaded = d.offload(&tier).enabled;
+            let runs_on = match p {
+                Placement::Local => "this machine".to_owned(),
+                Placement::Node(name) => name,
+                Placement::FallenBack => "this machine (no node answers)".to_owned(),
+            };
+            (tier, TierPlacement { offloaded, runs_on })
+        })
+        .collect()
 }
 
 /// Sends events to the UI and wakes it.
@@ -249,6 +283,8 @@ struct Io {
     client: Option<Client>,
     store: Option<Store>,
     chat: Option<mpsc::UnboundedSender<Command>>,
+    /// Which daemon runs which task (this machine, or a node for offloaded tiers).
+    dispatcher: Option<Dispatcher>,
     pairing: Option<tokio::task::AbortHandle>,
     /// What the last browse saw, to pair by name.
     seen: Arc<std::sync::Mutex<Vec<Discovered>>>,
@@ -256,7 +292,7 @@ struct Io {
 
 impl Io {
     fn new(opts: Options, sink: Sink) -> Io {
-        Io { opts, sink, client: None, store: None, chat: None, pairing: None, seen: Default::default() }
+        Io { opts, sink, client: None, store: None, chat: None, dispatcher: None, pairing: None, seen: Default::default() }
     }
 
     async fn run(mut self, mut cmds: mpsc::UnboundedReceiver<Command>) {
@@ -311,6 +347,7 @@ impl Io {
                 }
             }
             Command::Revoke(device) => self.revoke(device),
+            Command::SetOffload { tier, on } => self.offload(tier, on),
             Command::SaveSettings(s) => {
                 let (sink, config) = (self.sink.clone(), self.opts.config.clone());
                 tokio::task::spawn_blocking(move || {
@@ -379,10 +416,67 @@ impl Io {
         if self.chat.is_none()
             && let (Some(client), Some(store)) = (&self.client, &self.store)
         {
+            let dir = self.keyring_dir();
+            let keyring = match tokio::task::spawn_blocking(move || Keyring::open(&dir)).await {
+                Ok(Ok(k)) => Some(Arc::new(k)),
+                Ok(Err(e)) => {
+                    self.sink.error("opening this machine's keyring", plain(&e));
+                    None
+                }
+                Err(e) => {
+                    self.sink.error("opening this machine's keyring", e.to_string());
+                    None
+                }
+            };
+            let offload = Offload::load_all(store);
+            let dispatcher = Dispatcher::new(client.clone(), keyring, self.opts.discovery.clone(), offload, Deadlines::default());
+            // Nodes' health, breakers and the tiers' placement stay current on their own.
+            let supervisor = dispatcher.spawn_supervisor(PLACEMENT_EVERY);
+            let (sink, d) = (self.sink.clone(), dispatcher.clone());
+            tokio::spawn(async move {
+                // Tell the UI after each pass; the pass itself runs in the supervisor.
+                let mut tick = tokio::time::interval(PLACEMENT_EVERY);
+                loop {
+                    tick.tick().await;
+                    if supervisor.is_finished() {
+                        break;
+                    }
+                    sink.send(Event::Placements(placements(&d)));
+                }
+            });
             let (tx, rx) = mpsc::unbounded_channel();
-            tokio::spawn(crate::chat_actor::chat_actor(client.clone(), store.clone(), self.opts.clone(), rx, self.sink.clone()));
+            tokio::spawn(crate::chat_actor::chat_actor(dispatcher.clone(), store.clone(), self.opts.clone(), rx, self.sink.clone()));
             self.chat = Some(tx);
+            self.dispatcher = Some(dispatcher);
         }
+    }
+
+    /// Switches a tier's offload: saved in the store, applied now (the
+    /// model unloaded here, or loaded again when it comes home).
+    fn offload(&self, tier: String, on: bool) {
+        let (Some(d), Some(store)) = (self.dispatcher.clone(), self.store.clone()) else {
+            return self.sink.error("switching offload", "not connected to revisd yet");
+        };
+        let sink = self.sink.clone();
+        tokio::spawn(async move {
+            let setting = Offload { enabled: on, ..d.offload(&tier) };
+            let json = setting.to_json();
+            let key = offload_key(&tier);
+            match tokio::task::spawn_blocking(move || store.set_setting(&key, &json)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return sink.error("saving the offload setting", e.to_string()),
+                Err(e) => return sink.error("saving the offload setting", e.to_string()),
+            }
+            d.set_offload(&tier, setting);
+            d.refresh().await;
+            if !on && let Err(e) = d.local().admin.clone().load_model(pb::LoadModelRequest { tier: tier.clone() }).await {
+                sink.error("loading the tier here again", e.message());
+            }
+            sink.send(Event::Placements(placements(&d)));
+            if let Ok(s) = d.local().clone().status().await {
+                sink.send(Event::Status(Box::new(s)));
+            }
+        });
     }
 
     fn status(&self) {

@@ -3,7 +3,7 @@
 //! the app's), turns keystrokes into the typing signal, runs a turn and
 //! stops it on request.
 
-use revis_client::Client;
+use revis_orchestrator::dispatch::Dispatcher;
 use revis_orchestrator::Policies;
 use revis_orchestrator::conversation::Chat;
 use revis_store::{ConversationId, MessageState, Role, Store};
@@ -15,7 +15,7 @@ use crate::backend::{Command, Event, Options, Sink, plain_chat};
 /// How long a conversation title may be (the first message, cut).
 const TITLE_CHARS: usize = 60;
 
-pub(crate) async fn chat_actor(client: Client, store: Store, opts: Options, mut rx: mpsc::UnboundedReceiver<Command>, sink: Sink) {
+pub(crate) async fn chat_actor(daemon: Dispatcher, store: Store, opts: Options, mut rx: mpsc::UnboundedReceiver<Command>, sink: Sink) {
     let conversation = match blocking(&store, |s| match s.conversations()?.first() {
         Some(c) => Ok(c.id),
         None => s.create_conversation(""),
@@ -25,7 +25,7 @@ pub(crate) async fn chat_actor(client: Client, store: Store, opts: Options, mut 
         Ok(id) => id,
         Err(e) => return sink.error("opening your conversations", e),
     };
-    let mut chat = Chat::new(client, store.clone(), conversation, Policies::default());
+    let mut chat = Chat::new(daemon, store.clone(), conversation, Policies::default());
     chat.sampling = opts.sampling;
     chat.max_tokens = opts.max_tokens;
     forward_watches(&chat, &sink);
@@ -173,7 +173,7 @@ fn stats(d: &revis_client::v1::Done) -> String {
 }
 
 /// The pre-prefill phase and the gates, as they change.
-fn forward_watches(chat: &Chat<Client>, sink: &Sink) {
+fn forward_watches(chat: &Chat<Dispatcher>, sink: &Sink) {
     let mut phase = chat.pre_prefill().watch();
     let s = sink.clone();
     tokio::spawn(async move {

@@ -81,6 +81,8 @@ pub struct State {
     /// Tiers with a load or unload in flight.
     pub tier_busy: BTreeMap<String, bool>,
     pub tier_notes: BTreeMap<String, Result<String, String>>,
+    /// Where each tier runs (from the dispatcher).
+    pub placements: BTreeMap<String, crate::backend::TierPlacement>,
 
     pub nodes: Vec<NodeRow>,
     pub nodes_note: Option<String>,
@@ -112,6 +114,7 @@ impl State {
                 self.connection = Some(if starting { Connection::Starting } else { Connection::Connecting })
             }
             Event::Connected { target } => self.connection = Some(Connection::Connected(target)),
+            Event::Placements(p) => self.placements = p,
             Event::Disconnected(why) => self.connection = Some(Connection::Failed(why)),
             Event::Status(s) => {
                 if matches!(self.connection, Some(Connection::Failed(_))) {

@@ -225,10 +225,18 @@ async fn a_cut_link_is_noticed_within_the_gap_deadline_and_offload_resumes_when_
     d.refresh().await;
     assert!(node_view(&d, "desk").healthy, "{:?}", node_view(&d, "desk").last_error);
     assert_eq!(d.placements()["tier2"], Placement::Node("desk".into()));
+    // The pre-prefill goes to the node, and the answer follows it there,
+    // on top of the prefix it warmed.
     let before = node_view(&d, "desk").completed;
-    let short = pb::GenerateRequest { messages: vec![user("Hi")], sampling: greedy(), max_tokens: 8, ..Default::default() };
-    d.generate(short, |_| {}).await.unwrap();
+    let history = vec![crate::system("You are terse."), user("Hi"), revis_client::message(pb::Role::Assistant, "Hello.")];
+    let warm = pb::PrefillRequest { tier: "tier2".into(), messages: history.clone(), priority: pb::Priority::User as i32 };
+    d.prefill(warm).await.unwrap();
+    let mut next = history;
+    next.push(user("How are you?"));
+    let short = pb::GenerateRequest { messages: next, sampling: greedy(), max_tokens: 8, static_messages: Some(3), ..Default::default() };
+    let done = d.generate(short, |_| {}).await.unwrap();
     assert_eq!(node_view(&d, "desk").completed, before + 1);
+    assert!(done.cached_tokens > 0, "the answer used the prefix warmed on the node: {done:?}");
 }
 
 #[tokio::test]

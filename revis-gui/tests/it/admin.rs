@@ -148,3 +148,29 @@ fn settings_write_the_models_per_tier_and_the_data_folder() {
     assert!(text.contains("[tiers.tier3]") && text.contains("model = \"gemma3-270m\""), "{text}");
     assert_eq!(revis_gui::settings::saved_data_dir(&config).as_deref(), Some(std::path::Path::new("/srv/revis")));
 }
+
+#[test]
+fn the_offload_switch_is_saved_and_a_tier_with_no_node_stays_here() {
+    let d = TestDaemon::new().start();
+    let data = tempfile::tempdir().unwrap();
+    let mut h = harness(options(&d.socket, data.path(), 16));
+    ready(&mut h);
+    h.get_by_label("Tiers").click();
+    wait_until(&mut h, "the placements", |h| h.state().state.placements.len() == 3);
+    let switch = "Offload tier3";
+    h.get_by_role_and_label(Role::CheckBox, switch).click();
+    // No node is paired: offloaded, but it runs here, and says why.
+    wait_until(&mut h, "tier3 offloaded", |h| {
+        h.state().state.placements.get("tier3").is_some_and(|p| p.offloaded && p.runs_on.contains("no node answers"))
+    });
+    assert!(h.query_by_label("this machine (no node answers)").is_some(), "the Tiers table says so");
+    let store = h.state().state.store.clone().expect("the store is open");
+    let saved = store.setting("offload/tier3").unwrap().expect("saved");
+    assert_eq!(saved["enabled"], true);
+    // tier3 shares its model with tier1 and tier2, which run here: it stays loaded.
+    assert_eq!(tier_state(&daemon_status(&d.socket), "tier3"), "ready", "loaded again when it came home");
+
+    h.get_by_role_and_label(Role::CheckBox, switch).click();
+    wait_until(&mut h, "tier3 home", |h| h.state().state.placements.get("tier3").is_some_and(|p| !p.offloaded && p.runs_on == "this machine"));
+    assert_eq!(store.setting("offload/tier3").unwrap().unwrap()["enabled"], false);
+}
