@@ -47,7 +47,7 @@ impl<D: Daemon> Chat<D> {
         let task = format!(
             "Check this answer for factual mistakes or unhelpfulness.\n\nQuestion: {question}\n\nAnswer: {answer}"
         );
-        let _ = self.background.submit(policy.rank, async move {
+        let _done = self.background.submit(policy.rank, async move {
             let schema = json!({
                 "type": "object",
                 "properties": {
@@ -212,7 +212,7 @@ impl<D: Daemon> Chat<D> {
             "Extract facts the user states about themselves (name, home, work, likes, plans) from this message, \
              as short sentences in the third person. If there are none, give an empty list.\n\nMessage: {user_text}"
         );
-        let _ = self.background.submit(facts.rank, async move {
+        let _done = self.background.submit(facts.rank, async move {
             let schema = json!({
                 "type": "object",
                 "properties": {"facts": {"type": "array", "items": {"type": "string", "minLength": 3, "maxLength": 120}, "maxItems": 5}},
@@ -243,7 +243,7 @@ impl<D: Daemon> Chat<D> {
         }
         let summarise = self.policies.get(TaskKind::Summarise).clone();
         let (daemon, store, conversation) = (self.daemon.clone(), self.store.clone(), self.conversation);
-        let _ = self.background.submit(summarise.rank, async move {
+        let _done = self.background.submit(summarise.rank, async move {
             // Summarise all but the last few turns, folding in the previous summary.
             let Ok(messages) = store.messages(conversation) else { return };
             let keep = TURN_BUDGET / 2;
@@ -272,10 +272,10 @@ impl<D: Daemon> Chat<D> {
             let task = format!("Summarise this conversation in a few sentences, keeping names and decisions.\n\n{text}");
             match structured::run(&daemon, &summarise.tier, &task, &schema).await {
                 Ok(v) => {
-                    if let (Some(s), Some(last)) = (v["summary"].as_str(), old.last()) {
-                        if let Err(e) = store.put_summary(conversation, last.id, s) {
-                            tracing::warn!("storing a summary failed: {e}");
-                        }
+                    if let (Some(s), Some(last)) = (v["summary"].as_str(), old.last())
+                        && let Err(e) = store.put_summary(conversation, last.id, s)
+                    {
+                        tracing::warn!("storing a summary failed: {e}");
                     }
                 }
                 Err(e) => tracing::warn!("summary failed: {e}"),

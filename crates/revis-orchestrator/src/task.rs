@@ -91,6 +91,9 @@ impl Policies {
 
 type Job = Pin<Box<dyn Future<Output = ()> + Send>>;
 
+/// The waiting jobs, and the sequence number of the last one submitted.
+type Queued = (BinaryHeap<Item>, u64);
+
 struct Item {
     rank: u8,
     seq: u64,
@@ -120,7 +123,7 @@ impl Ord for Item {
 /// them).
 #[derive(Clone)]
 pub struct Background {
-    inner: Arc<(Mutex<(BinaryHeap<Item>, u64)>, Notify)>,
+    inner: Arc<(Mutex<Queued>, Notify)>,
     /// Jobs submitted and not yet finished.
     outstanding: tokio::sync::watch::Sender<usize>,
 }
