@@ -104,8 +104,5 @@ pub const END: &str = "<!-- revis-bench:chat:end -->";
 
 /// Replaces the chat section of the document, or appends it.
 pub fn splice(old: &str, section: &str) -> String {
-    match (old.find("<!-- revis-bench:chat:begin"), old.find(END)) {
-        (Some(b), Some(e)) if e > b => format!("{}{}{}", &old[..b], section.trim_end(), &old[e + END.len()..]),
-        _ => format!("{}\n\n## Chat turn with pre-prefill\n\n{}\n", old.trim_end(), section.trim_end()),
-    }
+    crate::report::splice_marked(old, "<!-- revis-bench:chat:begin", END, "## Chat turn with pre-prefill", section)
 }

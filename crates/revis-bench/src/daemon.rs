@@ -1,6 +1,6 @@
 //! A real revisd for the measurements through the whole stack: started with
-//! its own socket and config in a temporary directory, reached through the
-//! revis client library, stopped with SIGTERM afterwards.
+//! its own socket, config and server-mode state in a temporary directory,
+//! reached through the revis client library, stopped with SIGTERM afterwards.
 
 use std::io::Read;
 use std::os::fd::AsRawFd;
@@ -20,6 +20,7 @@ const RPC_TIMEOUT: Duration = Duration::from_secs(300);
 /// A running revisd; stopped when dropped.
 pub struct Daemon {
     pub client: Client,
+    pub socket: PathBuf,
     pub log: PathBuf,
     child: Guard,
     _dir: tempfile::TempDir,
@@ -50,20 +51,34 @@ impl Drop for Guard {
 impl Daemon {
     /// Starts `revisd` serving `model` on every tier with `threads` threads,
     /// a context of `context` tokens and prompt batches of `batch`, and connects to it.
+    /// Server mode is off.
     pub async fn start(revisd: &Path, model: &Path, threads: u32, context: u32, batch: u32) -> anyhow::Result<Daemon> {
+        Self::start_with(revisd, model, threads, context, batch, false).await
+    }
+
+    /// Like [`Daemon::start`], with server mode on as well: mutual TLS on a
+    /// free loopback port, never advertised over mDNS.
+    pub async fn start_server(revisd: &Path, model: &Path, threads: u32, context: u32, batch: u32) -> anyhow::Result<Daemon> {
+        Self::start_with(revisd, model, threads, context, batch, true).await
+    }
+
+    async fn start_with(revisd: &Path, model: &Path, threads: u32, context: u32, batch: u32, server: bool) -> anyhow::Result<Daemon> {
         let dir = tempfile::Builder::new().prefix("revis-bench-").tempdir()?;
         let socket = dir.path().join("revisd.sock");
         let config = dir.path().join("revisd.toml");
         let log = dir.path().join("revisd.log");
         let model_str = model.to_str().context("model path is not UTF-8")?;
+        let state = dir.path().join("state");
+        let state_str = state.to_str().context("temporary directory is not UTF-8")?;
         let tier = |t: &str| format!("[tiers.{t}]\nmodel = {}\n", toml_string(model_str));
         std::fs::write(
             &config,
             format!(
-                "# Written by revis-bench for one measurement.\n[daemon]\nthreads = {threads}\ncontext = {context}\nbatch = {batch}\nkeep_alive_s = 0\nload_at_start = true\n{}{}{}",
+                "# Written by revis-bench for one measurement.\n[daemon]\nthreads = {threads}\ncontext = {context}\nbatch = {batch}\nkeep_alive_s = 0\nload_at_start = true\n{}{}{}{}",
                 tier("tier1"),
                 tier("tier2"),
-                tier("tier3")
+                tier("tier3"),
+                server_section(server, state_str)
             ),
         )?;
         let (read_end, write_end) = revis_client::readiness_pipe()?;
@@ -90,7 +105,7 @@ impl Daemon {
             _ => bail!("revisd did not become ready; its log:\n{}", log_tail(&log)),
         }
         let client = Client::connect(&socket).await?;
-        Ok(Daemon { client, log, child, _dir: dir })
+        Ok(Daemon { client, socket, log, child, _dir: dir })
     }
 
     pub fn log_tail(&self) -> String {
@@ -108,49 +123,72 @@ impl Daemon {
         Ok(timed_out(self.client.inference.prefill(req)).await?.into_inner())
     }
 
-    /// A greedy Generate, timed on the client side.
+    /// A greedy Generate over this daemon's socket, timed on the client side.
     pub async fn generate(
         &mut self,
         messages: Vec<pb::ChatMessage>,
         static_messages: Option<u32>,
         max_tokens: u32,
     ) -> anyhow::Result<Timed> {
-        let req = pb::GenerateRequest {
-            tier: "tier2".into(),
-            messages,
-            static_messages,
-            sampling: Some(pb::Sampling { temperature: Some(0.0), ..Default::default() }),
-            max_tokens,
-            ..Default::default()
-        };
-        let client = &mut self.client;
-        let run = async move {
-            let sent = Instant::now();
-            let mut stream = client.generate(req).await?;
-            let mut first = None;
-            while let Some(ev) = stream.message().await? {
-                match ev.event {
-                    Some(pb::generate_event::Event::Delta(d)) if !d.text.is_empty() => {
-                        first.get_or_insert_with(Instant::now);
-                    }
-                    Some(pb::generate_event::Event::Done(done)) => {
-                        let end = Instant::now();
-                        return Ok(Timed { sent, first, end, done });
-                    }
-                    _ => {}
-                }
-            }
-            bail!("the stream ended without a Done event")
-        };
-        match tokio::time::timeout(RPC_TIMEOUT, run).await {
-            Ok(r) => r,
-            Err(_) => bail!("Generate took longer than {} s", RPC_TIMEOUT.as_secs()),
-        }
+        generate(&mut self.client, messages, static_messages, max_tokens).await
     }
 
     /// Stops the daemon (SIGTERM; SIGKILL after 10 s).
     pub fn stop(mut self) {
         self.child.stop();
+    }
+}
+
+/// The `[server]` section: always with its state (identity, paired
+/// devices, the saved switch) in the temporary directory, never the user's,
+/// so a user who turned server mode on does not get it in the benchmark too.
+/// When on: a free loopback port, no mDNS (it would multicast on the real
+/// network).
+fn server_section(on: bool, state_dir: &str) -> String {
+    let state = format!("state_dir = {}\n", toml_string(state_dir));
+    if on {
+        format!("[server]\nenabled = true\nlisten = \"127.0.0.1:0\"\nadvertise = false\nname = \"bench\"\n{state}")
+    } else {
+        format!("[server]\nenabled = false\n{state}")
+    }
+}
+
+/// A greedy Generate on `client` (any transport), timed on the client side.
+pub async fn generate(
+    client: &mut Client,
+    messages: Vec<pb::ChatMessage>,
+    static_messages: Option<u32>,
+    max_tokens: u32,
+) -> anyhow::Result<Timed> {
+    let req = pb::GenerateRequest {
+        tier: "tier2".into(),
+        messages,
+        static_messages,
+        sampling: Some(pb::Sampling { temperature: Some(0.0), ..Default::default() }),
+        max_tokens,
+        ..Default::default()
+    };
+    let run = async move {
+        let sent = Instant::now();
+        let mut stream = client.generate(req).await?;
+        let mut first = None;
+        while let Some(ev) = stream.message().await? {
+            match ev.event {
+                Some(pb::generate_event::Event::Delta(d)) if !d.text.is_empty() => {
+                    first.get_or_insert_with(Instant::now);
+                }
+                Some(pb::generate_event::Event::Done(done)) => {
+                    let end = Instant::now();
+                    return Ok(Timed { sent, first, end, done });
+                }
+                _ => {}
+            }
+        }
+        bail!("the stream ended without a Done event")
+    };
+    match tokio::time::timeout(RPC_TIMEOUT, run).await {
+        Ok(r) => r,
+        Err(_) => bail!("Generate took longer than {} s", RPC_TIMEOUT.as_secs()),
     }
 }
 
@@ -185,7 +223,7 @@ impl Timed {
     }
 }
 
-async fn timed_out<T>(f: impl std::future::Future<Output = Result<T, tonic::Status>>) -> anyhow::Result<T> {
+pub async fn timed_out<T>(f: impl std::future::Future<Output = Result<T, tonic::Status>>) -> anyhow::Result<T> {
     match tokio::time::timeout(RPC_TIMEOUT, f).await {
         Ok(r) => Ok(r.map_err(|s| anyhow::anyhow!("{} ({:?})", s.message(), s.code()))?),
         Err(_) => bail!("request took longer than {} s", RPC_TIMEOUT.as_secs()),
@@ -214,5 +252,13 @@ mod tests {
     #[test]
     fn toml_strings_are_escaped() {
         assert_eq!(toml_string(r#"/a "b"\c"#), r#""/a \"b\"\\c""#);
+    }
+
+    #[test]
+    fn server_mode_state_stays_in_the_temporary_directory() {
+        assert_eq!(server_section(false, "/tmp/x/state"), "[server]\nenabled = false\nstate_dir = \"/tmp/x/state\"\n");
+        let on = server_section(true, "/tmp/x/state");
+        assert!(on.contains("advertise = false\n") && on.contains("listen = \"127.0.0.1:0\"\n"), "{on}");
+        assert!(on.contains("state_dir = \"/tmp/x/state\"\n"), "{on}");
     }
 }

@@ -6,6 +6,8 @@
 //! Per model × thread count × round it runs, back to back: llama-bench
 //! (pp + tg), the engine alone in this process (greedy decode), and a fresh
 //! revisd (decode, prompt speed, cold and warm time to first token).
+//! `--chat` measures a chat turn with and without pre-prefill instead;
+//! `--remote` the Unix socket against server mode's mutual TLS.
 
 mod alone;
 mod chat;
@@ -14,6 +16,7 @@ mod llama_bench;
 mod machine;
 mod proc;
 mod prompts;
+mod remote;
 mod report;
 mod stats;
 
@@ -79,9 +82,19 @@ struct Args {
     /// Rebuild llama-bench even if it is up to date.
     #[arg(long)]
     rebuild_llama_bench: bool,
-    /// Run only the chat-turn benchmark (pre-prefill on vs off), on the first model and thread count.
+    /// Run only the chat-turn benchmark (pre-prefill on vs off), on the first model and the most threads.
     #[arg(long)]
     chat: bool,
+    /// Run only the server-mode benchmark (Unix socket against mutual TLS on
+    /// loopback, one revisd), on the first model and the most threads.
+    #[arg(long, conflicts_with = "chat")]
+    remote: bool,
+    /// With --remote: alternating socket/TLS decode pairs after one warm-up each.
+    #[arg(long, default_value_t = 10)]
+    pairs: u32,
+    /// With --remote: new connections per transport (connect, then time to first token).
+    #[arg(long, default_value_t = 10)]
+    connections: u32,
 }
 
 /// The workspace this binary was built from.
@@ -97,6 +110,8 @@ fn main() -> anyhow::Result<()> {
         args.n_gen = 32;
         args.n_prompt = 128;
         args.n_prefix = 300;
+        args.pairs = 2;
+        args.connections = 3;
     }
     if args.n_gen < 2 || args.n_prompt < 16 || args.n_prefix < 16 || args.rounds == 0 || args.threads.is_empty() {
         bail!("need --n-gen ≥ 2, --n-prompt ≥ 16, --n-prefix ≥ 16, --rounds ≥ 1 and at least one thread count");
@@ -108,6 +123,12 @@ fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     if args.chat {
         return rt.block_on(run_chat(args));
+    }
+    if args.remote {
+        if args.pairs == 0 || args.connections == 0 {
+            bail!("need --pairs ≥ 1 and --connections ≥ 1");
+        }
+        return rt.block_on(run_remote(args));
     }
     rt.block_on(run(args))
 }
@@ -121,15 +142,75 @@ struct Setup {
     batch: u32,
 }
 
-async fn run_chat(args: Args) -> anyhow::Result<()> {
-    let revisd = args.revisd.clone().unwrap_or(std::env::current_exe()?.with_file_name("revisd"));
-    let name = &args.models[0];
+/// The revisd to measure: --revisd, else the one next to this executable.
+fn revisd_path(args: &Args) -> anyhow::Result<PathBuf> {
+    let revisd = match &args.revisd {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()?.with_file_name("revisd"),
+    };
+    if !revisd.is_file() {
+        bail!("no revisd at {}: build it first (cargo build --release -p revisd) or pass --revisd", revisd.display());
+    }
+    Ok(revisd)
+}
+
+/// The file of catalog model `name`, pulled when missing.
+async fn model_file(name: &str) -> anyhow::Result<PathBuf> {
     let entry = revis_models::find(name).with_context(|| format!("{name} is not in the catalog"))?;
     let dir = revis_models::models_dir()?;
-    let model = tokio::task::spawn_blocking(move || {
+    tokio::task::spawn_blocking(move || {
         revis_models::pull(entry, &dir, &revis_models::PullOptions { progress: revis_models::Progress::Quiet, ..Default::default() })
     })
-    .await??;
+    .await?
+    .map_err(Into::into)
+}
+
+async fn run_remote(args: Args) -> anyhow::Result<()> {
+    let revisd = revisd_path(&args)?;
+    let name = &args.models[0];
+    let model = model_file(name).await?;
+    let settings = remote::Settings {
+        threads: *args.threads.iter().max().unwrap_or(&2),
+        context: args.context,
+        batch: args.batch,
+        n_gen: args.n_gen,
+        pairs: args.pairs,
+        connections: args.connections,
+    };
+    let machine = machine::Machine::detect();
+    let date = machine::utc_now();
+    let command = args_line();
+    let result = remote::run(&revisd, &model, &settings).await?;
+    let about = remote::About {
+        date: &date,
+        command: &command,
+        machine: &machine,
+        revisd: &revisd,
+        model: name,
+        model_bytes: std::fs::metadata(&model)?.len(),
+    };
+    let section = remote::report(&result, &settings, &about);
+    println!("{section}");
+    let root = workspace_root();
+    let raw = root.join("target/revis-bench/last-remote-run.json");
+    if let Some(dir) = raw.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&raw, serde_json::to_string_pretty(&remote::raw_json(&result, &settings, &about))?)?;
+    eprintln!("revis-bench: raw samples in {}", raw.display());
+    if args.write {
+        let doc = args.doc.clone().unwrap_or_else(|| root.join("docs/BENCHMARKS.md"));
+        let old = std::fs::read_to_string(&doc).unwrap_or_default();
+        std::fs::write(&doc, remote::splice(&old, &section))?;
+        eprintln!("revis-bench: updated {}", doc.display());
+    }
+    Ok(())
+}
+
+async fn run_chat(args: Args) -> anyhow::Result<()> {
+    let revisd = revisd_path(&args)?;
+    let name = &args.models[0];
+    let model = model_file(name).await?;
     let threads = *args.threads.iter().max().unwrap_or(&2);
     // About 1,000 tokens of history with these filler words.
     let result = chat::run(&revisd, &model, threads, args.rounds, 620).await?;
@@ -149,13 +230,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
     let deadline = started + Duration::from_secs_f64(args.max_minutes * 60.0);
     let root = workspace_root();
-    let revisd = match &args.revisd {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()?.with_file_name("revisd"),
-    };
-    if !revisd.is_file() {
-        bail!("no revisd at {}: build it first (cargo build --release -p revisd) or pass --revisd", revisd.display());
-    }
+    let revisd = revisd_path(&args)?;
     let (llama_bench, build_info) = match &args.llama_bench {
         Some(bin) if bin.is_file() => (bin.clone(), llama_bench::build_info(bin)),
         Some(bin) => bail!("no llama-bench at {}", bin.display()),
@@ -170,16 +245,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     run.sample_load();
 
     // Models.
-    let models_dir = revis_models::models_dir()?;
     let mut models = Vec::new();
     for name in &args.models {
         let entry = revis_models::find(name).with_context(|| format!("{name} is not in the catalog"))?;
-        let dir = models_dir.clone();
-        let path = tokio::task::spawn_blocking(move || {
-            let o = revis_models::PullOptions { progress: revis_models::Progress::Quiet, ..Default::default() };
-            revis_models::pull(entry, &dir, &o)
-        })
-        .await??;
+        let path = model_file(name).await?;
         let file_bytes = std::fs::metadata(&path)?.len();
         // Prompts sized in this model's tokens (the engine alone loads it for the tokenizer).
         let probe = alone::Alone::load(alone::spec(&path, 1, args.context, args.batch)).await?;

@@ -116,7 +116,7 @@ impl Run {
     }
 }
 
-fn verdict(value: Option<f64>, target: f64, at_least: bool) -> &'static str {
+pub fn verdict(value: Option<f64>, target: f64, at_least: bool) -> &'static str {
     match value {
         None => "n/a",
         Some(v) if (at_least && v >= target) || (!at_least && v <= target) => "PASS",
@@ -126,7 +126,7 @@ fn verdict(value: Option<f64>, target: f64, at_least: bool) -> &'static str {
 
 /// A ratio with 3 decimals, rounded towards failing the target, so a shown
 /// value never looks like a pass when it is a miss (0.9499 shows as 0.949).
-fn shown_ratio(v: Option<f64>, at_least: bool) -> String {
+pub fn shown_ratio(v: Option<f64>, at_least: bool) -> String {
     v.map_or_else(
         || "n/a".to_owned(),
         |v| format!("{:.3}", if at_least { (v * 1000.0).floor() } else { (v * 1000.0).ceil() } / 1000.0),
@@ -413,9 +413,26 @@ fn splice(old: &str, section: &str) -> String {
     }
 }
 
+/// Replaces the section of another mode (from the line that starts with
+/// `begin` to the `end` marker) in `old`, or appends it under `heading`.
+pub fn splice_marked(old: &str, begin: &str, end: &str, heading: &str, section: &str) -> String {
+    match (old.find(begin), old.find(end)) {
+        (Some(b), Some(e)) if e > b => format!("{}{}{}", &old[..b], section.trim_end(), &old[e + end.len()..]),
+        _ => format!("{}\n\n{heading}\n\n{}\n", old.trim_end(), section.trim_end()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn splices_other_sections_or_appends_them() {
+        let (b, e) = ("<!-- x:begin", "<!-- x:end -->");
+        let doc = "# B\n\n<!-- x:begin (gen) -->\nold\n<!-- x:end -->\n\ntail\n";
+        assert_eq!(splice_marked(doc, b, e, "## X", "<!-- x:begin (gen) -->\nnew\n<!-- x:end -->\n"), "# B\n\n<!-- x:begin (gen) -->\nnew\n<!-- x:end -->\n\ntail\n");
+        assert_eq!(splice_marked("# B\n", b, e, "## X", "S\n"), "# B\n\n## X\n\nS\n");
+    }
 
     #[test]
     fn splices_between_markers() {

@@ -6,6 +6,8 @@ pub struct Summary {
     pub mean: f64,
     pub min: f64,
     pub max: f64,
+    /// The middle sample (the mean of the two middle ones for an even count).
+    pub median: f64,
     pub n: usize,
 }
 
@@ -19,7 +21,10 @@ impl Summary {
         let mean = finite.iter().sum::<f64>() / n as f64;
         let min = finite.iter().copied().fold(f64::INFINITY, f64::min);
         let max = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        Some(Summary { mean, min, max, n })
+        let mut sorted = finite;
+        sorted.sort_by(f64::total_cmp);
+        let median = if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 };
+        Some(Summary { mean, min, max, median, n })
     }
 
     /// Half the range: what "± spread" means in the report.
@@ -31,11 +36,27 @@ impl Summary {
     pub fn show(&self, decimals: usize) -> String {
         format!("{:.*} ± {:.*}", decimals, self.mean, decimals, self.spread())
     }
+
+    /// `median (min–max)` with the given number of decimals.
+    pub fn show_median(&self, decimals: usize) -> String {
+        format!("{:.*} ({:.*}–{:.*})", decimals, self.median, decimals, self.min, decimals, self.max)
+    }
 }
 
 /// `mean ± spread`, or "n/a" when there are no samples.
 pub fn show(samples: &[f64], decimals: usize) -> String {
     Summary::of(samples).map_or_else(|| "n/a".to_owned(), |s| s.show(decimals))
+}
+
+/// `median (min–max)`, or "n/a" when there are no samples.
+pub fn show_median(samples: &[f64], decimals: usize) -> String {
+    Summary::of(samples).map_or_else(|| "n/a".to_owned(), |s| s.show_median(decimals))
+}
+
+/// Ratio of two medians, if both exist and the denominator is positive.
+pub fn median_ratio(num: &[f64], den: &[f64]) -> Option<f64> {
+    let (a, b) = (Summary::of(num)?, Summary::of(den)?);
+    (b.median > 0.0).then(|| a.median / b.median)
 }
 
 /// Ratio of two means, if both exist and the denominator is positive.
@@ -58,5 +79,9 @@ mod tests {
         assert_eq!(ratio(&[2.0, 4.0], &[3.0]), Some(1.0));
         assert_eq!(ratio(&[1.0], &[0.0]), None);
         assert!(Summary::of(&[f64::NAN]).is_none());
+        assert_eq!(s.median, 2.0);
+        assert_eq!(Summary::of(&[4.0, 1.0, 3.0, 2.0]).unwrap().median, 2.5);
+        assert_eq!(show_median(&[3.0, 1.0, 2.0], 1), "2.0 (1.0–3.0)");
+        assert_eq!(median_ratio(&[1.0, 2.0, 9.0], &[4.0]), Some(0.5));
     }
 }
