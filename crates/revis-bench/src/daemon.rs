@@ -17,6 +17,17 @@ use crate::proc::{set_parent_death_signal, wait_timeout};
 /// Limit on any single request of the benchmark.
 const RPC_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// How to start a revisd (see [`Daemon::start_wrapped`]).
+pub struct Launch<'a> {
+    pub threads: u32,
+    pub context: u32,
+    pub batch: u32,
+    /// Server mode on this address (a free port with `:0`); None = off.
+    pub listen: Option<&'a str>,
+    /// Commands that run revisd, each exec'ing the next.
+    pub wrap: &'a [String],
+}
+
 /// A running revisd; stopped when dropped.
 pub struct Daemon {
     pub client: Client,
@@ -63,6 +74,15 @@ impl Daemon {
     }
 
     async fn start_with(revisd: &Path, model: &Path, threads: u32, context: u32, batch: u32, server: bool) -> anyhow::Result<Daemon> {
+        let listen = server.then_some("127.0.0.1:0");
+        Self::start_wrapped(revisd, model, Launch { threads, context, batch, listen, wrap: &[] }).await
+    }
+
+    /// Starts revisd as `wrap` says (e.g. `taskset -c 1`, `ip netns exec NS`,
+    /// each of which execs the next, so the child's PID is revisd's), with
+    /// server mode listening on `listen` when given (never advertised).
+    pub async fn start_wrapped(revisd: &Path, model: &Path, launch: Launch<'_>) -> anyhow::Result<Daemon> {
+        let Launch { threads, context, batch, listen, wrap } = launch;
         let dir = tempfile::Builder::new().prefix("revis-bench-").tempdir()?;
         let socket = dir.path().join("revisd.sock");
         let config = dir.path().join("revisd.toml");
@@ -78,12 +98,19 @@ impl Daemon {
                 tier("tier1"),
                 tier("tier2"),
                 tier("tier3"),
-                server_section(server, state_str)
+                server_section(listen, state_str)
             ),
         )?;
         let (read_end, write_end) = revis_client::readiness_pipe()?;
         let log_file = std::fs::File::create(&log)?;
-        let mut cmd = Command::new(revisd);
+        let mut cmd = match wrap.split_first() {
+            None => Command::new(revisd),
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(revisd);
+                c
+            }
+        };
         cmd.arg("--socket")
             .arg(&socket)
             .env("REVIS_CONFIG", &config)
@@ -133,6 +160,11 @@ impl Daemon {
         generate(&mut self.client, messages, static_messages, max_tokens).await
     }
 
+    /// Its PID (revisd's own, whatever wrapped it).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.0.as_ref().map(Child::id)
+    }
+
     /// Stops the daemon (SIGTERM; SIGKILL after 10 s).
     pub fn stop(mut self) {
         self.child.stop();
@@ -144,10 +176,10 @@ impl Daemon {
 /// so a user who turned server mode on does not get it in the benchmark too.
 /// When on: a free loopback port, no mDNS (it would multicast on the real
 /// network).
-fn server_section(on: bool, state_dir: &str) -> String {
+fn server_section(listen: Option<&str>, state_dir: &str) -> String {
     let state = format!("state_dir = {}\n", toml_string(state_dir));
-    if on {
-        format!("[server]\nenabled = true\nlisten = \"127.0.0.1:0\"\nadvertise = false\nname = \"bench\"\n{state}")
+    if let Some(listen) = listen {
+        format!("[server]\nenabled = true\nlisten = {}\nadvertise = false\nname = \"bench\"\n{state}", toml_string(listen))
     } else {
         format!("[server]\nenabled = false\n{state}")
     }
@@ -256,8 +288,8 @@ mod tests {
 
     #[test]
     fn server_mode_state_stays_in_the_temporary_directory() {
-        assert_eq!(server_section(false, "/tmp/x/state"), "[server]\nenabled = false\nstate_dir = \"/tmp/x/state\"\n");
-        let on = server_section(true, "/tmp/x/state");
+        assert_eq!(server_section(None, "/tmp/x/state"), "[server]\nenabled = false\nstate_dir = \"/tmp/x/state\"\n");
+        let on = server_section(Some("127.0.0.1:0"), "/tmp/x/state");
         assert!(on.contains("advertise = false\n") && on.contains("listen = \"127.0.0.1:0\"\n"), "{on}");
         assert!(on.contains("state_dir = \"/tmp/x/state\"\n"), "{on}");
     }

@@ -7,11 +7,13 @@
 //! (pp + tg), the engine alone in this process (greedy decode), and a fresh
 //! revisd (decode, prompt speed, cold and warm time to first token).
 //! `--chat` measures a chat turn with and without pre-prefill instead;
-//! `--remote` the Unix socket against server mode's mutual TLS.
+//! `--remote` the Unix socket against server mode's mutual TLS;
+//! `--dispatch` a second daemon through the dispatcher, and fallback latency.
 
 mod alone;
 mod chat;
 mod daemon;
+mod dispatch;
 mod llama_bench;
 mod machine;
 mod proc;
@@ -95,6 +97,17 @@ struct Args {
     /// With --remote: new connections per transport (connect, then time to first token).
     #[arg(long, default_value_t = 10)]
     connections: u32,
+    /// Run only the dispatch benchmark: 8 concurrent background tasks on one
+    /// daemon against two (each pinned to a core), and fallback latency after
+    /// a node is killed or its link cut (network namespaces; needs root).
+    #[arg(long, conflicts_with_all = ["chat", "remote"])]
+    dispatch: bool,
+    /// With --dispatch: concurrent background tasks per burst.
+    #[arg(long, default_value_t = 8)]
+    tasks: usize,
+    /// With --dispatch: fallback trials of each kind.
+    #[arg(long, default_value_t = 3)]
+    trials: u32,
 }
 
 /// The workspace this binary was built from.
@@ -123,6 +136,9 @@ fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     if args.chat {
         return rt.block_on(run_chat(args));
+    }
+    if args.dispatch {
+        return rt.block_on(run_dispatch(args));
     }
     if args.remote {
         if args.pairs == 0 || args.connections == 0 {
@@ -202,6 +218,40 @@ async fn run_remote(args: Args) -> anyhow::Result<()> {
         let doc = args.doc.clone().unwrap_or_else(|| root.join("docs/BENCHMARKS.md"));
         let old = std::fs::read_to_string(&doc).unwrap_or_default();
         std::fs::write(&doc, remote::splice(&old, &section))?;
+        eprintln!("revis-bench: updated {}", doc.display());
+    }
+    Ok(())
+}
+
+async fn run_dispatch(args: Args) -> anyhow::Result<()> {
+    let revisd = revisd_path(&args)?;
+    let name = &args.models[0];
+    let model = model_file(name).await?;
+    let settings = dispatch::Settings {
+        rounds: if args.quick { 1 } else { args.rounds },
+        tasks: args.tasks,
+        max_tokens: if args.quick { 32 } else { 64 },
+        trials: if args.quick { 1 } else { args.trials },
+        context: args.context,
+        batch: args.batch,
+    };
+    let machine = machine::Machine::detect();
+    let date = machine::utc_now();
+    let command = args_line();
+    let result = dispatch::run(&revisd, &model, &settings).await?;
+    let about = dispatch::About { date: &date, command: &command, machine: &machine, revisd: &revisd, model: name };
+    let section = dispatch::report(&result, &settings, &about);
+    println!("{section}");
+    let root = workspace_root();
+    let raw = dispatch::raw_path(&root);
+    if let Some(dir) = raw.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&raw, serde_json::to_string_pretty(&dispatch::raw_json(&result))?)?;
+    if args.write {
+        let doc = args.doc.clone().unwrap_or_else(|| root.join("docs/BENCHMARKS.md"));
+        let old = std::fs::read_to_string(&doc).unwrap_or_default();
+        std::fs::write(&doc, dispatch::splice(&old, &section))?;
         eprintln!("revis-bench: updated {}", doc.display());
     }
     Ok(())
