@@ -57,8 +57,9 @@ fn deps(for_tests: bool) -> anyhow::Result<()> {
         .any(|d| std::fs::read_dir(d).is_ok_and(|mut r| r.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("libclang")))));
     // systemd-analyze (Linux) verifies the service units in the tests; systemd need not run.
     let systemd = !for_tests || cfg!(target_os = "macos") || have("systemd-analyze");
-    // The GUI's headless tests render with Mesa's CPU drivers (EGL + llvmpipe, or lavapipe).
-    let gui = !for_tests || cfg!(target_os = "macos") || installed(GUI_TEST_PACKAGES);
+    // The GUI's headless tests render with Mesa's CPU drivers (EGL + llvmpipe,
+    // or lavapipe); the multi-machine tests make network namespaces with `ip`.
+    let gui = !for_tests || cfg!(target_os = "macos") || installed(TEST_PACKAGES);
     if have("cmake") && have("protoc") && (libclang || cfg!(target_os = "macos")) && systemd && gui {
         return Ok(());
     }
@@ -84,15 +85,16 @@ fn deps(for_tests: bool) -> anyhow::Result<()> {
     }
     if !gui {
         let mut args = vec!["install", "-y", "-qq"];
-        args.extend_from_slice(GUI_TEST_PACKAGES);
+        args.extend_from_slice(TEST_PACKAGES);
         apt(&args)?;
     }
     Ok(())
 }
 
-/// Debian packages the GUI tests render with: EGL and Mesa's CPU renderers
-/// (llvmpipe for GL, lavapipe for Vulkan).
-const GUI_TEST_PACKAGES: &[&str] = &["libegl1", "libegl-mesa0", "libgl1-mesa-dri", "mesa-vulkan-drivers"];
+/// Debian packages only the tests need: EGL and Mesa's CPU renderers for
+/// the GUI (llvmpipe for GL, lavapipe for Vulkan), and iproute2 (`ip`) for
+/// the network namespaces of the multi-machine tests.
+const TEST_PACKAGES: &[&str] = &["libegl1", "libegl-mesa0", "libgl1-mesa-dri", "mesa-vulkan-drivers", "iproute2"];
 
 /// Whether dpkg has all of `packages` installed.
 fn installed(packages: &[&str]) -> bool {
