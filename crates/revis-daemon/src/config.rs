@@ -347,7 +347,10 @@ mod tests {
         check("[server]\npairing_window_s = 5\n", expect!["config revisd.toml: `server.pairing_window_s` is 5; it must be between 10 and 600"]);
         check("[server]\ninterfaces = [\"eth0/1\"]\n", expect![[r#"config revisd.toml: `server.interfaces` names "eth0/1", which is not a network interface name"#]]);
         let dir = tempfile::tempdir().unwrap();
-        let c = Config::parse("[server]\nenabled = true\nlisten = \"127.0.0.1:0\"\nname = \"desk\"\n", Path::new("x"), &dir.path().join("models"));
+        let models = dir.path().join("models");
+        std::fs::create_dir(&models).unwrap();
+        std::fs::write(revis_models::find(revis_models::DEFAULT_MODEL).unwrap().path_in(&models), b"gguf").unwrap();
+        let c = Config::parse("[server]\nenabled = true\nlisten = \"127.0.0.1:0\"\nname = \"desk\"\n", Path::new("x"), &models);
         let s = c.unwrap().server;
         assert_eq!((s.enabled, s.listen.to_string(), s.name.as_str(), s.state_dir), (Some(true), "127.0.0.1:0".into(), "desk", dir.path().join("daemon")));
     }

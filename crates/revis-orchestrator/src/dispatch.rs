@@ -178,7 +178,13 @@ struct State {
     local_tokens_per_s: f64,
     local_completed: u64,
     fallbacks: std::collections::VecDeque<Fallback>,
+    /// When mDNS was last asked (it is asked only for nodes not answering).
+    last_browse: Option<Instant>,
 }
+
+/// mDNS is asked at most this often, and only when a node does not answer
+/// at its address: a chat probing every few seconds must not multicast as often.
+const BROWSE_EVERY: Duration = Duration::from_secs(30);
 
 /// Sends each task to the daemon that should run it. Cheap to clone.
 #[derive(Clone)]
@@ -256,6 +262,7 @@ impl Dispatcher {
                 local_tokens_per_s: 0.0,
                 local_completed: 0,
                 fallbacks: Default::default(),
+                last_browse: None,
             })),
             parallelism: Arc::new(watch::Sender::new(1)),
         }
@@ -391,10 +398,15 @@ impl Dispatcher {
 
     async fn discover(&self) {
         let Some(interfaces) = &self.discovery else { return };
-        let wanted: Vec<DeviceId> = self.lock().nodes.iter().map(|s| s.view.device_id).collect();
-        if wanted.is_empty() {
-            return;
-        }
+        let wanted: Vec<DeviceId> = {
+            let mut state = self.lock();
+            let lost: Vec<DeviceId> = state.nodes.iter().filter(|s| !s.view.healthy).map(|s| s.view.device_id).collect();
+            if lost.is_empty() || state.last_browse.is_some_and(|t| t.elapsed() < BROWSE_EVERY) {
+                return;
+            }
+            state.last_browse = Some(Instant::now());
+            lost
+        };
         let done = |seen: &[revis_client::Discovered]| wanted.iter().all(|id| seen.iter().any(|d| d.device_id == *id));
         match revis_client::browse(interfaces, Duration::from_millis(1500), done).await {
             Ok(seen) => {
