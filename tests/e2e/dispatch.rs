@@ -82,21 +82,38 @@ async fn check_continuation(d: &Dispatcher, local: &Client, base: pb::GenerateRe
     assert_eq!(local.generate(req, |_| {}).await.unwrap().text, rest, "the continuation after {f:?}");
 }
 
-#[tokio::test]
-async fn a_node_killed_mid_answer_the_answer_continues_here_and_is_stored_once() {
+/// Two machines: this test's thread in namespace b with this machine's
+/// daemon, and a node "desk" in namespace a, paired, with tier2 offloaded to
+/// it and probed healthy.
+struct Lan {
+    net: NetnsPair,
+    desk: Running,
+    _laptop: Running,
+    local: Client,
+    d: Dispatcher,
+    dir: tempfile::TempDir,
+}
+
+async fn lan(deadlines: Deadlines) -> Lan {
     let net = NetnsPair::new();
     net.b.enter();
-    let mut desk = node(&net, "desk");
+    let desk = node(&net, "desk");
     let laptop = TestDaemon::new().start();
     let dir = tempfile::tempdir().unwrap();
     let mut keyring = Keyring::open(&dir.path().join("client")).unwrap();
     pair(&mut keyring, &net, &desk, "desk").await;
     let local = laptop.client().await;
-    // The default deadlines: a dead node fails at once, whatever the gap.
-    let deadlines = Deadlines { probe: DEADLINES.probe, ..Deadlines::default() };
     let d = Dispatcher::new(local.clone(), Some(Arc::new(keyring)), None, offloaded("tier2", false), deadlines);
     d.refresh().await;
     assert_eq!(d.placements()["tier2"], Placement::Node("desk".into()));
+    Lan { net, desk, _laptop: laptop, local, d, dir }
+}
+
+#[tokio::test]
+async fn a_node_killed_mid_answer_the_answer_continues_here_and_is_stored_once() {
+    // The default deadlines: a dead node fails at once, whatever the gap.
+    // Every field is bound: one left out would drop here (the namespaces with it).
+    let Lan { net: _net, mut desk, _laptop, local, d, dir } = lan(Deadlines { probe: DEADLINES.probe, ..Deadlines::default() }).await;
 
     let store = Store::open(&dir.path().join("db")).unwrap().store;
     let conversation = store.create_conversation("").unwrap();
@@ -132,17 +149,7 @@ async fn a_node_killed_mid_answer_the_answer_continues_here_and_is_stored_once()
 
 #[tokio::test]
 async fn a_node_that_goes_silent_is_given_up_at_the_gap_deadline() {
-    let net = NetnsPair::new();
-    net.b.enter();
-    let desk = node(&net, "desk");
-    let laptop = TestDaemon::new().start();
-    let dir = tempfile::tempdir().unwrap();
-    let mut keyring = Keyring::open(&dir.path().join("client")).unwrap();
-    pair(&mut keyring, &net, &desk, "desk").await;
-    let local = laptop.client().await;
-    let d = Dispatcher::new(local.clone(), Some(Arc::new(keyring)), None, offloaded("tier2", false), DEADLINES);
-    d.refresh().await;
-    assert_eq!(d.placements()["tier2"], Placement::Node("desk".into()));
+    let Lan { net: _net, desk, _laptop, local, d, dir: _dir } = lan(DEADLINES).await;
     let req = story();
     let (mut shown, mut deltas, mut last) = (String::new(), 0, Instant::now());
     let mut stall = None::<Duration>;
@@ -174,17 +181,7 @@ async fn a_node_that_goes_silent_is_given_up_at_the_gap_deadline() {
 
 #[tokio::test]
 async fn a_cut_link_is_noticed_within_the_gap_deadline_and_offload_resumes_when_it_is_back() {
-    let net = NetnsPair::new();
-    net.b.enter();
-    let desk = node(&net, "desk");
-    let laptop = TestDaemon::new().start();
-    let dir = tempfile::tempdir().unwrap();
-    let mut keyring = Keyring::open(&dir.path().join("client")).unwrap();
-    pair(&mut keyring, &net, &desk, "desk").await;
-    let local = laptop.client().await;
-    let d = Dispatcher::new(local.clone(), Some(Arc::new(keyring)), None, offloaded("tier2", false), DEADLINES);
-    d.refresh().await;
-    assert_eq!(d.placements()["tier2"], Placement::Node("desk".into()));
+    let Lan { net, desk: _desk, _laptop, local, d, dir: _dir } = lan(DEADLINES).await;
 
     let req = story();
     let mut shown = String::new();
