@@ -11,8 +11,8 @@ use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 
 use revis_client::{Client, ClientError, Discovered, Keyring, Node, SpawnOptions, interfaces_from_env, v1 as pb};
-use revis_orchestrator::dispatch::{Deadlines, Dispatcher, Offload, Placement, offload_key};
 use revis_orchestrator::conversation::ChatError;
+use revis_orchestrator::dispatch::{Deadlines, Dispatcher, Offload, Placement, offload_key};
 use revis_orchestrator::{GateState, Phase};
 use revis_store::{Conversation, ConversationId, Store, StoredMessage};
 use tokio::sync::mpsc;
@@ -54,7 +54,9 @@ impl Options {
     /// and `$REVIS_MDNS_INTERFACES`, else the platform's defaults.
     pub fn from_env() -> anyhow::Result<Options> {
         Ok(Options {
-            socket: std::env::var_os("REVIS_SOCKET").filter(|s| !s.is_empty()).map_or_else(revis_client::default_socket_path, PathBuf::from),
+            socket: std::env::var_os("REVIS_SOCKET")
+                .filter(|s| !s.is_empty())
+                .map_or_else(revis_client::default_socket_path, PathBuf::from),
             start_daemon: true,
             spawn: SpawnOptions { pull_default_model: true, ..Default::default() },
             data_dir: revis_models::data_dir()?,
@@ -76,7 +78,9 @@ pub enum Command {
     NewConversation,
     OpenConversation(ConversationId),
     /// A key was pressed in the message box; `first` = the box was empty.
-    Keystroke { first: bool },
+    Keystroke {
+        first: bool,
+    },
     /// The message box was emptied without sending.
     InputCleared,
     Send(String),
@@ -85,7 +89,10 @@ pub enum Command {
     Unload(String),
     RefreshNodes,
     /// Pair with a node (a discovered name or device ID, or HOST:PORT) using the code it shows.
-    Pair { node: String, code: String },
+    Pair {
+        node: String,
+        code: String,
+    },
     /// Forget a paired node here.
     Forget(String),
     SetServerMode(bool),
@@ -94,7 +101,10 @@ pub enum Command {
     Revoke(String),
     SaveSettings(Settings),
     /// Run a tier on paired nodes (its model unloaded here), or bring it home.
-    SetOffload { tier: String, on: bool },
+    SetOffload {
+        tier: String,
+        on: bool,
+    },
 }
 
 /// A node as the Nodes panel shows it.
@@ -114,7 +124,12 @@ pub struct NodeRow {
 pub enum Health {
     /// Not paired: not probed.
     Unknown,
-    Ok { connect_ms: f64, latency_ms: f64, tiers: Vec<(String, String, String)>, queue: String },
+    Ok {
+        connect_ms: f64,
+        latency_ms: f64,
+        tiers: Vec<(String, String, String)>,
+        queue: String,
+    },
     Failed(String),
 }
 
@@ -138,25 +153,43 @@ pub enum PairingEvent {
 /// What the I/O side tells the UI.
 #[derive(Debug)]
 pub enum Event {
-    Connecting { starting: bool },
-    Connected { target: String },
+    Connecting {
+        starting: bool,
+    },
+    Connected {
+        target: String,
+    },
     /// The daemon cannot be reached (and could not be started), in words.
     Disconnected(String),
     Status(Box<pb::StatusResponse>),
     /// The database, once open (the UI thread never reads it; tests do).
     StoreOpened(Store),
     Conversations(Vec<Conversation>),
-    Opened { id: ConversationId, messages: Vec<StoredMessage> },
+    Opened {
+        id: ConversationId,
+        messages: Vec<StoredMessage>,
+    },
     Delta(String),
-    AnswerDone { text: String, stats: String },
+    AnswerDone {
+        text: String,
+        stats: String,
+    },
     /// The answer was stopped; `text` is what had arrived (stored, flagged incomplete).
-    AnswerStopped { text: String },
+    AnswerStopped {
+        text: String,
+    },
     AnswerFailed(String),
     Phase(Phase),
     Gates(GateState),
     /// A tier's load or unload finished (either way).
-    TierDone { tier: String, message: Result<String, String> },
-    Nodes { rows: Vec<NodeRow>, note: Option<String> },
+    TierDone {
+        tier: String,
+        message: Result<String, String>,
+    },
+    Nodes {
+        rows: Vec<NodeRow>,
+        note: Option<String>,
+    },
     PairResult(Result<String, String>),
     ServerMode(pb::ServerModeStatus),
     Pairing(PairingEvent),
@@ -166,7 +199,10 @@ pub enum Event {
     /// Where each tier runs now, in words ("this machine", "desk", ...), and whether it is offloaded.
     Placements(BTreeMap<String, TierPlacement>),
     /// Something failed; `what` says what was being done.
-    Error { what: &'static str, message: String },
+    Error {
+        what: &'static str,
+        message: String,
+    },
 }
 
 /// How often the nodes are probed and the tiers' placement applied.
@@ -328,9 +364,9 @@ impl Io {
                 Some(chat) => {
                     let _ = chat.send(c);
                 }
-                None if matches!(c, Command::Send(_)) => self.sink.send(Event::AnswerFailed(
-                    "not connected to revisd yet; the message was not sent".into(),
-                )),
+                None if matches!(c, Command::Send(_)) => {
+                    self.sink.send(Event::AnswerFailed("not connected to revisd yet; the message was not sent".into()))
+                }
                 None => {}
             },
             Command::Load(tier) => self.tier(tier, true),
@@ -564,7 +600,8 @@ impl Io {
             let d = dir.clone();
             let r = tokio::task::spawn_blocking(move || {
                 let mut keyring = Keyring::open(&d).map_err(|e| plain(&e))?;
-                let dev = keyring.store.find(&id).map_err(|e| e.to_string())?.cloned().ok_or_else(|| format!("no paired node is called {id}"))?;
+                let dev =
+                    keyring.store.find(&id).map_err(|e| e.to_string())?.cloned().ok_or_else(|| format!("no paired node is called {id}"))?;
                 keyring.store.revoke(&dev.device_id).map_err(|e| e.to_string())?;
                 Ok::<_, String>(())
             })
@@ -656,7 +693,12 @@ impl Io {
 
 /// Discovered and paired nodes; the paired ones probed over mutual TLS
 /// (two events: the list at once, then with each node's health).
-async fn list_nodes(sink: Sink, dir: PathBuf, discovery: Option<revis_client::Interfaces>, seen_cache: Arc<std::sync::Mutex<Vec<Discovered>>>) {
+async fn list_nodes(
+    sink: Sink,
+    dir: PathBuf,
+    discovery: Option<revis_client::Interfaces>,
+    seen_cache: Arc<std::sync::Mutex<Vec<Discovered>>>,
+) {
     let keyring = match tokio::task::spawn_blocking(move || Keyring::open(&dir)).await {
         Ok(Ok(k)) => k,
         Ok(Err(e)) => return sink.error("reading your paired nodes", plain(&e)),
@@ -696,9 +738,12 @@ fn node_rows(keyring: &Keyring, seen: &[Discovered]) -> Vec<NodeRow> {
         });
     }
     for s in seen.iter().filter(|s| keyring.store.get(&s.device_id).is_none()) {
-        let warning = keyring.store.devices().iter().any(|d| d.name == s.name).then(|| {
-            "uses the name of a paired node but has another device ID: not that node, ignored".to_owned()
-        });
+        let warning = keyring
+            .store
+            .devices()
+            .iter()
+            .any(|d| d.name == s.name)
+            .then(|| "uses the name of a paired node but has another device ID: not that node, ignored".to_owned());
         rows.push(NodeRow {
             name: s.name.clone(),
             device_id: s.device_id.to_string(),

@@ -3,9 +3,9 @@
 //! the app's), turns keystrokes into the typing signal, runs a turn and
 //! stops it on request.
 
-use revis_orchestrator::dispatch::Dispatcher;
 use revis_orchestrator::Policies;
 use revis_orchestrator::conversation::Chat;
+use revis_orchestrator::dispatch::Dispatcher;
 use revis_store::{ConversationId, MessageState, Role, Store};
 use tokio::sync::mpsc;
 use tokio::time::Instant;

@@ -120,7 +120,10 @@ impl Settings {
             g["data_dir"] = toml_edit::value(self.next_data_dir.trim());
         }
         write(&gui, &g)?;
-        Ok(format!("Saved to {}. revisd uses the models from its next start; the data folder applies when revis starts again.", config.display()))
+        Ok(format!(
+            "Saved to {}. revisd uses the models from its next start; the data folder applies when revis starts again.",
+            config.display()
+        ))
     }
 }
 
@@ -132,7 +135,11 @@ mod tests {
     fn models_are_written_into_revisd_toml_and_comments_stay() {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("revisd.toml");
-        std::fs::write(&config, "# my notes\n[daemon]\nthreads = 2 # two cores\n\n[tiers.tier3]\nmodel = \"gemma3-270m\"\ncontext = 8192\n").unwrap();
+        std::fs::write(
+            &config,
+            "# my notes\n[daemon]\nthreads = 2 # two cores\n\n[tiers.tier3]\nmodel = \"gemma3-270m\"\ncontext = 8192\n",
+        )
+        .unwrap();
         let mut s = Settings::load(&config, dir.path()).unwrap();
         assert_eq!(s.tiers.get("tier3").map(String::as_str), Some("gemma3-270m"));
         s.tiers.insert("tier1".into(), "smollm2-135m-instruct".into());

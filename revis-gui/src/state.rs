@@ -110,9 +110,7 @@ impl State {
 
     pub fn apply(&mut self, e: Event) {
         match e {
-            Event::Connecting { starting } => {
-                self.connection = Some(if starting { Connection::Starting } else { Connection::Connecting })
-            }
+            Event::Connecting { starting } => self.connection = Some(if starting { Connection::Starting } else { Connection::Connecting }),
             Event::Connected { target } => self.connection = Some(Connection::Connected(target)),
             Event::Placements(p) => self.placements = p,
             Event::Disconnected(why) => self.connection = Some(Connection::Failed(why)),

@@ -49,10 +49,12 @@ pub fn run(action: Action, config: Option<&Path>) -> ExitCode {
                 revis_service::install(&layout, InstallOptions { no_start, dry_run }, out).map(|()| ExitCode::SUCCESS)
             }
             Action::Uninstall { dry_run } => revis_service::uninstall(&layout, dry_run, out).map(|()| ExitCode::SUCCESS),
-            Action::Status => revis_service::status(&layout, out)
-                .map(|answers| if answers { ExitCode::SUCCESS } else { ExitCode::from(EX_NOT_RUNNING) }),
-            Action::Logs { follow, lines } => revis_service::logs(&layout, LogOptions { lines, follow })
-                .map(|code| ExitCode::from(u8::try_from(code).unwrap_or(1))),
+            Action::Status => {
+                revis_service::status(&layout, out).map(|answers| if answers { ExitCode::SUCCESS } else { ExitCode::from(EX_NOT_RUNNING) })
+            }
+            Action::Logs { follow, lines } => {
+                revis_service::logs(&layout, LogOptions { lines, follow }).map(|code| ExitCode::from(u8::try_from(code).unwrap_or(1)))
+            }
         }
     });
     result.unwrap_or_else(|e| {

@@ -30,12 +30,7 @@ async fn unload_frees_the_models_memory() {
     generate(&mut c, ask("Hi")).await.unwrap();
     let r = c.admin.unload_model(pb::UnloadModelRequest { tier: "tier2".into() }).await.unwrap().into_inner();
     let freed = r.rss_before_bytes.saturating_sub(r.rss_after_bytes);
-    assert!(
-        freed as f64 >= 0.8 * size as f64,
-        "RSS fell by {} MiB; the model file is {} MiB",
-        freed >> 20,
-        size >> 20
-    );
+    assert!(freed as f64 >= 0.8 * size as f64, "RSS fell by {} MiB; the model file is {} MiB", freed >> 20, size >> 20);
     assert_eq!(r.tier.unwrap().state, pb::ModelState::Unloaded as i32);
     // It comes back on the next use.
     assert!(generate(&mut c, ask("What is the capital of France?")).await.unwrap().done.text.contains("Paris"));

@@ -19,12 +19,8 @@ async fn a_shared_system_prompt_is_reused_from_the_cache() {
     let d = TestDaemon::new().start();
     let mut c = d.client().await;
     let rules = long_rules();
-    let req = |q: &str| pb::GenerateRequest {
-        messages: vec![system(&rules), user(q)],
-        sampling: greedy(),
-        max_tokens: 16,
-        ..Default::default()
-    };
+    let req =
+        |q: &str| pb::GenerateRequest { messages: vec![system(&rules), user(q)], sampling: greedy(), max_tokens: 16, ..Default::default() };
     let first = generate(&mut c, req("What is two plus two?")).await.unwrap().done;
     assert!(first.prompt_tokens > 300, "the system prompt is long enough: {}", first.prompt_tokens);
     let second = generate(&mut c, req("Name a fruit.")).await.unwrap().done;
@@ -61,12 +57,7 @@ async fn prefill_then_generate_reuses_the_prefill_and_matches_a_cold_run() {
     assert_eq!(cold.cached_tokens, 0);
     c.admin.purge(pb::PurgeRequest::default()).await.unwrap();
 
-    let pre = c
-        .inference
-        .prefill(pb::PrefillRequest { messages: history, ..Default::default() })
-        .await
-        .unwrap()
-        .into_inner();
+    let pre = c.inference.prefill(pb::PrefillRequest { messages: history, ..Default::default() }).await.unwrap().into_inner();
     assert_eq!(pre.cached_tokens, 0);
     let warm = generate(&mut c, req).await.unwrap().done;
     assert_eq!(warm.cached_tokens, pre.prompt_tokens, "every prefilled token was reused");

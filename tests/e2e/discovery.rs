@@ -33,10 +33,7 @@ fn a_device_advertised_in_one_namespace_is_found_from_the_other_and_its_withdraw
 
     // A browser that already sees it sees it go when the advertiser stops
     // (stdin closed): goodbye packets, not the two-minute record lifetime.
-    let watcher = browse(
-        &pair.b,
-        &["--wait-ms", "5000", "--until-gone", &id.to_string()],
-    );
+    let watcher = browse(&pair.b, &["--wait-ms", "5000", "--until-gone", &id.to_string()]);
     let seen: Value = serde_json::from_str(&watcher.line()).unwrap();
     assert_eq!(seen["seen"], expected(&pair, &id), "{seen}");
     eprintln!("a running advertiser was resolved in {} ms", seen["ms"]);
@@ -56,18 +53,12 @@ fn sigterm_withdraws_the_advertisement() {
     let pair = NetnsPair::new();
     let id = Identity::generate().unwrap().device_id();
     let advertiser = advertise(&pair.a, &id);
-    let watcher = browse(
-        &pair.b,
-        &["--wait-ms", "5000", "--until-gone", &id.to_string()],
-    );
+    let watcher = browse(&pair.b, &["--wait-ms", "5000", "--until-gone", &id.to_string()]);
     watcher.line();
     let withdrawn = Instant::now();
     // SAFETY: kill(2) on the PID of a child this test started and has not
     // reaped (`finish` below does).
-    assert_eq!(
-        unsafe { libc::kill(advertiser.child.id() as i32, libc::SIGTERM) },
-        0
-    );
+    assert_eq!(unsafe { libc::kill(advertiser.child.id() as i32, libc::SIGTERM) }, 0);
     assert_eq!(advertiser.line(), "withdrawn");
     let (status, _, stderr) = advertiser.finish();
     assert!(status.success(), "advertiser {status}: {stderr}");
@@ -82,44 +73,20 @@ fn a_missing_interface_is_an_error_that_names_it() {
     let pair = NetnsPair::new();
     let id = Identity::generate().unwrap().device_id().to_string();
     for args in [
-        &[
-            "advertise",
-            "--name",
-            "x",
-            "--id",
-            &id,
-            "--port",
-            PORT,
-            "--interface",
-            "veth9",
-        ][..],
+        &["advertise", "--name", "x", "--id", &id, "--port", PORT, "--interface", "veth9"][..],
         &["browse", "--wait-ms", "3000", "--interface", "veth9"],
     ] {
         let (status, lines, stderr) = Probe::start(&pair.a, args).finish();
         assert_eq!(status.code(), Some(1), "{args:?}: {stderr}");
         assert_eq!(lines, [] as [String; 0], "{args:?}");
-        assert_eq!(
-            stderr.trim(),
-            r#"error: mDNS discovery: no network interface named "veth9""#,
-            "{args:?}"
-        );
+        assert_eq!(stderr.trim(), r#"error: mDNS discovery: no network interface named "veth9""#, "{args:?}");
     }
 }
 
 /// An advertiser for `id` in `ns`, started (it said so).
 fn advertise(ns: &Netns, id: &DeviceId) -> Probe {
     let id = id.to_string();
-    let args = [
-        "advertise",
-        "--name",
-        "Kitchen Mac",
-        "--id",
-        &id,
-        "--port",
-        PORT,
-        "--interface",
-        &ns.interface,
-    ];
+    let args = ["advertise", "--name", "Kitchen Mac", "--id", &id, "--port", PORT, "--interface", &ns.interface];
     let probe = Probe::start(ns, &args);
     assert_eq!(probe.line(), "advertising");
     probe
@@ -144,10 +111,7 @@ fn expected(pair: &NetnsPair, id: &DeviceId) -> Value {
 }
 
 fn entries(lines: &[String]) -> Vec<Value> {
-    lines
-        .iter()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    lines.iter().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
 /// `mdns-probe` running in a namespace, its stdout read line by line;
@@ -186,19 +150,12 @@ impl Probe {
             text
         });
         let stdin = child.stdin.take();
-        Probe {
-            child,
-            stdin,
-            lines,
-            stderr: Some(stderr),
-        }
+        Probe { child, stdin, lines, stderr: Some(stderr) }
     }
 
     /// The next line on stdout; panics if none comes in time.
     fn line(&self) -> String {
-        self.lines
-            .recv_timeout(PROBE_TIMEOUT)
-            .unwrap_or_else(|e| panic!("no line from mdns-probe within {PROBE_TIMEOUT:?}: {e}"))
+        self.lines.recv_timeout(PROBE_TIMEOUT).unwrap_or_else(|e| panic!("no line from mdns-probe within {PROBE_TIMEOUT:?}: {e}"))
     }
 
     /// Waits (bounded) until it exits: its status, the rest of its
@@ -207,10 +164,7 @@ impl Probe {
         let deadline = Instant::now() + PROBE_TIMEOUT;
         let mut rest = Vec::new();
         loop {
-            match self
-                .lines
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            {
+            match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                 Ok(line) => rest.push(line),
                 Err(RecvTimeoutError::Disconnected) => break,
                 Err(RecvTimeoutError::Timeout) => {

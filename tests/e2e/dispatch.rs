@@ -74,11 +74,7 @@ async fn check_continuation(d: &Dispatcher, local: &Client, base: pb::GenerateRe
     let f = &fallbacks[0];
     assert!(f.shown_bytes > 0 && f.shown_bytes < answer.len(), "{f:?}");
     let (shown, rest) = answer.split_at(f.shown_bytes);
-    let req = pb::GenerateRequest {
-        max_tokens: base.max_tokens - f.shown_tokens,
-        answer_prefix: shown.as_bytes().to_vec().into(),
-        ..base
-    };
+    let req = pb::GenerateRequest { max_tokens: base.max_tokens - f.shown_tokens, answer_prefix: shown.as_bytes().to_vec().into(), ..base };
     assert_eq!(local.generate(req, |_| {}).await.unwrap().text, rest, "the continuation after {f:?}");
 }
 

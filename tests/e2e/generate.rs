@@ -93,11 +93,26 @@ async fn json_mode_with_a_schema_always_parses_and_validates() {
     let mut c = d.client().await;
     let schema = r#"{"type":"object","properties":{"name":{"type":"string","maxLength":40},"age":{"type":"integer","minimum":0,"maximum":150},"likes":{"type":"array","items":{"type":"string","maxLength":30},"maxItems":3}},"required":["name","age","likes"],"additionalProperties":false}"#;
     let people = [
-        "Alice, 30, likes tea", "Bob is 45 and enjoys chess", "Chen, aged 22, loves hiking and jazz", "Dana (61) gardens",
-        "Eve is 19, into skating", "Farid, 38, cooks", "Greta, 27, reads and runs", "Hiro is 52 and fishes",
-        "Ines, 33, paints", "Jon, 70, sails", "Kemi, 25, dances", "Lars is 41 and bakes", "Mia, 29, codes",
-        "Noor, 36, climbs", "Omar, 58, writes", "Pia, 23, sings", "Quinn, 47, knits", "Rosa, 64, travels",
-        "Sami, 31, surfs", "Tove, 55, birdwatches",
+        "Alice, 30, likes tea",
+        "Bob is 45 and enjoys chess",
+        "Chen, aged 22, loves hiking and jazz",
+        "Dana (61) gardens",
+        "Eve is 19, into skating",
+        "Farid, 38, cooks",
+        "Greta, 27, reads and runs",
+        "Hiro is 52 and fishes",
+        "Ines, 33, paints",
+        "Jon, 70, sails",
+        "Kemi, 25, dances",
+        "Lars is 41 and bakes",
+        "Mia, 29, codes",
+        "Noor, 36, climbs",
+        "Omar, 58, writes",
+        "Pia, 23, sings",
+        "Quinn, 47, knits",
+        "Rosa, 64, travels",
+        "Sami, 31, surfs",
+        "Tove, 55, birdwatches",
     ];
     for (i, p) in people.iter().enumerate() {
         let req = pb::GenerateRequest {
@@ -152,20 +167,13 @@ async fn an_answer_continues_from_the_text_already_delivered() {
     let cut = whole.deltas.len() / 3;
     let shown: String = whole.deltas[..cut].iter().map(|d| d.text.as_str()).collect();
     let tokens: u32 = whole.deltas[..cut].iter().map(|d| d.tokens).sum();
-    let rest = generate(
-        &mut c,
-        pb::GenerateRequest { answer_prefix: shown.clone().into_bytes().into(), max_tokens: 60 - tokens, ..req() },
-    )
-    .await
-    .unwrap();
+    let rest = generate(&mut c, pb::GenerateRequest { answer_prefix: shown.clone().into_bytes().into(), max_tokens: 60 - tokens, ..req() })
+        .await
+        .unwrap();
     assert_eq!(format!("{shown}{}", rest.done.text), whole.done.text, "nothing repeated, nothing lost");
     assert!(rest.started.prompt_tokens > whole.started.prompt_tokens);
 
-    let json = pb::GenerateRequest {
-        format: pb::OutputFormat::Json as i32,
-        answer_prefix: b"{\"a\":".to_vec().into(),
-        ..req()
-    };
+    let json = pb::GenerateRequest { format: pb::OutputFormat::Json as i32, answer_prefix: b"{\"a\":".to_vec().into(), ..req() };
     let err = generate(&mut c, json).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert!(err.message().contains("answer_prefix cannot continue a JSON answer"), "{}", err.message());

@@ -48,7 +48,12 @@ async fn typing_warms_the_cache_and_the_answer_reuses_all_of_it() {
         .await
         .unwrap()
         .into_inner();
-    assert!(done.cached_tokens >= static_only.prompt_tokens, "{} cached of a {}-token static part", done.cached_tokens, static_only.prompt_tokens);
+    assert!(
+        done.cached_tokens >= static_only.prompt_tokens,
+        "{} cached of a {}-token static part",
+        done.cached_tokens,
+        static_only.prompt_tokens
+    );
     pre.consumed();
 }
 
@@ -78,8 +83,8 @@ async fn profile_extraction_returns_json_that_validates() {
 /// the facts the user stated are extracted in the background and stored.
 #[tokio::test]
 async fn a_conversation_persists_across_client_restarts() {
-    use revis_orchestrator::conversation::Chat;
     use revis_orchestrator::Policies;
+    use revis_orchestrator::conversation::Chat;
     use revis_store::{MessageState, Store};
 
     let d = TestDaemon::new().start();
@@ -101,7 +106,10 @@ async fn a_conversation_persists_across_client_restarts() {
         chat.background().idle().await;
         let facts = store.facts().unwrap();
         assert!(!facts.is_empty(), "the stated facts were extracted and stored");
-        assert!(facts.iter().all(|f| revis_orchestrator::conversation::grounded(&f.text, "Hi! My name is Ada and I live in London. What is the capital of France?")));
+        assert!(facts.iter().all(|f| revis_orchestrator::conversation::grounded(
+            &f.text,
+            "Hi! My name is Ada and I live in London. What is the capital of France?"
+        )));
         conv
     };
     // The client restarts: a new store handle on the same directory, a new Chat.
@@ -125,7 +133,11 @@ async fn a_conversation_persists_across_client_restarts() {
 
 /// How many tokens the static part of the chat's next prompt is.
 async fn client_prefill_len<D: Daemon>(d: &revis_testkit::Running, chat: &revis_orchestrator::conversation::Chat<D>) -> u32 {
-    let req = revis_client::v1::PrefillRequest { tier: "tier2".into(), messages: chat.context().unwrap().static_messages(), ..Default::default() };
+    let req = revis_client::v1::PrefillRequest {
+        tier: "tier2".into(),
+        messages: chat.context().unwrap().static_messages(),
+        ..Default::default()
+    };
     // The cache already holds it, so this evaluates nothing new.
     d.client().await.inference.prefill(req).await.unwrap().into_inner().prompt_tokens
 }

@@ -104,10 +104,10 @@ async fn sigterm_drains_and_exits_in_time() {
 
 #[tokio::test]
 async fn reflection_lists_the_services_for_standard_tools() {
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
     use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
     use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
     use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
-    use tonic_reflection::pb::v1::ServerReflectionRequest;
 
     let d = TestDaemon::new().start();
     let c = d.client().await;

@@ -124,11 +124,7 @@ async fn three_wrong_codes_close_the_window_and_pair_nothing() {
     for _ in 0..3 {
         let out = revis(data.path(), &["pair", &addr, "--code", wrong]);
         assert!(!out.status.success());
-        assert!(
-            text(&out).contains("the code does not match") || text(&out).contains("too many wrong codes"),
-            "{}",
-            text(&out)
-        );
+        assert!(text(&out).contains("the code does not match") || text(&out).contains("too many wrong codes"), "{}", text(&out));
     }
     match pairing_end(&mut events).await {
         pb::pairing_event::Event::Closed(c) => assert!(c.reason.contains("wrong codes"), "{}", c.reason),
@@ -166,10 +162,7 @@ fn raw_client(cert: Option<(CertificateDer<'static>, Arc<dyn SigningKey>)>) -> A
 /// error or nothing.
 async fn first_bytes(addr: SocketAddr, config: Arc<rustls::ClientConfig>) -> Result<usize, String> {
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let mut tls = tokio_rustls::TlsConnector::from(config)
-        .connect(revis_trust::server_name(), tcp)
-        .await
-        .map_err(|e| e.to_string())?;
+    let mut tls = tokio_rustls::TlsConnector::from(config).connect(revis_trust::server_name(), tcp).await.map_err(|e| e.to_string())?;
     let mut buf = [0u8; 64];
     match tokio::time::timeout(Duration::from_secs(10), tls.read(&mut buf)).await.expect("an answer within 10 s") {
         Ok(0) => Err("closed".into()),

@@ -124,13 +124,7 @@ fn a_tcp_socket_or_one_meant_for_another_process_is_not_served() {
     // LISTEN_PID names another process: descriptor 3 is not ours, so revisd
     // binds --socket itself, here the held socket's own path, which is live.
     let held = HeldSocket::new();
-    let out = activated_revisd(held.as_fd(), Some(1))
-        .arg("--config")
-        .arg(&config)
-        .arg("--socket")
-        .arg(&held.path)
-        .output()
-        .unwrap();
+    let out = activated_revisd(held.as_fd(), Some(1)).arg("--config").arg(&config).arg("--socket").arg(&held.path).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(73), "{err}");
     assert!(err.contains("already listening"), "{err}");
@@ -324,11 +318,7 @@ fn service_commands_drive_systemctl_and_journalctl() {
     run(&["uninstall"]);
     assert_eq!(
         take_calls(),
-        [
-            "systemctl --user daemon-reload",
-            "systemctl --user disable --now revisd.service revisd.socket",
-            "systemctl --user daemon-reload",
-        ]
+        ["systemctl --user daemon-reload", "systemctl --user disable --now revisd.service revisd.socket", "systemctl --user daemon-reload",]
     );
     run(&["logs", "-n", "20", "--follow"]);
     assert_eq!(take_calls(), ["journalctl --user -u revisd.service -u revisd.socket --no-pager -n 20 --follow"]);

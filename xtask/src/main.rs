@@ -52,9 +52,9 @@ fn have(program: &str) -> bool {
 /// cmake (llama.cpp), libclang (bindgen), protoc (the gRPC code) and, on
 /// Linux, systemd-analyze (the service tests verify the generated units).
 fn deps(for_tests: bool) -> anyhow::Result<()> {
-    let libclang = ["/usr/lib/llvm-14/lib", "/usr/lib/llvm-15/lib", "/usr/lib/llvm-16/lib", "/usr/lib/x86_64-linux-gnu"]
-        .iter()
-        .any(|d| std::fs::read_dir(d).is_ok_and(|mut r| r.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("libclang")))));
+    let libclang = ["/usr/lib/llvm-14/lib", "/usr/lib/llvm-15/lib", "/usr/lib/llvm-16/lib", "/usr/lib/x86_64-linux-gnu"].iter().any(|d| {
+        std::fs::read_dir(d).is_ok_and(|mut r| r.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("libclang"))))
+    });
     // systemd-analyze (Linux) verifies the service units in the tests; systemd need not run.
     let systemd = !for_tests || cfg!(target_os = "macos") || have("systemd-analyze");
     // The GUI's headless tests render with Mesa's CPU drivers (EGL + llvmpipe,
@@ -133,9 +133,7 @@ fn screenshots() -> anyhow::Result<()> {
     run(Command::new(root().join("target/release/revis")).args(["pull", "smollm2-135m-instruct"]))?;
     let out = root().join("docs/screenshots");
     std::fs::create_dir_all(&out)?;
-    run(cargo()
-        .args(["nextest", "run", "--release", "-p", "revis-gui", "-E", "test(screenshots)"])
-        .env("REVIS_SCREENSHOTS", &out))?;
+    run(cargo().args(["nextest", "run", "--release", "-p", "revis-gui", "-E", "test(screenshots)"]).env("REVIS_SCREENSHOTS", &out))?;
     eprintln!("screenshots are in {}", out.display());
     Ok(())
 }

@@ -52,10 +52,11 @@ async fn one_turn(d: &Daemon, store: &Store, words: usize, warm: bool) -> anyhow
     }
     let enter = Instant::now();
     let mut first = None;
-    let done = chat.send("Which note came first?", |_| {
-        first.get_or_insert_with(Instant::now);
-    })
-    .await?;
+    let done = chat
+        .send("Which note came first?", |_| {
+            first.get_or_insert_with(Instant::now);
+        })
+        .await?;
     let ttft = first.unwrap_or_else(Instant::now).duration_since(enter);
     // Background work of the turn (facts, audit) must not overlap the next measurement.
     chat.background().idle().await;

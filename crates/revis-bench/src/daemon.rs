@@ -276,7 +276,6 @@ fn toml_string(s: &str) -> String {
     out
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -230,7 +230,12 @@ fn fallback_trials(revisd: &Path, model: &Path, trials: u32, context: u32, batch
             let noticed = d.fallbacks().last().context("a fallback")?.at;
             let ms = |t: Instant| t.saturating_duration_since(failed).as_secs_f64() * 1e3;
             let sample = (ms(noticed), ms(resumed));
-            eprintln!("revis-bench: {} trial: noticed after {:.0} ms, next token after {:.0} ms", if kind == Failure::Kill { "kill -9" } else { "link cut" }, sample.0, sample.1);
+            eprintln!(
+                "revis-bench: {} trial: noticed after {:.0} ms, next token after {:.0} ms",
+                if kind == Failure::Kill { "kill -9" } else { "link cut" },
+                sample.0,
+                sample.1
+            );
             match kind {
                 Failure::Kill => out.0.push(sample),
                 Failure::Cut => out.1.push(sample),
@@ -267,7 +272,8 @@ pub fn report(r: &Results, s: &Settings, a: &About) -> String {
         s.context,
         s.batch
     );
-    let _ = writeln!(o, "#### {} concurrent background tasks: one daemon on one core, against two (target: two ÷ one ≥ {TARGET})\n", s.tasks);
+    let _ =
+        writeln!(o, "#### {} concurrent background tasks: one daemon on one core, against two (target: two ÷ one ≥ {TARGET})\n", s.tasks);
     let _ = writeln!(
         o,
         "Each task is a greedy Generate of at most {} tokens at background priority, submitted at once to the orchestrator's background runner, which runs as many at a time as the dispatcher has daemons. One daemon: the dispatcher with nothing offloaded. Two: tier2 offloaded with `keep_local` to a paired revisd over mutual TLS on loopback, so the tasks are spread over both. Aggregate = all generated tokens ÷ the wall time of the burst. {} interleaved rounds after a warm-up.\n",
@@ -278,7 +284,12 @@ pub fn report(r: &Results, s: &Settings, a: &About) -> String {
     let _ = writeln!(o, "|---|---|---|");
     let _ = writeln!(o, "| one daemon, one core | {} | {} |", r.one.len(), show_median(&r.one, 1));
     let _ = writeln!(o, "| two daemons, a core each | {} | {} |", r.two.len(), show_median(&r.two, 1));
-    let _ = writeln!(o, "| two ÷ one (ratio of the medians) | | {} {} |", ratio.map_or("n/a".into(), |v| format!("{v:.2}")), verdict(ratio, TARGET, true));
+    let _ = writeln!(
+        o,
+        "| two ÷ one (ratio of the medians) | | {} {} |",
+        ratio.map_or("n/a".into(), |v| format!("{v:.2}")),
+        verdict(ratio, TARGET, true)
+    );
     let spread: Vec<String> = r.spread.iter().map(|(h, n)| format!("{h} here + {n} on the node")).collect();
     let _ = writeln!(o, "\nTasks per round with two daemons: {}.\n", spread.join("; "));
     let _ = writeln!(o, "#### Fallback latency\n");

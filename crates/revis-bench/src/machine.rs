@@ -15,9 +15,7 @@ pub struct Machine {
 
 impl Machine {
     pub fn detect() -> Machine {
-        let cpu = lscpu_field("Model name")
-            .or_else(|| sysctl("machdep.cpu.brand_string"))
-            .unwrap_or_else(|| "unknown CPU".to_owned());
+        let cpu = lscpu_field("Model name").or_else(|| sysctl("machdep.cpu.brand_string")).unwrap_or_else(|| "unknown CPU".to_owned());
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Machine { cpu, cores, memory_gib: memory_bytes() as f64 / (1u64 << 30) as f64, os: os_line() }
     }

@@ -390,7 +390,12 @@ fn args_line() -> String {
 fn setup_line(args: &Args) -> String {
     format!(
         "{} round(s); llama-bench `-p {} -n {} -b {b} -ub {b} -r 1` per round; revis: context {}, batch {b}, greedy, max_tokens {}; TTFT static text about {} tokens",
-        args.rounds, args.n_prompt, args.n_gen, args.context, args.n_gen, args.n_prefix,
+        args.rounds,
+        args.n_prompt,
+        args.n_gen,
+        args.context,
+        args.n_gen,
+        args.n_prefix,
         b = args.batch
     )
 }

@@ -75,9 +75,7 @@ impl Prompts {
     /// `n_prefix` tokens of text (the template adds a few).
     pub fn build(tok: &dyn Tokenizer, n_prompt: usize, n_prefix: usize) -> anyhow::Result<Prompts> {
         let words = filler_words(4 * n_prompt.max(n_prefix) + 64);
-        let user_len = |k: usize| -> anyhow::Result<usize> {
-            Ok(build_prompt(tok, &[user(&words[..k].join(" "))], 0)?.tokens.len())
-        };
+        let user_len = |k: usize| -> anyhow::Result<usize> { Ok(build_prompt(tok, &[user(&words[..k].join(" "))], 0)?.tokens.len()) };
         let k = largest_at_most(words.len(), n_prompt, user_len)?;
         let long_user = words[..k].join(" ");
         let prompt_tokens = user_len(k)?;
@@ -85,13 +83,7 @@ impl Prompts {
         let notes_len = |k: usize| -> anyhow::Result<usize> { Ok(tok.tokenize_plain(&words[..k].join(" ")).len()) };
         let k = largest_at_most(words.len(), n_prefix.saturating_sub(8).max(1), notes_len)?;
         let notes = words[..k].join(" ");
-        Ok(Prompts {
-            long_user,
-            prompt_tokens,
-            notes_tokens: notes_len(k)?,
-            notes,
-            question_tokens: tok.tokenize_plain(QUESTION).len(),
-        })
+        Ok(Prompts { long_user, prompt_tokens, notes_tokens: notes_len(k)?, notes, question_tokens: tok.tokenize_plain(QUESTION).len() })
     }
 }
 

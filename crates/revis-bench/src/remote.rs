@@ -140,8 +140,7 @@ async fn measure(d: &mut Daemon, s: &Settings) -> anyhow::Result<RemoteRun> {
     if !server.enabled || server.advertised {
         bail!("expected server mode on and not advertised, got {server:?}");
     }
-    let listen: SocketAddr =
-        server.listen_address.parse().with_context(|| format!("listen address {:?}", server.listen_address))?;
+    let listen: SocketAddr = server.listen_address.parse().with_context(|| format!("listen address {:?}", server.listen_address))?;
     let keys = tempfile::Builder::new().prefix("revis-bench-keyring-").tempdir()?;
     let t = Instant::now();
     let (keyring, node) = pair(d, keys.path(), listen).await?;
@@ -289,11 +288,15 @@ pub fn report(r: &RemoteRun, s: &Settings, c: &About) -> String {
     let _ = writeln!(o, "- Date: {}; done in {:.0} s; command: `{}`.", c.date, r.elapsed.as_secs_f64(), c.command);
     let _ = writeln!(o, "- Machine: {} ({} cores visible, {:.1} GiB memory), {}.", m.cpu, m.cores, m.memory_gib, m.os);
     if let Some(l) = Summary::of(&r.loads) {
-        let _ = writeln!(o, "- Load (1-minute load average, at the start, between the parts and at the end): {:.2} to {:.2}.", l.min, l.max);
+        let _ =
+            writeln!(o, "- Load (1-minute load average, at the start, between the parts and at the end): {:.2} to {:.2}.", l.min, l.max);
     }
     let busy = r.others_cpu_pct.is_some_and(|p| p > BUSY_PERCENT);
     if let Some(p) = r.others_cpu_pct {
-        let _ = writeln!(o, "- CPU taken by other processes during the measurements (machine busy time minus this benchmark's and its revisd's, % of all cores): {p:.1}%.");
+        let _ = writeln!(
+            o,
+            "- CPU taken by other processes during the measurements (machine busy time minus this benchmark's and its revisd's, % of all cores): {p:.1}%."
+        );
     }
     if busy {
         let _ = writeln!(
@@ -315,7 +318,10 @@ pub fn report(r: &RemoteRun, s: &Settings, c: &About) -> String {
     );
     let _ = writeln!(o, "\nValues are median (min–max); t/s = tokens per second.\n");
 
-    let _ = writeln!(o, "#### Decode over the Unix socket and over mutual TLS (target: TLS ÷ socket ≥ {TARGET}, client wall, median of the pairs)\n");
+    let _ = writeln!(
+        o,
+        "#### Decode over the Unix socket and over mutual TLS (target: TLS ÷ socket ≥ {TARGET}, client wall, median of the pairs)\n"
+    );
     let _ = writeln!(
         o,
         "The same greedy Generate (the counting prompt, max_tokens {}), after a Purge each time: one warm-up per transport, then {} pairs, alternating which transport goes first. Client wall = (generated − 1) ÷ time from the first delta to Done as this client sees it: it includes the transport. Done timer = Done.generated_tokens ÷ Done.generate_us, the daemon's own timer: it does not.\n",
@@ -473,7 +479,10 @@ mod tests {
     #[test]
     fn the_verdict_is_on_client_wall_medians_and_withheld_on_a_busy_machine() {
         let pass = section(&sample_run(0.3, 98.0));
-        assert!(pass.contains("| TLS ÷ socket, median of the pairs (min–max) | 3 pairs | | 0.980 (0.980–0.980) PASS | 0.980 (0.980–0.980) |"), "{pass}");
+        assert!(
+            pass.contains("| TLS ÷ socket, median of the pairs (min–max) | 3 pairs | | 0.980 (0.980–0.980) PASS | 0.980 (0.980–0.980) |"),
+            "{pass}"
+        );
         assert!(pass.contains("| TLS ÷ socket, ratio of the medians above | | | 0.980 | 0.980 |"), "{pass}");
         assert!(pass.contains("| TLS − socket (difference of medians) | | +2.00 | +0.00 | +2.00 |"), "{pass}");
         assert!(section(&sample_run(0.3, 96.0)).contains("0.960 (0.960–0.960) **MISS**"));

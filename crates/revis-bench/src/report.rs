@@ -127,10 +127,7 @@ pub fn verdict(value: Option<f64>, target: f64, at_least: bool) -> &'static str 
 /// A ratio with 3 decimals, rounded towards failing the target, so a shown
 /// value never looks like a pass when it is a miss (0.9499 shows as 0.949).
 pub fn shown_ratio(v: Option<f64>, at_least: bool) -> String {
-    v.map_or_else(
-        || "n/a".to_owned(),
-        |v| format!("{:.3}", if at_least { (v * 1000.0).floor() } else { (v * 1000.0).ceil() } / 1000.0),
-    )
+    v.map_or_else(|| "n/a".to_owned(), |v| format!("{:.3}", if at_least { (v * 1000.0).floor() } else { (v * 1000.0).ceil() } / 1000.0))
 }
 
 fn opt(v: Option<f64>, decimals: usize) -> String {
@@ -183,12 +180,7 @@ pub fn markdown(run: &Run, setup: &str) -> String {
     }
     let bw: Vec<String> =
         run.bandwidth.iter().map(|(t, b)| format!("{:.1} GB/s with {t} thread{}", b / 1e9, if *t == 1 { "" } else { "s" })).collect();
-    let _ = writeln!(
-        o,
-        "- Memory read bandwidth (best of 5 reads of a {} MiB buffer): {}.",
-        run.bandwidth_buffer_mib,
-        bw.join(", ")
-    );
+    let _ = writeln!(o, "- Memory read bandwidth (best of 5 reads of a {} MiB buffer): {}.", run.bandwidth_buffer_mib, bw.join(", "));
     for model in &run.models {
         let p = &model.prompts;
         let _ = writeln!(
@@ -201,7 +193,10 @@ pub fn markdown(run: &Run, setup: &str) -> String {
             p.question_tokens
         );
     }
-    let _ = writeln!(o, "\nValues are mean ± half the range over the rounds; t/s = tokens per second; ratio = revis mean ÷ llama-bench mean.\n");
+    let _ = writeln!(
+        o,
+        "\nValues are mean ± half the range over the rounds; t/s = tokens per second; ratio = revis mean ÷ llama-bench mean.\n"
+    );
 
     let _ = writeln!(o, "#### Throughput against llama-bench (target: ratio ≥ {TG_TARGET})\n");
     let _ = writeln!(
@@ -273,12 +268,12 @@ pub fn markdown(run: &Run, setup: &str) -> String {
         o,
         "Wall time per generated token, measured by the receiver from the first delta to the end, for the same greedy generation: the engine alone in-process (`revis_engine::Engine`, deltas over a channel) and through the client library, socket and revisd. Overhead = the difference.\n"
     );
-    let _ = writeln!(o, "| model | threads | engine alone µs/token | through revisd µs/token | overhead µs/token | overhead per round µs |");
+    let _ =
+        writeln!(o, "| model | threads | engine alone µs/token | through revisd µs/token | overhead µs/token | overhead per round µs |");
     let _ = writeln!(o, "|---|---|---|---|---|---|");
     for c in &run.combos {
         let s = &c.samples;
-        let per_round: Vec<f64> =
-            s.grpc_us_per_token.iter().zip(&s.alone_us_per_token).map(|(g, a)| g - a).collect();
+        let per_round: Vec<f64> = s.grpc_us_per_token.iter().zip(&s.alone_us_per_token).map(|(g, a)| g - a).collect();
         let diff = match (Summary::of(&s.grpc_us_per_token), Summary::of(&s.alone_us_per_token)) {
             (Some(g), Some(a)) => format!("{:.0}", g.mean - a.mean),
             _ => "n/a".to_owned(),
@@ -301,7 +296,8 @@ pub fn markdown(run: &Run, setup: &str) -> String {
         o,
         "Limit = measured read bandwidth ÷ bytes read per token, with bytes per token approximated by the model file size (weights plus a little metadata; the KV cache read is ignored).\n"
     );
-    let _ = writeln!(o, "| model | threads | file MB | bandwidth GB/s | limit t/s | revis tg t/s | revis fraction | llama-bench fraction |");
+    let _ =
+        writeln!(o, "| model | threads | file MB | bandwidth GB/s | limit t/s | revis tg t/s | revis fraction | llama-bench fraction |");
     let _ = writeln!(o, "|---|---|---|---|---|---|---|---|");
     for c in &run.combos {
         let s = &c.samples;
@@ -430,7 +426,10 @@ mod tests {
     fn splices_other_sections_or_appends_them() {
         let (b, e) = ("<!-- x:begin", "<!-- x:end -->");
         let doc = "# B\n\n<!-- x:begin (gen) -->\nold\n<!-- x:end -->\n\ntail\n";
-        assert_eq!(splice_marked(doc, b, e, "## X", "<!-- x:begin (gen) -->\nnew\n<!-- x:end -->\n"), "# B\n\n<!-- x:begin (gen) -->\nnew\n<!-- x:end -->\n\ntail\n");
+        assert_eq!(
+            splice_marked(doc, b, e, "## X", "<!-- x:begin (gen) -->\nnew\n<!-- x:end -->\n"),
+            "# B\n\n<!-- x:begin (gen) -->\nnew\n<!-- x:end -->\n\ntail\n"
+        );
         assert_eq!(splice_marked("# B\n", b, e, "## X", "S\n"), "# B\n\n## X\n\nS\n");
     }
 

@@ -9,8 +9,8 @@ use clap::Args;
 use revis_client::{Client, SpawnOptions, default_socket_path, message, v1 as pb};
 use serde_json::json;
 
-use crate::{Cli, Cmd, HistoryCmd};
 use crate::input::{Input, Terminal};
+use crate::{Cli, Cmd, HistoryCmd};
 use revis_orchestrator::Daemon;
 use revis_orchestrator::conversation::Chat;
 use revis_store::{ConversationId, MessageState, Role, Store};
@@ -71,21 +71,25 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Models => models(),
         Cmd::Status { json } => status(&mut target(cli.node.as_deref(), &socket, false, true).await?, json).await,
         Cmd::Load { tier } => {
-            let r = target(cli.node.as_deref(), &socket, false, true).await?.admin.load_model(pb::LoadModelRequest { tier }).await?.into_inner();
+            let r = target(cli.node.as_deref(), &socket, false, true)
+                .await?
+                .admin
+                .load_model(pb::LoadModelRequest { tier })
+                .await?
+                .into_inner();
             let t = r.tier.unwrap_or_default();
             println!("{}: {} ready in {} ms ({} MiB)", t.tier, t.model, r.elapsed_ms, t.memory_bytes >> 20);
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Unload { tier } => {
-            let r = target(cli.node.as_deref(), &socket, false, true).await?.admin.unload_model(pb::UnloadModelRequest { tier }).await?.into_inner();
+            let r = target(cli.node.as_deref(), &socket, false, true)
+                .await?
+                .admin
+                .unload_model(pb::UnloadModelRequest { tier })
+                .await?
+                .into_inner();
             let t = r.tier.unwrap_or_default();
-            println!(
-                "{}: {} unloaded; daemon memory {} MiB -> {} MiB",
-                t.tier,
-                t.model,
-                r.rss_before_bytes >> 20,
-                r.rss_after_bytes >> 20
-            );
+            println!("{}: {} unloaded; daemon memory {} MiB -> {} MiB", t.tier, t.model, r.rss_before_bytes >> 20, r.rss_after_bytes >> 20);
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Run(args) => {
@@ -220,13 +224,7 @@ async fn status(client: &mut Client, as_json: bool) -> anyhow::Result<ExitCode> 
         return Ok(ExitCode::SUCCESS);
     }
     println!("revisd {} (pid {}, up {}s) on {}", s.version, s.pid, s.uptime_s, client.target());
-    println!(
-        "memory {} MiB, queue {}/{}, {}",
-        s.rss_bytes >> 20,
-        s.queue_depth,
-        s.queue_capacity,
-        if s.busy { "busy" } else { "idle" }
-    );
+    println!("memory {} MiB, queue {}/{}, {}", s.rss_bytes >> 20, s.queue_depth, s.queue_capacity, if s.busy { "busy" } else { "idle" });
     if let Some(line) = crate::nodes::server_line(&s) {
         println!("{line}");
     }

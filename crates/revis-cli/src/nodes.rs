@@ -97,7 +97,12 @@ pub async fn nodes(a: NodesArgs) -> anyhow::Result<ExitCode> {
                     row["connect_ms"] = json!(round1(connect_ms));
                     row["latency_ms"] = json!(round1(t1.elapsed().as_secs_f64() * 1e3));
                     row["version"] = json!(s.version);
-                    row["tiers"] = json!(s.tiers.iter().map(|t| json!({"tier": t.tier, "model": t.model, "state": crate::commands::state_name(t.state)})).collect::<Vec<_>>());
+                    row["tiers"] = json!(
+                        s.tiers
+                            .iter()
+                            .map(|t| json!({"tier": t.tier, "model": t.model, "state": crate::commands::state_name(t.state)}))
+                            .collect::<Vec<_>>()
+                    );
                     row["queue"] = json!(format!("{}/{}", s.queue_depth, s.queue_capacity));
                 }
                 Err(e) => row["health"] = json!(e.to_string()),
@@ -118,9 +123,7 @@ pub async fn nodes(a: NodesArgs) -> anyhow::Result<ExitCode> {
         });
         // A stranger using a paired node's name: shown, never trusted.
         if keyring.store.devices().iter().any(|d| d.name == s.name) {
-            row["warning"] = json!(format!(
-                "uses the name of a paired node but has another device ID: not that node, ignored"
-            ));
+            row["warning"] = json!(format!("uses the name of a paired node but has another device ID: not that node, ignored"));
         }
         rows.push(row);
     }
@@ -142,17 +145,32 @@ pub async fn nodes(a: NodesArgs) -> anyhow::Result<ExitCode> {
             if health == "ok" {
                 let tiers: Vec<String> = r["tiers"]
                     .as_array()
-                    .map(|ts| ts.iter().map(|t| format!("{}={} ({})", t["tier"].as_str().unwrap_or(""), t["model"].as_str().unwrap_or(""), t["state"].as_str().unwrap_or(""))).collect())
+                    .map(|ts| {
+                        ts.iter()
+                            .map(|t| {
+                                format!(
+                                    "{}={} ({})",
+                                    t["tier"].as_str().unwrap_or(""),
+                                    t["model"].as_str().unwrap_or(""),
+                                    t["state"].as_str().unwrap_or("")
+                                )
+                            })
+                            .collect()
+                    })
                     .unwrap_or_default();
                 println!(
                     "{name}  paired, {addr}, ok: connect {} ms, status {} ms, queue {}\n    {}",
-                    r["connect_ms"], r["latency_ms"], r["queue"].as_str().unwrap_or(""), tiers.join(", ")
+                    r["connect_ms"],
+                    r["latency_ms"],
+                    r["queue"].as_str().unwrap_or(""),
+                    tiers.join(", ")
                 );
             } else {
                 println!("{name}  paired, {addr}: {health}");
             }
         } else {
-            let tiers = r["tiers"].as_array().map(|t| t.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(",")).unwrap_or_default();
+            let tiers =
+                r["tiers"].as_array().map(|t| t.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(",")).unwrap_or_default();
             println!("{name}  not paired, {addr}, serves {tiers}; pair with `revis pair {name}`");
             if let Some(w) = r["warning"].as_str() {
                 println!("    warning: {w}");
@@ -209,7 +227,10 @@ async fn find_unpaired(what: &str, as_name: Option<&str>) -> anyhow::Result<(Soc
         }
         several => {
             let ids: Vec<String> = several.iter().map(|d| d.device_id.to_string()).collect();
-            bail!("several nodes are called {what:?}; pair by device ID instead (compare with `revisd pair` on the machine you mean): {}", ids.join(", "))
+            bail!(
+                "several nodes are called {what:?}; pair by device ID instead (compare with `revisd pair` on the machine you mean): {}",
+                ids.join(", ")
+            )
         }
     }
 }
@@ -295,8 +316,12 @@ pub async fn offload(socket: &std::path::Path, explicit: bool, a: OffloadArgs) -
         d.local().admin.clone().load_model(revis_client::v1::LoadModelRequest { tier: a.tier.clone() }).await?;
     }
     match d.placements().get(&a.tier) {
-        Some(Placement::Node(n)) => println!("{} runs on {n} now{}.", a.tier, if a.keep_local { " (and here)" } else { "; its model was unloaded here" }),
-        Some(Placement::FallenBack) => println!("{} is offloaded, but no paired node that serves it answers now: it runs here until one does.", a.tier),
+        Some(Placement::Node(n)) => {
+            println!("{} runs on {n} now{}.", a.tier, if a.keep_local { " (and here)" } else { "; its model was unloaded here" })
+        }
+        Some(Placement::FallenBack) => {
+            println!("{} is offloaded, but no paired node that serves it answers now: it runs here until one does.", a.tier)
+        }
         _ => println!("{} runs here.", a.tier),
     }
     Ok(ExitCode::SUCCESS)
@@ -321,7 +346,11 @@ pub async fn placement_lines(local: &Client) -> Option<Vec<String>> {
             .map(|(tier, p)| match p {
                 Placement::Node(name) => {
                     let n = nodes.iter().find(|n| n.name == name);
-                    format!("  {tier}: offloaded to {name} ({} ms, queue {})", n.map_or(0.0, |n| round1(n.latency_ms)), n.map_or(0, |n| n.queue_depth))
+                    format!(
+                        "  {tier}: offloaded to {name} ({} ms, queue {})",
+                        n.map_or(0.0, |n| round1(n.latency_ms)),
+                        n.map_or(0, |n| n.queue_depth)
+                    )
                 }
                 _ => format!("  {tier}: offloaded, but no node that serves it answers: running here"),
             })

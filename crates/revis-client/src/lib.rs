@@ -12,8 +12,8 @@ use hyper_util::rt::TokioIo;
 use revis_proto::v1 as pb;
 use tonic::transport::{Channel, Endpoint, Uri};
 
-pub use revis_proto::v1;
 pub use remote::{CONNECT_TIMEOUT, Keyring, Node, NodeError, PAIR_TIMEOUT, interfaces_from_env, pair, resolve};
+pub use revis_proto::v1;
 pub use revis_trust::{DeviceId, Discovered, Interfaces, PairingCode, browse, host_name};
 pub use spawn::{SpawnOptions, readiness_pipe, spawn_daemon};
 
@@ -45,7 +45,6 @@ fn status_message(s: &tonic::Status) -> String {
 }
 
 pub use revis_proto::default_socket_path;
-
 
 /// A connection to one revisd.
 #[derive(Clone)]
@@ -99,9 +98,7 @@ impl Client {
             inference: pb::inference_client::InferenceClient::new(channel.clone())
                 .max_decoding_message_size(limit)
                 .max_encoding_message_size(limit),
-            admin: pb::admin_client::AdminClient::new(channel.clone())
-                .max_decoding_message_size(limit)
-                .max_encoding_message_size(limit),
+            admin: pb::admin_client::AdminClient::new(channel.clone()).max_decoding_message_size(limit).max_encoding_message_size(limit),
             channel,
             target,
         }

@@ -114,11 +114,7 @@ async fn dial(connector: &TlsConnector, addr: SocketAddr, name: &str, expected: 
     let tcp = TcpStream::connect(addr).await?;
     tcp.set_nodelay(true)?;
     let mut tls = connector.connect(revis_trust::server_name(), tcp).await.map_err(|e| {
-        if is_pin_mismatch(&e) {
-            std::io::Error::other(NodeError::NotThatNode { name: name.into(), addr, expected })
-        } else {
-            e
-        }
+        if is_pin_mismatch(&e) { std::io::Error::other(NodeError::NotThatNode { name: name.into(), addr, expected }) } else { e }
     })?;
     let refused = || std::io::Error::other(NodeError::Refused { name: name.into(), addr });
     let mut first = vec![0u8; 4096];
@@ -176,10 +172,7 @@ impl AsyncWrite for Prefetched {
 }
 
 fn is_pin_mismatch(e: &std::io::Error) -> bool {
-    matches!(
-        e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()),
-        Some(rustls::Error::InvalidCertificate(_))
-    )
+    matches!(e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()), Some(rustls::Error::InvalidCertificate(_)))
 }
 
 /// A [`NodeError`] somewhere in `e`'s sources, or a TLS alert from the
@@ -232,15 +225,15 @@ pub async fn pair(
     let run = async {
         let tcp = TcpStream::connect(addr).await.map_err(TrustError::Connection)?;
         tcp.set_nodelay(true).map_err(TrustError::Connection)?;
-        let mut tls = TlsConnector::from(Arc::clone(&config))
-            .connect(revis_trust::server_name(), tcp)
-            .await
-            .map_err(TrustError::Connection)?;
+        let mut tls =
+            TlsConnector::from(Arc::clone(&config)).connect(revis_trust::server_name(), tcp).await.map_err(TrustError::Connection)?;
         revis_trust::pair_client(&mut tls, local, code, my_name, server_name, &mut keyring.store).await
     };
     let id = match tokio::time::timeout(PAIR_TIMEOUT, run).await {
         Ok(r) => r?,
-        Err(_) => return Err(ClientError::Pairing(format!("{server_name} at {addr} did not finish pairing within {}s", PAIR_TIMEOUT.as_secs()))),
+        Err(_) => {
+            return Err(ClientError::Pairing(format!("{server_name} at {addr} did not finish pairing within {}s", PAIR_TIMEOUT.as_secs())));
+        }
     };
     keyring.store.set_address(&id, &addr.to_string())?;
     Ok(id)

@@ -84,15 +84,10 @@ pub async fn spawn_daemon(socket: &Path, opts: &SpawnOptions) -> Result<u32, Cli
     });
     match tokio::time::timeout(START_TIMEOUT, wait).await {
         Ok(Ok(s)) if s.starts_with("ready") => Ok(pid),
-        Ok(_) => Err(ClientError::Spawn(format!(
-            "revisd exited before it was ready; see its log at {}",
-            log_path.display()
-        ))),
-        Err(_) => Err(ClientError::Spawn(format!(
-            "revisd did not become ready within {}s; see {}",
-            START_TIMEOUT.as_secs(),
-            log_path.display()
-        ))),
+        Ok(_) => Err(ClientError::Spawn(format!("revisd exited before it was ready; see its log at {}", log_path.display()))),
+        Err(_) => {
+            Err(ClientError::Spawn(format!("revisd did not become ready within {}s; see {}", START_TIMEOUT.as_secs(), log_path.display())))
+        }
     }
 }
 

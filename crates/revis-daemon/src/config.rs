@@ -159,9 +159,13 @@ impl Config {
         let cache_mb = range("daemon.cache_budget_mb", d.cache_budget_mb, 256, 0, 1 << 20)?;
         let queue_capacity = range("daemon.queue_capacity", d.queue_capacity.map(u64::from), 16, 1, 1024)? as usize;
         let max_tokens_limit = range("daemon.max_tokens_limit", d.max_tokens_limit.map(u64::from), 4096, 1, 131_072)? as u32;
-        let default_max_tokens =
-            range("daemon.default_max_tokens", d.default_max_tokens.map(u64::from), 512.min(max_tokens_limit.into()), 1, max_tokens_limit.into())?
-                as u32;
+        let default_max_tokens = range(
+            "daemon.default_max_tokens",
+            d.default_max_tokens.map(u64::from),
+            512.min(max_tokens_limit.into()),
+            1,
+            max_tokens_limit.into(),
+        )? as u32;
         let keep_alive_s = range("daemon.keep_alive_s", d.keep_alive_s, 300, 0, 30 * 86_400)?;
 
         for name in raw.tiers.keys() {
@@ -182,8 +186,7 @@ impl Config {
                 threads: range(&f("threads"), t.and_then(|t| t.threads).map(u64::from), threads.into(), 1, 256)? as u32,
                 batch,
                 cache_slots,
-                cache_budget_bytes: (range(&f("cache_budget_mb"), t.and_then(|t| t.cache_budget_mb), cache_mb, 0, 1 << 20)? << 20)
-                    as usize,
+                cache_budget_bytes: (range(&f("cache_budget_mb"), t.and_then(|t| t.cache_budget_mb), cache_mb, 0, 1 << 20)? << 20) as usize,
             };
             tiers.insert(tier.to_owned(), model);
         }
@@ -193,7 +196,9 @@ impl Config {
                 if ma.path == mb.path && ma != mb {
                     return Err(field(
                         &format!("tiers.{b}"),
-                        format!("uses the same model as {a} with different context, threads or cache settings; a shared model is loaded once, so give both the same settings"),
+                        format!(
+                            "uses the same model as {a} with different context, threads or cache settings; a shared model is loaded once, so give both the same settings"
+                        ),
                     ));
                 }
             }
@@ -231,9 +236,16 @@ fn server_config(
         None => SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)),
         Some(text) => {
             if text.contains("://") {
-                return Err(field("server.listen", format!("is {text:?}; write an address and port such as \"0.0.0.0:{DEFAULT_PORT}\", without a scheme (it is always mutual TLS)")));
+                return Err(field(
+                    "server.listen",
+                    format!(
+                        "is {text:?}; write an address and port such as \"0.0.0.0:{DEFAULT_PORT}\", without a scheme (it is always mutual TLS)"
+                    ),
+                ));
             }
-            text.parse().map_err(|_| field("server.listen", format!("is {text:?}, which is not an address and port such as \"0.0.0.0:{DEFAULT_PORT}\"")))?
+            text.parse().map_err(|_| {
+                field("server.listen", format!("is {text:?}, which is not an address and port such as \"0.0.0.0:{DEFAULT_PORT}\""))
+            })?
         }
     };
     let name = match s.name {
@@ -295,10 +307,9 @@ mod tests {
         std::fs::write(dir.path().join("other.gguf"), b"gguf").unwrap();
         let text = toml.replace("$DIR", &dir.path().display().to_string());
         let got = match Config::parse(&text, Path::new("revisd.toml"), dir.path()) {
-            Ok(c) => format!(
-                "ok: {}",
-                c.tiers.iter().map(|(t, m)| format!("{t}={} ctx{}", m.name, m.context)).collect::<Vec<_>>().join(", ")
-            ),
+            Ok(c) => {
+                format!("ok: {}", c.tiers.iter().map(|(t, m)| format!("{t}={} ctx{}", m.name, m.context)).collect::<Vec<_>>().join(", "))
+            }
             Err(e) => e.to_string(),
         };
         let got = got.replace(&dir.path().display().to_string(), "$DIR");
@@ -307,7 +318,10 @@ mod tests {
 
     #[test]
     fn empty_config_uses_the_default_model_everywhere() {
-        check("", expect!["ok: tier1=smollm2-135m-instruct ctx4096, tier2=smollm2-135m-instruct ctx4096, tier3=smollm2-135m-instruct ctx4096"]);
+        check(
+            "",
+            expect!["ok: tier1=smollm2-135m-instruct ctx4096, tier2=smollm2-135m-instruct ctx4096, tier3=smollm2-135m-instruct ctx4096"],
+        );
     }
 
     #[test]
@@ -321,37 +335,74 @@ mod tests {
     #[test]
     fn errors_name_the_field() {
         check("[daemon]\ncontext = 10\n", expect!["config revisd.toml: `daemon.context` is 10; it must be between 256 and 131072"]);
-        check("[tiers.tier4]\nmodel = \"x\"\n", expect!["config revisd.toml: `tiers.tier4` is not a tier; the tiers are tier1, tier2 and tier3"]);
+        check(
+            "[tiers.tier4]\nmodel = \"x\"\n",
+            expect!["config revisd.toml: `tiers.tier4` is not a tier; the tiers are tier1, tier2 and tier3"],
+        );
         check(
             "[tiers.tier1]\nmodel = \"llama9\"\n",
-            expect![[r#"config revisd.toml: `tiers.tier1.model` "llama9" is neither a catalog model (smollm2-135m-instruct, gemma3-270m) nor a path to a .gguf file"#]],
+            expect![[
+                r#"config revisd.toml: `tiers.tier1.model` "llama9" is neither a catalog model (smollm2-135m-instruct, gemma3-270m) nor a path to a .gguf file"#
+            ]],
         );
         check(
             "[tiers.tier1]\nmodel = \"gemma3-270m\"\n",
-            expect![[r#"config revisd.toml: `tiers.tier1.model` names catalog model "gemma3-270m", which is not downloaded yet: run `revis pull gemma3-270m`"#]],
+            expect![[
+                r#"config revisd.toml: `tiers.tier1.model` names catalog model "gemma3-270m", which is not downloaded yet: run `revis pull gemma3-270m`"#
+            ]],
         );
-        check("[tiers.tier2]\ncontext = 1024\n", expect!["config revisd.toml: `tiers.tier2` uses the same model as tier1 with different context, threads or cache settings; a shared model is loaded once, so give both the same settings"]);
-        check("[daemon]\nthreds = 2\n", expect![[r#"
+        check(
+            "[tiers.tier2]\ncontext = 1024\n",
+            expect![
+                "config revisd.toml: `tiers.tier2` uses the same model as tier1 with different context, threads or cache settings; a shared model is loaded once, so give both the same settings"
+            ],
+        );
+        check(
+            "[daemon]\nthreds = 2\n",
+            expect![[r#"
             config revisd.toml: TOML parse error at line 2, column 1
               |
             2 | threds = 2
               | ^^^^^^
-            unknown field `threds`, expected one of `socket`, `load_at_start`, `keep_alive_s`, `queue_capacity`, `max_tokens_limit`, `default_max_tokens`, `context`, `threads`, `batch`, `cache_slots`, `cache_budget_mb`"#]]);
+            unknown field `threds`, expected one of `socket`, `load_at_start`, `keep_alive_s`, `queue_capacity`, `max_tokens_limit`, `default_max_tokens`, `context`, `threads`, `batch`, `cache_slots`, `cache_budget_mb`"#]],
+        );
     }
 
     #[test]
     fn server_mode_is_mutual_tls_only() {
-        check("[server]\ntls = false\n", expect!["config revisd.toml: `server.tls` is false, but revisd never serves plain TCP: on the network every connection is mutual TLS between paired devices. Remove the line"]);
-        check("[server]\nlisten = \"http://0.0.0.0:80\"\n", expect![[r#"config revisd.toml: `server.listen` is "http://0.0.0.0:80"; write an address and port such as "0.0.0.0:47470", without a scheme (it is always mutual TLS)"#]]);
-        check("[server]\nlisten = \"lan\"\n", expect![[r#"config revisd.toml: `server.listen` is "lan", which is not an address and port such as "0.0.0.0:47470""#]]);
-        check("[server]\npairing_window_s = 5\n", expect!["config revisd.toml: `server.pairing_window_s` is 5; it must be between 10 and 600"]);
-        check("[server]\ninterfaces = [\"eth0/1\"]\n", expect![[r#"config revisd.toml: `server.interfaces` names "eth0/1", which is not a network interface name"#]]);
+        check(
+            "[server]\ntls = false\n",
+            expect![
+                "config revisd.toml: `server.tls` is false, but revisd never serves plain TCP: on the network every connection is mutual TLS between paired devices. Remove the line"
+            ],
+        );
+        check(
+            "[server]\nlisten = \"http://0.0.0.0:80\"\n",
+            expect![[
+                r#"config revisd.toml: `server.listen` is "http://0.0.0.0:80"; write an address and port such as "0.0.0.0:47470", without a scheme (it is always mutual TLS)"#
+            ]],
+        );
+        check(
+            "[server]\nlisten = \"lan\"\n",
+            expect![[r#"config revisd.toml: `server.listen` is "lan", which is not an address and port such as "0.0.0.0:47470""#]],
+        );
+        check(
+            "[server]\npairing_window_s = 5\n",
+            expect!["config revisd.toml: `server.pairing_window_s` is 5; it must be between 10 and 600"],
+        );
+        check(
+            "[server]\ninterfaces = [\"eth0/1\"]\n",
+            expect![[r#"config revisd.toml: `server.interfaces` names "eth0/1", which is not a network interface name"#]],
+        );
         let dir = tempfile::tempdir().unwrap();
         let models = dir.path().join("models");
         std::fs::create_dir(&models).unwrap();
         std::fs::write(revis_models::find(revis_models::DEFAULT_MODEL).unwrap().path_in(&models), b"gguf").unwrap();
         let c = Config::parse("[server]\nenabled = true\nlisten = \"127.0.0.1:0\"\nname = \"desk\"\n", Path::new("x"), &models);
         let s = c.unwrap().server;
-        assert_eq!((s.enabled, s.listen.to_string(), s.name.as_str(), s.state_dir), (Some(true), "127.0.0.1:0".into(), "desk", dir.path().join("daemon")));
+        assert_eq!(
+            (s.enabled, s.listen.to_string(), s.name.as_str(), s.state_dir),
+            (Some(true), "127.0.0.1:0".into(), "desk", dir.path().join("daemon"))
+        );
     }
 }

@@ -20,8 +20,8 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
 use revis_trust::{
-    ALPN_PAIRING, Advertisement, Advertiser, DeviceId, Identity, Interfaces, MAX_ATTEMPTS, PairedDevice, PairingWindow,
-    TrustError, TrustSet, TrustStore,
+    ALPN_PAIRING, Advertisement, Advertiser, DeviceId, Identity, Interfaces, MAX_ATTEMPTS, PairedDevice, PairingWindow, TrustError,
+    TrustSet, TrustStore,
 };
 use rustls::server::Acceptor;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -235,11 +235,8 @@ impl Remote {
                 version: env!("CARGO_PKG_VERSION").to_owned(),
                 tiers: self.tiers.clone(),
             };
-            let interfaces = if self.config.interfaces.is_empty() {
-                Interfaces::AllLan
-            } else {
-                Interfaces::Named(self.config.interfaces.clone())
-            };
+            let interfaces =
+                if self.config.interfaces.is_empty() { Interfaces::AllLan } else { Interfaces::Named(self.config.interfaces.clone()) };
             Some(Advertiser::start(&ad, &interfaces)?)
         } else {
             None
@@ -467,15 +464,13 @@ impl Remote {
             }
             Ok(Err(e)) => {
                 tracing::info!(%addr, "pairing refused: {e}");
-                (window.failed_attempts() >= MAX_ATTEMPTS).then(|| {
-                    PairingOutcome::Closed(format!("{MAX_ATTEMPTS} wrong codes were tried; nothing was paired"))
-                })
+                (window.failed_attempts() >= MAX_ATTEMPTS)
+                    .then(|| PairingOutcome::Closed(format!("{MAX_ATTEMPTS} wrong codes were tried; nothing was paired")))
             }
             Err(_) => {
                 tracing::info!(%addr, "pairing timed out after {}s", PAIRING_TIMEOUT.as_secs());
-                (window.failed_attempts() >= MAX_ATTEMPTS).then(|| {
-                    PairingOutcome::Closed(format!("{MAX_ATTEMPTS} wrong or abandoned attempts; nothing was paired"))
-                })
+                (window.failed_attempts() >= MAX_ATTEMPTS)
+                    .then(|| PairingOutcome::Closed(format!("{MAX_ATTEMPTS} wrong or abandoned attempts; nothing was paired")))
             }
         };
         if let (Some(id), Some(outcome)) = (id, outcome) {

@@ -57,13 +57,7 @@ pub struct Queue<T> {
 
 impl<T> Queue<T> {
     pub fn new(capacity: usize, abandoned: fn(&T) -> bool) -> Self {
-        Queue {
-            heap: Mutex::new((BinaryHeap::new(), 0)),
-            notify: Notify::new(),
-            capacity,
-            busy: AtomicBool::new(false),
-            abandoned,
-        }
+        Queue { heap: Mutex::new((BinaryHeap::new(), 0)), notify: Notify::new(), capacity, busy: AtomicBool::new(false), abandoned }
     }
 
     /// Adds an item, or says the queue is full.

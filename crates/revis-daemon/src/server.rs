@@ -41,10 +41,9 @@ pub enum ServeError {
 fn same_user(uid: u32) -> impl Fn(Request<()>) -> Result<Request<()>, Status> + Clone {
     move |req: Request<()>| match req.extensions().get::<UdsConnectInfo>().and_then(|i| i.peer_cred) {
         Some(cred) if cred.uid() == uid => Ok(req),
-        Some(cred) => Err(Status::permission_denied(format!(
-            "uid {} may not use this revisd; it serves only its own user (uid {uid})",
-            cred.uid()
-        ))),
+        Some(cred) => {
+            Err(Status::permission_denied(format!("uid {} may not use this revisd; it serves only its own user (uid {uid})", cred.uid())))
+        }
         None => Err(Status::permission_denied("cannot tell which user is calling; refusing")),
     }
 }
@@ -97,9 +96,7 @@ pub async fn run(
         .max_encoding_message_size(GRPC_MAX_MESSAGE_BYTES);
 
     // Paired devices reach the same services over mutual TLS (server mode).
-    remote.set_routes(
-        Routes::new(health_service.clone()).add_service(inference.clone()).add_service(admin.clone()),
-    );
+    remote.set_routes(Routes::new(health_service.clone()).add_service(inference.clone()).add_service(admin.clone()));
     if remote.initial_switch() {
         remote.set_enabled(true, false).await?;
     }

@@ -7,9 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use revis_engine::{
-    Delta, EngineError, FinishReason, Finished, GenerateJob, Job, PrefillJob, ScoreJob, build_prompt, build_static_prompt,
-};
+use revis_engine::{Delta, EngineError, FinishReason, Finished, GenerateJob, Job, PrefillJob, ScoreJob, build_prompt, build_static_prompt};
 use revis_proto::v1 as pb;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::Stream;
@@ -144,12 +142,8 @@ impl pb::inference_server::Inference for Daemon {
         let cancel = Arc::new(AtomicBool::new(false));
         let seed = v.sampling.seed;
         let job = GenerateJob { prompt, sampling: v.sampling, max_tokens: v.max_tokens, stop: v.stop, grammar };
-        let task = Task {
-            key: v.model.key.clone(),
-            job: Job::Generate { job, deltas: deltas_tx, done: done_tx },
-            cancel: cancel.clone(),
-            lease,
-        };
+        let task =
+            Task { key: v.model.key.clone(), job: Job::Generate { job, deltas: deltas_tx, done: done_tx }, cancel: cancel.clone(), lease };
         self.admit(v.priority, task)?;
         Ok(Response::new(EventStream { started: Some(started), deltas, done: Some(done), cancel, seed, admitted }))
     }
@@ -174,11 +168,7 @@ impl pb::inference_server::Inference for Daemon {
         };
         self.admit(v.priority, task)?;
         let p = done.await.map_err(|_| DaemonError::ShuttingDown)?.map_err(DaemonError::from)?;
-        Ok(Response::new(pb::PrefillResponse {
-            prompt_tokens: p.prompt_tokens,
-            cached_tokens: p.cached_tokens,
-            elapsed_us: p.elapsed_us,
-        }))
+        Ok(Response::new(pb::PrefillResponse { prompt_tokens: p.prompt_tokens, cached_tokens: p.cached_tokens, elapsed_us: p.elapsed_us }))
     }
 
     async fn score(&self, req: Request<pb::ScoreRequest>) -> Result<Response<pb::ScoreResponse>, Status> {
@@ -257,11 +247,8 @@ impl pb::admin_server::Admin for Daemon {
 
     async fn purge(&self, req: Request<pb::PurgeRequest>) -> Result<Response<pb::PurgeResponse>, Status> {
         local_only(&req, "Purge")?;
-        let key = if req.get_ref().tier.is_empty() {
-            None
-        } else {
-            Some(validate::tier(&self.registry, &req.get_ref().tier)?.1.key.clone())
-        };
+        let key =
+            if req.get_ref().tier.is_empty() { None } else { Some(validate::tier(&self.registry, &req.get_ref().tier)?.1.key.clone()) };
         let (n, bytes) = self.registry.engine().purge(key.as_deref()).await.map_err(DaemonError::from)?;
         Ok(Response::new(pb::PurgeResponse { dropped_prefixes: n, freed_bytes: bytes }))
     }
@@ -402,9 +389,9 @@ impl Stream for EventStream {
         let item = match result {
             Err(_) => Err(DaemonError::ShuttingDown.into()),
             Ok(Err(e)) => Err(DaemonError::from(e).into()),
-            Ok(Ok(f)) if f.reason == FinishReason::Cancelled => Err(Status::unavailable(
-                "revisd is shutting down; the answer was cut short",
-            )),
+            Ok(Ok(f)) if f.reason == FinishReason::Cancelled => {
+                Err(Status::unavailable("revisd is shutting down; the answer was cut short"))
+            }
             Ok(Ok(f)) => {
                 let busy_us = f.prompt_us + f.generate_us;
                 event(pb::generate_event::Event::Done(pb::Done {

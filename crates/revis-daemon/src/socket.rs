@@ -29,7 +29,6 @@ pub fn my_uid() -> u32 {
 
 pub use revis_proto::default_socket_path;
 
-
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SocketError + '_ {
     move |source| SocketError::Io { path: path.into(), source }
 }

@@ -65,8 +65,8 @@ pub fn tier<'a>(registry: &'a Registry, tier: &str) -> Result<(String, &'a Arc<M
 }
 
 fn utf8(field: &str, bytes: &[u8]) -> Result<String, DaemonError> {
-    let s = std::str::from_utf8(bytes)
-        .map_err(|e| invalid(format!("{field} is not valid UTF-8 (bad byte at offset {})", e.valid_up_to())))?;
+    let s =
+        std::str::from_utf8(bytes).map_err(|e| invalid(format!("{field} is not valid UTF-8 (bad byte at offset {})", e.valid_up_to())))?;
     if s.contains('\0') {
         return Err(invalid(format!("{field} contains a NUL character")));
     }

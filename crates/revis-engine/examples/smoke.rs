@@ -1,6 +1,6 @@
 //! Smoke run of the engine alone: one greedy answer, timings.
-use std::sync::{Arc, atomic::AtomicBool};
 use revis_engine::*;
+use std::sync::{Arc, atomic::AtomicBool};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
@@ -16,7 +16,9 @@ async fn main() {
         let (done, done_rx) = tokio::sync::oneshot::channel();
         let job = GenerateJob { prompt: prompt.clone(), sampling: Sampling::greedy(), max_tokens: 64, stop: vec![], grammar: None };
         let _f = engine.run("m", Job::Generate { job, deltas: tx, done }, Arc::new(AtomicBool::new(false)), Box::new(()));
-        while let Some(d) = rx.recv().await { print!("{}", d.text); }
+        while let Some(d) = rx.recv().await {
+            print!("{}", d.text);
+        }
         let f = done_rx.await.unwrap().unwrap();
         println!("\n{:?}", Finished { text: String::new(), ..f });
     }

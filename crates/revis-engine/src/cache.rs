@@ -133,9 +133,7 @@ impl<S> PrefixCache<S> {
         self.clock += 1;
         self.entries.push(Saved { seq, state, bytes, last_used: self.clock });
         let mut evicted = 0;
-        while self.entries.len() > self.max_entries
-            || (self.total_bytes() > self.budget_bytes && !self.entries.is_empty())
-        {
+        while self.entries.len() > self.max_entries || (self.total_bytes() > self.budget_bytes && !self.entries.is_empty()) {
             let oldest = (0..self.entries.len()).min_by_key(|&i| self.entries[i].last_used).unwrap_or(0);
             self.entries.remove(oldest);
             evicted += 1;

@@ -17,8 +17,8 @@ use llama_cpp_2::token::LlamaToken;
 
 use crate::cache::{Evaluated, PrefixCache, cuts};
 use crate::{
-    Backend, Delta, EngineError, Loaded, FinishReason, Finished, GenerateJob, Message, ModelSpec, ModelStats, Prefilled, Prompt,
-    Sampling, Scored, Session, StopMatcher, Stopped, Token, Tokenizer, Utf8Stream,
+    Backend, Delta, EngineError, FinishReason, Finished, GenerateJob, Loaded, Message, ModelSpec, ModelStats, Prefilled, Prompt, Sampling,
+    Scored, Session, StopMatcher, Stopped, Token, Tokenizer, Utf8Stream,
 };
 
 /// Sequences shorter than this are not worth saving when they are evicted from the live slot.
@@ -45,8 +45,8 @@ impl Backend for LlamaCpp {
         if !spec.path.is_file() {
             return Err(load_err("no such file".into()));
         }
-        let model = LlamaModel::load_from_file(raw_backend(), &spec.path, &LlamaModelParams::default())
-            .map_err(|e| load_err(e.to_string()))?;
+        let model =
+            LlamaModel::load_from_file(raw_backend(), &spec.path, &LlamaModelParams::default()).map_err(|e| load_err(e.to_string()))?;
         let model = Arc::new(model);
         let template = match model.chat_template(None) {
             Ok(t) => t,
@@ -113,9 +113,7 @@ impl Tokenizer for LlamaTokenizer {
             .map(|m| LlamaChatMessage::new(m.role.as_str().to_owned(), m.content.clone()))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| EngineError::Template(e.to_string()))?;
-        self.model
-            .apply_chat_template(&self.template, &chat, add_generation_prompt)
-            .map_err(|e| EngineError::Template(e.to_string()))
+        self.model.apply_chat_template(&self.template, &chat, add_generation_prompt).map_err(|e| EngineError::Template(e.to_string()))
     }
 
     fn tokenize(&self, text: &str, add_bos: bool) -> Vec<Token> {
@@ -132,8 +130,7 @@ impl Tokenizer for LlamaTokenizer {
 
     fn json_grammar(&self, schema: Option<&str>) -> Result<String, EngineError> {
         let schema = schema.unwrap_or(r#"{"type":"object"}"#);
-        let value: serde_json::Value =
-            serde_json::from_str(schema).map_err(|e| EngineError::InvalidSchema(format!("not JSON: {e}")))?;
+        let value: serde_json::Value = serde_json::from_str(schema).map_err(|e| EngineError::InvalidSchema(format!("not JSON: {e}")))?;
         if !value.is_object() {
             return Err(EngineError::InvalidSchema("a JSON schema must be a JSON object".into()));
         }
@@ -388,11 +385,7 @@ impl Session for LlamaSession {
         if !self.evaluate(tokens, &cuts, cached, &|_| false, &mut |_, _, _| Ok(()), cancelled)? {
             return Err(EngineError::Stopped);
         }
-        Ok(Prefilled {
-            prompt_tokens: tokens.len() as u32,
-            cached_tokens: cached as u32,
-            elapsed_us: started.elapsed().as_micros() as u64,
-        })
+        Ok(Prefilled { prompt_tokens: tokens.len() as u32, cached_tokens: cached as u32, elapsed_us: started.elapsed().as_micros() as u64 })
     }
 
     fn score(&mut self, prefix: &[Token], continuation: &[Token], cancelled: &dyn Fn() -> bool) -> Result<Scored, EngineError> {

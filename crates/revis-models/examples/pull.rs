@@ -5,18 +5,10 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .init();
+    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).init();
     let mut args = std::env::args().skip(1);
-    let name = args
-        .next()
-        .unwrap_or_else(|| revis_models::DEFAULT_MODEL.to_owned());
-    let dir = match args
-        .next()
-        .map(PathBuf::from)
-        .map_or_else(revis_models::models_dir, Ok)
-    {
+    let name = args.next().unwrap_or_else(|| revis_models::DEFAULT_MODEL.to_owned());
+    let dir = match args.next().map(PathBuf::from).map_or_else(revis_models::models_dir, Ok) {
         Ok(dir) => dir,
         Err(e) => {
             eprintln!("{e}");

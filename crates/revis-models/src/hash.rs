@@ -57,21 +57,13 @@ pub(crate) struct HashingWriter<W> {
 
 impl<W: Write> HashingWriter<W> {
     pub(crate) fn new(inner: W) -> Self {
-        HashingWriter {
-            inner,
-            hasher: Sha256::new(),
-            written: 0,
-        }
+        HashingWriter { inner, hasher: Sha256::new(), written: 0 }
     }
 
     /// Flushes and returns the inner writer, the hex digest and the byte count.
     pub(crate) fn finish(mut self) -> io::Result<(W, String, u64)> {
         self.inner.flush()?;
-        Ok((
-            self.inner,
-            hex::encode(self.hasher.finalize()),
-            self.written,
-        ))
+        Ok((self.inner, hex::encode(self.hasher.finalize()), self.written))
     }
 }
 
@@ -97,10 +89,7 @@ mod tests {
     #[test]
     fn normalize_accepts_only_64_hex_digits() {
         let upper = EMPTY.to_ascii_uppercase();
-        assert_eq!(
-            normalize_sha256(&format!(" {upper}\n")).as_deref(),
-            Some(EMPTY)
-        );
+        assert_eq!(normalize_sha256(&format!(" {upper}\n")).as_deref(), Some(EMPTY));
         assert_eq!(normalize_sha256(&EMPTY[..63]), None);
         assert_eq!(normalize_sha256(&format!("{}g", &EMPTY[..63])), None);
         assert_eq!(normalize_sha256(""), None);
@@ -124,18 +113,12 @@ mod tests {
         w.write_all(b"ab").unwrap();
         w.write_all(b"c").unwrap();
         let (inner, digest, n) = w.finish().unwrap();
-        assert_eq!(
-            (inner.as_slice(), digest.as_str(), n),
-            (&b"abc"[..], want, 3)
-        );
+        assert_eq!((inner.as_slice(), digest.as_str(), n), (&b"abc"[..], want, 3));
 
         let mut hasher = Sha256::new();
         assert_eq!(hash_prefix(&path, Some(2), &mut hasher).unwrap(), 2);
         hasher.update(b"c");
         assert_eq!(hex::encode(hasher.finalize()), want);
-        assert_eq!(
-            sha256_file(Path::new("/nonexistent/revis")).map_err(|e| e.kind()),
-            Err(io::ErrorKind::NotFound)
-        );
+        assert_eq!(sha256_file(Path::new("/nonexistent/revis")).map_err(|e| e.kind()), Err(io::ErrorKind::NotFound));
     }
 }

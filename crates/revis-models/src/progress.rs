@@ -23,15 +23,12 @@ impl Meter {
         }
         let bar = match total {
             Some(total) => ProgressBar::new(total).with_style(
-                ProgressStyle::with_template(
-                    "{msg} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
-                )
-                .expect("valid progress template")
-                .progress_chars("=> "),
+                ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}")
+                    .expect("valid progress template")
+                    .progress_chars("=> "),
             ),
             None => ProgressBar::new_spinner().with_style(
-                ProgressStyle::with_template("{msg} {spinner} {bytes} {binary_bytes_per_sec}")
-                    .expect("valid progress template"),
+                ProgressStyle::with_template("{msg} {spinner} {bytes} {binary_bytes_per_sec}").expect("valid progress template"),
             ),
         };
         bar.set_message(label.to_owned());

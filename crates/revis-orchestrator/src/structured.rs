@@ -4,8 +4,8 @@
 //! schema, so it always validates; [`parse`] also takes a one-shot output
 //! apart robustly. Malformed output is logged and retried once.
 
-use revis_client::v1 as pb;
 use revis_client::message;
+use revis_client::v1 as pb;
 
 use crate::Daemon;
 
@@ -55,12 +55,7 @@ pub fn parse(output: &str) -> Result<(Option<String>, serde_json::Value), Struct
 
 /// Runs a structured task: reasoning in the private tag, then JSON matching
 /// `schema` (constrained by the daemon). Retried once on malformed output.
-pub async fn run<D: Daemon>(
-    daemon: &D,
-    tier: &str,
-    task: &str,
-    schema: &serde_json::Value,
-) -> Result<serde_json::Value, StructuredError> {
+pub async fn run<D: Daemon>(daemon: &D, tier: &str, task: &str, schema: &serde_json::Value) -> Result<serde_json::Value, StructuredError> {
     let mut last = StructuredError::NoJson;
     for attempt in 0..2 {
         match run_once(daemon, tier, task, schema).await {
@@ -74,12 +69,7 @@ pub async fn run<D: Daemon>(
     Err(last)
 }
 
-async fn run_once<D: Daemon>(
-    daemon: &D,
-    tier: &str,
-    task: &str,
-    schema: &serde_json::Value,
-) -> Result<serde_json::Value, StructuredError> {
+async fn run_once<D: Daemon>(daemon: &D, tier: &str, task: &str, schema: &serde_json::Value) -> Result<serde_json::Value, StructuredError> {
     let system = message(pb::Role::System, &instructions());
     let user = message(pb::Role::User, task);
     // 1: the reasoning, stopped at the closing tag.

@@ -169,11 +169,7 @@ impl Background {
     }
 
     /// Queues a job; the returned receiver gets its result.
-    pub fn submit<T: Send + 'static>(
-        &self,
-        rank: u8,
-        job: impl Future<Output = T> + Send + 'static,
-    ) -> tokio::sync::oneshot::Receiver<T> {
+    pub fn submit<T: Send + 'static>(&self, rank: u8, job: impl Future<Output = T> + Send + 'static) -> tokio::sync::oneshot::Receiver<T> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let job: Job = Box::pin(async move {
             let _ = tx.send(job.await);

@@ -150,9 +150,8 @@ pub(crate) fn report(layout: &Layout, out: &mut dyn Write) {
     match run("launchctl", &["print", &target(layout)]) {
         Ok(o) if o.status.success() => {
             let text = String::from_utf8_lossy(&o.stdout);
-            let field = |name: &str| {
-                text.lines().map(str::trim).find_map(|l| l.strip_prefix(name)?.trim_start().strip_prefix('=')).map(str::trim)
-            };
+            let field =
+                |name: &str| text.lines().map(str::trim).find_map(|l| l.strip_prefix(name)?.trim_start().strip_prefix('=')).map(str::trim);
             let state = field("state").unwrap_or("unknown");
             match field("pid") {
                 Some(pid) => say!(out, "launchd: {LABEL} is loaded, {state}, pid {pid}"),

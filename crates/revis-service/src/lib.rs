@@ -134,10 +134,9 @@ impl Layout {
     /// The files `install` writes, with their contents.
     pub fn files(&self) -> Result<Vec<(PathBuf, String)>, ServiceError> {
         Ok(match self.manager {
-            Manager::Systemd => vec![
-                (self.systemd_dir.join(SOCKET_UNIT), socket_unit()),
-                (self.systemd_dir.join(SERVICE_UNIT), service_unit(self)?),
-            ],
+            Manager::Systemd => {
+                vec![(self.systemd_dir.join(SOCKET_UNIT), socket_unit()), (self.systemd_dir.join(SERVICE_UNIT), service_unit(self)?)]
+            }
             Manager::Launchd => vec![(self.home.join(format!("Library/LaunchAgents/{LABEL}.plist")), plist(self)?)],
         })
     }

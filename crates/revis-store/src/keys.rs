@@ -26,10 +26,7 @@ pub(crate) fn decode_message_key(bytes: &[u8]) -> Option<MessageId> {
     if bytes.len() != 16 {
         return None;
     }
-    Some(MessageId {
-        conversation: ConversationId(decode_u64(&bytes[..8])?),
-        seq: decode_u64(&bytes[8..])?,
-    })
+    Some(MessageId { conversation: ConversationId(decode_u64(&bytes[..8])?), seq: decode_u64(&bytes[8..])? })
 }
 
 /// A key for error messages: hex, or the id when it decodes as one.
@@ -49,10 +46,7 @@ mod tests {
     use super::*;
 
     fn message_id() -> impl Strategy<Value = MessageId> {
-        (any::<u64>(), any::<u64>()).prop_map(|(c, seq)| MessageId {
-            conversation: ConversationId(c),
-            seq,
-        })
+        (any::<u64>(), any::<u64>()).prop_map(|(c, seq)| MessageId { conversation: ConversationId(c), seq })
     }
 
     proptest! {
@@ -74,10 +68,7 @@ mod tests {
     #[test]
     fn keys_show_readably() {
         assert_eq!(show(&u64_key(42)), "42");
-        let m = MessageId {
-            conversation: ConversationId(1),
-            seq: 2,
-        };
+        let m = MessageId { conversation: ConversationId(1), seq: 2 };
         assert_eq!(show(&message_key(m)), "1:2");
         assert_eq!(show(b"theme"), "\"theme\"");
         assert_eq!(show(&[0xff, 0x00, 0x01]), "ff0001");

@@ -71,7 +71,4 @@ pub use error::{DbError, Result, StoreError};
 pub use open::{Opened, Recovered};
 pub use schema::SCHEMA_VERSION;
 pub use store::Store;
-pub use types::{
-    Conversation, ConversationId, Fact, FactId, MessageId, MessageState, ParseIdError, Role,
-    StoredMessage, Summary,
-};
+pub use types::{Conversation, ConversationId, Fact, FactId, MessageId, MessageState, ParseIdError, Role, StoredMessage, Summary};

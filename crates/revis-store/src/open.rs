@@ -79,10 +79,7 @@ impl Store {
     /// Blocking (file I/O and fsync), like every method of [`Store`].
     pub fn open(dir: &Path) -> Result<Opened> {
         match try_open_waiting(dir) {
-            Ok(store) => Ok(Opened {
-                store,
-                recovered: None,
-            }),
+            Ok(store) => Ok(Opened { store, recovered: None }),
             Err(Failure::Fatal(e)) => Err(e),
             Err(Failure::Damaged(error)) => {
                 let moved = move_aside(dir)?;
@@ -93,19 +90,11 @@ impl Store {
                     "the database was damaged; moved it aside and started a new one"
                 );
                 match try_open_waiting(dir) {
-                    Ok(store) => Ok(Opened {
-                        store,
-                        recovered: Some(Recovered {
-                            path: dir.to_path_buf(),
-                            damaged_path_moved_to: moved,
-                            error,
-                        }),
-                    }),
+                    Ok(store) => {
+                        Ok(Opened { store, recovered: Some(Recovered { path: dir.to_path_buf(), damaged_path_moved_to: moved, error }) })
+                    }
                     Err(Failure::Fatal(e)) => Err(e),
-                    Err(Failure::Damaged(reason)) => Err(StoreError::Damaged {
-                        path: dir.to_path_buf(),
-                        reason,
-                    }),
+                    Err(Failure::Damaged(reason)) => Err(StoreError::Damaged { path: dir.to_path_buf(), reason }),
                 }
             }
         }
@@ -122,9 +111,7 @@ impl Store {
 fn default_dir_from(env_value: Option<OsString>) -> Result<PathBuf> {
     let data = match env_value {
         Some(v) if !v.is_empty() => PathBuf::from(v),
-        _ => directories::ProjectDirs::from("", "", "revis")
-            .map(|dirs| dirs.data_dir().to_path_buf())
-            .ok_or(StoreError::NoDataDir)?,
+        _ => directories::ProjectDirs::from("", "", "revis").map(|dirs| dirs.data_dir().to_path_buf()).ok_or(StoreError::NoDataDir)?,
     };
     Ok(data.join("db"))
 }
@@ -147,19 +134,8 @@ fn try_open_waiting(dir: &Path) -> Result<Store, Failure> {
 }
 
 fn try_open(dir: &Path) -> Result<Store, Failure> {
-    let io = |source| {
-        Failure::Fatal(StoreError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })
-    };
-    let newer = |found| {
-        Failure::Fatal(StoreError::NewerSchema {
-            path: dir.to_path_buf(),
-            found,
-            supported: SCHEMA_VERSION,
-        })
-    };
+    let io = |source| Failure::Fatal(StoreError::Io { path: dir.to_path_buf(), source });
+    let newer = |found| Failure::Fatal(StoreError::NewerSchema { path: dir.to_path_buf(), found, supported: SCHEMA_VERSION });
 
     create_dir(dir).map_err(io)?;
     // The marker first: a newer revis may have changed sled's format too,
@@ -175,9 +151,7 @@ fn try_open(dir: &Path) -> Result<Store, Failure> {
     // so a database another process has open is never taken for damaged
     // (and moved aside) because of what sled read without it.
     if in_use(dir).map_err(io)? {
-        return Err(Failure::Fatal(StoreError::Locked {
-            path: dir.to_path_buf(),
-        }));
+        return Err(Failure::Fatal(StoreError::Locked { path: dir.to_path_buf() }));
     }
 
     let config = sled::Config::new().path(dir).cache_capacity(CACHE_CAPACITY);
@@ -185,10 +159,7 @@ fn try_open(dir: &Path) -> Result<Store, Failure> {
         Ok(Ok(db)) => db,
         Ok(Err(e)) => return Err(classify(dir, e)),
         Err(panic) => {
-            return Err(Failure::Damaged(format!(
-                "sled panicked: {}",
-                panic_message(&panic)
-            )));
+            return Err(Failure::Damaged(format!("sled panicked: {}", panic_message(&panic))));
         }
     };
     // From here sled holds the directory's lock: no other process uses it.
@@ -202,9 +173,7 @@ fn try_open(dir: &Path) -> Result<Store, Failure> {
         Ok(Some(bytes)) => match serde_json::from_slice::<u32>(&bytes) {
             Ok(v) => Some(v),
             Err(e) => {
-                return Err(Failure::Damaged(format!(
-                    "the schema version is unreadable: {e}"
-                )));
+                return Err(Failure::Damaged(format!("the schema version is unreadable: {e}")));
             }
         },
         Err(e) => return Err(classify(dir, e)),
@@ -230,31 +199,18 @@ fn try_open(dir: &Path) -> Result<Store, Failure> {
         Ok(Ok(())) => {}
         Ok(Err(e)) => return Err(classify(dir, e)),
         Err(panic) => {
-            return Err(Failure::Damaged(format!(
-                "sled panicked: {}",
-                panic_message(&panic)
-            )));
+            return Err(Failure::Damaged(format!("sled panicked: {}", panic_message(&panic))));
         }
     }
 
-    let version =
-        schema::migrate(&db, version, &schema::MIGRATIONS).map_err(|e| classify(dir, e))?;
+    let version = schema::migrate(&db, version, &schema::MIGRATIONS).map_err(|e| classify(dir, e))?;
     debug_assert_eq!(version, SCHEMA_VERSION);
     let names = db.tree_names();
-    if let Some(missing) = schema::TREES
-        .iter()
-        .find(|t| !names.iter().any(|n| n == t.as_bytes()))
-    {
+    if let Some(missing) = schema::TREES.iter().find(|t| !names.iter().any(|n| n == t.as_bytes())) {
         return Err(Failure::Damaged(format!("the {missing} tree is missing")));
     }
     if marker != Some(version) {
-        schema::write_marker(
-            dir,
-            &Marker {
-                schema_version: version,
-            },
-        )
-        .map_err(io)?;
+        schema::write_marker(dir, &Marker { schema_version: version }).map_err(io)?;
     }
     Store::from_db(Arc::from(dir), db).map_err(|e| classify(dir, e))
 }
@@ -262,11 +218,7 @@ fn try_open(dir: &Path) -> Result<Store, Failure> {
 /// Whether another process (or another [`Store`]) holds sled's lock on the
 /// database: the same `flock` on its `db` file that sled takes.
 fn in_use(dir: &Path) -> std::io::Result<bool> {
-    let file = match std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(dir.join("db"))
-    {
+    let file = match std::fs::OpenOptions::new().read(true).write(true).open(dir.join("db")) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(e),
@@ -295,22 +247,12 @@ fn classify(dir: &Path, e: sled::Error) -> Failure {
     match e {
         // sled's lock: `Io(Other, "could not acquire lock on ...")`.
         sled::Error::Io(io) if io.to_string().contains("could not acquire lock") => {
-            Failure::Fatal(StoreError::Locked {
-                path: dir.to_path_buf(),
-            })
+            Failure::Fatal(StoreError::Locked { path: dir.to_path_buf() })
         }
-        sled::Error::Io(io)
-            if matches!(
-                io.kind(),
-                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::InvalidData
-            ) =>
-        {
+        sled::Error::Io(io) if matches!(io.kind(), std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::InvalidData) => {
             Failure::Damaged(format!("sled: {io}"))
         }
-        sled::Error::Io(source) => Failure::Fatal(StoreError::Io {
-            path: dir.to_path_buf(),
-            source,
-        }),
+        sled::Error::Io(source) => Failure::Fatal(StoreError::Io { path: dir.to_path_buf(), source }),
         // Corruption, Unsupported (sled cannot parse its own config or log
         // header), ReportableBug (sled tripped over its data).
         other => Failure::Damaged(format!("sled: {other}")),
@@ -333,10 +275,7 @@ fn create_dir(dir: &Path) -> std::io::Result<()> {
     std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
     builder.create(dir)?;
     if !std::fs::metadata(dir)?.is_dir() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::NotADirectory,
-            "not a directory",
-        ));
+        return Err(std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory"));
     }
     Ok(())
 }
@@ -356,17 +295,9 @@ fn make_private(dir: &Path) -> std::io::Result<()> {
 /// Renames the damaged directory to `<dir>.damaged-<unix ms>[-n]`, never over
 /// anything.
 fn move_aside(dir: &Path) -> Result<PathBuf> {
-    let io = |source| StoreError::Io {
-        path: dir.to_path_buf(),
-        source,
-    };
-    let millis = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    let mut name = dir
-        .file_name()
-        .map(OsString::from)
-        .unwrap_or_else(|| "db".into());
+    let io = |source| StoreError::Io { path: dir.to_path_buf(), source };
+    let millis = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    let mut name = dir.file_name().map(OsString::from).unwrap_or_else(|| "db".into());
     name.push(format!(".damaged-{millis}"));
     let base = dir.with_file_name(&name);
     let mut target = base.clone();
@@ -387,10 +318,7 @@ mod tests {
 
     #[test]
     fn default_dir_is_the_data_dir_then_db() {
-        assert_eq!(
-            default_dir_from(Some("/srv/revis".into())).unwrap(),
-            PathBuf::from("/srv/revis/db")
-        );
+        assert_eq!(default_dir_from(Some("/srv/revis".into())).unwrap(), PathBuf::from("/srv/revis/db"));
         // Empty means unset; the platform directory ends in "revis/db" wherever it is.
         let platform = default_dir_from(Some(OsString::new())).unwrap();
         assert!(platform.ends_with("revis/db"), "{}", platform.display());
@@ -412,10 +340,7 @@ mod tests {
         for (i, path) in moved.iter().enumerate() {
             let name = path.file_name().unwrap().to_str().unwrap();
             assert!(name.starts_with("db.damaged-"), "{name}");
-            assert_eq!(
-                std::fs::read_to_string(path.join("db")).unwrap(),
-                format!("copy {i}")
-            );
+            assert_eq!(std::fs::read_to_string(path.join("db")).unwrap(), format!("copy {i}"));
         }
     }
 }

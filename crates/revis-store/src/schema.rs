@@ -130,21 +130,11 @@ fn v0_to_v1(db: &sled::Db) -> sled::Result<()> {
 pub(crate) fn migrate(db: &sled::Db, from: u32, migrations: &[Migration]) -> sled::Result<u32> {
     let mut version = from;
     for migration in migrations.iter().skip(from as usize) {
-        tracing::info!(
-            from = version,
-            to = version + 1,
-            "migrating the revis database"
-        );
+        tracing::info!(from = version, to = version + 1, "migrating the revis database");
         migration(db)?;
         db.flush()?;
-        let stamped = db
-            .get(VERSION_KEY)?
-            .and_then(|v| serde_json::from_slice::<u32>(&v).ok());
-        assert_eq!(
-            stamped,
-            Some(version + 1),
-            "migration from {version} did not stamp its version"
-        );
+        let stamped = db.get(VERSION_KEY)?.and_then(|v| serde_json::from_slice::<u32>(&v).ok());
+        assert_eq!(stamped, Some(version + 1), "migration from {version} did not stamp its version");
         version += 1;
     }
     Ok(version)
@@ -158,9 +148,7 @@ pub(crate) fn json<T: Serialize>(value: &T) -> Vec<u8> {
 /// Reads the marker: `Ok(None)` when there is none; `Err` with the
 /// operating system's error when it cannot be read; `Ok(Some(Err))` when it
 /// is there but is not a marker.
-pub(crate) fn read_marker(
-    dir: &Path,
-) -> std::io::Result<Option<Result<Marker, serde_json::Error>>> {
+pub(crate) fn read_marker(dir: &Path) -> std::io::Result<Option<Result<Marker, serde_json::Error>>> {
     match std::fs::read(dir.join(MARKER)) {
         Ok(bytes) => Ok(Some(serde_json::from_slice(&bytes))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -192,14 +180,8 @@ mod tests {
     #[test]
     fn records_encode_as_documented() {
         let show = |bytes: Vec<u8>| String::from_utf8(bytes).unwrap();
-        let conversation = ConversationRecord {
-            title: "Trip".into(),
-            created_ms: 1,
-            updated_ms: 2,
-            next_seq: 3,
-        };
-        expect![[r#"{"title":"Trip","created_ms":1,"updated_ms":2,"next_seq":3}"#]]
-            .assert_eq(&show(json(&conversation)));
+        let conversation = ConversationRecord { title: "Trip".into(), created_ms: 1, updated_ms: 2, next_seq: 3 };
+        expect![[r#"{"title":"Trip","created_ms":1,"updated_ms":2,"next_seq":3}"#]].assert_eq(&show(json(&conversation)));
         let reply = MessageRecord {
             role: Role::Assistant,
             text: "Hi".into(),
@@ -208,10 +190,7 @@ mod tests {
             created_ms: 5,
             completed_ms: None,
         };
-        expect![[
-            r#"{"role":"assistant","text":"Hi","state":"incomplete","tier":"tier2","created_ms":5}"#
-        ]]
-        .assert_eq(&show(json(&reply)));
+        expect![[r#"{"role":"assistant","text":"Hi","state":"incomplete","tier":"tier2","created_ms":5}"#]].assert_eq(&show(json(&reply)));
         let user = MessageRecord {
             role: Role::User,
             text: "Hello".into(),
@@ -220,30 +199,13 @@ mod tests {
             created_ms: 4,
             completed_ms: Some(4),
         };
-        expect![[
-            r#"{"role":"user","text":"Hello","state":"complete","created_ms":4,"completed_ms":4}"#
-        ]]
-        .assert_eq(&show(json(&user)));
-        let fact = FactRecord {
-            text: "Likes tea".into(),
-            source: Some(MessageId {
-                conversation: ConversationId(1),
-                seq: 0,
-            }),
-            created_ms: 6,
-        };
-        expect![[r#"{"text":"Likes tea","source":{"conversation":1,"seq":0},"created_ms":6}"#]]
-            .assert_eq(&show(json(&fact)));
-        let summary = SummaryRecord {
-            covers_up_to: 7,
-            text: "They planned".into(),
-            created_ms: 8,
-        };
-        expect![[r#"{"covers_up_to":7,"text":"They planned","created_ms":8}"#]]
-            .assert_eq(&show(json(&summary)));
-        expect![[r#"{"schema_version":1}"#]].assert_eq(&show(json(&Marker {
-            schema_version: SCHEMA_VERSION,
-        })));
+        expect![[r#"{"role":"user","text":"Hello","state":"complete","created_ms":4,"completed_ms":4}"#]].assert_eq(&show(json(&user)));
+        let fact =
+            FactRecord { text: "Likes tea".into(), source: Some(MessageId { conversation: ConversationId(1), seq: 0 }), created_ms: 6 };
+        expect![[r#"{"text":"Likes tea","source":{"conversation":1,"seq":0},"created_ms":6}"#]].assert_eq(&show(json(&fact)));
+        let summary = SummaryRecord { covers_up_to: 7, text: "They planned".into(), created_ms: 8 };
+        expect![[r#"{"covers_up_to":7,"text":"They planned","created_ms":8}"#]].assert_eq(&show(json(&summary)));
+        expect![[r#"{"schema_version":1}"#]].assert_eq(&show(json(&Marker { schema_version: SCHEMA_VERSION })));
     }
 
     fn stamp(db: &sled::Db, version: u32) -> sled::Result<()> {
@@ -251,9 +213,7 @@ mod tests {
     }
 
     fn version(db: &sled::Db) -> Option<u32> {
-        db.get(VERSION_KEY)
-            .unwrap()
-            .map(|v| serde_json::from_slice(&v).unwrap())
+        db.get(VERSION_KEY).unwrap().map(|v| serde_json::from_slice(&v).unwrap())
     }
 
     #[test]
@@ -291,10 +251,7 @@ mod tests {
         db.insert(NEXT_CONVERSATION_KEY, json(&9u64)).unwrap();
         // As if a crash had cut the first run short: running again keeps the counter.
         v0_to_v1(&db).unwrap();
-        assert_eq!(
-            db.get(NEXT_CONVERSATION_KEY).unwrap().as_deref(),
-            Some(&b"9"[..])
-        );
+        assert_eq!(db.get(NEXT_CONVERSATION_KEY).unwrap().as_deref(), Some(&b"9"[..]));
         assert_eq!(db.get(NEXT_FACT_KEY).unwrap().as_deref(), Some(&b"1"[..]));
         assert_eq!(version(&db), Some(1));
     }

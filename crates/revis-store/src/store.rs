@@ -6,20 +6,15 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::de::DeserializeOwned;
 use sled::Transactional as _;
-use sled::transaction::{
-    ConflictableTransactionError, ConflictableTransactionResult, TransactionError,
-};
+use sled::transaction::{ConflictableTransactionError, ConflictableTransactionResult, TransactionError};
 
 use crate::error::{DbError, Result, StoreError};
 use crate::keys::{decode_message_key, decode_u64, message_key, show, u64_key};
 use crate::schema::{
-    CONVERSATIONS, ConversationRecord, FACTS, FactRecord, MESSAGES, META, MessageRecord,
-    NEXT_CONVERSATION_KEY, NEXT_FACT_KEY, SETTINGS, SUMMARIES, SummaryRecord, json,
+    CONVERSATIONS, ConversationRecord, FACTS, FactRecord, MESSAGES, META, MessageRecord, NEXT_CONVERSATION_KEY, NEXT_FACT_KEY, SETTINGS,
+    SUMMARIES, SummaryRecord, json,
 };
-use crate::{
-    Conversation, ConversationId, Fact, FactId, MessageId, MessageState, Role, StoredMessage,
-    Summary,
-};
+use crate::{Conversation, ConversationId, Fact, FactId, MessageId, MessageState, Role, StoredMessage, Summary};
 
 /// The client's database: a cheap, `Clone`, thread-safe handle.
 ///
@@ -39,9 +34,7 @@ pub struct Store {
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store")
-            .field("path", &self.path)
-            .finish_non_exhaustive()
+        f.debug_struct("Store").field("path", &self.path).finish_non_exhaustive()
     }
 }
 
@@ -52,9 +45,7 @@ fn abort<T>(e: StoreError) -> TxResult<T> {
 }
 
 fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 impl Store {
@@ -87,19 +78,12 @@ impl Store {
     pub fn create_conversation(&self, title: &str) -> Result<ConversationId> {
         let now = now_ms();
         let meta: &sled::Tree = &self.db;
-        let id = self.tx(
-            (meta, &self.conversations).transaction(|(meta, conversations)| {
-                let id = self.next_id(meta, NEXT_CONVERSATION_KEY)?;
-                let record = ConversationRecord {
-                    title: title.to_owned(),
-                    created_ms: now,
-                    updated_ms: now,
-                    next_seq: 0,
-                };
-                conversations.insert(&u64_key(id), json(&record))?;
-                Ok(ConversationId(id))
-            }),
-        )?;
+        let id = self.tx((meta, &self.conversations).transaction(|(meta, conversations)| {
+            let id = self.next_id(meta, NEXT_CONVERSATION_KEY)?;
+            let record = ConversationRecord { title: title.to_owned(), created_ms: now, updated_ms: now, next_seq: 0 };
+            conversations.insert(&u64_key(id), json(&record))?;
+            Ok(ConversationId(id))
+        }))?;
         self.flush()?;
         Ok(id)
     }
@@ -118,9 +102,7 @@ impl Store {
 
     /// One conversation.
     pub fn conversation(&self, id: ConversationId) -> Result<Option<Conversation>> {
-        Ok(self
-            .conversation_record(id)?
-            .map(|record| conversation(id, record)))
+        Ok(self.conversation_record(id)?.map(|record| conversation(id, record)))
     }
 
     /// Renames a conversation.
@@ -140,20 +122,15 @@ impl Store {
     /// Facts learned from it stay (their `source` then points nowhere).
     /// Returns whether it existed.
     pub fn delete_conversation(&self, id: ConversationId) -> Result<bool> {
-        let existed = self.tx((&self.conversations, &self.messages, &self.summaries)
-            .transaction(|(conversations, messages, summaries)| {
+        let existed =
+            self.tx((&self.conversations, &self.messages, &self.summaries).transaction(|(conversations, messages, summaries)| {
                 let Some(bytes) = conversations.get(u64_key(id.0))? else {
                     return Ok(false);
                 };
-                let record: ConversationRecord = self
-                    .decode(CONVERSATIONS, &u64_key(id.0), &bytes)
-                    .or_else(abort)?;
+                let record: ConversationRecord = self.decode(CONVERSATIONS, &u64_key(id.0), &bytes).or_else(abort)?;
                 // Seqs are dense: every message is one of 0..next_seq.
                 for seq in 0..record.next_seq {
-                    messages.remove(&message_key(MessageId {
-                        conversation: id,
-                        seq,
-                    }))?;
+                    messages.remove(&message_key(MessageId { conversation: id, seq }))?;
                 }
                 summaries.remove(&u64_key(id.0))?;
                 conversations.remove(&u64_key(id.0))?;
@@ -215,19 +192,17 @@ impl Store {
     /// written together (one record), and flushed before this returns.
     pub fn complete_reply(&self, id: MessageId, final_text: &str) -> Result<()> {
         let now = now_ms();
-        self.tx(
-            (&self.conversations, &self.messages).transaction(|(conversations, messages)| {
-                let mut record = self.tx_open_reply(messages, id)?;
-                record.text = final_text.to_owned();
-                record.state = MessageState::Complete;
-                record.completed_ms = Some(now);
-                messages.insert(&message_key(id), json(&record))?;
-                let mut conversation = self.tx_conversation(conversations, id.conversation)?;
-                conversation.updated_ms = now;
-                conversations.insert(&u64_key(id.conversation.0), json(&conversation))?;
-                Ok(())
-            }),
-        )?;
+        self.tx((&self.conversations, &self.messages).transaction(|(conversations, messages)| {
+            let mut record = self.tx_open_reply(messages, id)?;
+            record.text = final_text.to_owned();
+            record.state = MessageState::Complete;
+            record.completed_ms = Some(now);
+            messages.insert(&message_key(id), json(&record))?;
+            let mut conversation = self.tx_conversation(conversations, id.conversation)?;
+            conversation.updated_ms = now;
+            conversations.insert(&u64_key(id.conversation.0), json(&conversation))?;
+            Ok(())
+        }))?;
         self.flush()
     }
 
@@ -244,14 +219,8 @@ impl Store {
         let Some(next) = after.seq.checked_add(1) else {
             return Ok(Vec::new());
         };
-        let start = message_key(MessageId {
-            conversation: after.conversation,
-            seq: next,
-        });
-        let end = message_key(MessageId {
-            conversation: after.conversation,
-            seq: u64::MAX,
-        });
+        let start = message_key(MessageId { conversation: after.conversation, seq: next });
+        let end = message_key(MessageId { conversation: after.conversation, seq: u64::MAX });
         self.collect_messages(self.messages.range(start..=end))
     }
 
@@ -259,10 +228,7 @@ impl Store {
     pub fn message(&self, id: MessageId) -> Result<Option<StoredMessage>> {
         let key = message_key(id);
         match self.messages.get(key).map_err(|e| self.db_err(e))? {
-            Some(bytes) => Ok(Some(stored_message(
-                id,
-                self.decode(MESSAGES, &key, &bytes)?,
-            ))),
+            Some(bytes) => Ok(Some(stored_message(id, self.decode(MESSAGES, &key, &bytes)?))),
             None => Ok(None),
         }
     }
@@ -275,14 +241,7 @@ impl Store {
         let meta: &sled::Tree = &self.db;
         let id = self.tx((meta, &self.facts).transaction(|(meta, facts)| {
             let id = self.next_id(meta, NEXT_FACT_KEY)?;
-            facts.insert(
-                &u64_key(id),
-                json(&FactRecord {
-                    text: fact.to_owned(),
-                    source,
-                    created_ms: now,
-                }),
-            )?;
+            facts.insert(&u64_key(id), json(&FactRecord { text: fact.to_owned(), source, created_ms: now }))?;
             Ok(FactId(id))
         }))?;
         self.flush()?;
@@ -307,11 +266,7 @@ impl Store {
 
     /// Removes a fact; returns whether it existed.
     pub fn remove_fact(&self, id: FactId) -> Result<bool> {
-        let existed = self
-            .facts
-            .remove(u64_key(id.0))
-            .map_err(|e| self.db_err(e))?
-            .is_some();
+        let existed = self.facts.remove(u64_key(id.0)).map_err(|e| self.db_err(e))?.is_some();
         self.flush()?;
         Ok(existed)
     }
@@ -320,34 +275,20 @@ impl Store {
 
     /// Sets the conversation's summary (replacing any earlier one), covering
     /// its messages up to and including `covers_up_to`.
-    pub fn put_summary(
-        &self,
-        conversation: ConversationId,
-        covers_up_to: MessageId,
-        text: &str,
-    ) -> Result<()> {
+    pub fn put_summary(&self, conversation: ConversationId, covers_up_to: MessageId, text: &str) -> Result<()> {
         if covers_up_to.conversation != conversation {
-            return Err(StoreError::WrongConversation {
-                message: covers_up_to,
-                conversation,
-            });
+            return Err(StoreError::WrongConversation { message: covers_up_to, conversation });
         }
         let now = now_ms();
-        self.tx((&self.conversations, &self.summaries).transaction(
-            |(conversations, summaries)| {
-                let record = self.tx_conversation(conversations, conversation)?;
-                if covers_up_to.seq >= record.next_seq {
-                    return abort(StoreError::NoMessage(covers_up_to));
-                }
-                let summary = SummaryRecord {
-                    covers_up_to: covers_up_to.seq,
-                    text: text.to_owned(),
-                    created_ms: now,
-                };
-                summaries.insert(&u64_key(conversation.0), json(&summary))?;
-                Ok(())
-            },
-        ))?;
+        self.tx((&self.conversations, &self.summaries).transaction(|(conversations, summaries)| {
+            let record = self.tx_conversation(conversations, conversation)?;
+            if covers_up_to.seq >= record.next_seq {
+                return abort(StoreError::NoMessage(covers_up_to));
+            }
+            let summary = SummaryRecord { covers_up_to: covers_up_to.seq, text: text.to_owned(), created_ms: now };
+            summaries.insert(&u64_key(conversation.0), json(&summary))?;
+            Ok(())
+        }))?;
         self.flush()
     }
 
@@ -360,10 +301,7 @@ impl Store {
         let record: SummaryRecord = self.decode(SUMMARIES, &key, &bytes)?;
         Ok(Some(Summary {
             conversation,
-            covers_up_to: MessageId {
-                conversation,
-                seq: record.covers_up_to,
-            },
+            covers_up_to: MessageId { conversation, seq: record.covers_up_to },
             text: record.text,
             created_ms: record.created_ms,
         }))
@@ -373,19 +311,13 @@ impl Store {
 
     /// Sets a setting to any JSON value.
     pub fn set_setting(&self, key: &str, value: &serde_json::Value) -> Result<()> {
-        self.settings
-            .insert(key.as_bytes(), json(value))
-            .map_err(|e| self.db_err(e))?;
+        self.settings.insert(key.as_bytes(), json(value)).map_err(|e| self.db_err(e))?;
         self.flush()
     }
 
     /// A setting's value, if set.
     pub fn setting(&self, key: &str) -> Result<Option<serde_json::Value>> {
-        match self
-            .settings
-            .get(key.as_bytes())
-            .map_err(|e| self.db_err(e))?
-        {
+        match self.settings.get(key.as_bytes()).map_err(|e| self.db_err(e))? {
             Some(bytes) => Ok(Some(self.decode(SETTINGS, key.as_bytes(), &bytes)?)),
             None => Ok(None),
         }
@@ -393,11 +325,7 @@ impl Store {
 
     /// Removes a setting; returns whether it was set.
     pub fn remove_setting(&self, key: &str) -> Result<bool> {
-        let existed = self
-            .settings
-            .remove(key.as_bytes())
-            .map_err(|e| self.db_err(e))?
-            .is_some();
+        let existed = self.settings.remove(key.as_bytes()).map_err(|e| self.db_err(e))?.is_some();
         self.flush()?;
         Ok(existed)
     }
@@ -405,20 +333,15 @@ impl Store {
     // ---- helpers ----
 
     fn append(&self, conversation: ConversationId, message: MessageRecord) -> Result<MessageId> {
-        let id = self.tx((&self.conversations, &self.messages).transaction(
-            |(conversations, messages)| {
-                let mut record = self.tx_conversation(conversations, conversation)?;
-                let id = MessageId {
-                    conversation,
-                    seq: record.next_seq,
-                };
-                record.next_seq += 1;
-                record.updated_ms = message.created_ms;
-                conversations.insert(&u64_key(conversation.0), json(&record))?;
-                messages.insert(&message_key(id), json(&message))?;
-                Ok(id)
-            },
-        ))?;
+        let id = self.tx((&self.conversations, &self.messages).transaction(|(conversations, messages)| {
+            let mut record = self.tx_conversation(conversations, conversation)?;
+            let id = MessageId { conversation, seq: record.next_seq };
+            record.next_seq += 1;
+            record.updated_ms = message.created_ms;
+            conversations.insert(&u64_key(conversation.0), json(&record))?;
+            messages.insert(&message_key(id), json(&message))?;
+            Ok(id)
+        }))?;
         self.flush()?;
         Ok(id)
     }
@@ -442,22 +365,14 @@ impl Store {
     }
 
     fn require_conversation(&self, id: ConversationId) -> Result<()> {
-        match self
-            .conversations
-            .contains_key(u64_key(id.0))
-            .map_err(|e| self.db_err(e))?
-        {
+        match self.conversations.contains_key(u64_key(id.0)).map_err(|e| self.db_err(e))? {
             true => Ok(()),
             false => Err(StoreError::NoConversation(id)),
         }
     }
 
     /// Inside a transaction: the conversation's record, or abort.
-    fn tx_conversation(
-        &self,
-        conversations: &sled::transaction::TransactionalTree,
-        id: ConversationId,
-    ) -> TxResult<ConversationRecord> {
+    fn tx_conversation(&self, conversations: &sled::transaction::TransactionalTree, id: ConversationId) -> TxResult<ConversationRecord> {
         let key = u64_key(id.0);
         match conversations.get(key)? {
             Some(bytes) => self.decode(CONVERSATIONS, &key, &bytes).or_else(abort),
@@ -466,11 +381,7 @@ impl Store {
     }
 
     /// Inside a transaction: the reply's record if it is still open, or abort.
-    fn tx_open_reply(
-        &self,
-        messages: &sled::transaction::TransactionalTree,
-        id: MessageId,
-    ) -> TxResult<MessageRecord> {
+    fn tx_open_reply(&self, messages: &sled::transaction::TransactionalTree, id: MessageId) -> TxResult<MessageRecord> {
         let key = message_key(id);
         let Some(bytes) = messages.get(key)? else {
             return abort(StoreError::NoMessage(id));
@@ -483,11 +394,7 @@ impl Store {
     }
 
     /// Inside a transaction: takes the next id from a counter in `meta`.
-    fn next_id(
-        &self,
-        meta: &sled::transaction::TransactionalTree,
-        counter: &[u8],
-    ) -> TxResult<u64> {
+    fn next_id(&self, meta: &sled::transaction::TransactionalTree, counter: &[u8]) -> TxResult<u64> {
         let Some(bytes) = meta.get(counter)? else {
             // Written by the migration to version 1, so its absence is damage.
             return abort(StoreError::Damaged {
@@ -507,18 +414,8 @@ impl Store {
         })
     }
 
-    fn decode<T: DeserializeOwned>(
-        &self,
-        tree: &'static str,
-        key: &[u8],
-        bytes: &[u8],
-    ) -> Result<T> {
-        serde_json::from_slice(bytes).map_err(|source| StoreError::Decode {
-            path: self.path.to_path_buf(),
-            tree,
-            key: show(key),
-            source,
-        })
+    fn decode<T: DeserializeOwned>(&self, tree: &'static str, key: &[u8], bytes: &[u8]) -> Result<T> {
+        serde_json::from_slice(bytes).map_err(|source| StoreError::Decode { path: self.path.to_path_buf(), tree, key: show(key), source })
     }
 
     fn key_u64(&self, tree: &'static str, key: &[u8]) -> Result<u64> {
@@ -526,28 +423,16 @@ impl Store {
     }
 
     fn bad_key(&self, tree: &'static str, key: &[u8]) -> StoreError {
-        StoreError::Damaged {
-            path: self.path.to_path_buf(),
-            reason: format!("a {tree} key is malformed: {}", show(key)),
-        }
+        StoreError::Damaged { path: self.path.to_path_buf(), reason: format!("a {tree} key is malformed: {}", show(key)) }
     }
 
     fn db_err(&self, source: sled::Error) -> StoreError {
-        StoreError::Db {
-            path: self.path.to_path_buf(),
-            source: DbError(source),
-        }
+        StoreError::Db { path: self.path.to_path_buf(), source: DbError(source) }
     }
 }
 
 fn conversation(id: ConversationId, record: ConversationRecord) -> Conversation {
-    Conversation {
-        id,
-        title: record.title,
-        created_ms: record.created_ms,
-        updated_ms: record.updated_ms,
-        message_count: record.next_seq,
-    }
+    Conversation { id, title: record.title, created_ms: record.created_ms, updated_ms: record.updated_ms, message_count: record.next_seq }
 }
 
 fn stored_message(id: MessageId, record: MessageRecord) -> StoredMessage {

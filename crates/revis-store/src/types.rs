@@ -76,10 +76,7 @@ impl FromStr for MessageId {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bad = || ParseIdError(s.to_owned());
         let (conversation, seq) = s.split_once(':').ok_or_else(bad)?;
-        Ok(MessageId {
-            conversation: conversation.parse().map_err(|_| bad())?,
-            seq: seq.parse().map_err(|_| bad())?,
-        })
+        Ok(MessageId { conversation: conversation.parse().map_err(|_| bad())?, seq: seq.parse().map_err(|_| bad())? })
     }
 }
 
@@ -175,10 +172,7 @@ mod tests {
 
     #[test]
     fn ids_print_and_parse() {
-        let m = MessageId {
-            conversation: ConversationId(3),
-            seq: 14,
-        };
+        let m = MessageId { conversation: ConversationId(3), seq: 14 };
         assert_eq!(m.to_string(), "3:14");
         assert_eq!("3:14".parse::<MessageId>(), Ok(m));
         assert_eq!("7".parse::<ConversationId>(), Ok(ConversationId(7)));

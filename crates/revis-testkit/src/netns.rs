@@ -43,10 +43,7 @@ pub struct Netns {
 impl NetnsPair {
     /// Creates the namespaces and the veth and waits (bounded) until both
     /// ends are up. Panics with the failing `ip` command and its output.
-    #[expect(
-        clippy::new_without_default,
-        reason = "creates namespaces: not a default value"
-    )]
+    #[expect(clippy::new_without_default, reason = "creates namespaces: not a default value")]
     pub fn new() -> NetnsPair {
         remove_abandoned();
         let pid = std::process::id();
@@ -60,17 +57,11 @@ impl NetnsPair {
         };
         // Built before anything is created, so a failure below deletes
         // whatever exists.
-        let pair = NetnsPair {
-            a: end("a", 1),
-            b: end("b", 2),
-        };
+        let pair = NetnsPair { a: end("a", 1), b: end("b", 2) };
         ip(&["netns", "add", &pair.a.name]);
         ip(&["netns", "add", &pair.b.name]);
         let (a, b) = (&pair.a, &pair.b);
-        let veth = format!(
-            "-n {} link add {} type veth peer name {} netns {}",
-            a.name, a.interface, b.interface, b.name
-        );
+        let veth = format!("-n {} link add {} type veth peer name {} netns {}", a.name, a.interface, b.interface, b.name);
         ip(&veth.split(' ').collect::<Vec<_>>());
         for ns in [&pair.a, &pair.b] {
             let addr = format!("{}/24", ns.addr);
@@ -99,9 +90,7 @@ impl Drop for NetnsPair {
     fn drop(&mut self) {
         for ns in [&self.a, &self.b] {
             // Deleting a namespace that was never created fails: fine.
-            let _ = Command::new("ip")
-                .args(["netns", "delete", &ns.name])
-                .output();
+            let _ = Command::new("ip").args(["netns", "delete", &ns.name]).output();
         }
     }
 }
@@ -137,12 +126,7 @@ impl Netns {
             if out.contains("state UP") || out.contains("LOWER_UP") {
                 return;
             }
-            assert!(
-                Instant::now() < deadline,
-                "{} in {} is not up after {UP_TIMEOUT:?}:\n{out}",
-                self.interface,
-                self.name
-            );
+            assert!(Instant::now() < deadline, "{} in {} is not up after {UP_TIMEOUT:?}:\n{out}", self.interface, self.name);
             std::thread::sleep(POLL);
         }
     }
@@ -150,9 +134,10 @@ impl Netns {
 
 /// Runs `ip args`; its stdout, or a panic naming the command and its stderr.
 fn ip(args: &[&str]) -> String {
-    let out = Command::new("ip").args(args).output().unwrap_or_else(|e| {
-        panic!("running `ip` (iproute2; needed for network namespace tests): {e}")
-    });
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running `ip` (iproute2; needed for network namespace tests): {e}"));
     assert!(
         out.status.success(),
         "`ip {}` failed ({}); network namespace tests need root: {}",
@@ -172,10 +157,7 @@ fn remove_abandoned() {
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         // `NAME` or `NAME (id: N)`.
         let name = line.split_whitespace().next().unwrap_or_default();
-        let Some(pid) = name
-            .strip_prefix(PREFIX)
-            .and_then(|rest| rest.split('-').next())
-        else {
+        let Some(pid) = name.strip_prefix(PREFIX).and_then(|rest| rest.split('-').next()) else {
             continue;
         };
         if pid.parse::<u32>().is_ok() && !std::path::Path::new("/proc").join(pid).exists() {

@@ -108,28 +108,18 @@ impl FromStr for DeviceId {
     type Err = TrustError;
 
     fn from_str(s: &str) -> Result<Self, TrustError> {
-        let chars: Vec<u8> = s
-            .bytes()
-            .filter(|c| !matches!(c, b'-' | b' '))
-            .map(|c| c.to_ascii_uppercase())
-            .collect();
+        let chars: Vec<u8> = s.bytes().filter(|c| !matches!(c, b'-' | b' ')).map(|c| c.to_ascii_uppercase()).collect();
         if chars.len() != CHARS {
-            return Err(TrustError::InvalidDeviceId(
-                "expected 56 characters (8 groups of 7)",
-            ));
+            return Err(TrustError::InvalidDeviceId("expected 56 characters (8 groups of 7)"));
         }
         if chars.iter().any(|&c| value(c).is_none()) {
-            return Err(TrustError::InvalidDeviceId(
-                "only the letters A-Z and the digits 2-7 may appear",
-            ));
+            return Err(TrustError::InvalidDeviceId("only the letters A-Z and the digits 2-7 may appear"));
         }
         let mut data = Vec::with_capacity(DATA_CHARS);
         for chunk in chars.chunks(CHUNK + 1) {
             let (body, check) = chunk.split_at(CHUNK);
             if luhn32(body) != check[0] {
-                return Err(TrustError::InvalidDeviceId(
-                    "a check character does not match (mistyped?)",
-                ));
+                return Err(TrustError::InvalidDeviceId("a check character does not match (mistyped?)"));
             }
             data.extend_from_slice(body);
         }

@@ -17,10 +17,7 @@ use std::ffi::CString;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use mdns_sd::{
-    DaemonStatus, IfKind, ResolvedService, ServiceDaemon, ServiceEvent, ServiceInfo,
-    UnregisterStatus,
-};
+use mdns_sd::{DaemonStatus, IfKind, ResolvedService, ServiceDaemon, ServiceEvent, ServiceInfo, UnregisterStatus};
 
 use crate::store::check_name;
 use crate::{DeviceId, Result, TrustError};
@@ -96,9 +93,7 @@ pub struct Discovered {
 
 impl std::fmt::Debug for Advertiser {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Advertiser")
-            .field("fullname", &self.fullname)
-            .finish_non_exhaustive()
+        f.debug_struct("Advertiser").field("fullname", &self.fullname).finish_non_exhaustive()
     }
 }
 
@@ -112,10 +107,7 @@ impl Advertiser {
         let info = service_info(ad, interfaces)?;
         let fullname = info.get_fullname().to_owned();
         let daemon = Daemon::start(interfaces)?;
-        daemon
-            .inner
-            .register(info)
-            .map_err(mdns("registering the advertisement"))?;
+        daemon.inner.register(info).map_err(mdns("registering the advertisement"))?;
         Ok(Advertiser { daemon, fullname })
     }
 
@@ -124,24 +116,15 @@ impl Advertiser {
     /// its thread is stuck). Blocks: call it off the async runtime's
     /// worker threads, or accept a few milliseconds there.
     pub fn withdraw(self) -> Result<()> {
-        let status = self
-            .daemon
-            .inner
-            .unregister(&self.fullname)
-            .map_err(mdns("withdrawing the advertisement"))?
-            .recv_timeout(REPLY_TIMEOUT);
+        let status =
+            self.daemon.inner.unregister(&self.fullname).map_err(mdns("withdrawing the advertisement"))?.recv_timeout(REPLY_TIMEOUT);
         match status {
             Ok(UnregisterStatus::OK) => {}
             Ok(UnregisterStatus::NotFound) => {
-                return Err(TrustError::Discovery(format!(
-                    "withdrawing the advertisement: mDNS does not know {}",
-                    self.fullname
-                )));
+                return Err(TrustError::Discovery(format!("withdrawing the advertisement: mDNS does not know {}", self.fullname)));
             }
             Err(e) => {
-                return Err(TrustError::Discovery(format!(
-                    "withdrawing the advertisement: no answer from mDNS: {e}"
-                )));
+                return Err(TrustError::Discovery(format!("withdrawing the advertisement: no answer from mDNS: {e}")));
             }
         }
         self.daemon.stop()
@@ -155,17 +138,10 @@ impl Advertiser {
 ///
 /// Skipped, as useless or unsafe to show: advertisements without a valid
 /// `id`, without a valid `name`, or without an IPv4 address.
-pub async fn browse(
-    interfaces: &Interfaces,
-    wait: Duration,
-    mut done: impl FnMut(&[Discovered]) -> bool,
-) -> Result<Vec<Discovered>> {
+pub async fn browse(interfaces: &Interfaces, wait: Duration, mut done: impl FnMut(&[Discovered]) -> bool) -> Result<Vec<Discovered>> {
     let deadline = tokio::time::Instant::now() + wait;
     let daemon = Daemon::start(interfaces)?;
-    let events = daemon
-        .inner
-        .browse(SERVICE_TYPE)
-        .map_err(mdns("browsing"))?;
+    let events = daemon.inner.browse(SERVICE_TYPE).map_err(mdns("browsing"))?;
     let mut found = Found::default();
     loop {
         let event = match tokio::time::timeout_at(deadline, events.recv_async()).await {
@@ -198,9 +174,7 @@ impl Interfaces {
             return Err(TrustError::Discovery("no network interface given".into()));
         }
         match names.iter().find(|name| !interface_exists(name)) {
-            Some(name) => Err(TrustError::Discovery(format!(
-                "no network interface named {name:?}"
-            ))),
+            Some(name) => Err(TrustError::Discovery(format!("no network interface named {name:?}"))),
             None => Ok(()),
         }
     }
@@ -210,11 +184,7 @@ impl Interfaces {
     fn restrict(&self, daemon: &ServiceDaemon) -> Result<()> {
         let restrict = || -> mdns_sd::Result<()> {
             match self {
-                Interfaces::AllLan => daemon.disable_interface(vec![
-                    IfKind::LoopbackV4,
-                    IfKind::LoopbackV6,
-                    IfKind::IPv6,
-                ]),
+                Interfaces::AllLan => daemon.disable_interface(vec![IfKind::LoopbackV4, IfKind::LoopbackV6, IfKind::IPv6]),
                 Interfaces::Named(names) => {
                     daemon.disable_interface(IfKind::All)?;
                     let names = names.iter().cloned().map(IfKind::Name).collect::<Vec<_>>();
@@ -256,10 +226,7 @@ impl Daemon {
     fn start(interfaces: &Interfaces) -> Result<Daemon> {
         interfaces.check()?;
         let inner = ServiceDaemon::new().map_err(mdns("starting mDNS"))?;
-        let daemon = Daemon {
-            inner,
-            stopped: false,
-        };
+        let daemon = Daemon { inner, stopped: false };
         interfaces.restrict(&daemon.inner)?;
         Ok(daemon)
     }
@@ -268,19 +235,11 @@ impl Daemon {
     /// advertises) and waits until it has.
     fn stop(mut self) -> Result<()> {
         self.stopped = true;
-        let status = self
-            .inner
-            .shutdown()
-            .map_err(mdns("stopping mDNS"))?
-            .recv_timeout(REPLY_TIMEOUT);
+        let status = self.inner.shutdown().map_err(mdns("stopping mDNS"))?.recv_timeout(REPLY_TIMEOUT);
         match status {
             Ok(DaemonStatus::Shutdown) => Ok(()),
-            Ok(other) => Err(TrustError::Discovery(format!(
-                "stopping mDNS: it answered {other:?}"
-            ))),
-            Err(e) => Err(TrustError::Discovery(format!(
-                "stopping mDNS: no answer: {e}"
-            ))),
+            Ok(other) => Err(TrustError::Discovery(format!("stopping mDNS: it answered {other:?}"))),
+            Err(e) => Err(TrustError::Discovery(format!("stopping mDNS: no answer: {e}"))),
         }
     }
 }
@@ -303,14 +262,10 @@ fn mdns(what: &'static str) -> impl FnOnce(mdns_sd::Error) -> TrustError {
 fn service_info(ad: &Advertisement, interfaces: &Interfaces) -> Result<ServiceInfo> {
     check_name(&ad.name)?;
     if ad.port == 0 {
-        return Err(TrustError::Discovery(
-            "cannot advertise port 0; advertise the port the daemon listens on".into(),
-        ));
+        return Err(TrustError::Discovery("cannot advertise port 0; advertise the port the daemon listens on".into()));
     }
     if let Some(tier) = ad.tiers.iter().find(|t| t.is_empty() || t.contains(',')) {
-        return Err(TrustError::Discovery(format!(
-            "cannot advertise the tier name {tier:?} (empty or contains a comma)"
-        )));
+        return Err(TrustError::Discovery(format!("cannot advertise the tier name {tier:?} (empty or contains a comma)")));
     }
     let txt = [
         (TXT_ID, ad.device_id.to_string()),
@@ -318,16 +273,10 @@ fn service_info(ad: &Advertisement, interfaces: &Interfaces) -> Result<ServiceIn
         (TXT_VERSION, ad.version.clone()),
         (TXT_TIERS, ad.tiers.join(",")),
     ];
-    let mut info = ServiceInfo::new(
-        SERVICE_TYPE,
-        &instance_name(&ad.name),
-        &mdns_host_name(&ad.name, &ad.device_id),
-        (),
-        ad.port,
-        &txt[..],
-    )
-    .map_err(mdns("the advertisement"))?
-    .enable_addr_auto();
+    let mut info =
+        ServiceInfo::new(SERVICE_TYPE, &instance_name(&ad.name), &mdns_host_name(&ad.name, &ad.device_id), (), ad.port, &txt[..])
+            .map_err(mdns("the advertisement"))?
+            .enable_addr_auto();
     info.set_interfaces(interfaces.kinds());
     Ok(info)
 }
@@ -336,11 +285,7 @@ fn service_info(ad: &Advertisement, interfaces: &Interfaces) -> Result<ServiceIn
 /// mdns-sd's renaming trips on (`.`, `\`), cut to fit a label. Only a
 /// handle: browsers read the real name from TXT.
 fn instance_name(name: &str) -> String {
-    let name: String = name
-        .trim()
-        .chars()
-        .map(|c| if c == '.' || c == '\\' { '-' } else { c })
-        .collect();
+    let name: String = name.trim().chars().map(|c| if c == '.' || c == '\\' { '-' } else { c }).collect();
     truncate(&name, INSTANCE_MAX_BYTES).trim_end().to_owned()
 }
 
@@ -358,13 +303,8 @@ fn mdns_host_name(name: &str, id: &DeviceId) -> String {
     }
     let label = truncate(&label, HOST_NAME_MAX_BYTES).trim_end_matches('-');
     let label = if label.is_empty() { "revis" } else { label };
-    let id: String = id
-        .to_string()
-        .chars()
-        .filter(char::is_ascii_alphanumeric)
-        .take(HOST_ID_CHARS)
-        .map(|c| c.to_ascii_lowercase())
-        .collect();
+    let id: String =
+        id.to_string().chars().filter(char::is_ascii_alphanumeric).take(HOST_ID_CHARS).map(|c| c.to_ascii_lowercase()).collect();
     format!("{label}-{id}.local.")
 }
 
@@ -383,11 +323,8 @@ fn decode(service: &ResolvedService) -> Option<Discovered> {
     let device_id = txt(service, TXT_ID)?.parse().ok()?;
     let name = txt(service, TXT_NAME)?;
     check_name(name).ok()?;
-    let mut addresses: Vec<SocketAddr> = service
-        .get_addresses_v4()
-        .into_iter()
-        .map(|ip| SocketAddr::new(IpAddr::V4(ip), service.get_port()))
-        .collect();
+    let mut addresses: Vec<SocketAddr> =
+        service.get_addresses_v4().into_iter().map(|ip| SocketAddr::new(IpAddr::V4(ip), service.get_port())).collect();
     if addresses.is_empty() {
         return None;
     }
@@ -397,12 +334,7 @@ fn decode(service: &ResolvedService) -> Option<Discovered> {
         device_id,
         addresses,
         version: txt(service, TXT_VERSION).unwrap_or_default().to_owned(),
-        tiers: txt(service, TXT_TIERS)
-            .unwrap_or_default()
-            .split(',')
-            .filter(|t| !t.is_empty())
-            .map(str::to_owned)
-            .collect(),
+        tiers: txt(service, TXT_TIERS).unwrap_or_default().split(',').filter(|t| !t.is_empty()).map(str::to_owned).collect(),
     })
 }
 
@@ -445,9 +377,7 @@ impl Found {
     }
 
     fn position(&self, fullname: &str) -> Option<usize> {
-        self.fullnames
-            .iter()
-            .position(|name| name.eq_ignore_ascii_case(fullname))
+        self.fullnames.iter().position(|name| name.eq_ignore_ascii_case(fullname))
     }
 
     fn retain(&mut self, keep: impl Fn(&Discovered, &str) -> bool) {
@@ -484,16 +414,10 @@ mod tests {
 
     /// What a browser resolves from `info` announced with `addresses`.
     fn resolved(info: &ServiceInfo, addresses: &str) -> ResolvedService {
-        let txt: Vec<(String, String)> = info
-            .get_properties()
-            .iter()
-            .map(|p| (p.key().to_owned(), p.val_str().to_owned()))
-            .collect();
+        let txt: Vec<(String, String)> = info.get_properties().iter().map(|p| (p.key().to_owned(), p.val_str().to_owned())).collect();
         ServiceInfo::new(
             SERVICE_TYPE,
-            info.get_fullname()
-                .trim_end_matches(SERVICE_TYPE)
-                .trim_end_matches('.'),
+            info.get_fullname().trim_end_matches(SERVICE_TYPE).trim_end_matches('.'),
             info.get_hostname(),
             addresses,
             info.get_port(),
@@ -504,9 +428,7 @@ mod tests {
     }
 
     fn with_txt(txt: &[(&str, &str)], addresses: &str) -> ResolvedService {
-        ServiceInfo::new(SERVICE_TYPE, "x", "x.local.", addresses, 7443, txt)
-            .unwrap()
-            .as_resolved_service()
+        ServiceInfo::new(SERVICE_TYPE, "x", "x.local.", addresses, 7443, txt).unwrap().as_resolved_service()
     }
 
     #[test]
@@ -519,19 +441,12 @@ mod tests {
             Discovered {
                 name: ad.name.clone(),
                 device_id: ad.device_id,
-                addresses: vec![
-                    "10.0.0.7:7443".parse().unwrap(),
-                    "192.168.1.2:7443".parse().unwrap()
-                ],
+                addresses: vec!["10.0.0.7:7443".parse().unwrap(), "192.168.1.2:7443".parse().unwrap()],
                 version: ad.version.clone(),
                 tiers: ad.tiers.clone(),
             }
         );
-        assert_eq!(
-            decode(&resolved(&info, "fe80::1")),
-            None,
-            "no IPv4 address, nothing to dial"
-        );
+        assert_eq!(decode(&resolved(&info, "fe80::1")), None, "no IPv4 address, nothing to dial");
     }
 
     #[test]
@@ -560,21 +475,11 @@ mod tests {
             let err = service_info(&ad, &Interfaces::AllLan).unwrap_err();
             expect.assert_eq(&err.to_string());
         };
-        check(
-            |ad| ad.name = "x".repeat(65),
-            expect_test::expect!["invalid device name: longer than 64 characters"],
-        );
-        check(
-            |ad| ad.port = 0,
-            expect_test::expect![
-                "mDNS discovery: cannot advertise port 0; advertise the port the daemon listens on"
-            ],
-        );
+        check(|ad| ad.name = "x".repeat(65), expect_test::expect!["invalid device name: longer than 64 characters"]);
+        check(|ad| ad.port = 0, expect_test::expect!["mDNS discovery: cannot advertise port 0; advertise the port the daemon listens on"]);
         check(
             |ad| ad.tiers = vec!["a,b".into()],
-            expect_test::expect![[
-                r#"mDNS discovery: cannot advertise the tier name "a,b" (empty or contains a comma)"#
-            ]],
+            expect_test::expect![[r#"mDNS discovery: cannot advertise the tier name "a,b" (empty or contains a comma)"#]],
         );
     }
 
@@ -584,11 +489,7 @@ mod tests {
         let id8: String = id.to_string().replace('-', "")[..8].to_ascii_lowercase();
         let check = |name: &str, instance: &str, host: &str| {
             assert_eq!(instance_name(name), instance, "instance of {name:?}");
-            assert_eq!(
-                mdns_host_name(name, &id),
-                format!("{host}-{id8}.local."),
-                "host of {name:?}"
-            );
+            assert_eq!(mdns_host_name(name, &id), format!("{host}-{id8}.local."), "host of {name:?}");
         };
         check("Kitchen Mac", "Kitchen Mac", "kitchen-mac");
         check("  a.b\\c  ", "a-b-c", "a-b-c");
@@ -596,37 +497,18 @@ mod tests {
         check("日本", "日本", "revis");
         let long = "é".repeat(64);
         assert_eq!(instance_name(&long), "é".repeat(INSTANCE_MAX_BYTES / 2));
-        assert!(
-            mdns_host_name(&"x".repeat(64), &id).len()
-                <= HOST_NAME_MAX_BYTES + 1 + HOST_ID_CHARS + 7
-        );
+        assert!(mdns_host_name(&"x".repeat(64), &id).len() <= HOST_NAME_MAX_BYTES + 1 + HOST_ID_CHARS + 7);
     }
 
     #[test]
     fn named_interfaces_must_exist() {
-        let check = |names: &[&str]| {
-            Interfaces::Named(names.iter().map(|n| n.to_string()).collect())
-                .check()
-                .map_err(|e| e.to_string())
-        };
+        let check = |names: &[&str]| Interfaces::Named(names.iter().map(|n| n.to_string()).collect()).check().map_err(|e| e.to_string());
         // Every network namespace has a loopback interface.
         assert_eq!(check(&["lo"]), Ok(()));
-        assert_eq!(
-            check(&["lo", "veth9-nope"]),
-            Err(r#"mDNS discovery: no network interface named "veth9-nope""#.into())
-        );
-        assert_eq!(
-            check(&["a\0b"]),
-            Err(r#"mDNS discovery: no network interface named "a\0b""#.into())
-        );
-        assert_eq!(
-            check(&[]),
-            Err("mDNS discovery: no network interface given".into())
-        );
-        assert_eq!(
-            Interfaces::AllLan.check().map_err(|e| e.to_string()),
-            Ok(())
-        );
+        assert_eq!(check(&["lo", "veth9-nope"]), Err(r#"mDNS discovery: no network interface named "veth9-nope""#.into()));
+        assert_eq!(check(&["a\0b"]), Err(r#"mDNS discovery: no network interface named "a\0b""#.into()));
+        assert_eq!(check(&[]), Err("mDNS discovery: no network interface given".into()));
+        assert_eq!(Interfaces::AllLan.check().map_err(|e| e.to_string()), Ok(()));
     }
 
     #[test]
@@ -634,40 +516,20 @@ mod tests {
         let a = Identity::generate().unwrap().device_id().to_string();
         let b = Identity::generate().unwrap().device_id().to_string();
         let service = |instance: &str, id: &str, ip: &str| {
-            ServiceInfo::new(
-                SERVICE_TYPE,
-                instance,
-                "h.local.",
-                ip,
-                7443,
-                &[("id", id), ("name", instance)][..],
-            )
-            .unwrap()
-            .as_resolved_service()
+            ServiceInfo::new(SERVICE_TYPE, instance, "h.local.", ip, 7443, &[("id", id), ("name", instance)][..])
+                .unwrap()
+                .as_resolved_service()
         };
         let mut found = Found::default();
         let listed = |found: &Found| -> Vec<(String, String)> {
-            found
-                .list
-                .iter()
-                .map(|d| (d.name.clone(), d.addresses[0].ip().to_string()))
-                .collect()
+            found.list.iter().map(|d| (d.name.clone(), d.addresses[0].ip().to_string())).collect()
         };
         assert!(found.resolved(&service("one", &a, "10.0.0.1")));
-        assert!(
-            !found.resolved(&service("one", &a, "10.0.0.1")),
-            "the same again changes nothing"
-        );
+        assert!(!found.resolved(&service("one", &a, "10.0.0.1")), "the same again changes nothing");
         assert!(found.resolved(&service("two", &b, "10.0.0.2")));
         // Device a again under another name: the latest wins.
         assert!(found.resolved(&service("uno", &a, "10.0.0.3")));
-        assert_eq!(
-            listed(&found),
-            [
-                ("two".into(), "10.0.0.2".into()),
-                ("uno".into(), "10.0.0.3".into())
-            ]
-        );
+        assert_eq!(listed(&found), [("two".into(), "10.0.0.2".into()), ("uno".into(), "10.0.0.3".into())]);
         assert!(!found.removed("one._revis._tcp.local."), "already replaced");
         assert!(found.removed("TWO._revis._tcp.local."));
         assert_eq!(listed(&found), [("uno".into(), "10.0.0.3".into())]);

@@ -39,20 +39,14 @@ pub enum TrustError {
     /// connection. Either the code was mistyped, or someone is relaying the
     /// connection (a man in the middle); the two cannot be told apart, and
     /// either way nothing was paired.
-    #[error(
-        "pairing failed: the code does not match (mistyped, or the connection is being intercepted); nothing was paired"
-    )]
+    #[error("pairing failed: the code does not match (mistyped, or the connection is being intercepted); nothing was paired")]
     WrongCode,
     /// Pairing: the window is not open (never opened, expired, or already
     /// used by a successful pairing). Open a new one for a new code.
-    #[error(
-        "pairing failed: the pairing window is closed (expired or already used); open a new one for a new code"
-    )]
+    #[error("pairing failed: the pairing window is closed (expired or already used); open a new one for a new code")]
     WindowClosed,
     /// Pairing: too many wrong codes; the window stays closed.
-    #[error(
-        "pairing failed: too many wrong codes; the pairing window is closed, open a new one for a new code"
-    )]
+    #[error("pairing failed: too many wrong codes; the pairing window is closed, open a new one for a new code")]
     TooManyAttempts,
     /// Pairing: the peer broke the pairing protocol (malformed, oversized or
     /// unexpected message).
@@ -74,9 +68,6 @@ impl TrustError {
     }
 
     pub(crate) fn corrupt(path: impl Into<PathBuf>, reason: impl ToString) -> Self {
-        Self::Corrupt {
-            path: path.into(),
-            reason: reason.to_string(),
-        }
+        Self::Corrupt { path: path.into(), reason: reason.to_string() }
     }
 }

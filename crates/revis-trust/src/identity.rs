@@ -31,9 +31,7 @@ pub struct Identity {
 
 impl fmt::Debug for Identity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Identity")
-            .field("device_id", &self.id)
-            .finish_non_exhaustive()
+        f.debug_struct("Identity").field("device_id", &self.id).finish_non_exhaustive()
     }
 }
 
@@ -59,16 +57,11 @@ impl Identity {
             }
             (Some(key_pem), None) => {
                 check_private(&key_path)?;
-                let text =
-                    std::str::from_utf8(&key_pem).map_err(|e| TrustError::corrupt(&key_path, e))?;
-                let key = rcgen::KeyPair::from_pem(text)
-                    .map_err(|e| TrustError::corrupt(&key_path, e))?;
+                let text = std::str::from_utf8(&key_pem).map_err(|e| TrustError::corrupt(&key_path, e))?;
+                let key = rcgen::KeyPair::from_pem(text).map_err(|e| TrustError::corrupt(&key_path, e))?;
                 Self::issue(&key, &cert_path)
             }
-            (None, Some(_)) => Err(TrustError::MissingKey {
-                cert: cert_path,
-                key: key_path,
-            }),
+            (None, Some(_)) => Err(TrustError::MissingKey { cert: cert_path, key: key_path }),
         }
     }
 
@@ -91,9 +84,7 @@ impl Identity {
 
     /// The private key as a rustls signing key (the key itself stays here).
     pub fn signing_key(&self) -> Result<Arc<dyn SigningKey>> {
-        Ok(tls::provider()
-            .key_provider
-            .load_private_key(self.key.clone_key())?)
+        Ok(tls::provider().key_provider.load_private_key(self.key.clone_key())?)
     }
 
     /// Certificate and key together, for a rustls config.
@@ -111,63 +102,31 @@ impl Identity {
 
     fn from_parts(cert: rcgen::Certificate, key: &rcgen::KeyPair) -> Self {
         let cert = cert.der().clone();
-        Self {
-            id: DeviceId::of_certificate(&cert),
-            key: PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-            cert,
-        }
+        Self { id: DeviceId::of_certificate(&cert), key: PrivateKeyDer::Pkcs8(key.serialize_der().into()), cert }
     }
 
-    fn from_pem(
-        key_path: &Path,
-        key_pem: &[u8],
-        cert_path: &Path,
-        cert_pem: &[u8],
-    ) -> Result<Self> {
-        let key = PrivateKeyDer::from_pem_slice(key_pem)
-            .map_err(|e| TrustError::corrupt(key_path, format!("no private key: {e}")))?;
-        let cert = CertificateDer::from_pem_slice(cert_pem)
-            .map_err(|e| TrustError::corrupt(cert_path, format!("no certificate: {e}")))?;
-        let signing = tls::provider()
-            .key_provider
-            .load_private_key(key.clone_key())
-            .map_err(|e| TrustError::corrupt(key_path, e))?;
+    fn from_pem(key_path: &Path, key_pem: &[u8], cert_path: &Path, cert_pem: &[u8]) -> Result<Self> {
+        let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| TrustError::corrupt(key_path, format!("no private key: {e}")))?;
+        let cert = CertificateDer::from_pem_slice(cert_pem).map_err(|e| TrustError::corrupt(cert_path, format!("no certificate: {e}")))?;
+        let signing = tls::provider().key_provider.load_private_key(key.clone_key()).map_err(|e| TrustError::corrupt(key_path, e))?;
         CertifiedKey::new(vec![cert.clone()], signing)
             .keys_match()
-            .map_err(|e| {
-                TrustError::corrupt(
-                    cert_path,
-                    format!("does not match {}: {e}", key_path.display()),
-                )
-            })?;
-        Ok(Self {
-            id: DeviceId::of_certificate(&cert),
-            key,
-            cert,
-        })
+            .map_err(|e| TrustError::corrupt(cert_path, format!("does not match {}: {e}", key_path.display())))?;
+        Ok(Self { id: DeviceId::of_certificate(&cert), key, cert })
     }
 }
 
 fn self_signed(key: &rcgen::KeyPair) -> Result<rcgen::Certificate> {
     let mut params = rcgen::CertificateParams::new(vec![SUBJECT.to_owned()])?;
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, SUBJECT);
+    params.distinguished_name.push(rcgen::DnType::CommonName, SUBJECT);
     Ok(params.self_signed(key)?)
 }
 
 /// The key must be readable by its owner only (ssh's rule).
 fn check_private(path: &Path) -> Result<()> {
-    let mode = std::fs::metadata(path)
-        .map_err(TrustError::io(path))?
-        .permissions()
-        .mode()
-        & 0o777;
+    let mode = std::fs::metadata(path).map_err(TrustError::io(path))?.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {
-        return Err(TrustError::Permissions {
-            path: PathBuf::from(path),
-            mode,
-        });
+        return Err(TrustError::Permissions { path: PathBuf::from(path), mode });
     }
     Ok(())
 }
@@ -180,23 +139,7 @@ pub fn host_name(fallback: &str) -> String {
     // writes at most that many bytes.
     let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    let name = if ok {
-        String::from_utf8_lossy(&buf[..end]).into_owned()
-    } else {
-        String::new()
-    };
-    let short: String = name
-        .split('.')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .chars()
-        .filter(|c| !c.is_control())
-        .take(64)
-        .collect();
-    if short.is_empty() {
-        fallback.to_owned()
-    } else {
-        short
-    }
+    let name = if ok { String::from_utf8_lossy(&buf[..end]).into_owned() } else { String::new() };
+    let short: String = name.split('.').next().unwrap_or("").trim().chars().filter(|c| !c.is_control()).take(64).collect();
+    if short.is_empty() { fallback.to_owned() } else { short }
 }

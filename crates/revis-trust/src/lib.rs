@@ -41,14 +41,13 @@ pub use discovery::{Advertisement, Advertiser, Discovered, Interfaces, SERVICE_T
 pub use error::TrustError;
 pub use identity::{CERT_FILE, Identity, KEY_FILE, host_name};
 pub use pairing::{
-    CODE_DIGITS, ChannelBinding, DEFAULT_WINDOW, EXPORTER_LABEL, MAX_ATTEMPTS, MAX_FRAME,
-    PairingCode, PairingSink, PairingWindow, pair_client, pair_client_over, pair_server, pair_server_over,
-    read_frame, send_frame,
+    CODE_DIGITS, ChannelBinding, DEFAULT_WINDOW, EXPORTER_LABEL, MAX_ATTEMPTS, MAX_FRAME, PairingCode, PairingSink, PairingWindow,
+    pair_client, pair_client_over, pair_server, pair_server_over, read_frame, send_frame,
 };
 pub use store::{PairedDevice, TRUST_FILE, TrustSet, TrustStore};
 pub use tls::{
-    ALPN_H2, ALPN_PAIRING, PeerVerifier, Pin, client_config, pairing_client_config,
-    pairing_server_config, peer_device_id, provider, server_config, server_name,
+    ALPN_H2, ALPN_PAIRING, PeerVerifier, Pin, client_config, pairing_client_config, pairing_server_config, peer_device_id, provider,
+    server_config, server_name,
 };
 
 /// The `Result` of this crate.

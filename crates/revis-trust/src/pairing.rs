@@ -112,12 +112,8 @@ impl FromStr for PairingCode {
 
     fn from_str(s: &str) -> Result<Self> {
         let digits: String = s.chars().filter(|c| !matches!(c, ' ' | '-')).collect();
-        if !digits.chars().all(|c| c.is_ascii_digit())
-            || !CODE_DIGITS_ACCEPTED.contains(&digits.len())
-        {
-            return Err(TrustError::Protocol(
-                "a pairing code is 6 to 8 digits".into(),
-            ));
+        if !digits.chars().all(|c| c.is_ascii_digit()) || !CODE_DIGITS_ACCEPTED.contains(&digits.len()) {
+            return Err(TrustError::Protocol("a pairing code is 6 to 8 digits".into()));
         }
         Ok(Self(digits))
     }
@@ -167,15 +163,7 @@ impl PairingWindow {
 
     /// Opens a window with a given code (tests).
     pub fn with_code(code: PairingCode, now: Instant, duration: Duration) -> Self {
-        Self {
-            code,
-            deadline: now + duration,
-            state: Mutex::new(WindowState {
-                failed: 0,
-                in_flight: 0,
-                used: false,
-            }),
-        }
+        Self { code, deadline: now + duration, state: Mutex::new(WindowState { failed: 0, in_flight: 0, used: false }) }
     }
 
     /// The code to show.
@@ -209,10 +197,7 @@ impl PairingWindow {
             return Err(e);
         }
         state.in_flight += 1;
-        Ok(Attempt {
-            window: self,
-            ended: false,
-        })
+        Ok(Attempt { window: self, ended: false })
     }
 }
 
@@ -280,34 +265,18 @@ pub struct ChannelBinding {
 
 impl fmt::Debug for ChannelBinding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ChannelBinding")
-            .field("client", &self.client)
-            .field("server", &self.server)
-            .finish_non_exhaustive()
+        f.debug_struct("ChannelBinding").field("client", &self.client).field("server", &self.server).finish_non_exhaustive()
     }
 }
 
 impl ChannelBinding {
     /// The binding of an established connection; `local` is this node's
     /// device ID, the peer's comes from its certificate.
-    pub fn of_connection<D>(
-        conn: &ConnectionCommon<D>,
-        local: DeviceId,
-        is_server: bool,
-    ) -> Result<Self> {
-        let peer = peer_device_id(conn)
-            .ok_or_else(|| TrustError::Protocol("the peer presented no certificate".into()))?;
+    pub fn of_connection<D>(conn: &ConnectionCommon<D>, local: DeviceId, is_server: bool) -> Result<Self> {
+        let peer = peer_device_id(conn).ok_or_else(|| TrustError::Protocol("the peer presented no certificate".into()))?;
         let exporter = conn.export_keying_material([0u8; 32], EXPORTER_LABEL, None)?;
-        let (client, server) = if is_server {
-            (peer, local)
-        } else {
-            (local, peer)
-        };
-        Ok(Self {
-            exporter,
-            client,
-            server,
-        })
+        let (client, server) = if is_server { (peer, local) } else { (local, peer) };
+        Ok(Self { exporter, client, server })
     }
 }
 
@@ -398,9 +367,7 @@ where
             drop(attempt);
             // After this failure the window may be locked: say so.
             let e = match e {
-                TrustError::WrongCode if window.failed_attempts() >= MAX_ATTEMPTS => {
-                    TrustError::TooManyAttempts
-                }
+                TrustError::WrongCode if window.failed_attempts() >= MAX_ATTEMPTS => TrustError::TooManyAttempts,
                 e => e,
             };
             refuse(io, &e).await;
@@ -411,13 +378,7 @@ where
 
 /// Steps 2 to 5 for the server; the client's name when both tags verified
 /// and the client confirmed.
-async fn server_exchange<S>(
-    io: &mut S,
-    binding: &ChannelBinding,
-    window: &PairingWindow,
-    name: String,
-    msg_a: Vec<u8>,
-) -> Result<String>
+async fn server_exchange<S>(io: &mut S, binding: &ChannelBinding, window: &PairingWindow, name: String, msg_a: Vec<u8>) -> Result<String>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -429,9 +390,7 @@ where
     let mut frame = vec![SPAKE];
     frame.extend_from_slice(&msg_b);
     send_frame(io, &frame).await?;
-    let key = spake
-        .finish(&msg_a)
-        .map_err(|e| TrustError::Protocol(format!("bad SPAKE2 message: {e:?}")))?;
+    let key = spake.finish(&msg_a).map_err(|e| TrustError::Protocol(format!("bad SPAKE2 message: {e:?}")))?;
     let client_tag = expect(read_frame(io).await?, TAG, 32, "the client's tag")?;
     verify_tag(&key, Side::Client, binding, &name, &client_tag)?;
     let mut frame = vec![TAG];
@@ -472,15 +431,8 @@ where
     hello.extend_from_slice(&msg_a);
     send_frame(io, &hello).await?;
 
-    let msg_b = expect(
-        read_frame(io).await?,
-        SPAKE,
-        33,
-        "the server's SPAKE2 message",
-    )?;
-    let key = spake
-        .finish(&msg_b)
-        .map_err(|e| TrustError::Protocol(format!("bad SPAKE2 message: {e:?}")))?;
+    let msg_b = expect(read_frame(io).await?, SPAKE, 33, "the server's SPAKE2 message")?;
+    let key = spake.finish(&msg_b).map_err(|e| TrustError::Protocol(format!("bad SPAKE2 message: {e:?}")))?;
     let mut frame = vec![TAG];
     frame.extend_from_slice(&tag(&key, Side::Client, binding, my_name));
     send_frame(io, &frame).await?;
@@ -488,12 +440,7 @@ where
     let server_tag = expect(read_frame(io).await?, TAG, 32, "the server's tag")?;
     verify_tag(&key, Side::Server, binding, my_name, &server_tag)?;
     send_frame(io, &[DONE]).await?;
-    expect(
-        read_frame(io).await?,
-        PAIRED,
-        0,
-        "the server's confirmation",
-    )?;
+    expect(read_frame(io).await?, PAIRED, 0, "the server's confirmation")?;
     store.add(binding.server, server_name)?;
     Ok(binding.server)
 }
@@ -506,22 +453,11 @@ enum Side {
 
 /// HMAC-SHA256 under the SPAKE2 key over the transcript, for `side`.
 fn tag(key: &[u8], side: Side, binding: &ChannelBinding, name: &str) -> [u8; 32] {
-    transcript_mac(key, side, binding, name)
-        .finalize()
-        .into_bytes()
-        .into()
+    transcript_mac(key, side, binding, name).finalize().into_bytes().into()
 }
 
-fn verify_tag(
-    key: &[u8],
-    side: Side,
-    binding: &ChannelBinding,
-    name: &str,
-    tag: &[u8],
-) -> Result<()> {
-    transcript_mac(key, side, binding, name)
-        .verify_slice(tag)
-        .map_err(|_| TrustError::WrongCode)
+fn verify_tag(key: &[u8], side: Side, binding: &ChannelBinding, name: &str, tag: &[u8]) -> Result<()> {
+    transcript_mac(key, side, binding, name).verify_slice(tag).map_err(|_| TrustError::WrongCode)
 }
 
 fn transcript_mac(key: &[u8], side: Side, binding: &ChannelBinding, name: &str) -> HmacSha256 {
@@ -545,33 +481,24 @@ fn parse_hello(frame: &[u8]) -> Result<(String, Vec<u8>)> {
         [] => return Err(TrustError::Protocol("empty message".into())),
         [HELLO, rest @ ..] => rest,
         [t, ..] => {
-            return Err(TrustError::Protocol(format!(
-                "expected the client's hello, got message type {t}"
-            )));
+            return Err(TrustError::Protocol(format!("expected the client's hello, got message type {t}")));
         }
     };
     let [version, l0, l1, rest @ ..] = rest else {
         return Err(TrustError::Protocol("truncated hello".into()));
     };
     if *version != VERSION {
-        return Err(TrustError::Protocol(format!(
-            "pairing protocol version {version} (this revis speaks {VERSION})"
-        )));
+        return Err(TrustError::Protocol(format!("pairing protocol version {version} (this revis speaks {VERSION})")));
     }
     let len = usize::from(u16::from_be_bytes([*l0, *l1]));
     if len > MAX_NAME_BYTES || len > rest.len() {
         return Err(TrustError::Protocol("bad name length in hello".into()));
     }
     let (name, msg_a) = rest.split_at(len);
-    let name = std::str::from_utf8(name)
-        .map_err(|_| TrustError::Protocol("the client's name is not UTF-8".into()))?;
-    check_name(name)
-        .map_err(|e| TrustError::Protocol(format!("the client's name is not usable: {e}")))?;
+    let name = std::str::from_utf8(name).map_err(|_| TrustError::Protocol("the client's name is not UTF-8".into()))?;
+    check_name(name).map_err(|e| TrustError::Protocol(format!("the client's name is not usable: {e}")))?;
     if msg_a.len() != 33 {
-        return Err(TrustError::Protocol(format!(
-            "SPAKE2 message of {} bytes (expected 33)",
-            msg_a.len()
-        )));
+        return Err(TrustError::Protocol(format!("SPAKE2 message of {} bytes (expected 33)", msg_a.len())));
     }
     Ok((name.to_owned(), msg_a.to_vec()))
 }
@@ -587,16 +514,9 @@ fn expect(frame: Vec<u8>, kind: u8, len: usize, what: &str) -> Result<Vec<u8>> {
             REFUSE_STORE => TrustError::Protocol("the peer could not store the pairing".into()),
             _ => TrustError::Protocol("the peer refused: protocol error".into()),
         }),
-        Some((&k, body)) if k == kind => Err(TrustError::Protocol(format!(
-            "{what}: {} bytes (expected {len})",
-            body.len()
-        ))),
-        Some((k, _)) => Err(TrustError::Protocol(format!(
-            "expected {what}, got message type {k}"
-        ))),
-        None => Err(TrustError::Protocol(format!(
-            "expected {what}, got an empty message"
-        ))),
+        Some((&k, body)) if k == kind => Err(TrustError::Protocol(format!("{what}: {} bytes (expected {len})", body.len()))),
+        Some((k, _)) => Err(TrustError::Protocol(format!("expected {what}, got message type {k}"))),
+        None => Err(TrustError::Protocol(format!("expected {what}, got an empty message"))),
     }
 }
 
@@ -617,10 +537,7 @@ async fn refuse<S: AsyncWrite + Unpin>(io: &mut S, e: &TrustError) {
 /// Writes one frame: u32 big-endian length, then the payload.
 pub async fn send_frame<S: AsyncWrite + Unpin>(io: &mut S, payload: &[u8]) -> Result<()> {
     if payload.len() > MAX_FRAME {
-        return Err(TrustError::Protocol(format!(
-            "message of {} bytes exceeds the limit of {MAX_FRAME}",
-            payload.len()
-        )));
+        return Err(TrustError::Protocol(format!("message of {} bytes exceeds the limit of {MAX_FRAME}", payload.len())));
     }
     let len = u32::try_from(payload.len()).expect("bounded by MAX_FRAME");
     let mut buf = Vec::with_capacity(4 + payload.len());
@@ -637,9 +554,7 @@ pub async fn read_frame<S: AsyncRead + Unpin>(io: &mut S) -> Result<Vec<u8>> {
     io.read_exact(&mut len).await.map_err(eof_is_protocol)?;
     let len = u32::from_be_bytes(len) as usize;
     if len > MAX_FRAME {
-        return Err(TrustError::Protocol(format!(
-            "message of {len} bytes exceeds the limit of {MAX_FRAME}"
-        )));
+        return Err(TrustError::Protocol(format!("message of {len} bytes exceeds the limit of {MAX_FRAME}")));
     }
     let mut buf = vec![0u8; len];
     io.read_exact(&mut buf).await.map_err(eof_is_protocol)?;

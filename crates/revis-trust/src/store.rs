@@ -52,10 +52,7 @@ impl TrustSet {
 
     /// Whether `id` is trusted now.
     pub fn contains(&self, id: &DeviceId) -> bool {
-        self.0
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(id)
+        self.0.read().unwrap_or_else(|e| e.into_inner()).contains(id)
     }
 
     pub(crate) fn insert(&self, id: DeviceId) {
@@ -83,16 +80,9 @@ impl TrustStore {
         let devices = match read_if_exists(&path)? {
             None => Vec::new(),
             Some(bytes) => {
-                let file: File =
-                    serde_json::from_slice(&bytes).map_err(|e| TrustError::corrupt(&path, e))?;
+                let file: File = serde_json::from_slice(&bytes).map_err(|e| TrustError::corrupt(&path, e))?;
                 if file.version != FORMAT_VERSION {
-                    return Err(TrustError::corrupt(
-                        &path,
-                        format!(
-                            "format version {} (this revis reads {FORMAT_VERSION})",
-                            file.version
-                        ),
-                    ));
+                    return Err(TrustError::corrupt(&path, format!("format version {} (this revis reads {FORMAT_VERSION})", file.version)));
                 }
                 file.devices
             }
@@ -122,9 +112,7 @@ impl TrustStore {
         match (named.next(), named.next()) {
             (Some(d), None) => Ok(Some(d)),
             (None, _) => Ok(None),
-            (Some(_), Some(_)) => Err(TrustError::InvalidName(
-                "several paired devices have this name; use the device ID",
-            )),
+            (Some(_), Some(_)) => Err(TrustError::InvalidName("several paired devices have this name; use the device ID")),
         }
     }
 
@@ -195,10 +183,7 @@ impl TrustStore {
     }
 
     fn save(&self, devices: &[PairedDevice]) -> Result<()> {
-        let file = File {
-            version: FORMAT_VERSION,
-            devices: devices.to_vec(),
-        };
+        let file = File { version: FORMAT_VERSION, devices: devices.to_vec() };
         let mut json = serde_json::to_vec_pretty(&file).expect("serializable");
         json.push(b'\n');
         write_private_atomic(&self.path, &json)

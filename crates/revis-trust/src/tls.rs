@@ -9,10 +9,7 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::NoServerSessionStorage;
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::sign::SingleCertAndKey;
-use rustls::{
-    CertificateError, ClientConfig, CommonState, DigitallySignedStruct, DistinguishedName,
-    ServerConfig, SignatureScheme,
-};
+use rustls::{CertificateError, ClientConfig, CommonState, DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme};
 
 use crate::{DeviceId, Identity, Result, TrustSet};
 
@@ -32,9 +29,7 @@ pub fn server_name() -> ServerName<'static> {
 
 /// The device ID of the peer of an established connection.
 pub fn peer_device_id(conn: &CommonState) -> Option<DeviceId> {
-    conn.peer_certificates()
-        .and_then(|certs| certs.first())
-        .map(|cert| DeviceId::of_certificate(cert))
+    conn.peer_certificates().and_then(|certs| certs.first()).map(|cert| DeviceId::of_certificate(cert))
 }
 
 /// Which peers a verifier lets through.
@@ -113,8 +108,7 @@ impl ClientCertVerifier for PeerVerifier {
         _intermediates: &[CertificateDer<'_>],
         _now: UnixTime,
     ) -> std::result::Result<ClientCertVerified, rustls::Error> {
-        self.check(end_entity)
-            .map(|()| ClientCertVerified::assertion())
+        self.check(end_entity).map(|()| ClientCertVerified::assertion())
     }
 
     fn verify_tls12_signature(
@@ -149,8 +143,7 @@ impl ServerCertVerifier for PeerVerifier {
         _ocsp_response: &[u8],
         _now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        self.check(end_entity)
-            .map(|()| ServerCertVerified::assertion())
+        self.check(end_entity).map(|()| ServerCertVerified::assertion())
     }
 
     fn verify_tls12_signature(
@@ -181,16 +174,11 @@ impl ServerCertVerifier for PeerVerifier {
 /// the full check (a revoked device cannot resume).
 fn server_with(identity: &Identity, pin: Pin, alpn: &[u8]) -> Result<Arc<ServerConfig>> {
     let provider = provider();
-    let verifier = Arc::new(PeerVerifier::new(
-        pin,
-        provider.signature_verification_algorithms,
-    ));
+    let verifier = Arc::new(PeerVerifier::new(pin, provider.signature_verification_algorithms));
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .with_client_cert_verifier(verifier)
-        .with_cert_resolver(Arc::new(SingleCertAndKey::from(Arc::unwrap_or_clone(
-            identity.certified_key()?,
-        ))));
+        .with_cert_resolver(Arc::new(SingleCertAndKey::from(Arc::unwrap_or_clone(identity.certified_key()?))));
     config.alpn_protocols = vec![alpn.to_vec()];
     config.session_storage = Arc::new(NoServerSessionStorage {});
     config.send_tls13_tickets = 0;
@@ -201,17 +189,12 @@ fn server_with(identity: &Identity, pin: Pin, alpn: &[u8]) -> Result<Arc<ServerC
 /// asks for `alpn`. TLS 1.3 only, no session resumption.
 fn client_with(identity: &Identity, pin: Pin, alpn: &[u8]) -> Result<Arc<ClientConfig>> {
     let provider = provider();
-    let verifier = Arc::new(PeerVerifier::new(
-        pin,
-        provider.signature_verification_algorithms,
-    ));
+    let verifier = Arc::new(PeerVerifier::new(pin, provider.signature_verification_algorithms));
     let mut config = ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .dangerous()
         .with_custom_certificate_verifier(verifier)
-        .with_client_cert_resolver(Arc::new(SingleCertAndKey::from(Arc::unwrap_or_clone(
-            identity.certified_key()?,
-        ))));
+        .with_client_cert_resolver(Arc::new(SingleCertAndKey::from(Arc::unwrap_or_clone(identity.certified_key()?))));
     config.alpn_protocols = vec![alpn.to_vec()];
     config.resumption = Resumption::disabled();
     Ok(Arc::new(config))

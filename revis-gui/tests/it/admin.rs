@@ -1,8 +1,8 @@
 //! Tiers, server mode, pairing and nodes: each control changes the daemon's
 //! state, checked with a client of the test's own. Settings write the files.
 
-use egui_kittest::kittest::Queryable;
 use eframe::egui::accesskit::Role;
+use egui_kittest::kittest::Queryable;
 use revis_client::v1 as pb;
 use revis_gui::backend::{Health, PairingEvent};
 use revis_testkit::TestDaemon;
@@ -50,7 +50,9 @@ fn server_mode_pairing_nodes_and_revocation() {
 
     // The switch turns server mode on in the daemon.
     h.get_by_role_and_label(Role::CheckBox, "Let my other Macs use this one").click();
-    wait_until(&mut h, "server mode on", |h| h.state().state.server.as_ref().is_some_and(|s| s.enabled) && h.query_by_label("Pair a device").is_some());
+    wait_until(&mut h, "server mode on", |h| {
+        h.state().state.server.as_ref().is_some_and(|s| s.enabled) && h.query_by_label("Pair a device").is_some()
+    });
     let server = daemon_status(&d.socket).server.unwrap();
     assert!(server.enabled);
     let addr = server.listen_address;
@@ -86,14 +88,18 @@ fn server_mode_pairing_nodes_and_revocation() {
     h.get_by_label("Pair").click();
     wait_until(&mut h, "pairing", |h| h.state().state.pair_result.is_some());
     assert!(h.state().state.pair_result.clone().unwrap().is_ok(), "{:?}", h.state().state.pair_result);
-    wait_until(&mut h, "the paired node's health", |h| h.state().state.nodes.iter().any(|n| n.paired && matches!(n.health, Health::Ok { .. })));
+    wait_until(&mut h, "the paired node's health", |h| {
+        h.state().state.nodes.iter().any(|n| n.paired && matches!(n.health, Health::Ok { .. }))
+    });
     let node = h.state().state.nodes[0].clone();
     let Health::Ok { latency_ms, .. } = node.health else { unreachable!() };
     assert!(h.query_by_label(&format!("ok, {latency_ms:.1} ms")).is_some() || h.query_by_label_contains("ok, ").is_some());
 
     // The daemon lists this app's machine; Revoke unpairs it there.
     h.get_by_label("Server mode").click();
-    wait_until(&mut h, "the paired device", |h| h.state().state.devices.len() == 1 && matches!(h.state().state.pairing, Some(PairingEvent::Paired { .. })));
+    wait_until(&mut h, "the paired device", |h| {
+        h.state().state.devices.len() == 1 && matches!(h.state().state.pairing, Some(PairingEvent::Paired { .. }))
+    });
     let name = h.state().state.devices[0].name.clone();
     let listed = block_on(async {
         let mut c = revis_client::Client::connect(&d.socket).await.unwrap();
@@ -171,6 +177,8 @@ fn the_offload_switch_is_saved_and_a_tier_with_no_node_stays_here() {
     assert_eq!(tier_state(&daemon_status(&d.socket), "tier3"), "ready", "loaded again when it came home");
 
     h.get_by_role_and_label(Role::CheckBox, switch).click();
-    wait_until(&mut h, "tier3 home", |h| h.state().state.placements.get("tier3").is_some_and(|p| !p.offloaded && p.runs_on == "this machine"));
+    wait_until(&mut h, "tier3 home", |h| {
+        h.state().state.placements.get("tier3").is_some_and(|p| !p.offloaded && p.runs_on == "this machine")
+    });
     assert_eq!(store.setting("offload/tier3").unwrap().unwrap()["enabled"], false);
 }

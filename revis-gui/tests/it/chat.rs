@@ -1,9 +1,9 @@
 //! Chat: typing is the typing signal, Enter sends, the answer streams in
 //! piece by piece and is stored; Stop stops it, in the daemon too.
 
-use egui_kittest::kittest::Queryable;
-use eframe::egui::accesskit::Role;
 use eframe::egui::Key;
+use eframe::egui::accesskit::Role;
+use egui_kittest::kittest::Queryable;
 use revis_client::v1 as pb;
 use revis_gui::state::Shown;
 use revis_orchestrator::Phase;
@@ -93,7 +93,9 @@ fn stop_ends_the_answer_here_and_in_the_daemon() {
     h.key_press(Key::Enter);
     h.run_ok();
     let sent = std::time::Instant::now();
-    wait_until(&mut h, "a few pieces of the answer", |h| h.state().state.last_answer().is_some_and(|a| a.text.split_whitespace().count() >= 5));
+    wait_until(&mut h, "a few pieces of the answer", |h| {
+        h.state().state.last_answer().is_some_and(|a| a.text.split_whitespace().count() >= 5)
+    });
     h.get_by_label("Stop").click();
     let streamed_ms = sent.elapsed().as_millis() as u64;
     h.run_ok();
@@ -115,11 +117,7 @@ fn stop_ends_the_answer_here_and_in_the_daemon() {
     // the few shown; the bound scales with this machine's speed now).
     let done = block_on(async {
         let mut c = revis_client::Client::connect(&d.socket).await.unwrap();
-        let req = pb::GenerateRequest {
-            messages: vec![revis_client::message(pb::Role::User, "Hi")],
-            max_tokens: 1,
-            ..Default::default()
-        };
+        let req = pb::GenerateRequest { messages: vec![revis_client::message(pb::Role::User, "Hi")], max_tokens: 1, ..Default::default() };
         let mut stream = c.generate(req).await.unwrap();
         loop {
             match stream.message().await.unwrap().and_then(|e| e.event) {

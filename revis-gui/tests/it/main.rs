@@ -55,12 +55,14 @@ pub fn wait_until(h: &mut Harness<'static, App>, what: &str, mut done: impl FnMu
         }
         let Some(left) = deadline.checked_duration_since(Instant::now()) else {
             let s = &h.state().state;
-            let daemon = h.state().socket().map(|p| block_on(async {
-                match revis_client::Client::connect(&p).await {
-                    Ok(mut c) => format!("{:?}", c.status().await.map(|s| (s.busy, s.queue_depth))),
-                    Err(e) => e.to_string(),
-                }
-            }));
+            let daemon = h.state().socket().map(|p| {
+                block_on(async {
+                    match revis_client::Client::connect(&p).await {
+                        Ok(mut c) => format!("{:?}", c.status().await.map(|s| (s.busy, s.queue_depth))),
+                        Err(e) => e.to_string(),
+                    }
+                })
+            });
             panic!(
                 "waited {}s for {what}; daemon (busy, queue) {daemon:?}; connection {:?}, streaming {}, {} messages, last answer {:?}, input {:?}, nodes {:?}, errors shown: {:?}",
                 STEP.as_secs(),

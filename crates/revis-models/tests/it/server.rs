@@ -57,12 +57,7 @@ impl Server {
                 }
             })
         };
-        Server {
-            addr,
-            state,
-            stop,
-            thread: Some(thread),
-        }
+        Server { addr, state, stop, thread: Some(thread) }
     }
 
     /// `http://127.0.0.1:PORT`
@@ -76,15 +71,8 @@ impl Server {
 
     /// Serves `body` at `path`.
     pub fn route(&self, path: &str, body: impl Into<Vec<u8>>) {
-        let route = Route {
-            body: body.into(),
-            ..Route::default()
-        };
-        self.state
-            .lock()
-            .unwrap()
-            .routes
-            .insert(path.to_owned(), route);
+        let route = Route { body: body.into(), ..Route::default() };
+        self.state.lock().unwrap().routes.insert(path.to_owned(), route);
     }
 
     /// The next response for `path` stops after `after` body bytes and the connection is dropped.
@@ -112,13 +100,7 @@ impl Server {
     }
 
     fn with_route(&self, path: &str, f: impl FnOnce(&mut Route)) {
-        f(self
-            .state
-            .lock()
-            .unwrap()
-            .routes
-            .get_mut(path)
-            .expect("route exists"));
+        f(self.state.lock().unwrap().routes.get_mut(path).expect("route exists"));
     }
 }
 
@@ -136,9 +118,7 @@ impl Drop for Server {
 }
 
 fn serve(mut stream: TcpStream, state: &Mutex<State>) {
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -149,11 +129,7 @@ fn serve(mut stream: TcpStream, state: &Mutex<State>) {
     }
     let head = String::from_utf8_lossy(&head);
     let mut lines = head.split("\r\n");
-    let path = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .unwrap_or("/")
-        .to_owned();
+    let path = lines.next().and_then(|l| l.split(' ').nth(1)).unwrap_or("/").to_owned();
     let range = lines
         .filter_map(|l| l.split_once(':'))
         .find(|(name, _)| name.trim().eq_ignore_ascii_case("range"))
@@ -172,27 +148,13 @@ fn serve(mut stream: TcpStream, state: &Mutex<State>) {
                 .map(|n| n.parse::<usize>().expect("open-ended byte range"));
             let cut = route.cut_next.take();
             match start {
-                Some(start) if start >= len => (
-                    416,
-                    format!("Content-Range: bytes */{len}\r\n"),
-                    Vec::new(),
-                    None,
-                ),
-                Some(start) => (
-                    206,
-                    format!("Content-Range: bytes {start}-{}/{len}\r\n", len - 1),
-                    route.body[start..].to_vec(),
-                    cut,
-                ),
+                Some(start) if start >= len => (416, format!("Content-Range: bytes */{len}\r\n"), Vec::new(), None),
+                Some(start) => (206, format!("Content-Range: bytes {start}-{}/{len}\r\n", len - 1), route.body[start..].to_vec(), cut),
                 None => (200, String::new(), route.body.clone(), cut),
             }
         }
     };
-    state.hits.push(Hit {
-        path,
-        range,
-        status,
-    });
+    state.hits.push(Hit { path, range, status });
     drop(state);
 
     let reason = match status {
@@ -201,15 +163,10 @@ fn serve(mut stream: TcpStream, state: &Mutex<State>) {
         404 => "Not Found",
         _ => "Range Not Satisfiable",
     };
-    let head = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Length: {}\r\n{headers}Connection: close\r\n\r\n",
-        body.len()
-    );
+    let head = format!("HTTP/1.1 {status} {reason}\r\nContent-Length: {}\r\n{headers}Connection: close\r\n\r\n", body.len());
     let sent = cut.unwrap_or(body.len()).min(body.len());
     // The client may hang up early (for instance on a failed check); that is not the server's failure.
-    let _ = stream
-        .write_all(head.as_bytes())
-        .and_then(|()| stream.write_all(&body[..sent]));
+    let _ = stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(&body[..sent]));
     let _ = stream.flush();
     let _ = stream.shutdown(Shutdown::Both);
 }

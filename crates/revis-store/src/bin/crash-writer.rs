@@ -20,10 +20,7 @@ const PER_CONVERSATION: u64 = 5;
 const CHUNKS: usize = 8;
 
 fn main() {
-    let dir: PathBuf = std::env::args_os()
-        .nth(1)
-        .expect("usage: revis-store-crash-writer DIR")
-        .into();
+    let dir: PathBuf = std::env::args_os().nth(1).expect("usage: revis-store-crash-writer DIR").into();
     let opened = Store::open(&dir).expect("open the store");
     let mut out = std::io::stdout().lock();
     if let Some(recovered) = opened.recovered {
@@ -44,9 +41,7 @@ fn main() {
             Some(conv) if n % PER_CONVERSATION != 0 => conv,
             _ => {
                 let title = format!("run {run} from message {n}");
-                let conv = store
-                    .create_conversation(&title)
-                    .expect("create_conversation");
+                let conv = store.create_conversation(&title).expect("create_conversation");
                 ack(format!("ack conv {conv} {title}"));
                 conversation = Some(conv);
                 conv
@@ -60,11 +55,7 @@ fn main() {
         let reply = store.begin_reply(conv, "tier2").expect("begin_reply");
         ack(format!("ack begin {reply}"));
         // Now and then a big reply (sled stores large values apart).
-        let chunk_len = if n % 16 == 7 {
-            8000
-        } else {
-            (n as usize * 53) % 300
-        };
+        let chunk_len = if n % 16 == 7 { 8000 } else { (n as usize * 53) % 300 };
         let mut text = String::new();
         for i in 0..CHUNKS {
             text.push_str(&format!("[{n}.{i}] {}", filler(n + i as u64, chunk_len)));

@@ -43,19 +43,11 @@ struct Acked {
 impl Acked {
     fn record(&mut self, line: &str) {
         let (kind, rest) = line.split_once(' ').unwrap_or((line, ""));
-        let id_and_text = || {
-            rest.split_once(' ')
-                .map_or((rest, ""), |(id, text)| (id, text))
-        };
-        let message = |id: &str| {
-            id.parse::<MessageId>()
-                .unwrap_or_else(|_| panic!("bad id in {line:?}"))
-        };
+        let id_and_text = || rest.split_once(' ').map_or((rest, ""), |(id, text)| (id, text));
+        let message = |id: &str| id.parse::<MessageId>().unwrap_or_else(|_| panic!("bad id in {line:?}"));
         match kind {
             "ack" => {
-                let (what, rest) = rest
-                    .split_once(' ')
-                    .unwrap_or_else(|| panic!("bad line {line:?}"));
+                let (what, rest) = rest.split_once(' ').unwrap_or_else(|| panic!("bad line {line:?}"));
                 let (id, text) = rest.split_once(' ').unwrap_or((rest, ""));
                 match what {
                     "conv" => {
@@ -137,11 +129,7 @@ fn run_and_kill(dir: &Path, acks: usize, jitter: Duration) -> Vec<String> {
     }
     child.kill().unwrap();
     let status = child.wait().unwrap();
-    assert_eq!(
-        status.signal(),
-        Some(9),
-        "the writer ended by itself: {status}; it said {lines:#?}"
-    );
+    assert_eq!(status.signal(), Some(9), "the writer ended by itself: {status}; it said {lines:#?}");
     // Lines printed before the kill but not read yet were acknowledged too.
     reader.join().unwrap();
     lines.extend(rx.try_iter());
@@ -155,40 +143,21 @@ fn check(dir: &Path, acked: &Acked, kill: usize) -> usize {
     let at = |what: String| format!("after kill {kill}: {what}");
 
     for (&id, title) in &acked.conversations {
-        let found = store
-            .conversation(id)
-            .unwrap()
-            .unwrap_or_else(|| panic!("{}", at(format!("conversation {id} lost"))));
+        let found = store.conversation(id).unwrap().unwrap_or_else(|| panic!("{}", at(format!("conversation {id} lost"))));
         assert_eq!(&found.title, title, "{}", at(format!("conversation {id}")));
     }
     for (&id, text) in &acked.users {
-        let m = store
-            .message(id)
-            .unwrap()
-            .unwrap_or_else(|| panic!("{}", at(format!("user message {id} lost"))));
-        assert_eq!(
-            (m.role, m.state),
-            (Role::User, MessageState::Complete),
-            "{}",
-            at(format!("message {id}"))
-        );
+        let m = store.message(id).unwrap().unwrap_or_else(|| panic!("{}", at(format!("user message {id} lost"))));
+        assert_eq!((m.role, m.state), (Role::User, MessageState::Complete), "{}", at(format!("message {id}")));
         assert_eq!(&m.text, text, "{}", at(format!("user message {id}")));
     }
     for &id in &acked.begun {
-        let m = store
-            .message(id)
-            .unwrap()
-            .unwrap_or_else(|| panic!("{}", at(format!("begun reply {id} lost"))));
+        let m = store.message(id).unwrap().unwrap_or_else(|| panic!("{}", at(format!("begun reply {id} lost"))));
         assert_eq!(m.role, Role::Assistant, "{}", at(format!("reply {id}")));
     }
     for &id in &acked.completed {
         let m = store.message(id).unwrap().unwrap();
-        assert_eq!(
-            m.state,
-            MessageState::Complete,
-            "{}",
-            at(format!("completed reply {id} is not complete"))
-        );
+        assert_eq!(m.state, MessageState::Complete, "{}", at(format!("completed reply {id} is not complete")));
     }
 
     // Every reply in the database, acknowledged or not: complete means
@@ -197,39 +166,19 @@ fn check(dir: &Path, acked: &Acked, kill: usize) -> usize {
     for conversation in store.conversations().unwrap() {
         let messages = store.messages(conversation.id).unwrap();
         let seqs: Vec<u64> = messages.iter().map(|m| m.id.seq).collect();
-        assert_eq!(
-            seqs,
-            (0..conversation.message_count).collect::<Vec<_>>(),
-            "{}",
-            at("gaps".into())
-        );
+        assert_eq!(seqs, (0..conversation.message_count).collect::<Vec<_>>(), "{}", at("gaps".into()));
         for m in messages.iter().filter(|m| m.role == Role::Assistant) {
             let intent = acked.intents.get(&m.id);
             match m.state {
                 MessageState::Complete => {
-                    let intent = intent.unwrap_or_else(|| {
-                        panic!("{}", at(format!("reply {} complete unasked", m.id)))
-                    });
-                    assert_eq!(
-                        &m.text,
-                        intent,
-                        "{}",
-                        at(format!("complete reply {} has other text", m.id))
-                    );
+                    let intent = intent.unwrap_or_else(|| panic!("{}", at(format!("reply {} complete unasked", m.id))));
+                    assert_eq!(&m.text, intent, "{}", at(format!("complete reply {} has other text", m.id)));
                 }
                 MessageState::Incomplete => {
                     cut_off += 1;
-                    assert!(
-                        !acked.completed.contains(&m.id),
-                        "{}",
-                        at(format!("completed reply {} lost it", m.id))
-                    );
+                    assert!(!acked.completed.contains(&m.id), "{}", at(format!("completed reply {} lost it", m.id)));
                     if let Some(intent) = intent {
-                        assert!(
-                            intent.starts_with(&m.text),
-                            "{}",
-                            at(format!("reply {} text is no prefix", m.id))
-                        );
+                        assert!(intent.starts_with(&m.text), "{}", at(format!("reply {} text is no prefix", m.id)));
                     }
                 }
             }
@@ -249,10 +198,7 @@ fn every_acknowledged_write_survives_kill_9() {
     let started = Instant::now();
     let mut cut_off = 0;
     for kill in 1..=kills {
-        let (acks, jitter) = (
-            rng.random_range(1..=MOST_ACKS),
-            rng.random_range(0..MOST_JITTER_US),
-        );
+        let (acks, jitter) = (rng.random_range(1..=MOST_ACKS), rng.random_range(0..MOST_JITTER_US));
         for line in run_and_kill(&dir, acks, Duration::from_micros(jitter)) {
             acked.record(&line);
         }

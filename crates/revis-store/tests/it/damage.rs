@@ -34,26 +34,9 @@ fn recover(dir: &Path) -> (String, PathBuf) {
     assert_eq!(recovered.path, dir);
     let moved = recovered.damaged_path_moved_to.clone();
     assert_eq!(moved.parent(), dir.parent());
-    assert!(
-        moved
-            .file_name()
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .starts_with("db.damaged-"),
-        "{}",
-        moved.display()
-    );
-    assert!(
-        siblings(dir).contains(&moved),
-        "{} is not beside {}",
-        moved.display(),
-        dir.display()
-    );
-    assert!(
-        moved.join("db").is_file(),
-        "the damaged files were not kept"
-    );
+    assert!(moved.file_name().unwrap().to_str().unwrap().starts_with("db.damaged-"), "{}", moved.display());
+    assert!(siblings(dir).contains(&moved), "{} is not beside {}", moved.display(), dir.display());
+    assert!(moved.join("db").is_file(), "the damaged files were not kept");
 
     assert_eq!(dump(&store), "");
     let conv = store.create_conversation("fresh").unwrap();
@@ -61,10 +44,7 @@ fn recover(dir: &Path) -> (String, PathBuf) {
     drop(store);
     assert_eq!(open(dir).messages(conv).unwrap().len(), 1);
 
-    let shown = recovered
-        .to_string()
-        .replace(&moved.display().to_string(), "$MOVED")
-        .replace(&dir.display().to_string(), "$DIR");
+    let shown = recovered.to_string().replace(&moved.display().to_string(), "$MOVED").replace(&dir.display().to_string(), "$DIR");
     (shown, moved)
 }
 
@@ -72,10 +52,7 @@ fn recover(dir: &Path) -> (String, PathBuf) {
 fn garbage_over_every_file_is_moved_aside_and_replaced() {
     let (_tmp, dir) = temp_db();
     written(&dir);
-    let names: Vec<PathBuf> = files_under(&dir)
-        .iter()
-        .map(|f| f.strip_prefix(&dir).unwrap().to_owned())
-        .collect();
+    let names: Vec<PathBuf> = files_under(&dir).iter().map(|f| f.strip_prefix(&dir).unwrap().to_owned()).collect();
     for file in files_under(&dir) {
         scribble(&file);
     }
@@ -83,10 +60,7 @@ fn garbage_over_every_file_is_moved_aside_and_replaced() {
     expect![[r#"the database at $DIR could not be read (sled: Unsupported: failed to open database that may have been created using a sled version earlier than 0.29); it was moved to $MOVED and a new, empty database was created"#]]
         .assert_eq(&shown);
     // Kept whole: the same files, the configuration still the garbage found.
-    let kept: Vec<PathBuf> = files_under(&moved)
-        .iter()
-        .map(|f| f.strip_prefix(&moved).unwrap().to_owned())
-        .collect();
+    let kept: Vec<PathBuf> = files_under(&moved).iter().map(|f| f.strip_prefix(&moved).unwrap().to_owned()).collect();
     assert_eq!(kept, names);
     let conf = std::fs::read(moved.join("conf")).unwrap();
     assert_eq!(conf.first(), Some(&13));
@@ -99,22 +73,13 @@ fn a_log_zeroed_under_its_snapshot_is_found_by_sled() {
     // Opening again makes sled write a snapshot that points into the log.
     drop(open(&dir));
     wait_closed(&dir);
-    assert!(files_under(&dir).iter().any(|f| {
-        f.file_name()
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .starts_with("snap.")
-    }));
+    assert!(files_under(&dir).iter().any(|f| { f.file_name().unwrap().to_str().unwrap().starts_with("snap.") }));
     let log = dir.join("db");
     let len = std::fs::metadata(&log).unwrap().len() as usize;
     std::fs::write(&log, vec![0; len]).unwrap();
     let (shown, _) = recover(&dir);
     // (The offset sled names depends on the timestamps' lengths.)
-    assert!(
-        shown.contains("could not be read (sled: Read corrupted data at file offset"),
-        "{shown}"
-    );
+    assert!(shown.contains("could not be read (sled: Read corrupted data at file offset"), "{shown}");
 }
 
 #[test]
@@ -167,10 +132,7 @@ fn a_database_open_elsewhere_is_never_moved() {
     let first = open(&dir);
     scribble(&dir.join("conf"));
     let err = Store::open(&dir).unwrap_err();
-    assert!(
-        matches!(&err, StoreError::Locked { path } if path == &dir),
-        "{err:?}"
-    );
+    assert!(matches!(&err, StoreError::Locked { path } if path == &dir), "{err:?}");
     assert!(siblings(&dir).is_empty(), "{:?}", siblings(&dir));
     // The first handle still works.
     first.create_conversation("still here").unwrap();
@@ -183,13 +145,9 @@ fn a_regular_file_in_the_way_is_an_error_naming_it() {
     let (_tmp, dir) = temp_db();
     std::fs::write(&dir, b"not a directory").unwrap();
     let err = Store::open(&dir).unwrap_err();
-    assert!(
-        matches!(&err, StoreError::Io { path, .. } if path == &dir),
-        "{err:?}"
-    );
+    assert!(matches!(&err, StoreError::Io { path, .. } if path == &dir), "{err:?}");
     let shown = err.to_string().replace(&dir.display().to_string(), "$DIR");
-    expect![[r#"cannot use the database directory $DIR: File exists (os error 17)"#]]
-        .assert_eq(&shown);
+    expect![[r#"cannot use the database directory $DIR: File exists (os error 17)"#]].assert_eq(&shown);
     // Left alone, nothing moved.
     assert_eq!(std::fs::read(&dir).unwrap(), b"not a directory");
     assert!(siblings(&dir).is_empty());
@@ -197,8 +155,5 @@ fn a_regular_file_in_the_way_is_an_error_naming_it() {
     // Same when the file is further up.
     let below = dir.join("db");
     let err = Store::open(&below).unwrap_err();
-    assert!(
-        matches!(&err, StoreError::Io { path, .. } if path == &below),
-        "{err:?}"
-    );
+    assert!(matches!(&err, StoreError::Io { path, .. } if path == &below), "{err:?}");
 }

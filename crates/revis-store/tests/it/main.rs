@@ -21,18 +21,10 @@ fn open(dir: &Path) -> Store {
 /// hold its file, and lock, a moment after the last handle is dropped), so a
 /// test that edits the files races with nothing.
 fn wait_closed(dir: &Path) {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(dir.join("db"))
-        .unwrap();
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(dir.join("db")).unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while let Err(e) = file.try_lock() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "sled kept {} locked: {e}",
-            dir.display()
-        );
+        assert!(std::time::Instant::now() < deadline, "sled kept {} locked: {e}", dir.display());
         std::thread::yield_now();
     }
 }
@@ -48,12 +40,7 @@ fn temp_db() -> (tempfile::TempDir, PathBuf) {
 fn dump(store: &Store) -> String {
     let mut out = String::new();
     for c in store.conversations().unwrap() {
-        writeln!(
-            out,
-            "conversation {} {:?} ({} messages)",
-            c.id, c.title, c.message_count
-        )
-        .unwrap();
+        writeln!(out, "conversation {} {:?} ({} messages)", c.id, c.title, c.message_count).unwrap();
         for m in store.messages(c.id).unwrap() {
             let state = match m.state {
                 MessageState::Complete => "",
@@ -91,11 +78,7 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
 /// The entries of `dir` other than `keep`, i.e. what was moved aside beside it.
 fn siblings(dir: &Path) -> Vec<PathBuf> {
     let parent = dir.parent().unwrap();
-    let mut found: Vec<PathBuf> = std::fs::read_dir(parent)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p != dir)
-        .collect();
+    let mut found: Vec<PathBuf> = std::fs::read_dir(parent).unwrap().map(|e| e.unwrap().path()).filter(|p| p != dir).collect();
     found.sort();
     found
 }

@@ -18,28 +18,20 @@ fn everything_written_is_there_after_reopening() {
     let reply = store.begin_reply(trip, "tier2").unwrap();
     store.update_reply(reply, "Light").unwrap();
     store.update_reply(reply, "Light clothes").unwrap();
-    store
-        .complete_reply(reply, "Light clothes and a jacket.")
-        .unwrap();
+    store.complete_reply(reply, "Light clothes and a jacket.").unwrap();
     store.append_user(trip, "Thanks — merci 🙏").unwrap();
     let cut = store.begin_reply(trip, "tier3").unwrap();
     store.update_reply(cut, "You're").unwrap();
     store.append_user(other, "Green or black?").unwrap();
 
-    store
-        .add_fact("Is travelling to Lisbon", Some(question))
-        .unwrap();
+    store.add_fact("Is travelling to Lisbon", Some(question)).unwrap();
     let tea = store.add_fact("Drinks tea", None).unwrap();
     store.add_fact("Prefers short answers", None).unwrap();
     assert!(store.remove_fact(tea).unwrap());
     assert!(!store.remove_fact(tea).unwrap());
-    store
-        .put_summary(trip, reply, "Packing for Lisbon.")
-        .unwrap();
+    store.put_summary(trip, reply, "Packing for Lisbon.").unwrap();
     store.set_setting("theme", &json!("dark")).unwrap();
-    store
-        .set_setting("tiers", &json!({"tier2": {"offload": true}}))
-        .unwrap();
+    store.set_setting("tiers", &json!({"tier2": {"offload": true}})).unwrap();
     store.set_setting("gone", &json!(1)).unwrap();
     assert!(store.remove_setting("gone").unwrap());
     let before = dump(&store);
@@ -62,26 +54,17 @@ fn everything_written_is_there_after_reopening() {
     "#]]
     .assert_eq(&before);
     assert_eq!(store.setting("theme").unwrap(), Some(json!("dark")));
-    assert_eq!(
-        store.setting("tiers").unwrap(),
-        Some(json!({"tier2": {"offload": true}}))
-    );
+    assert_eq!(store.setting("tiers").unwrap(), Some(json!({"tier2": {"offload": true}})));
     assert_eq!(store.setting("gone").unwrap(), None);
 
     let reply = store.message(reply).unwrap().unwrap();
-    assert_eq!(
-        (reply.role, reply.state, reply.tier.as_deref()),
-        (Role::Assistant, MessageState::Complete, Some("tier2"))
-    );
+    assert_eq!((reply.role, reply.state, reply.tier.as_deref()), (Role::Assistant, MessageState::Complete, Some("tier2")));
     assert!(reply.completed_ms.unwrap() >= reply.created_ms);
     let trip = store.conversation(trip).unwrap().unwrap();
     assert!(trip.updated_ms >= trip.created_ms && trip.created_ms > 1_700_000_000_000);
     // The unfinished reply can still be finished after the reopen.
     store.complete_reply(cut, "You're welcome.").unwrap();
-    assert_eq!(
-        store.message(cut).unwrap().unwrap().state,
-        MessageState::Complete
-    );
+    assert_eq!(store.message(cut).unwrap().unwrap().state, MessageState::Complete);
 }
 
 #[test]
@@ -89,30 +72,15 @@ fn messages_after_gives_what_a_summary_does_not_cover() {
     let (_tmp, dir) = temp_db();
     let store = open(&dir);
     let conv = store.create_conversation("c").unwrap();
-    let ids: Vec<MessageId> = (0..5)
-        .map(|i| store.append_user(conv, &i.to_string()).unwrap())
-        .collect();
+    let ids: Vec<MessageId> = (0..5).map(|i| store.append_user(conv, &i.to_string()).unwrap()).collect();
     // A neighbour's messages must not leak into the range.
     let next = store.create_conversation("d").unwrap();
     store.append_user(next, "other").unwrap();
 
-    let texts = |after| {
-        store
-            .messages_after(after)
-            .unwrap()
-            .into_iter()
-            .map(|m| m.text)
-            .collect::<Vec<_>>()
-    };
+    let texts = |after| store.messages_after(after).unwrap().into_iter().map(|m| m.text).collect::<Vec<_>>();
     assert_eq!(texts(ids[1]), ["2", "3", "4"]);
     assert_eq!(texts(ids[4]), Vec::<String>::new());
-    assert_eq!(
-        texts(MessageId {
-            conversation: conv,
-            seq: u64::MAX
-        }),
-        Vec::<String>::new()
-    );
+    assert_eq!(texts(MessageId { conversation: conv, seq: u64::MAX }), Vec::<String>::new());
 }
 
 #[test]
@@ -162,26 +130,9 @@ fn refusals_say_what_is_wrong() {
         store.update_reply(reply, "changed").unwrap_err(),
         store.complete_reply(reply, "changed").unwrap_err(),
         store.complete_reply(user, "x").unwrap_err(),
-        store
-            .update_reply(
-                MessageId {
-                    conversation: conv,
-                    seq: 9,
-                },
-                "x",
-            )
-            .unwrap_err(),
+        store.update_reply(MessageId { conversation: conv, seq: 9 }, "x").unwrap_err(),
         store.put_summary(missing, user, "x").unwrap_err(),
-        store
-            .put_summary(
-                conv,
-                MessageId {
-                    conversation: conv,
-                    seq: 2,
-                },
-                "x",
-            )
-            .unwrap_err(),
+        store.put_summary(conv, MessageId { conversation: conv, seq: 2 }, "x").unwrap_err(),
     ];
     let shown: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
     expect![[r#"
@@ -215,12 +166,7 @@ fn titles_and_listing_order() {
     store.append_user(a, "bump a").unwrap();
     next_millisecond();
     store.set_title(b, "b renamed").unwrap();
-    let listed: Vec<(u64, String)> = store
-        .conversations()
-        .unwrap()
-        .into_iter()
-        .map(|c| (c.id.0, c.title))
-        .collect();
+    let listed: Vec<(u64, String)> = store.conversations().unwrap().into_iter().map(|c| (c.id.0, c.title)).collect();
     // Updated last first; `c` was never touched after creation.
     assert_eq!(listed[0], (2, "b renamed".to_owned()));
     assert_eq!(listed[1].0, 1);
@@ -230,12 +176,7 @@ fn titles_and_listing_order() {
 
 /// Waits (spinning, at most a millisecond) until the wall clock's millisecond changes.
 fn next_millisecond() {
-    let now = || {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis()
-    };
+    let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
     let start = now();
     while now() == start {
         std::hint::spin_loop();
@@ -250,25 +191,15 @@ fn clones_on_many_threads_append_without_losing_or_reusing_a_seq() {
     let threads: Vec<_> = (0..4)
         .map(|t| {
             let store = store.clone();
-            std::thread::spawn(move || {
-                (0..50)
-                    .map(|i| store.append_user(conv, &format!("{t}/{i}")).unwrap())
-                    .collect::<Vec<_>>()
-            })
+            std::thread::spawn(move || (0..50).map(|i| store.append_user(conv, &format!("{t}/{i}")).unwrap()).collect::<Vec<_>>())
         })
         .collect();
-    let mut ids: Vec<MessageId> = threads
-        .into_iter()
-        .flat_map(|t| t.join().unwrap())
-        .collect();
+    let mut ids: Vec<MessageId> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
     ids.sort();
     let seqs: Vec<u64> = ids.iter().map(|id| id.seq).collect();
     assert_eq!(seqs, (0..200).collect::<Vec<_>>());
     assert_eq!(store.messages(conv).unwrap().len(), 200);
-    assert_eq!(
-        store.conversation(conv).unwrap().unwrap().message_count,
-        200
-    );
+    assert_eq!(store.conversation(conv).unwrap().unwrap().message_count, 200);
 }
 
 #[test]
@@ -276,14 +207,8 @@ fn one_process_at_a_time() {
     let (_tmp, dir) = temp_db();
     let first = open(&dir);
     let err = Store::open(&dir).unwrap_err();
-    assert!(
-        matches!(&err, StoreError::Locked { path } if path == &dir),
-        "{err:?}"
-    );
-    assert!(
-        err.to_string().contains(&dir.display().to_string()),
-        "{err}"
-    );
+    assert!(matches!(&err, StoreError::Locked { path } if path == &dir), "{err:?}");
+    assert!(err.to_string().contains(&dir.display().to_string()), "{err}");
     drop(first);
     open(&dir);
 }
@@ -294,15 +219,9 @@ fn the_directory_is_private() {
     use std::os::unix::fs::PermissionsExt as _;
     let (_tmp, dir) = temp_db();
     drop(open(&dir));
-    assert_eq!(
-        std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
-        0o700
-    );
+    assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
     // A directory others could read is narrowed.
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     drop(open(&dir));
-    assert_eq!(
-        std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
-        0o700
-    );
+    assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
 }

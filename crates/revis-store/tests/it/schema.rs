@@ -25,9 +25,7 @@ fn raw_sled(dir: &std::path::Path) -> sled::Db {
 /// The version sled holds, read with sled directly.
 fn stamped_version(dir: &std::path::Path) -> Option<u32> {
     let db = raw_sled(dir);
-    db.get("schema_version")
-        .unwrap()
-        .map(|v| serde_json::from_slice(&v).unwrap())
+    db.get("schema_version").unwrap().map(|v| serde_json::from_slice(&v).unwrap())
 }
 
 fn marker(dir: &std::path::Path) -> String {
@@ -39,10 +37,7 @@ fn a_new_database_gets_the_current_version() {
     let (_tmp, dir) = temp_db();
     drop(open(&dir));
     assert_eq!(stamped_version(&dir), Some(SCHEMA_VERSION));
-    assert_eq!(
-        marker(&dir),
-        format!(r#"{{"schema_version":{SCHEMA_VERSION}}}"#)
-    );
+    assert_eq!(marker(&dir), format!(r#"{{"schema_version":{SCHEMA_VERSION}}}"#));
 }
 
 #[test]
@@ -52,8 +47,7 @@ fn an_unstamped_database_is_migrated_from_version_0() {
     let (_tmp, dir) = temp_db();
     {
         let db = sled::open(&dir).unwrap();
-        db.insert("left over", "by an interrupted first open")
-            .unwrap();
+        db.insert("left over", "by an interrupted first open").unwrap();
         db.flush().unwrap();
     }
     let store = open(&dir);
@@ -61,10 +55,7 @@ fn an_unstamped_database_is_migrated_from_version_0() {
     store.append_user(conv, "works").unwrap();
     drop(store);
     assert_eq!(stamped_version(&dir), Some(SCHEMA_VERSION));
-    assert_eq!(
-        marker(&dir),
-        format!(r#"{{"schema_version":{SCHEMA_VERSION}}}"#)
-    );
+    assert_eq!(marker(&dir), format!(r#"{{"schema_version":{SCHEMA_VERSION}}}"#));
     expect![[r#"
         conversation 1 "after the migration" (1 messages)
           1:0 User: "works"
@@ -77,17 +68,11 @@ fn a_newer_version_in_sled_is_refused_and_left_alone() {
     let (_tmp, dir) = temp_db();
     {
         let store = open(&dir);
-        store
-            .create_conversation("written by a newer revis")
-            .unwrap();
+        store.create_conversation("written by a newer revis").unwrap();
     }
     {
         let db = raw_sled(&dir);
-        db.insert(
-            "schema_version",
-            format!("{}", SCHEMA_VERSION + 1).as_bytes(),
-        )
-        .unwrap();
+        db.insert("schema_version", format!("{}", SCHEMA_VERSION + 1).as_bytes()).unwrap();
         db.flush().unwrap();
     }
     let err = Store::open(&dir).unwrap_err();
@@ -113,20 +98,11 @@ fn a_newer_marker_is_refused_before_sled_reads_anything() {
     std::fs::write(dir.join("revis-store.json"), r#"{"schema_version":7}"#).unwrap();
     std::fs::write(dir.join("db"), b"a format from the future").unwrap();
     std::fs::write(dir.join("conf"), b"not sled 0.34's").unwrap();
-    let before: Vec<_> = files_under(&dir)
-        .into_iter()
-        .map(|f| (f.clone(), std::fs::read(f).unwrap()))
-        .collect();
+    let before: Vec<_> = files_under(&dir).into_iter().map(|f| (f.clone(), std::fs::read(f).unwrap())).collect();
 
     let err = Store::open(&dir).unwrap_err();
-    assert!(
-        matches!(err, StoreError::NewerSchema { found: 7, .. }),
-        "{err:?}"
-    );
-    let after: Vec<_> = files_under(&dir)
-        .into_iter()
-        .map(|f| (f.clone(), std::fs::read(f).unwrap()))
-        .collect();
+    assert!(matches!(err, StoreError::NewerSchema { found: 7, .. }), "{err:?}");
+    let after: Vec<_> = files_under(&dir).into_iter().map(|f| (f.clone(), std::fs::read(f).unwrap())).collect();
     assert_eq!(after, before);
     assert!(siblings(&dir).is_empty());
 }

@@ -50,10 +50,7 @@ fn malformed_text_is_rejected_with_a_reason() {
     check("ABCDEFG-ABCDEFG", "56 characters");
     let id = DeviceId::from_bytes([7; 32]).to_string();
     check(&format!("{id}A"), "56 characters");
-    check(
-        &id.replacen(|c: char| c.is_ascii_alphabetic(), "1", 1),
-        "A-Z",
-    );
+    check(&id.replacen(|c: char| c.is_ascii_alphabetic(), "1", 1), "A-Z");
 }
 
 #[test]

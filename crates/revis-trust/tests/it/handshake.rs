@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use revis_trust::{
-    ALPN_H2, DeviceId, Identity, PeerVerifier, Pin, TrustSet, TrustStore, client_config,
-    peer_device_id, provider, server_config, server_name,
+    ALPN_H2, DeviceId, Identity, PeerVerifier, Pin, TrustSet, TrustStore, client_config, peer_device_id, provider, server_config,
+    server_name,
 };
 use rustls::sign::{CertifiedKey, SingleCertAndKey};
 use rustls::{ClientConfig, ServerConfig};
@@ -27,16 +27,10 @@ async fn connect(server: Arc<ServerConfig>, client: Arc<ClientConfig>) -> Outcom
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(async move {
         let (tcp, _) = listener.accept().await.unwrap();
-        let mut tls = TlsAcceptor::from(server)
-            .accept(tcp)
-            .await
-            .map_err(|e| e.to_string())?;
+        let mut tls = TlsAcceptor::from(server).accept(tcp).await.map_err(|e| e.to_string())?;
         let (_, conn) = tls.get_ref();
         assert_eq!(conn.alpn_protocol(), Some(ALPN_H2));
-        assert_eq!(
-            conn.protocol_version(),
-            Some(rustls::ProtocolVersion::TLSv1_3)
-        );
+        assert_eq!(conn.protocol_version(), Some(rustls::ProtocolVersion::TLSv1_3));
         let peer = peer_device_id(conn).expect("a client certificate");
         let mut buf = [0u8; 4];
         tls.read_exact(&mut buf).await.map_err(|e| e.to_string())?;
@@ -47,10 +41,7 @@ async fn connect(server: Arc<ServerConfig>, client: Arc<ClientConfig>) -> Outcom
     });
     let client = async move {
         let tcp = TcpStream::connect(addr).await.unwrap();
-        let mut tls = TlsConnector::from(client)
-            .connect(server_name(), tcp)
-            .await
-            .map_err(|e| e.to_string())?;
+        let mut tls = TlsConnector::from(client).connect(server_name(), tcp).await.map_err(|e| e.to_string())?;
         let peer = peer_device_id(tls.get_ref().1).expect("a server certificate");
         // In TLS 1.3 the client finishes first; a refusal of its certificate
         // arrives as an alert on its first read.
@@ -61,24 +52,15 @@ async fn connect(server: Arc<ServerConfig>, client: Arc<ClientConfig>) -> Outcom
         Ok(peer)
     }
     .await;
-    Outcome {
-        server: server.await.unwrap(),
-        client,
-    }
+    Outcome { server: server.await.unwrap(), client }
 }
 
 /// A client config that presents `cert_of`'s certificate but signs with
 /// `key_of`'s key: someone who copied a paired device's certificate.
 fn replaying_client(cert_of: &Identity, key_of: &Identity, server: DeviceId) -> Arc<ClientConfig> {
-    let forged = CertifiedKey::new(
-        vec![cert_of.certificate().clone()],
-        key_of.signing_key().unwrap(),
-    );
+    let forged = CertifiedKey::new(vec![cert_of.certificate().clone()], key_of.signing_key().unwrap());
     let provider = provider();
-    let verifier = PeerVerifier::new(
-        Pin::Device(server),
-        provider.signature_verification_algorithms,
-    );
+    let verifier = PeerVerifier::new(Pin::Device(server), provider.signature_verification_algorithms);
     let mut config = ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
         .unwrap()
@@ -95,10 +77,7 @@ struct Pair {
 }
 
 fn pair() -> Pair {
-    Pair {
-        server: Identity::generate().unwrap(),
-        client: Identity::generate().unwrap(),
-    }
+    Pair { server: Identity::generate().unwrap(), client: Identity::generate().unwrap() }
 }
 
 fn assert_refused(outcome: &Outcome, server_says: &str) {
@@ -122,10 +101,7 @@ async fn a_client_without_a_certificate_is_refused() {
     let p = pair();
     let server = server_config(&p.server, TrustSet::new([p.client.device_id()])).unwrap();
     let provider = provider();
-    let verifier = PeerVerifier::new(
-        Pin::Device(p.server.device_id()),
-        provider.signature_verification_algorithms,
-    );
+    let verifier = PeerVerifier::new(Pin::Device(p.server.device_id()), provider.signature_verification_algorithms);
     let mut client = ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
         .unwrap()
@@ -143,10 +119,7 @@ async fn a_stranger_is_refused() {
     let stranger = Identity::generate().unwrap();
     let server = server_config(&p.server, TrustSet::new([p.client.device_id()])).unwrap();
     let client = client_config(&stranger, p.server.device_id()).unwrap();
-    assert_refused(
-        &connect(server, client).await,
-        "ApplicationVerificationFailure",
-    );
+    assert_refused(&connect(server, client).await, "ApplicationVerificationFailure");
 }
 
 #[tokio::test]
@@ -166,10 +139,7 @@ async fn a_server_that_is_not_the_pinned_one_is_refused() {
     let client = client_config(&p.client, p.server.device_id()).unwrap();
     let out = connect(server, client).await;
     let err = out.client.expect_err("the client must refuse");
-    assert!(
-        err.contains("ApplicationVerificationFailure"),
-        "client: {err}"
-    );
+    assert!(err.contains("ApplicationVerificationFailure"), "client: {err}");
     assert!(out.server.is_err());
 }
 
@@ -177,10 +147,7 @@ async fn a_server_that_is_not_the_pinned_one_is_refused() {
 async fn a_server_replaying_the_pinned_certificate_is_refused() {
     let p = pair();
     let impostor = Identity::generate().unwrap();
-    let forged = CertifiedKey::new(
-        vec![p.server.certificate().clone()],
-        impostor.signing_key().unwrap(),
-    );
+    let forged = CertifiedKey::new(vec![p.server.certificate().clone()], impostor.signing_key().unwrap());
     let provider = provider();
     let mut server = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13])
@@ -214,10 +181,7 @@ async fn a_revoked_device_is_refused_at_its_next_handshake() {
     out.client.unwrap();
 
     assert!(store.revoke(&p.client.device_id()).unwrap());
-    assert_refused(
-        &connect(server.clone(), client.clone()).await,
-        "ApplicationVerificationFailure",
-    );
+    assert_refused(&connect(server.clone(), client.clone()).await, "ApplicationVerificationFailure");
 
     store.add(p.client.device_id(), "laptop").unwrap();
     connect(server, client).await.server.unwrap();

@@ -25,9 +25,7 @@ fn created_on_first_run_then_loaded_unchanged() {
     assert_eq!(second.certificate(), first.certificate());
     assert_eq!(fs::read(dir.join(KEY_FILE)).unwrap(), key);
     assert_eq!(fs::read(dir.join(CERT_FILE)).unwrap(), cert);
-    second
-        .certified_key()
-        .expect("the key matches the certificate");
+    second.certified_key().expect("the key matches the certificate");
     assert_ne!(Identity::generate().unwrap().device_id(), first.device_id());
 }
 
@@ -36,10 +34,7 @@ fn a_corrupt_file_is_an_error_naming_it() {
     for (file, content) in [
         (KEY_FILE, &b"not a key"[..]),
         (CERT_FILE, &b"not a certificate"[..]),
-        (
-            CERT_FILE,
-            &b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"[..],
-        ),
+        (CERT_FILE, &b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"[..]),
     ] {
         let tmp = tempfile::tempdir().unwrap();
         Identity::load_or_create(tmp.path()).unwrap();
@@ -47,10 +42,7 @@ fn a_corrupt_file_is_an_error_naming_it() {
         fs::write(&path, content).unwrap();
         let err = Identity::load_or_create(tmp.path()).unwrap_err();
         assert!(matches!(err, TrustError::Corrupt { .. }), "{file}: {err:?}");
-        assert!(
-            err.to_string().contains(&path.display().to_string()),
-            "{err}"
-        );
+        assert!(err.to_string().contains(&path.display().to_string()), "{err}");
         assert_eq!(fs::read(&path).unwrap(), content, "left as it was");
     }
 }
@@ -63,10 +55,7 @@ fn another_nodes_certificate_does_not_load_with_this_key() {
     Identity::load_or_create(b.path()).unwrap();
     fs::copy(b.path().join(CERT_FILE), a.path().join(CERT_FILE)).unwrap();
     let err = Identity::load_or_create(a.path()).unwrap_err().to_string();
-    assert!(
-        err.contains(CERT_FILE) && err.contains("does not match"),
-        "{err}"
-    );
+    assert!(err.contains(CERT_FILE) && err.contains("does not match"), "{err}");
 }
 
 #[test]
@@ -76,10 +65,7 @@ fn a_key_readable_by_others_is_refused() {
     let key = tmp.path().join(KEY_FILE);
     fs::set_permissions(&key, fs::Permissions::from_mode(0o644)).unwrap();
     let err = Identity::load_or_create(tmp.path()).unwrap_err();
-    assert!(
-        matches!(err, TrustError::Permissions { mode: 0o644, .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, TrustError::Permissions { mode: 0o644, .. }), "{err:?}");
 }
 
 #[test]
@@ -91,10 +77,7 @@ fn a_key_without_its_certificate_gets_a_new_certificate() {
     let id = Identity::load_or_create(tmp.path()).unwrap();
     assert_eq!(fs::read(tmp.path().join(KEY_FILE)).unwrap(), key);
     assert_eq!(mode(&tmp.path().join(CERT_FILE)), 0o600);
-    assert_eq!(
-        Identity::load_or_create(tmp.path()).unwrap().device_id(),
-        id.device_id()
-    );
+    assert_eq!(Identity::load_or_create(tmp.path()).unwrap().device_id(), id.device_id());
 }
 
 #[test]

@@ -5,10 +5,9 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 use revis_trust::{
-    ALPN_PAIRING, ChannelBinding, DEFAULT_WINDOW, DeviceId, Identity, MAX_FRAME, PairingCode,
-    PairingWindow, TrustError, TrustStore, client_config, pair_client, pair_client_over,
-    pair_server, pair_server_over, pairing_client_config, pairing_server_config, peer_device_id,
-    read_frame, send_frame, server_config, server_name,
+    ALPN_PAIRING, ChannelBinding, DEFAULT_WINDOW, DeviceId, Identity, MAX_FRAME, PairingCode, PairingWindow, TrustError, TrustStore,
+    client_config, pair_client, pair_client_over, pair_server, pair_server_over, pairing_client_config, pairing_server_config,
+    peer_device_id, read_frame, send_frame, server_config, server_name,
 };
 use rustls::{ClientConfig, ServerConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -24,11 +23,7 @@ struct Node {
 
 fn node() -> Node {
     let dir = tempfile::tempdir().unwrap();
-    Node {
-        identity: Identity::generate().unwrap(),
-        store: TrustStore::open(dir.path()).unwrap(),
-        _dir: dir,
-    }
+    Node { identity: Identity::generate().unwrap(), store: TrustStore::open(dir.path()).unwrap(), _dir: dir }
 }
 
 impl Node {
@@ -44,81 +39,43 @@ fn code(s: &str) -> PairingCode {
 }
 
 /// The server side of one pairing connection accepted on `listener`.
-async fn serve_one(
-    listener: &TcpListener,
-    server: &mut Node,
-    window: &PairingWindow,
-    now: Instant,
-) -> Result<DeviceId, TrustError> {
+async fn serve_one(listener: &TcpListener, server: &mut Node, window: &PairingWindow, now: Instant) -> Result<DeviceId, TrustError> {
     let (tcp, _) = listener.accept().await.map_err(TrustError::Connection)?;
     let config = pairing_server_config(&server.identity)?;
-    let mut tls = TlsAcceptor::from(config)
-        .accept(tcp)
-        .await
-        .map_err(TrustError::Connection)?;
+    let mut tls = TlsAcceptor::from(config).accept(tcp).await.map_err(TrustError::Connection)?;
     assert_eq!(tls.get_ref().1.alpn_protocol(), Some(ALPN_PAIRING));
     let local = server.id();
     pair_server(&mut tls, local, window, &mut server.store, now).await
 }
 
 /// The client side of one pairing connection to `addr`.
-async fn dial_one(
-    addr: std::net::SocketAddr,
-    client: &mut Node,
-    code: &PairingCode,
-) -> Result<DeviceId, TrustError> {
-    let tcp = TcpStream::connect(addr)
-        .await
-        .map_err(TrustError::Connection)?;
+async fn dial_one(addr: std::net::SocketAddr, client: &mut Node, code: &PairingCode) -> Result<DeviceId, TrustError> {
+    let tcp = TcpStream::connect(addr).await.map_err(TrustError::Connection)?;
     let config = pairing_client_config(&client.identity)?;
-    let mut tls = TlsConnector::from(config)
-        .connect(server_name(), tcp)
-        .await
-        .map_err(TrustError::Connection)?;
+    let mut tls = TlsConnector::from(config).connect(server_name(), tcp).await.map_err(TrustError::Connection)?;
     let local = client.id();
-    pair_client(
-        &mut tls,
-        local,
-        code,
-        "laptop",
-        "workstation",
-        &mut client.store,
-    )
-    .await
+    pair_client(&mut tls, local, code, "laptop", "workstation", &mut client.store).await
 }
 
 /// One pairing attempt between `client` and `server` over loopback.
-async fn pair(
-    server: &mut Node,
-    client: &mut Node,
-    window: &PairingWindow,
-    code: &PairingCode,
-    now: Instant,
-) -> Outcome {
+async fn pair(server: &mut Node, client: &mut Node, window: &PairingWindow, code: &PairingCode, now: Instant) -> Outcome {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::join!(
-        serve_one(&listener, server, window, now),
-        dial_one(addr, client, code)
-    )
+    tokio::join!(serve_one(&listener, server, window, now), dial_one(addr, client, code))
 }
 
 /// A pinned mutual-TLS connection (the one every call after pairing uses):
 /// the server's device ID as the client saw it, and the client's as the
 /// server saw it.
 async fn pinned_connection(server: &Node, client: &Node) -> Result<(DeviceId, DeviceId), String> {
-    let server_cfg: Arc<ServerConfig> =
-        server_config(&server.identity, server.store.trust_set()).unwrap();
+    let server_cfg: Arc<ServerConfig> = server_config(&server.identity, server.store.trust_set()).unwrap();
     let client_cfg: Arc<ClientConfig> = client_config(&client.identity, server.id()).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (s, c) = tokio::join!(
         async {
             let (tcp, _) = listener.accept().await.unwrap();
-            let mut tls = TlsAcceptor::from(server_cfg)
-                .accept(tcp)
-                .await
-                .map_err(|e| e.to_string())?;
+            let mut tls = TlsAcceptor::from(server_cfg).accept(tcp).await.map_err(|e| e.to_string())?;
             let peer = peer_device_id(tls.get_ref().1).unwrap();
             let mut buf = [0u8; 4];
             tls.read_exact(&mut buf).await.map_err(|e| e.to_string())?;
@@ -128,10 +85,7 @@ async fn pinned_connection(server: &Node, client: &Node) -> Result<(DeviceId, De
         },
         async {
             let tcp = TcpStream::connect(addr).await.unwrap();
-            let mut tls = TlsConnector::from(client_cfg)
-                .connect(server_name(), tcp)
-                .await
-                .map_err(|e| e.to_string())?;
+            let mut tls = TlsConnector::from(client_cfg).connect(server_name(), tcp).await.map_err(|e| e.to_string())?;
             let peer = peer_device_id(tls.get_ref().1).unwrap();
             tls.write_all(b"ping").await.map_err(|e| e.to_string())?;
             let mut buf = [0u8; 4];
@@ -161,15 +115,9 @@ async fn the_right_code_pairs_both_ways_and_then_pinned_tls_works() {
     assert_eq!(s.unwrap(), client.id());
     assert_eq!(c.unwrap(), server.id());
 
-    let on_server = server
-        .store
-        .get(&client.id())
-        .expect("server stores client");
+    let on_server = server.store.get(&client.id()).expect("server stores client");
     assert_eq!(on_server.name, "laptop");
-    let on_client = client
-        .store
-        .get(&server.id())
-        .expect("client stores server");
+    let on_client = client.store.get(&server.id()).expect("client stores server");
     assert_eq!(on_client.name, "workstation");
     assert_eq!(server.store.devices().len(), 1);
     assert_eq!(client.store.devices().len(), 1);
@@ -281,29 +229,17 @@ async fn a_relay_in_the_middle_pairs_nothing() {
 
     let relay_task = async {
         let (tcp, _) = relay_listener.accept().await.unwrap();
-        let mut from_client = TlsAcceptor::from(relay_server_cfg)
-            .accept(tcp)
-            .await
-            .unwrap();
+        let mut from_client = TlsAcceptor::from(relay_server_cfg).accept(tcp).await.unwrap();
         let upstream = TcpStream::connect(server_addr).await.unwrap();
-        let mut to_server = TlsConnector::from(relay_client_cfg)
-            .connect(server_name(), upstream)
-            .await
-            .unwrap();
+        let mut to_server = TlsConnector::from(relay_client_cfg).connect(server_name(), upstream).await.unwrap();
         // Forward the pairing messages both ways until either side stops.
         let _ = tokio::io::copy_bidirectional(&mut from_client, &mut to_server).await;
     };
-    let (s, c, ()) = tokio::join!(
-        serve_one(&server_listener, &mut server, &window, now),
-        dial_one(relay_addr, &mut client, &right),
-        relay_task
-    );
+    let (s, c, ()) =
+        tokio::join!(serve_one(&server_listener, &mut server, &window, now), dial_one(relay_addr, &mut client, &right), relay_task);
     assert!(matches!(s, Err(TrustError::WrongCode)), "{s:?}");
     assert!(matches!(c, Err(TrustError::WrongCode)), "{c:?}");
-    assert!(
-        c.unwrap_err().to_string().contains("intercepted"),
-        "the message names the possibility of a relay"
-    );
+    assert!(c.unwrap_err().to_string().contains("intercepted"), "the message names the possibility of a relay");
     assert_nothing_pinned(&[&server, &client]);
     assert!(server.store.get(&relay.device_id()).is_none());
     assert_eq!(window.failed_attempts(), 1);
@@ -322,23 +258,12 @@ async fn different_channels_with_the_same_code_pair_nothing() {
     let now = Instant::now();
     let window = PairingWindow::open(now, DEFAULT_WINDOW);
     let right = window.code().clone();
-    let bind = |exporter: u8| ChannelBinding {
-        exporter: [exporter; 32],
-        client: client.id(),
-        server: server.id(),
-    };
+    let bind = |exporter: u8| ChannelBinding { exporter: [exporter; 32], client: client.id(), server: server.id() };
     let (mut a, mut b) = tokio::io::duplex(4096);
     let (sb, cb) = (bind(1), bind(2));
     let (s, c) = tokio::join!(
         pair_server_over(&mut a, &sb, &window, &mut server_store, now),
-        pair_client_over(
-            &mut b,
-            &cb,
-            &right,
-            "laptop",
-            "workstation",
-            &mut client_store
-        )
+        pair_client_over(&mut b, &cb, &right, "laptop", "workstation", &mut client_store)
     );
     assert!(matches!(s, Err(TrustError::WrongCode)), "{s:?}");
     assert!(matches!(c, Err(TrustError::WrongCode)), "{c:?}");
@@ -350,25 +275,14 @@ async fn different_channels_with_the_same_code_pair_nothing() {
     let (mut a, mut b) = tokio::io::duplex(4096);
     let (s, c) = tokio::join!(
         pair_server_over(&mut a, &sb, &window, &mut server_store, now),
-        pair_client_over(
-            &mut b,
-            &sb,
-            &right,
-            "laptop",
-            "workstation",
-            &mut client_store
-        )
+        pair_client_over(&mut b, &sb, &right, "laptop", "workstation", &mut client_store)
     );
     assert_eq!(s.unwrap(), client.id());
     assert_eq!(c.unwrap(), server.id());
 }
 
 fn fake_binding() -> ChannelBinding {
-    ChannelBinding {
-        exporter: [7; 32],
-        client: DeviceId::from_bytes([1; 32]),
-        server: DeviceId::from_bytes([2; 32]),
-    }
+    ChannelBinding { exporter: [7; 32], client: DeviceId::from_bytes([1; 32]), server: DeviceId::from_bytes([2; 32]) }
 }
 
 /// Feeds `bytes` (then end of stream) to a pairing server; its error.
@@ -378,14 +292,7 @@ async fn server_fed(bytes: &[u8], window: &PairingWindow) -> TrustError {
     let (mut ours, mut theirs) = tokio::io::duplex(64 * 1024);
     ours.write_all(bytes).await.unwrap();
     ours.shutdown().await.unwrap();
-    let result = pair_server_over(
-        &mut theirs,
-        &fake_binding(),
-        window,
-        &mut store,
-        Instant::now(),
-    )
-    .await;
+    let result = pair_server_over(&mut theirs, &fake_binding(), window, &mut store, Instant::now()).await;
     assert!(store.devices().is_empty());
     result.expect_err("garbage must not pair")
 }
@@ -462,15 +369,7 @@ async fn a_client_given_garbage_fails_cleanly() {
         let (mut ours, mut theirs) = tokio::io::duplex(64 * 1024);
         ours.write_all(&bytes).await.unwrap();
         ours.shutdown().await.unwrap();
-        let result = pair_client_over(
-            &mut theirs,
-            &fake_binding(),
-            &code("12345678"),
-            "laptop",
-            "workstation",
-            &mut store,
-        )
-        .await;
+        let result = pair_client_over(&mut theirs, &fake_binding(), &code("12345678"), "laptop", "workstation", &mut store).await;
         let e = result.expect_err("garbage must not pair");
         assert!(is_protocol(&e), "{bytes:?}: {e}");
         assert!(store.devices().is_empty());
@@ -501,10 +400,7 @@ async fn frames_round_trip_and_are_bounded() {
     send_frame(&mut a, b"hello").await.unwrap();
     assert_eq!(read_frame(&mut b).await.unwrap(), b"hello");
     let big = vec![0u8; MAX_FRAME + 1];
-    assert!(matches!(
-        send_frame(&mut a, &big).await,
-        Err(TrustError::Protocol(_))
-    ));
+    assert!(matches!(send_frame(&mut a, &big).await, Err(TrustError::Protocol(_))));
 }
 
 #[test]
@@ -514,9 +410,7 @@ fn codes_are_random_digits_and_parse_leniently() {
     assert!(a.digits().chars().all(|c| c.is_ascii_digit()));
     assert_eq!(a.to_string().replace(' ', ""), a.digits());
     assert_eq!(format!("{a:?}"), "PairingCode(..)");
-    let many: std::collections::HashSet<String> = (0..50)
-        .map(|_| PairingCode::generate().digits().to_owned())
-        .collect();
+    let many: std::collections::HashSet<String> = (0..50).map(|_| PairingCode::generate().digits().to_owned()).collect();
     assert!(many.len() > 45, "codes repeat: {many:?}");
 
     assert_eq!(code(" 12-34 56 ").digits(), "123456");
@@ -539,16 +433,7 @@ async fn an_unusable_client_name_is_refused_before_the_code_is_spent() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = TrustStore::open(dir.path()).unwrap();
     let (_ours, mut theirs) = tokio::io::duplex(1024);
-    let e = pair_client_over(
-        &mut theirs,
-        &fake_binding(),
-        &code("123456"),
-        "",
-        "workstation",
-        &mut store,
-    )
-    .await
-    .unwrap_err();
+    let e = pair_client_over(&mut theirs, &fake_binding(), &code("123456"), "", "workstation", &mut store).await.unwrap_err();
     assert!(matches!(e, TrustError::InvalidName(_)), "{e}");
 }
 

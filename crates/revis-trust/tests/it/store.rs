@@ -18,10 +18,7 @@ fn add_list_revoke_survive_reopening() {
     store.add(b, "desk").unwrap();
     assert!(set.contains(&a) && set.contains(&b));
     let path = tmp.path().join(TRUST_FILE);
-    assert_eq!(
-        fs::metadata(&path).unwrap().permissions().mode() & 0o777,
-        0o600
-    );
+    assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
 
     let at = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
     assert!(store.mark_seen(&b, at).unwrap());
@@ -42,10 +39,7 @@ fn add_list_revoke_survive_reopening() {
     assert!(reopened.get(&a).is_none());
     assert!(!reopened.trust_set().contains(&a));
     // Only the store file: no temp files left behind.
-    let files: Vec<_> = fs::read_dir(tmp.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
+    let files: Vec<_> = fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(files, [TRUST_FILE]);
 }
 
@@ -67,10 +61,7 @@ fn bad_names_are_refused_and_nothing_is_trusted() {
     let mut store = TrustStore::open(tmp.path()).unwrap();
     for name in ["", "  ", "tab\there", &"x".repeat(65)] {
         let err = store.add(a, name).unwrap_err();
-        assert!(
-            matches!(err, TrustError::InvalidName(_)),
-            "{name:?}: {err:?}"
-        );
+        assert!(matches!(err, TrustError::InvalidName(_)), "{name:?}: {err:?}");
     }
     assert!(!store.trust_set().contains(&a));
     assert!(!tmp.path().join(TRUST_FILE).exists());
@@ -80,20 +71,12 @@ fn bad_names_are_refused_and_nothing_is_trusted() {
 fn a_corrupt_store_is_an_error_naming_it() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join(TRUST_FILE);
-    for content in [
-        "{",
-        r#"{"version":2,"devices":[]}"#,
-        r#"{"version":1,"devices":[{"device_id":"x","name":"a","paired_at":1,"last_seen":null}]}"#,
-    ] {
+    for content in
+        ["{", r#"{"version":2,"devices":[]}"#, r#"{"version":1,"devices":[{"device_id":"x","name":"a","paired_at":1,"last_seen":null}]}"#]
+    {
         fs::write(&path, content).unwrap();
         let err = TrustStore::open(tmp.path()).unwrap_err();
-        assert!(
-            matches!(err, TrustError::Corrupt { .. }),
-            "{content}: {err:?}"
-        );
-        assert!(
-            err.to_string().contains(&path.display().to_string()),
-            "{err}"
-        );
+        assert!(matches!(err, TrustError::Corrupt { .. }), "{content}: {err:?}");
+        assert!(err.to_string().contains(&path.display().to_string()), "{err}");
     }
 }
