@@ -143,30 +143,37 @@ async fn a_node_killed_mid_answer_the_answer_continues_here_and_is_stored_once()
     assert_eq!((replies[0].state, replies[0].text.as_str()), (MessageState::Complete, done.text.as_str()));
 }
 
-#[tokio::test]
-async fn a_node_that_goes_silent_is_given_up_at_the_gap_deadline() {
-    let Lan { net: _net, desk, _laptop, local, d, dir: _dir } = lan(DEADLINES).await;
-    let req = story();
+/// Streams [`story`] through `d`, calls `fail` after the 20th delta, and
+/// returns the answer, the text shown, and the longest silence between two
+/// deltas after the failure (text already on its way still arrives, then
+/// nothing until the failure is noticed, then this machine continues).
+async fn story_failing_at_20(d: &Dispatcher, mut fail: impl FnMut() + Send) -> (pb::Done, String, Duration) {
     let (mut shown, mut deltas, mut last) = (String::new(), 0, Instant::now());
     let mut stall = None::<Duration>;
     let done = d
-        .generate(req, |t| {
+        .generate(story(), |t| {
             shown.push_str(t);
             deltas += 1;
             if let Some(s) = stall.as_mut() {
                 *s = (*s).max(last.elapsed());
             }
-            last = Instant::now();
             if deltas == 20 {
-                // Frozen, not dead: the connection stays open and says nothing.
-                desk.signal(libc::SIGSTOP);
+                fail();
                 stall = Some(Duration::ZERO);
             }
+            last = Instant::now();
         })
         .await
         .unwrap();
+    (done, shown, stall.expect("the answer went past its 20th delta"))
+}
+
+#[tokio::test]
+async fn a_node_that_goes_silent_is_given_up_at_the_gap_deadline() {
+    let Lan { net: _net, desk, _laptop, local, d, dir: _dir } = lan(DEADLINES).await;
+    // Frozen, not dead: the connection stays open and says nothing.
+    let (done, shown, stall) = story_failing_at_20(&d, || desk.signal(libc::SIGSTOP)).await;
     desk.signal(libc::SIGCONT);
-    let stall = stall.expect("the node was stopped");
     eprintln!("silent node: the text stalled for {stall:?} (gap deadline {:?})", DEADLINES.gap);
     assert!(stall >= DEADLINES.gap, "given up before the gap deadline: {stall:?}");
     assert!(stall < DEADLINES.gap + Duration::from_secs(5), "given up after {stall:?}");
@@ -179,31 +186,7 @@ async fn a_node_that_goes_silent_is_given_up_at_the_gap_deadline() {
 async fn a_cut_link_is_noticed_within_the_gap_deadline_and_offload_resumes_when_it_is_back() {
     let Lan { net, desk: _desk, _laptop, local, d, dir: _dir } = lan(DEADLINES).await;
 
-    let req = story();
-    let mut shown = String::new();
-    let mut deltas = 0;
-    let mut last = Instant::now();
-    // The longest silence after the cut: text already on its way still
-    // arrives, then nothing until the gap deadline notices, then this
-    // machine continues.
-    let mut stall = None::<Duration>;
-    let done = d
-        .generate(req, |t| {
-            shown.push_str(t);
-            deltas += 1;
-            if let Some(s) = stall.as_mut() {
-                *s = (*s).max(last.elapsed());
-            }
-            last = Instant::now();
-            if deltas == 20 {
-                net.set_link(false);
-                stall = Some(Duration::ZERO);
-                last = Instant::now();
-            }
-        })
-        .await
-        .unwrap();
-    let stall = stall.expect("the link was cut");
+    let (done, shown, stall) = story_failing_at_20(&d, || net.set_link(false)).await;
     // Noticed by the gap deadline at the latest (a write into the downed
     // link may fail sooner), then this machine continues.
     eprintln!("link cut: the text stalled for {stall:?} (gap deadline {:?})", DEADLINES.gap);

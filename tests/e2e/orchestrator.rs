@@ -168,7 +168,7 @@ fn piped_chat_answers_each_line_and_history_keeps_it() {
     };
     let out = revis(&["chat", "--new", "--temperature", "0", "--max-tokens", "24"], "What is the capital of France?\n\nSay hello.\n");
     assert!(out.contains("Paris"), "{out}");
-    assert_eq!(out.lines().filter(|l| !l.is_empty()).count() >= 2, true, "two answers: {out}");
+    assert!(out.lines().filter(|l| !l.is_empty()).count() >= 2, "two answers: {out}");
     let list = revis(&["history"], "");
     assert!(list.contains("What is the capital of France?"), "{list}");
     let id = list.split_whitespace().next().unwrap();

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use revis_client::{Keyring, v1 as pb};
+use revis_client::v1 as pb;
 use revis_orchestrator::dispatch::{Deadlines, Dispatcher, Offload, Placement};
 use revis_orchestrator::{Background, Daemon as _, Gates};
 use revis_testkit::netns::NetnsPair;
@@ -29,6 +29,7 @@ use serde_json::json;
 
 use crate::daemon::{Daemon, Launch};
 use crate::machine::{self, Machine};
+use crate::remote::{NODE_NAME, pair};
 use crate::report::verdict;
 use crate::stats::show_median;
 
@@ -66,17 +67,6 @@ pub struct Results {
 /// Pins to a core: `taskset -c N`.
 fn pinned(core: usize) -> Vec<String> {
     vec!["taskset".into(), "-c".into(), core.to_string()]
-}
-
-async fn pair_with(node: &Daemon, keyring: &mut Keyring, addr: SocketAddr) -> anyhow::Result<()> {
-    let mut admin = node.client.admin.clone();
-    let mut events = admin.open_pairing(pb::OpenPairingRequest { window_s: 0 }).await?.into_inner();
-    let code = match events.message().await?.and_then(|e| e.event) {
-        Some(pb::pairing_event::Event::Opened(o)) => o.code,
-        other => bail!("the node did not open pairing: {other:?}"),
-    };
-    revis_client::pair(keyring, addr, "node", &code.parse()?, "bench").await?;
-    Ok(())
 }
 
 /// The node's listening port, from its local Status.
@@ -120,16 +110,15 @@ pub async fn run(revisd: &Path, model: &Path, s: &Settings) -> anyhow::Result<Re
     let launch = |listen, wrap| Launch { threads: 1, context: s.context, batch: s.batch, listen, wrap };
     let (core0, core1) = (pinned(0), pinned(1));
     let here = Daemon::start_wrapped(revisd, model, launch(None, &core0)).await?;
-    let node = Daemon::start_wrapped(revisd, model, launch(Some("127.0.0.1:0"), &core1)).await?;
+    let mut node = Daemon::start_wrapped(revisd, model, launch(Some("127.0.0.1:0"), &core1)).await?;
     let keys = tempfile::tempdir()?;
-    let mut keyring = Keyring::open(keys.path())?;
-    pair_with(&node, &mut keyring, SocketAddr::from(([127, 0, 0, 1], port(&node).await?))).await?;
-    let keyring = Arc::new(keyring);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port(&node).await?));
+    let keyring = Arc::new(pair(&mut node, keys.path(), addr).await?.0);
     let one = Dispatcher::new(here.client.clone(), None, None, BTreeMap::new(), Deadlines::default());
     let offload = BTreeMap::from([("tier2".to_owned(), Offload { enabled: true, node: None, keep_local: true })]);
     let two = Dispatcher::new(here.client.clone(), Some(keyring), None, offload, Deadlines::default());
     two.refresh().await;
-    if two.placements()["tier2"] != Placement::Node("node".into()) {
+    if two.placements()["tier2"] != Placement::Node(NODE_NAME.into()) {
         bail!("the node is not healthy: {:?}", two.nodes());
     }
     // Warm-up: both models loaded, speeds measured.
@@ -185,15 +174,15 @@ fn fallback_trials(revisd: &Path, model: &Path, trials: u32, context: u32, batch
         in_a.extend(pinned(1));
         for trial in 0..trials * 2 {
             let kind = if trial % 2 == 0 { Failure::Kill } else { Failure::Cut };
-            let node = Daemon::start_wrapped(revisd, model, launch(Some("0.0.0.0:0"), &in_a)).await?;
+            let mut node = Daemon::start_wrapped(revisd, model, launch(Some("0.0.0.0:0"), &in_a)).await?;
             let keys = tempfile::tempdir()?;
-            let mut keyring = Keyring::open(keys.path())?;
-            pair_with(&node, &mut keyring, SocketAddr::from((net.a.addr, port(&node).await?))).await?;
+            let addr = SocketAddr::from((net.a.addr, port(&node).await?));
+            let (keyring, _) = pair(&mut node, keys.path(), addr).await?;
             let offload = BTreeMap::from([("tier2".to_owned(), Offload { enabled: true, node: None, keep_local: false })]);
             let deadlines = Deadlines { gap: GAP, ..Deadlines::default() };
             let d = Dispatcher::new(here.client.clone(), Some(Arc::new(keyring)), None, offload, deadlines);
             d.refresh().await;
-            if d.placements()["tier2"] != Placement::Node("node".into()) {
+            if d.placements()["tier2"] != Placement::Node(NODE_NAME.into()) {
                 bail!("the node is not healthy: {:?}", d.nodes());
             }
             let pid = node.pid().context("the node is running")?;

@@ -31,7 +31,7 @@ pub const SHORT_MAX_TOKENS: u32 = 4;
 /// the machine's other work more than revis: no verdict is given.
 pub const BUSY_PERCENT: f64 = 5.0;
 /// How the daemon and this client are named to each other at pairing.
-const NODE_NAME: &str = "bench";
+pub(crate) const NODE_NAME: &str = "bench";
 const CLIENT_NAME: &str = "bench-client";
 /// Limit on the pairing window's events.
 const PAIRING_TIMEOUT: Duration = Duration::from_secs(30);
@@ -225,7 +225,7 @@ async fn measure(d: &mut Daemon, s: &Settings) -> anyhow::Result<RemoteRun> {
 
 /// Pairs a new keyring in `dir` with the daemon, the way `revis pair` does:
 /// a window opened on the local socket, its code used over TCP.
-async fn pair(d: &mut Daemon, dir: &Path, addr: SocketAddr) -> anyhow::Result<(Keyring, Node)> {
+pub(crate) async fn pair(d: &mut Daemon, dir: &Path, addr: SocketAddr) -> anyhow::Result<(Keyring, Node)> {
     let req = pb::OpenPairingRequest { window_s: 0 };
     let mut events = daemon::timed_out(d.client.admin.open_pairing(req)).await?.into_inner();
     let code = match next_event(&mut events).await? {

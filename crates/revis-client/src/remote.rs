@@ -64,7 +64,7 @@ pub struct Node {
 }
 
 /// Why a handshake with a node failed, in words a person can act on.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum NodeError {
     #[error(
         "the machine at {addr} is not {name}: its certificate does not match the one paired (device ID {expected}); refusing to talk to it"
@@ -182,15 +182,7 @@ fn node_error(e: &(dyn std::error::Error + 'static), node: &Node) -> Option<Node
     while let Some(err) = cur {
         let inner = err.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()).and_then(|i| i.downcast_ref::<NodeError>());
         if let Some(n) = err.downcast_ref::<NodeError>().or(inner) {
-            return Some(match n {
-                NodeError::NotThatNode { name, addr, expected } => {
-                    NodeError::NotThatNode { name: name.clone(), addr: *addr, expected: *expected }
-                }
-                NodeError::Refused { name, addr } => NodeError::Refused { name: name.clone(), addr: *addr },
-                NodeError::Unreachable { name, addr, reason } => {
-                    NodeError::Unreachable { name: name.clone(), addr: *addr, reason: reason.clone() }
-                }
-            });
+            return Some(n.clone());
         }
         if let Some(rustls::Error::AlertReceived(_)) = err.downcast_ref::<rustls::Error>() {
             return Some(NodeError::Refused { name: node.name.clone(), addr: node.addr });
