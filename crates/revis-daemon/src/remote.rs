@@ -434,9 +434,19 @@ impl Remote {
             state.conns.insert(id, Conn { device: device_id, cut: cut.clone() });
             id
         };
-        if let Err(e) = self.store().mark_seen(&device_id, SystemTime::now()) {
+        // The file is rewritten at most once a minute per device, not on
+        // every connection: "last seen" is for people, to the minute.
+        let now = SystemTime::now();
+        let stale = |d: &revis_trust::PairedDevice| {
+            d.last_seen.is_none_or(|t| now.duration_since(std::time::UNIX_EPOCH).map_or(true, |n| n.as_secs() >= t + 60))
+        };
+        let mut store = self.store();
+        if store.get(&device_id).is_some_and(stale)
+            && let Err(e) = store.mark_seen(&device_id, now)
+        {
             tracing::warn!("recording when {device_id} was last seen: {e}");
         }
+        drop(store);
         tracing::info!(%addr, %device_id, "paired device connected");
         Some(RemoteIo {
             tls,
