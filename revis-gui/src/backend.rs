@@ -4,13 +4,14 @@
 //! here runs on the UI thread, and nothing on the UI thread waits for it.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 
-use revis_client::{Client, ClientError, Discovered, Keyring, Node, SpawnOptions, interfaces_from_env, v1 as pb};
+pub use revis_client::nodes::{Health, NodeRow, state_name};
+use revis_client::nodes::{find_unpaired, node_rows, probe};
+use revis_client::{Client, ClientError, Discovered, Keyring, SpawnOptions, interfaces_from_env, v1 as pb};
 use revis_orchestrator::conversation::ChatError;
 use revis_orchestrator::dispatch::{Deadlines, Dispatcher, Offload, Placement, offload_key};
 use revis_orchestrator::{GateState, Phase};
@@ -105,32 +106,6 @@ pub enum Command {
         tier: String,
         on: bool,
     },
-}
-
-/// A node as the Nodes panel shows it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct NodeRow {
-    pub name: String,
-    pub device_id: String,
-    pub paired: bool,
-    pub discovered: bool,
-    pub address: Option<String>,
-    pub health: Health,
-    /// Set when an unpaired advertisement uses a paired node's name.
-    pub warning: Option<String>,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub enum Health {
-    /// Not paired: not probed.
-    Unknown,
-    Ok {
-        connect_ms: f64,
-        latency_ms: f64,
-        tiers: Vec<(String, String, String)>,
-        queue: String,
-    },
-    Failed(String),
 }
 
 /// Where a tier runs, as the Tiers panel shows it.
@@ -719,88 +694,4 @@ async fn list_nodes(
         row.health = probe(&keyring, row).await;
     }
     sink.send(Event::Nodes { rows, note });
-}
-
-/// Paired nodes first (with where they are now), then unpaired advertisements.
-fn node_rows(keyring: &Keyring, seen: &[Discovered]) -> Vec<NodeRow> {
-    let mut rows = Vec::new();
-    for d in keyring.store.devices() {
-        let ad = seen.iter().find(|s| s.device_id == d.device_id);
-        let addr = ad.and_then(|s| s.addresses.first().copied()).or_else(|| d.address.as_deref().and_then(|a| a.parse().ok()));
-        rows.push(NodeRow {
-            name: d.name.clone(),
-            device_id: d.device_id.to_string(),
-            paired: true,
-            discovered: ad.is_some(),
-            address: addr.map(|a: SocketAddr| a.to_string()),
-            health: Health::Unknown,
-            warning: None,
-        });
-    }
-    for s in seen.iter().filter(|s| keyring.store.get(&s.device_id).is_none()) {
-        let warning = keyring
-            .store
-            .devices()
-            .iter()
-            .any(|d| d.name == s.name)
-            .then(|| "uses the name of a paired node but has another device ID: not that node, ignored".to_owned());
-        rows.push(NodeRow {
-            name: s.name.clone(),
-            device_id: s.device_id.to_string(),
-            paired: false,
-            discovered: true,
-            address: s.addresses.first().map(|a| a.to_string()),
-            health: Health::Unknown,
-            warning,
-        });
-    }
-    rows
-}
-
-/// Connects to a paired node over mutual TLS and times a Status call.
-async fn probe(keyring: &Keyring, row: &NodeRow) -> Health {
-    let Some(addr) = row.address.as_deref().and_then(|a| a.parse().ok()) else {
-        return Health::Failed("not found on the network, and no address is known".into());
-    };
-    let Ok(device_id) = row.device_id.parse() else { return Health::Failed("a damaged device ID in the keyring".into()) };
-    let node = Node { name: row.name.clone(), device_id, addr };
-    let t0 = Instant::now();
-    let mut c = match Client::connect_node(keyring, &node).await {
-        Ok(c) => c,
-        Err(e) => return Health::Failed(plain(&e)),
-    };
-    let connect_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let t1 = Instant::now();
-    match c.status().await {
-        Ok(s) => Health::Ok {
-            connect_ms,
-            latency_ms: t1.elapsed().as_secs_f64() * 1e3,
-            tiers: s.tiers.iter().map(|t| (t.tier.clone(), t.model.clone(), state_name(t.state).to_owned())).collect(),
-            queue: format!("{}/{}", s.queue_depth, s.queue_capacity),
-        },
-        Err(e) => Health::Failed(plain(&e)),
-    }
-}
-
-/// Where to pair: an address as given, or the one advertisement whose name
-/// or device ID is `what`.
-fn find_unpaired(what: &str, seen: &[Discovered]) -> Result<(SocketAddr, String), String> {
-    if let Ok(addr) = what.parse::<SocketAddr>() {
-        return Ok((addr, addr.ip().to_string()));
-    }
-    let id = what.parse::<revis_client::DeviceId>().ok();
-    let found: Vec<&Discovered> = seen.iter().filter(|d| id.map_or(d.name == what, |id| d.device_id == id)).collect();
-    match found.as_slice() {
-        [] => Err(format!("no machine called {what:?} was found on the network; is its server mode on? You can also give HOST:PORT")),
-        [d] => d.addresses.first().map(|a| (*a, d.name.clone())).ok_or_else(|| format!("{what} advertised no IPv4 address")),
-        _ => Err(format!("several machines are called {what:?}; pair by device ID instead")),
-    }
-}
-
-pub fn state_name(s: i32) -> &'static str {
-    match pb::ModelState::try_from(s) {
-        Ok(pb::ModelState::Ready) => "ready",
-        Ok(pb::ModelState::Loading) => "loading",
-        _ => "unloaded",
-    }
 }

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::Args;
+use revis_client::nodes::state_name;
 use revis_client::{Client, SpawnOptions, default_socket_path, message, v1 as pb};
 use serde_json::json;
 
@@ -186,14 +187,6 @@ fn models() -> anyhow::Result<ExitCode> {
     }
     println!("models directory: {}", dir.display());
     Ok(ExitCode::SUCCESS)
-}
-
-pub fn state_name(s: i32) -> &'static str {
-    match pb::ModelState::try_from(s) {
-        Ok(pb::ModelState::Ready) => "ready",
-        Ok(pb::ModelState::Loading) => "loading",
-        _ => "unloaded",
-    }
 }
 
 async fn status(client: &mut Client, as_json: bool) -> anyhow::Result<ExitCode> {

@@ -3,11 +3,12 @@
 use std::io::{BufRead, IsTerminal, Write};
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::Args;
-use revis_client::{Client, DeviceId, Discovered, Keyring, Node, PairingCode, interfaces_from_env, v1 as pb};
+use revis_client::nodes::{Health, find_unpaired, names, node_rows, probe};
+use revis_client::{Client, Discovered, Keyring, PairingCode, interfaces_from_env, v1 as pb};
 use revis_orchestrator::dispatch::{Deadlines, Dispatcher, Offload, Placement, offload_key};
 use serde_json::json;
 
@@ -76,56 +77,34 @@ pub async fn nodes(a: NodesArgs) -> anyhow::Result<ExitCode> {
         Ok(s) => (s, None),
         Err(e) => (Vec::new(), Some(e.to_string())),
     };
+    // Paired nodes first, each probed over mutual TLS; then what is advertised and not paired.
     let mut rows = Vec::new();
-    // Paired nodes first, each probed over mutual TLS.
-    for d in keyring.store.devices() {
-        let ad = seen.iter().find(|s| s.device_id == d.device_id);
-        let addr = ad.and_then(|s| s.addresses.first().copied()).or_else(|| d.address.as_deref().and_then(|a| a.parse().ok()));
-        let mut row = json!({
-            "name": d.name, "device_id": d.device_id.to_string(), "paired": true, "discovered": ad.is_some(),
-            "address": addr.map(|a| a.to_string()),
+    for mut row in node_rows(&keyring, &seen) {
+        if row.paired {
+            row.health = probe(&keyring, &row).await;
+        }
+        let mut v = json!({
+            "name": row.name, "device_id": row.device_id, "paired": row.paired, "discovered": row.discovered,
+            "address": row.address, "warning": row.warning,
         });
-        if let Some(addr) = addr {
-            let node = Node { name: d.name.clone(), device_id: d.device_id, addr };
-            let t0 = Instant::now();
-            match Client::connect_node(&keyring, &node).await {
-                Ok(mut c) => {
-                    let connect_ms = t0.elapsed().as_secs_f64() * 1e3;
-                    let t1 = Instant::now();
-                    let s = c.status().await?;
-                    row["health"] = json!("ok");
-                    row["connect_ms"] = json!(round1(connect_ms));
-                    row["latency_ms"] = json!(round1(t1.elapsed().as_secs_f64() * 1e3));
-                    row["version"] = json!(s.version);
-                    row["tiers"] = json!(
-                        s.tiers
-                            .iter()
-                            .map(|t| json!({"tier": t.tier, "model": t.model, "state": crate::commands::state_name(t.state)}))
-                            .collect::<Vec<_>>()
-                    );
-                    row["queue"] = json!(format!("{}/{}", s.queue_depth, s.queue_capacity));
-                }
-                Err(e) => row["health"] = json!(e.to_string()),
+        match row.health {
+            Health::Ok { connect_ms, latency_ms, tiers, queue } => {
+                v["health"] = json!("ok");
+                v["connect_ms"] = json!(round1(connect_ms));
+                v["latency_ms"] = json!(round1(latency_ms));
+                v["tiers"] = json!(tiers.iter().map(|(t, m, st)| json!({"tier": t, "model": m, "state": st})).collect::<Vec<_>>());
+                v["queue"] = json!(queue);
             }
-        } else {
-            row["health"] = json!("not found on the network; no known address");
+            Health::Failed(why) => v["health"] = json!(why),
+            Health::Unknown => {
+                // Not paired: what its advertisement says.
+                if let Some(ad) = seen.iter().find(|d| d.device_id.to_string() == row.device_id) {
+                    v["tiers"] = json!(ad.tiers);
+                    v["version"] = json!(ad.version);
+                }
+            }
         }
-        rows.push(row);
-    }
-    // Then what is advertised and not paired.
-    for s in &seen {
-        if keyring.store.get(&s.device_id).is_some() {
-            continue;
-        }
-        let mut row = json!({
-            "name": s.name, "device_id": s.device_id.to_string(), "paired": false, "discovered": true,
-            "address": s.addresses.first().map(|a| a.to_string()), "version": s.version, "tiers": s.tiers,
-        });
-        // A stranger using a paired node's name: shown, never trusted.
-        if keyring.store.devices().iter().any(|d| d.name == s.name) {
-            row["warning"] = json!(format!("uses the name of a paired node but has another device ID: not that node, ignored"));
-        }
-        rows.push(row);
+        rows.push(v);
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&json!({"nodes": rows, "browse_error": browse_error}))?);
@@ -195,7 +174,7 @@ async fn browse(wait: Duration, done: impl FnMut(&[Discovered]) -> bool) -> anyh
 
 pub async fn pair(a: PairArgs) -> anyhow::Result<ExitCode> {
     let mut keyring = Keyring::open_default()?;
-    let (addr, server_name) = find_unpaired(&a.node, a.as_name.as_deref()).await?;
+    let (addr, server_name) = find(&a.node, a.as_name.as_deref()).await?;
     let code: PairingCode = match a.code {
         Some(c) => c.parse()?,
         None => ask_code(&server_name)?,
@@ -206,33 +185,13 @@ pub async fn pair(a: PairArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Where to pair: an address as given, or the advertisement whose name or
-/// device ID is `what` (exactly one).
-async fn find_unpaired(what: &str, as_name: Option<&str>) -> anyhow::Result<(SocketAddr, String)> {
-    if let Ok(addr) = what.parse::<SocketAddr>() {
-        return Ok((addr, as_name.map_or_else(|| addr.ip().to_string(), str::to_owned)));
-    }
-    let id = what.parse::<DeviceId>().ok();
-    let matches = |d: &Discovered| id.map_or(d.name == what, |id| d.device_id == id);
-    let seen = browse(RESOLVE_WAIT, |s| s.iter().any(matches)).await?;
-    let found: Vec<&Discovered> = seen.iter().filter(|d| matches(d)).collect();
-    match found.as_slice() {
-        [] => bail!(
-            "no node called {what:?} answered on the network within {}s; is its server mode on (`revisd server on`)? You can also give HOST:PORT",
-            RESOLVE_WAIT.as_secs()
-        ),
-        [d] => {
-            let addr = d.addresses.first().copied().with_context(|| format!("{what} advertised no IPv4 address"))?;
-            Ok((addr, as_name.unwrap_or(&d.name).to_owned()))
-        }
-        several => {
-            let ids: Vec<String> = several.iter().map(|d| d.device_id.to_string()).collect();
-            bail!(
-                "several nodes are called {what:?}; pair by device ID instead (compare with `revisd pair` on the machine you mean): {}",
-                ids.join(", ")
-            )
-        }
-    }
+/// Where to pair: an address as given, or the one advertisement whose name
+/// or device ID is `what` (looked for until it shows, for up to [`RESOLVE_WAIT`]).
+async fn find(what: &str, as_name: Option<&str>) -> anyhow::Result<(SocketAddr, String)> {
+    let seen =
+        if what.parse::<SocketAddr>().is_ok() { Vec::new() } else { browse(RESOLVE_WAIT, |s| s.iter().any(|d| names(d, what))).await? };
+    let (addr, name) = find_unpaired(what, &seen).map_err(anyhow::Error::msg)?;
+    Ok((addr, as_name.map_or(name, str::to_owned)))
 }
 
 fn ask_code(server: &str) -> anyhow::Result<PairingCode> {

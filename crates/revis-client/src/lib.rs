@@ -2,6 +2,7 @@
 //! (starting a daemon when none answers) and exposes its API. The `revis`
 //! CLI and the GUI both sit on top of this crate.
 
+pub mod nodes;
 mod remote;
 mod spawn;
 
