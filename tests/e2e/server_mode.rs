@@ -195,7 +195,9 @@ async fn strangers_are_refused_at_the_handshake() {
         let r = first_bytes(addr, config).await;
         assert!(r.is_err(), "{what}: the server sent {r:?}");
     }
-    let log = d.log_text();
+    // The daemon logs a refusal after its alert went out, so the client can
+    // see the refusal first.
+    let log = d.wait_for_log("TLS handshake refused", 3, Duration::from_secs(10));
     assert_eq!(log.matches("TLS handshake refused").count(), 3, "{log}");
     let s = local.status().await.unwrap().server.unwrap();
     assert_eq!(s.paired_devices, 1);

@@ -331,6 +331,24 @@ impl Running {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Waits until the daemon's log holds `needle` at least `count` times and
+    /// returns the log; panics with the log after `limit`. For events the
+    /// daemon logs after the peer already saw their effect (a refused TLS
+    /// handshake is logged after the alert went out).
+    pub fn wait_for_log(&self, needle: &str, count: usize, limit: Duration) -> String {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let log = self.log_text();
+            if log.matches(needle).count() >= count {
+                return log;
+            }
+            if std::time::Instant::now() >= deadline {
+                panic!("the log did not show {needle:?} {count} times within {limit:?}:\n{log}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Sends a signal to the daemon (by its own PID).
     pub fn signal(&self, sig: i32) {
         // SAFETY: kill with the PID of a child we started and have not reaped.
