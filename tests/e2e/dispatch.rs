@@ -326,3 +326,48 @@ async fn offloading_a_tier_unloads_it_here_and_it_comes_home_when_its_node_is_go
     assert!(!done.text.is_empty());
     assert_eq!(d.local_completed(), 1);
 }
+
+#[tokio::test]
+async fn a_json_answer_whose_node_dies_while_it_works_is_started_again_here_and_arrives_once_whole() {
+    let Lan { net: _net, mut desk, _laptop, local, d, dir: _dir } = lan(Deadlines { probe: DEADLINES.probe, ..Deadlines::default() }).await;
+    // Eight sentences: long enough that the node is still at work when it dies.
+    let schema = r#"{"type":"object","properties":{"steps":{"type":"array","items":{"type":"string","minLength":20,"maxLength":60},"minItems":8,"maxItems":8}},"required":["steps"],"additionalProperties":false}"#;
+    let req = pb::GenerateRequest {
+        messages: vec![user("List eight steps to bake bread, as JSON.")],
+        sampling: greedy(),
+        max_tokens: 400,
+        format: pb::OutputFormat::Json as i32,
+        json_schema: schema.as_bytes().to_vec().into(),
+        ..Default::default()
+    };
+    let mut desk_admin = desk.client().await;
+    let desk_pid = desk.pid();
+    let mut deltas = Vec::new();
+    let answer = d.generate(req.clone(), |t| deltas.push(t.to_owned()));
+    // The node dies as soon as its engine is at work on the answer.
+    let kill = async {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !desk_admin.status().await.unwrap().busy {
+            assert!(Instant::now() < deadline, "the node never started the answer");
+            tokio::task::yield_now().await;
+        }
+        // SAFETY: the PID of a child this test started.
+        unsafe { libc::kill(desk_pid as i32, libc::SIGKILL) };
+    };
+    let (done, ()) = tokio::join!(answer, kill);
+    let done = done.expect("the caller sees one result, not the node's failure");
+    assert!(desk.wait_exit(Duration::from_secs(5)).is_some(), "the node was killed");
+
+    // One delivery, whole, and exactly what this machine answers on its own.
+    assert_eq!(deltas, [done.text.clone()], "a JSON answer is handed over once, whole");
+    let v: serde_json::Value = serde_json::from_str(&done.text).unwrap_or_else(|e| panic!("{e}: {}", done.text));
+    assert_eq!(v["steps"].as_array().map(Vec::len), Some(8), "{}", done.text);
+    let here = local.generate(req, |_| {}).await.unwrap();
+    assert_eq!(done.text, here.text);
+    assert_eq!(done.generated_tokens, here.generated_tokens, "tokens of the discarded attempt are not counted");
+    let fallbacks = d.fallbacks();
+    assert_eq!(fallbacks.len(), 1, "{fallbacks:?}");
+    assert_eq!((fallbacks[0].from.as_str(), fallbacks[0].shown_bytes), ("desk", 0), "{fallbacks:?}");
+    assert_eq!(d.local_completed(), 1);
+    assert!(!node_view(&d, "desk").healthy, "the breaker opened");
+}

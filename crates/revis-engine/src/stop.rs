@@ -89,6 +89,33 @@ mod tests {
         assert_eq!(run(&[], &["a", "b"]), ("ab".into(), false));
     }
 
+    /// What was sent never ends with the start of a stop string, so an
+    /// answer continued elsewhere from the text already sent (the
+    /// dispatcher's fallback) still sees any stop string whole.
+    #[test]
+    fn sent_text_never_ends_with_the_start_of_a_stop_string() {
+        let stops = ["\nUser:", "END", "aab"];
+        let text = "Hello\nUs then aa b and EN then \nUser: rest";
+        for cut in (0..=text.len()).filter(|&i| text.is_char_boundary(i)) {
+            let mut m = StopMatcher::new(stops.iter().map(|s| s.to_string()).collect());
+            let mut sent = String::new();
+            for piece in [&text[..cut], &text[cut..]] {
+                match m.push(piece) {
+                    Stopped::No(t) => sent.push_str(&t),
+                    Stopped::Yes(t) => {
+                        sent.push_str(&t);
+                        break;
+                    }
+                }
+                let open = (1..=sent.len())
+                    .filter(|&n| sent.is_char_boundary(sent.len() - n))
+                    .any(|n| stops.iter().any(|s| n < s.len() && s.starts_with(&sent[sent.len() - n..])));
+                assert!(!open, "cut {cut}: sent {sent:?} ends with the start of a stop string");
+            }
+            assert_eq!(sent, "Hello\nUs then aa b and EN then ", "cut {cut}");
+        }
+    }
+
     #[test]
     fn earliest_of_several_matches() {
         assert_eq!(run(&["cd", "b"], &["abcd"]), ("a".into(), true));
