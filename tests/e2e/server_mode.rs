@@ -204,6 +204,30 @@ async fn strangers_are_refused_at_the_handshake() {
 }
 
 #[tokio::test]
+async fn connections_over_the_limit_are_closed_at_once_handshakes_included() {
+    let d = TestDaemon::new().server("enabled = true\nlisten = \"127.0.0.1:0\"\nadvertise = false\nmax_connections = 2").start();
+    let mut local = d.client().await;
+    let addr = listen_addr(&mut local).await;
+    // Two connections that never start their handshake fill the limit...
+    let idle = [tokio::net::TcpStream::connect(addr).await.unwrap(), tokio::net::TcpStream::connect(addr).await.unwrap()];
+    // ...so the third is closed before a byte is read, not left to a handshake.
+    let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut buf = [0u8; 8];
+    let read = tokio::time::timeout(Duration::from_secs(5), third.read(&mut buf)).await.expect("closed at once, not held");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    d.wait_for_log("server.max_connections reached", 1, Duration::from_secs(10));
+    // One idle connection goes; once the daemon has let go of it, pairing
+    // (a handshake, then SPAKE2) gets through.
+    let [first, _second] = idle;
+    drop(first);
+    d.wait_for_log("TLS handshake refused", 1, Duration::from_secs(10));
+    let dir = tempfile::tempdir().unwrap();
+    let (keyring, node) = pair_keyring(&mut local, addr, dir.path()).await;
+    assert_eq!(local.status().await.unwrap().server.unwrap().paired_devices, 1);
+    drop((keyring, node));
+}
+
+#[tokio::test]
 async fn revoking_a_device_cuts_its_open_stream_and_refuses_it_after() {
     let d = server_daemon();
     let mut local = d.client().await;

@@ -128,6 +128,9 @@ struct State {
     listening: Option<Listening>,
     window: Option<OpenWindow>,
     conns: HashMap<u64, Conn>,
+    /// Connections still in their TLS handshake or pairing: they count
+    /// against `server.max_connections` too.
+    unsettled: usize,
     next_id: u64,
 }
 
@@ -135,6 +138,8 @@ struct Listening {
     addr: SocketAddr,
     stop: CancellationToken,
     advertiser: Option<Advertiser>,
+    /// Owns the listening socket: once it has ended, the port is closed.
+    accept: JoinHandle<()>,
     server: JoinHandle<()>,
 }
 
@@ -243,7 +248,7 @@ impl Remote {
         };
         let stop = CancellationToken::new();
         let (tx, rx) = mpsc::channel::<io::Result<RemoteIo>>(16);
-        tokio::spawn(self.clone().accept_loop(listener, stop.clone(), tx));
+        let accept = tokio::spawn(self.clone().accept_loop(listener, stop.clone(), tx));
         let routes = self.routes.get().cloned().expect("routes are set before server mode starts");
         let trusted = self.trusted.clone();
         let serve = Server::builder()
@@ -256,7 +261,7 @@ impl Remote {
             }
         });
         tracing::info!(%addr, advertised = advertiser.is_some(), device_id = %self.device_id(), "server mode on");
-        self.lock().listening = Some(Listening { addr, stop, advertiser, server });
+        self.lock().listening = Some(Listening { addr, stop, advertiser, accept, server });
         Ok(())
     }
 
@@ -281,6 +286,10 @@ impl Remote {
         // (their tokens are children of this one), so the server's graceful
         // shutdown has nothing left to wait for.
         l.stop.cancel();
+        // The port is closed when this returns: the accept loop owns the listener.
+        if let Err(e) = l.accept.await {
+            tracing::warn!("server mode: the accept loop ended badly: {e}");
+        }
         if tokio::time::timeout(Duration::from_secs(3), l.server).await.is_err() {
             tracing::warn!("server mode: connections still closing after 3s");
         }
@@ -387,14 +396,15 @@ impl Remote {
                     }
                 },
             };
-            if self.lock().conns.len() >= self.config.max_connections {
+            let Some(unsettled) = Unsettled::take(&self) else {
                 tracing::warn!(%addr, limit = self.config.max_connections, "refusing a connection: server.max_connections reached");
                 continue;
-            }
+            };
             let this = self.clone();
             let cut = stop.child_token();
             let tx = tx.clone();
             tokio::spawn(async move {
+                let _unsettled = unsettled;
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, this.handshake(tcp)).await {
                     Err(_) => tracing::info!(%addr, "TLS handshake timed out"),
                     Ok(Err(e)) => tracing::info!(%addr, "TLS handshake refused: {e}"),
@@ -519,6 +529,29 @@ impl Drop for ConnGuard {
         if let Some(r) = self.remote.upgrade() {
             r.lock().conns.remove(&self.id);
         }
+    }
+}
+
+/// A connection counted against `server.max_connections` while it is still
+/// in its handshake or pairing (settled RPC connections are in `conns`).
+struct Unsettled(Arc<Remote>);
+
+impl Unsettled {
+    /// None when the limit is reached: connections and unsettled ones together.
+    fn take(remote: &Arc<Remote>) -> Option<Unsettled> {
+        let mut state = remote.lock();
+        if state.conns.len() + state.unsettled >= remote.config.max_connections {
+            return None;
+        }
+        state.unsettled += 1;
+        Some(Unsettled(remote.clone()))
+    }
+}
+
+impl Drop for Unsettled {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.unsettled = state.unsettled.saturating_sub(1);
     }
 }
 

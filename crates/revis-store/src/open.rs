@@ -15,8 +15,10 @@ use crate::store::Store;
 /// sled's page cache limit. sled's default is 1 GiB; a chat history needs far less.
 const CACHE_CAPACITY: u64 = 64 * 1024 * 1024;
 
-/// How long [`Store::open`] waits for a database in use to be let go.
-const LOCK_WAIT: Duration = Duration::from_secs(1);
+/// How long [`Store::open`] waits for a database in use to be let go (sled
+/// can hold its lock a moment after the last handle is dropped, longer
+/// while it flushes on a busy machine).
+const LOCK_WAIT: Duration = Duration::from_secs(3);
 const LOCK_POLL: Duration = Duration::from_millis(5);
 
 /// An opened store, and what was done if the old database was damaged.
