@@ -38,7 +38,8 @@ async fn unload_frees_the_models_memory() {
 
 #[tokio::test]
 async fn idle_models_unload_by_themselves() {
-    let d = TestDaemon::new().daemon("keep_alive_s = 1").start();
+    // 2 s: long enough for the Status below to find it still loaded on a busy machine.
+    let d = TestDaemon::new().daemon("keep_alive_s = 2").start();
     let mut c = d.client().await;
     generate(&mut c, ask("Hi")).await.unwrap();
     let mut status = c.admin.status(pb::StatusRequest {}).await.unwrap().into_inner();
@@ -46,7 +47,7 @@ async fn idle_models_unload_by_themselves() {
     // Watch the state change; the daemon's own timer does the unloading.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while status.tiers[1].state != pb::ModelState::Unloaded as i32 {
-        assert!(std::time::Instant::now() < deadline, "still loaded after 10 s with keep_alive_s = 1");
+        assert!(std::time::Instant::now() < deadline, "still loaded after 10 s with keep_alive_s = 2");
         tokio::task::yield_now().await;
         status = c.admin.status(pb::StatusRequest {}).await.unwrap().into_inner();
     }

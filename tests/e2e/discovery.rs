@@ -20,16 +20,18 @@ fn a_device_advertised_in_one_namespace_is_found_from_the_other_and_its_withdraw
     let id = Identity::generate().unwrap().device_id();
     let mut advertiser = advertise(&pair.a, &id);
 
-    // Found within 3 s of the advertiser starting (it probes its names for
-    // about a second first), with everything it advertised.
+    // Found within 3 s by a browser started just after the advertiser (which
+    // probes its names for about a second first), with everything it
+    // advertised: the browser itself gives up after 3 s and then reports
+    // nothing. (Timed inside the browser: starting and reaping processes
+    // through `ip netns exec` on a busy machine is not discovery.)
     let started = Instant::now();
     let browser = browse(&pair.b, &["--wait-ms", "3000", "--id", &id.to_string()]);
     let (status, lines, stderr) = browser.finish();
     let elapsed = started.elapsed();
     assert!(status.success(), "{status}: {stderr}");
     assert_eq!(entries(&lines), [expected(&pair, &id)], "after {elapsed:?}");
-    assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
-    eprintln!("found after {elapsed:?}");
+    eprintln!("found, browser started and reaped, after {elapsed:?}");
 
     // A browser that already sees it sees it go when the advertiser stops
     // (stdin closed): goodbye packets, not the two-minute record lifetime.

@@ -30,7 +30,9 @@ async fn answer(c: &mut Client, text: &str) -> String {
 
 const CAPITAL: &str = "What is the capital of France?";
 
-#[tokio::test]
+// Multi-threaded: the client stays connected while the test blocks in
+// `wait_exit`, and must still answer the daemon's shutdown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn socket_activation_serves_through_the_handed_over_socket() {
     let mut d = TestDaemon::new().start_activated(HeldSocket::new());
     let mut c = d.client().await;
