@@ -7,7 +7,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use revis_engine::{Delta, EngineError, FinishReason, Finished, GenerateJob, Job, PrefillJob, ScoreJob, build_prompt, build_static_prompt};
+use revis_engine::{
+    Delta, EngineError, FinishReason, Finished, GenerateJob, Job, PrefillJob, ScoreJob, build_prompt, build_score_prefix,
+    build_static_prompt,
+};
 use revis_proto::v1 as pb;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::Stream;
@@ -177,12 +180,8 @@ impl pb::inference_server::Inference for Daemon {
         let lease = self.registry.lease(&v.model).await.map_err(DaemonError::from)?;
         let tok = lease.tokenizer.clone();
         let (messages, prefix, continuation) = (v.messages, v.prefix, v.continuation.clone());
-        let (prefix, continuation) = blocking(move || {
-            let mut text = if messages.is_empty() { String::new() } else { tok.render(&messages, true)? };
-            text.push_str(&prefix);
-            Ok((tok.tokenize(&text, true), tok.tokenize_plain(&continuation)))
-        })
-        .await?;
+        let (prefix, continuation) =
+            blocking(move || Ok((build_score_prefix(tok.as_ref(), &messages, &prefix)?, tok.tokenize_plain(&continuation)))).await?;
         let n_ctx = lease.tokenizer.n_ctx();
         if prefix.len() + continuation.len() >= n_ctx as usize {
             return Err(too_long(prefix.len() + continuation.len(), n_ctx, &v.tier).into());

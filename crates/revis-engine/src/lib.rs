@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 pub use cache::{Evaluated, PrefixCache, cuts};
 pub use llama::LlamaCpp;
-pub use prompt::{Prompt, build_prompt, build_static_prompt};
+pub use prompt::{Prompt, build_prompt, build_score_prefix, build_static_prompt};
 pub use stop::{StopMatcher, Stopped};
 pub use thread::{Engine, GenerateJob, Job, LoadedModel, PrefillJob, ScoreJob};
 pub use utf8::Utf8Stream;
