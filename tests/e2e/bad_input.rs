@@ -77,7 +77,7 @@ async fn bad_requests_get_clear_errors_and_the_daemon_keeps_serving() {
     // Bigger than even the 4 MiB transport limit: tonic refuses it (and
     // resets the stream while the client still sends), and the daemon lives on.
     let huge = with(&|r| r.messages[0].content = vec![b'a'; 5 << 20].into());
-    let err = c.inference.generate(huge).await.err().expect("refused");
+    let Err(err) = c.inference.generate(huge).await else { panic!("expected a refusal") };
     assert!(matches!(err.code(), Code::ResourceExhausted | Code::Internal), "{err:?}");
 
     let score = pb::ScoreRequest { prefix: b"x".to_vec().into(), ..Default::default() };
@@ -109,7 +109,7 @@ async fn a_full_queue_answers_resource_exhausted_with_a_retry_hint() {
     let mut waiting = c.clone();
     let queued = waiting.inference.generate(long).await.unwrap();
     // ...and the next is refused at once.
-    let err = c.inference.generate(ask("Hi")).await.err().expect("refused");
+    let Err(err) = c.inference.generate(ask("Hi")).await else { panic!("expected a refusal") };
     assert_eq!(err.code(), Code::ResourceExhausted);
     assert!(err.message().contains("queue is full"), "{}", err.message());
     assert_eq!(err.metadata().get("grpc-retry-pushback-ms").unwrap(), "1000");

@@ -359,7 +359,7 @@ async fn a_json_answer_whose_node_dies_while_it_works_is_started_again_here_and_
     assert!(desk.wait_exit(Duration::from_secs(5)).is_some(), "the node was killed");
 
     // One delivery, whole, and exactly what this machine answers on its own.
-    assert_eq!(deltas, [done.text.clone()], "a JSON answer is handed over once, whole");
+    assert_eq!(deltas, std::slice::from_ref(&done.text), "a JSON answer is handed over once, whole");
     let v: serde_json::Value = serde_json::from_str(&done.text).unwrap_or_else(|e| panic!("{e}: {}", done.text));
     assert_eq!(v["steps"].as_array().map(Vec::len), Some(8), "{}", done.text);
     let here = local.generate(req, |_| {}).await.unwrap();
