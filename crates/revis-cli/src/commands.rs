@@ -156,7 +156,14 @@ async fn connect(socket: &std::path::Path) -> anyhow::Result<Client> {
 /// default socket, start one (pulling the default model first).
 pub async fn connect_or_start(socket: &std::path::Path, explicit: bool) -> anyhow::Result<Client> {
     if explicit {
-        return connect(socket).await;
+        // A socket the user chose is theirs to run: say how, rather than start one there.
+        return Client::connect(socket).await.with_context(|| {
+            format!(
+                "revis starts a daemon only on the default socket, and this one was chosen with --socket or REVIS_SOCKET; \
+                 start one there with `revisd --socket {}`",
+                socket.display()
+            )
+        });
     }
     let opts = SpawnOptions { pull_default_model: true, progress: std::io::stderr().is_terminal(), ..Default::default() };
     Ok(Client::connect_or_start(socket, &opts).await?)

@@ -249,12 +249,17 @@ fn is_retryable(s: &tonic::Status) -> bool {
         || (std::error::Error::source(s).is_some() && matches!(s.code(), tonic::Code::Unknown | tonic::Code::Cancelled))
 }
 
+/// An error and its causes, `: `-joined; a cause whose words are already
+/// there (transport errors repeat their source) is not said twice.
 fn source_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
+        let words = c.to_string();
+        if !s.contains(&words) {
+            s.push_str(": ");
+            s.push_str(&words);
+        }
         cur = c.source();
     }
     s
@@ -293,6 +298,26 @@ mod tests {
 
     fn done() -> Result<pb::GenerateEvent, Status> {
         Ok(pb::GenerateEvent { event: Some(pb::generate_event::Event::Done(pb::Done::default())) })
+    }
+
+    #[test]
+    fn a_cause_is_said_once() {
+        #[derive(Debug)]
+        struct Wraps(std::io::Error);
+        impl std::fmt::Display for Wraps {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "transport error: {}", self.0)
+            }
+        }
+        impl std::error::Error for Wraps {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let e = Wraps(std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"));
+        assert_eq!(source_chain(&e), "transport error: no such file");
+        let plain = std::io::Error::other(Wraps(std::io::Error::other("deep")));
+        assert_eq!(source_chain(&plain), "transport error: deep");
     }
 
     #[tonic::async_trait]
