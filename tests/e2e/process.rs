@@ -143,6 +143,15 @@ fn revis_run_starts_a_daemon_when_none_answers() {
             .output()
             .unwrap()
     };
+    // A socket the user chose is not the default: nothing is started there,
+    // and the error says how to start it.
+    let chosen = home.path().join("chosen.sock");
+    let out = revis(&["run", "--socket", chosen.to_str().unwrap(), "Hi"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains(&format!("start one with `revisd --socket {}`", chosen.display())), "{err}");
+    assert!(!chosen.exists() && !runtime.join("revis").exists(), "nothing was started");
+
     let out = revis(&["run", "--temperature", "0", "What is the capital of France?"]);
     let daemon_log = std::fs::read_to_string(home.path().join("data/revisd.log")).unwrap_or_default();
     assert!(out.status.success(), "{}\n{daemon_log}", String::from_utf8_lossy(&out.stderr));

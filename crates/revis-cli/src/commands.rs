@@ -70,9 +70,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Cmd::Pull { name, verify } => pull(name, verify).await,
         Cmd::Models => models(),
-        Cmd::Status { json } => status(&mut target(cli.node.as_deref(), &socket, false, true).await?, json).await,
+        Cmd::Status { json } => status(&mut target(cli.node.as_deref(), &socket, explicit_socket, true).await?, json).await,
         Cmd::Load { tier } => {
-            let r = target(cli.node.as_deref(), &socket, false, true)
+            let r = target(cli.node.as_deref(), &socket, explicit_socket, true)
                 .await?
                 .admin
                 .load_model(pb::LoadModelRequest { tier })
@@ -83,7 +83,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Unload { tier } => {
-            let r = target(cli.node.as_deref(), &socket, false, true)
+            let r = target(cli.node.as_deref(), &socket, explicit_socket, true)
                 .await?
                 .admin
                 .unload_model(pb::UnloadModelRequest { tier })
@@ -143,27 +143,31 @@ impl Drop for SupervisorGuard {
 async fn target(node: Option<&str>, socket: &std::path::Path, explicit: bool, only_connect: bool) -> anyhow::Result<Client> {
     match node {
         Some(n) => crate::nodes::connect(n).await,
-        None if only_connect => connect(socket).await,
+        None if only_connect => connect(socket, explicit).await,
         None => connect_or_start(socket, explicit).await,
     }
 }
 
-async fn connect(socket: &std::path::Path) -> anyhow::Result<Client> {
-    Client::connect(socket).await.context("is revisd running? `revis run` or `revis chat` start it")
+async fn connect(socket: &std::path::Path, explicit: bool) -> anyhow::Result<Client> {
+    let connected = Client::connect(socket).await;
+    if explicit {
+        // A socket the user chose is theirs to run: say how, rather than start one there.
+        connected.with_context(|| {
+            format!(
+                "revis starts no daemon on a socket chosen with --socket or REVIS_SOCKET; start one with `revisd --socket {}`",
+                socket.display()
+            )
+        })
+    } else {
+        connected.context("is revisd running? `revis run` or `revis chat` start it")
+    }
 }
 
 /// The first command of a new user just works: with no daemon on the
 /// default socket, start one (pulling the default model first).
 pub async fn connect_or_start(socket: &std::path::Path, explicit: bool) -> anyhow::Result<Client> {
     if explicit {
-        // A socket the user chose is theirs to run: say how, rather than start one there.
-        return Client::connect(socket).await.with_context(|| {
-            format!(
-                "revis starts a daemon only on the default socket, and this one was chosen with --socket or REVIS_SOCKET; \
-                 start one there with `revisd --socket {}`",
-                socket.display()
-            )
-        });
+        return connect(socket, true).await;
     }
     let opts = SpawnOptions { pull_default_model: true, progress: std::io::stderr().is_terminal(), ..Default::default() };
     Ok(Client::connect_or_start(socket, &opts).await?)
