@@ -9,6 +9,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .file_descriptor_set_path(out.join("revis_v1_descriptor.bin"))
         .bytes(".revis.v1")
+        // Undecodable messages are INVALID_ARGUMENT, not INTERNAL.
+        .codec_path("crate::codec::Codec")
         .compile_protos(&[proto], &[root])?;
     Ok(())
 }

@@ -6,6 +6,7 @@ mod bad_input;
 mod cache;
 mod discovery;
 mod dispatch;
+mod fuzz;
 mod generate;
 mod lan;
 mod orchestrator;

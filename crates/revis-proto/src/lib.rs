@@ -3,6 +3,8 @@
 //! `bytes` fields are `bytes::Bytes`, so large texts are not copied twice.
 #![allow(clippy::all, missing_docs)]
 
+pub mod codec;
+
 pub mod v1 {
     tonic::include_proto!("revis.v1");
 
