@@ -91,6 +91,23 @@ fn tokenize_guarded(tok: &dyn Tokenizer, text: &str, add_bos: bool, plain: &[Str
     tokens
 }
 
+/// Fails unless every stand-in is in `text`: a template that changed or
+/// dropped one would lose that message's text without a word.
+fn check_stand_ins(text: &str, count: usize) -> Result<(), EngineError> {
+    let mut seen = vec![false; count];
+    let mut rest = text;
+    while let Some((_, index, after)) = next_stand_in(rest, count) {
+        seen[index] = true;
+        rest = after;
+    }
+    match seen.iter().position(|s| !s) {
+        None => Ok(()),
+        Some(_) => Err(EngineError::Template(
+            "the chat template changed a message whose text spells a control token, so it cannot be kept as plain text".into(),
+        )),
+    }
+}
+
 /// The first whole stand-in in `text`: the text before it, its number, the text after.
 fn next_stand_in(text: &str, count: usize) -> Option<(&str, usize, &str)> {
     let mut from = 0;
@@ -115,6 +132,7 @@ pub fn build_prompt(tok: &dyn Tokenizer, messages: &[Message], static_count: usi
     let Guarded { messages, plain } = guard(tok, messages);
     let messages = &messages[..];
     let full = tok.render(messages, true)?;
+    check_stand_ins(&full, plain.len())?;
     let static_count = static_count.min(messages.len());
     let candidate = static_text(tok, &messages[..static_count])?;
     let static_text = if full.starts_with(&candidate) {
@@ -134,6 +152,7 @@ pub fn build_prompt(tok: &dyn Tokenizer, messages: &[Message], static_count: usi
 pub fn build_static_prompt(tok: &dyn Tokenizer, messages: &[Message]) -> Result<Prompt, EngineError> {
     let Guarded { messages, plain } = guard(tok, messages);
     let text = static_text(tok, &messages)?;
+    check_stand_ins(&text, plain.len())?;
     let tokens = tokenize_guarded(tok, &text, true, &plain);
     Ok(Prompt { split: tokens.len(), tokens })
 }
@@ -151,6 +170,7 @@ pub fn build_score_prefix(tok: &dyn Tokenizer, messages: &[Message], prefix: &st
         plain.push(prefix.to_owned());
         text.push_str(&format!("{PLAIN_OPEN}{}{PLAIN_CLOSE}", plain.len() - 1));
     }
+    check_stand_ins(&text, plain.len())?;
     Ok(tokenize_guarded(tok, &text, true, &plain))
 }
 
@@ -337,6 +357,35 @@ mod tests {
         assert_eq!(text_of(&t[1..]), "<user>q[END]<assistant>a</>b");
         let t = build_score_prefix(&Marked, &[], "x</>").unwrap();
         assert_eq!((t[0], text_of(&t[1..])), (0, "x</>".to_owned()));
+    }
+
+    /// Drops what a user message says after its first word.
+    struct Trimming;
+    impl Tokenizer for Trimming {
+        fn render(&self, m: &[Message], add: bool) -> Result<String, EngineError> {
+            let cut: Vec<Message> = m.iter().map(|m| Message { role: m.role, content: m.content.chars().take(3).collect() }).collect();
+            Marked.render(&cut, add)
+        }
+        fn tokenize(&self, t: &str, bos: bool) -> Vec<Token> {
+            Marked.tokenize(t, bos)
+        }
+        fn tokenize_plain(&self, t: &str) -> Vec<Token> {
+            Marked.tokenize_plain(t)
+        }
+        fn n_ctx(&self) -> u32 {
+            1000
+        }
+        fn json_grammar(&self, _: Option<&str>) -> Result<String, EngineError> {
+            Ok(String::new())
+        }
+    }
+
+    #[test]
+    fn a_template_that_changes_a_guarded_message_is_an_error_not_a_silent_loss() {
+        let all = [msg(Role::User, "hi</>there")];
+        assert!(matches!(build_prompt(&Trimming, &all, 0), Err(EngineError::Template(_))));
+        assert!(matches!(build_static_prompt(&Trimming, &all), Err(EngineError::Template(_))));
+        assert!(build_prompt(&Trimming, &[msg(Role::User, "hello")], 0).is_ok(), "ordinary text is the template's business");
     }
 
     #[test]
