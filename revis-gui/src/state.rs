@@ -58,6 +58,8 @@ pub struct Message {
     pub from_user: bool,
     pub text: String,
     pub shown: Shown,
+    /// Pieces of a streamed answer applied so far (0 for stored messages).
+    pub pieces: u32,
 }
 
 #[derive(Default)]
@@ -130,12 +132,14 @@ impl State {
                         from_user: m.role == Role::User,
                         text: m.text,
                         shown: if m.state == MessageState::Complete { Shown::Complete } else { Shown::Incomplete },
+                        pieces: 0,
                     })
                     .collect();
             }
             Event::Delta(t) => {
                 if let Some(m) = self.messages.last_mut().filter(|m| m.shown == Shown::Streaming) {
                     m.text.push_str(&t);
+                    m.pieces += 1;
                 }
             }
             Event::AnswerDone { text, stats } => self.end_answer(Some(text), Shown::Complete, Some(stats)),
@@ -187,8 +191,8 @@ impl State {
 
     /// The user sent `text`: it shows at once, with an empty answer that streams in.
     pub fn sent(&mut self, text: String) {
-        self.messages.push(Message { from_user: true, text, shown: Shown::Complete });
-        self.messages.push(Message { from_user: false, text: String::new(), shown: Shown::Streaming });
+        self.messages.push(Message { from_user: true, text, shown: Shown::Complete, pieces: 0 });
+        self.messages.push(Message { from_user: false, text: String::new(), shown: Shown::Streaming, pieces: 0 });
         self.streaming = true;
         self.last_stats = None;
     }

@@ -124,6 +124,21 @@ async fn reflection_lists_the_services_for_standard_tools() {
 
 /// A new user's first command: no daemon, no config. `revis run` starts one
 /// (the model is already in the data dir here, so nothing is downloaded).
+/// Ends the daemon `revis` started on `socket` when the test ends, passed
+/// or failed, by the PID the daemon reports about itself.
+struct EndDaemon(std::path::PathBuf);
+
+impl Drop for EndDaemon {
+    fn drop(&mut self) {
+        let Ok(out) = Command::new(binary("revis")).args(["status", "--json", "--socket"]).arg(&self.0).output() else { return };
+        let pid = serde_json::from_slice::<serde_json::Value>(&out.stdout).ok().and_then(|v| v["pid"].as_i64());
+        if let Some(pid) = pid {
+            // SAFETY: kill with the PID the daemon reported about itself.
+            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        }
+    }
+}
+
 #[test]
 fn revis_run_starts_a_daemon_when_none_answers() {
     let home = tempfile::tempdir().unwrap();
@@ -152,6 +167,7 @@ fn revis_run_starts_a_daemon_when_none_answers() {
     assert!(err.contains(&format!("start one with `revisd --socket {}`", chosen.display())), "{err}");
     assert!(!chosen.exists() && !runtime.join("revis").exists(), "nothing was started");
 
+    let _end = EndDaemon(runtime.join("revis/revisd.sock"));
     let out = revis(&["run", "--temperature", "0", "What is the capital of France?"]);
     let daemon_log = std::fs::read_to_string(home.path().join("data/revisd.log")).unwrap_or_default();
     assert!(out.status.success(), "{}\n{daemon_log}", String::from_utf8_lossy(&out.stderr));

@@ -41,7 +41,9 @@ fn a_typed_question_streams_its_answer_and_is_stored() {
     assert_eq!(h.state().state.input, "", "the box is empty again");
     assert!(h.query_by_label("Stop").is_some(), "a Stop button while it streams");
 
-    // Events are applied one at a time: the answer is seen growing on screen.
+    // The answer arrives in pieces and is on screen before it is done. (Each
+    // frame applies every piece that has arrived, so how many partial
+    // renders the test sees depends on how often it gets the CPU.)
     let mut partial_seen = Vec::new();
     wait_until(&mut h, "the answer to finish", |h| {
         let s = &h.state().state;
@@ -54,7 +56,8 @@ fn a_typed_question_streams_its_answer_and_is_stored() {
     let s = &h.state().state;
     let answer = s.last_answer().unwrap().clone();
     assert_eq!(answer.shown, Shown::Complete, "errors: {:?}", s.errors);
-    assert!(partial_seen.len() >= 3, "the answer showed up piece by piece: {partial_seen:?}");
+    assert!(answer.pieces >= 3, "the answer streamed in pieces: {answer:?}");
+    assert!(!partial_seen.is_empty(), "part of the answer was on screen before the end");
     assert!(partial_seen.windows(2).all(|w| answer.text.starts_with(&w[0]) && w[1].starts_with(&w[0])));
     assert!(answer.text.contains("Paris"), "{}", answer.text);
     assert!(h.query_by_label(&answer.text).is_some(), "the whole answer is on screen");
