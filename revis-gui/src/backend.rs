@@ -59,7 +59,7 @@ impl Options {
                 .filter(|s| !s.is_empty())
                 .map_or_else(revis_client::default_socket_path, PathBuf::from),
             start_daemon: true,
-            spawn: SpawnOptions { pull_default_model: true, ..Default::default() },
+            spawn: SpawnOptions { pull_default_model: true, config: Some(crate::settings::config_path()?), ..Default::default() },
             data_dir: revis_models::data_dir()?,
             config: crate::settings::config_path()?,
             typing_idle: Duration::from_secs(5),
@@ -101,6 +101,8 @@ pub enum Command {
     ClosePairing,
     Revoke(String),
     SaveSettings(Settings),
+    /// End this machine's revisd and start it again, so it reads the saved settings.
+    RestartDaemon,
     /// Run a tier on paired nodes (its model unloaded here), or bring it home.
     SetOffload {
         tier: String,
@@ -171,6 +173,9 @@ pub enum Event {
     Devices(Vec<pb::PairedDeviceInfo>),
     Settings(Settings),
     SettingsSaved(Result<String, String>),
+    /// Restarting revisd: started, then how it went.
+    Restarting,
+    Restarted(Result<String, String>),
     /// Where each tier runs now, in words ("this machine", "desk", ...), and whether it is offloaded.
     Placements(BTreeMap<String, TierPlacement>),
     /// Something failed; `what` says what was being done.
@@ -182,6 +187,9 @@ pub enum Event {
 
 /// How often the nodes are probed and the tiers' placement applied.
 const PLACEMENT_EVERY: Duration = Duration::from_secs(3);
+
+/// How long a restart waits for the old revisd to go.
+const RESTART_WAIT: Duration = Duration::from_secs(15);
 
 /// Where each tier runs, for the Tiers panel.
 fn placements(d: &Dispatcher) -> BTreeMap<String, TierPlacement> {
@@ -359,6 +367,11 @@ impl Io {
             }
             Command::Revoke(device) => self.revoke(device),
             Command::SetOffload { tier, on } => self.offload(tier, on),
+            Command::RestartDaemon => {
+                self.sink.send(Event::Restarting);
+                let r = self.restart_daemon().await;
+                self.sink.send(Event::Restarted(r));
+            }
             Command::SaveSettings(s) => {
                 let (sink, config) = (self.sink.clone(), self.opts.config.clone());
                 tokio::task::spawn_blocking(move || {
@@ -367,6 +380,50 @@ impl Io {
                 });
             }
         }
+    }
+
+    /// Ends this machine's revisd (SIGTERM, by the PID it reports on its own
+    /// user's socket) and starts it again, so it reads its configuration
+    /// again. A service manager or socket activation may start the new one
+    /// first; then that one is used. The chat keeps its connection: it
+    /// reconnects to the new daemon on its next call.
+    async fn restart_daemon(&mut self) -> Result<String, String> {
+        let Some(mut client) = self.client.clone() else { return Err("not connected to revisd yet".into()) };
+        if !matches!(client.target(), revis_client::Target::Socket(_)) {
+            return Err("only this machine's revisd can be restarted from here".into());
+        }
+        let old = client.status().await.map_err(|e| plain(&e))?.pid;
+        // SAFETY: kill with the PID revisd reported about itself over our own user's socket.
+        if unsafe { libc::kill(old as i32, libc::SIGTERM) } != 0 {
+            return Err(format!("revisd (pid {old}) could not be stopped: {}", std::io::Error::last_os_error()));
+        }
+        self.sink.send(Event::Connecting { starting: true });
+        // Gone once its socket no longer answers with its PID (revisd exits
+        // within 5 s of SIGTERM; a service manager may have started another).
+        let deadline = Instant::now() + RESTART_WAIT;
+        loop {
+            let answering = match Client::connect(&self.opts.socket).await {
+                Ok(mut c) => c.status().await.ok().map(|s| s.pid),
+                Err(_) => None,
+            };
+            if answering != Some(old) {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("revisd (pid {old}) did not stop within {}s", RESTART_WAIT.as_secs()));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut client = Client::connect_or_start(&self.opts.socket, &self.opts.spawn).await.map_err(|e| {
+            let e = plain(&e);
+            self.sink.send(Event::Disconnected(e.clone()));
+            e
+        })?;
+        let new = client.status().await.map_err(|e| plain(&e))?.pid;
+        self.sink.send(Event::Connected { target: client.target().to_string() });
+        self.client = Some(client);
+        self.status();
+        Ok(format!("revisd restarted (pid {new}) with the saved settings."))
     }
 
     /// Opens the store, connects to (or starts) the daemon, and starts the chat.

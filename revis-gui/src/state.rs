@@ -103,6 +103,8 @@ pub struct State {
     pub settings: Option<Settings>,
     pub settings_draft: Option<Settings>,
     pub settings_note: Option<Result<String, String>>,
+    /// A restart of revisd is under way.
+    pub restarting: bool,
 }
 
 impl State {
@@ -178,6 +180,11 @@ impl State {
             Event::Settings(s) => {
                 self.settings_draft = Some(s.clone());
                 self.settings = Some(s);
+            }
+            Event::Restarting => self.restarting = true,
+            Event::Restarted(r) => {
+                self.restarting = false;
+                self.settings_note = Some(r);
             }
             Event::SettingsSaved(r) => {
                 if r.is_ok() {

@@ -19,6 +19,9 @@ pub struct SpawnOptions {
     pub pull_default_model: bool,
     /// Show download progress.
     pub progress: bool,
+    /// revisd's configuration file, passed as `--config` when it exists
+    /// (else revisd reads its default one, if any).
+    pub config: Option<PathBuf>,
 }
 
 fn revisd_binary(opts: &SpawnOptions) -> PathBuf {
@@ -65,6 +68,9 @@ pub async fn spawn_daemon(socket: &Path, opts: &SpawnOptions) -> Result<u32, Cli
     let (read_end, write_end) = readiness_pipe().map_err(|e| ClientError::Spawn(format!("pipe: {e}")))?;
     let binary = revisd_binary(opts);
     let mut cmd = Command::new(&binary);
+    if let Some(config) = opts.config.as_ref().filter(|c| c.is_file()) {
+        cmd.arg("--config").arg(config);
+    }
     cmd.arg("--socket")
         .arg(socket)
         .env("REVIS_READY_FD", write_end.as_raw_fd().to_string())

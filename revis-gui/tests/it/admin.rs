@@ -155,6 +155,86 @@ fn settings_write_the_models_per_tier_and_the_data_folder() {
     assert_eq!(revis_gui::settings::saved_data_dir(&config).as_deref(), Some(std::path::Path::new("/srv/revis")));
 }
 
+/// Ends the revisd the app started, by the PID it reports, when the test ends.
+struct Reaper(Option<i32>);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            // SAFETY: kill with the PID the daemon reported about itself.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+    }
+}
+
+#[test]
+fn saved_models_take_effect_when_revisd_is_restarted_from_the_settings() {
+    let mut d = TestDaemon::new().start();
+    let home = tempfile::tempdir().unwrap();
+    let data = home.path().join("data");
+    // The revisd the app starts keeps to this test's folders.
+    let wrapper = home.path().join("revisd");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec env REVIS_DATA_DIR='{}' XDG_CONFIG_HOME='{}' '{}' \"$@\"\n",
+            data.display(),
+            home.path().join("config").display(),
+            revis_testkit::binary("revisd").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut opts = options(&d.socket, &data, 16);
+    opts.spawn = revis_client::SpawnOptions {
+        revisd: Some(wrapper),
+        log: Some(home.path().join("revisd.log")),
+        config: Some(opts.config.clone()),
+        ..Default::default()
+    };
+    let mut h = harness(opts);
+    ready(&mut h);
+    let before = daemon_status(&d.socket);
+    assert!(before.tiers[2].model_path.contains("SmolLM2"), "{:?}", before.tiers[2]);
+
+    h.get_by_label("Settings").click();
+    wait_until(&mut h, "the settings", |h| h.query_by_label("Save settings").is_some());
+    let smollm2 = revis_testkit::smollm2().display().to_string();
+    let gemma = revis_testkit::gemma3().display().to_string();
+    for (tier, model) in [("tier1", &smollm2), ("tier2", &smollm2), ("tier3", &gemma)] {
+        h.get_by_role_and_label(Role::TextInput, &format!("{tier} model:")).focus();
+        h.get_by_role_and_label(Role::TextInput, &format!("{tier} model:")).type_text(model);
+        h.run_ok();
+    }
+    h.get_by_label("Save settings").click();
+    wait_until(&mut h, "saved", |h| h.state().state.settings_note.as_ref().is_some_and(|n| n.is_ok()));
+    h.get_by_label("Restart revisd now").click();
+    let mut reaper = Reaper(None);
+    wait_until(&mut h, "the restart", |h| {
+        let s = &h.state().state;
+        !s.restarting && s.settings_note.as_ref().is_some_and(|n| n.as_ref().is_err() || n.as_ref().is_ok_and(|m| m.contains("restarted")))
+    });
+    let after = daemon_status(&d.socket);
+    reaper.0 = Some(after.pid as i32);
+    assert!(h.state().state.settings_note.as_ref().unwrap().is_ok(), "{:?}", h.state().state.settings_note);
+    assert!(d.wait_exit(std::time::Duration::from_secs(10)).is_some_and(|s| s.success()), "the old revisd stopped cleanly");
+    assert_ne!(after.pid, before.pid);
+    assert_eq!(after.tiers[2].model_path, gemma, "tier3 runs the model chosen in the settings");
+
+    // The app goes on with the new daemon: a question gets its answer.
+    h.get_by_label("Chat").click();
+    h.run_ok();
+    let input = h.get_by_role_and_label(Role::MultilineTextInput, "Message:");
+    input.focus();
+    input.type_text("What is the capital of France?");
+    h.run_ok();
+    h.key_press(eframe::egui::Key::Enter);
+    wait_until(&mut h, "the answer", |h| !h.state().state.streaming && h.state().state.last_answer().is_some());
+    let answer = h.state().state.last_answer().unwrap().clone();
+    assert_eq!(answer.shown, revis_gui::state::Shown::Complete, "{:?}", h.state().state.errors);
+    assert!(!answer.text.is_empty());
+}
+
 #[test]
 fn the_offload_switch_is_saved_and_a_tier_with_no_node_stays_here() {
     let d = TestDaemon::new().start();
