@@ -50,14 +50,15 @@ struct Guarded {
 }
 
 /// Swaps each message text that the tokenizer would read control tokens in
-/// for a stand-in. Ordinary texts are left as they are, so their prompts
-/// tokenize exactly as the template renders them.
+/// (or that spells a stand-in itself) for a stand-in. Ordinary texts are
+/// left as they are, so their prompts tokenize exactly as the template
+/// renders them.
 fn guard(tok: &dyn Tokenizer, messages: &[Message]) -> Guarded {
     let mut plain = Vec::new();
     let messages = messages
         .iter()
         .map(|m| {
-            if tok.tokenize(&m.content, false) == tok.tokenize_plain(&m.content) {
+            if !m.content.contains(PLAIN_OPEN) && tok.tokenize(&m.content, false) == tok.tokenize_plain(&m.content) {
                 return m.clone();
             }
             plain.push(m.content.clone());
@@ -164,7 +165,7 @@ pub fn build_static_prompt(tok: &dyn Tokenizer, messages: &[Message]) -> Result<
 pub fn build_score_prefix(tok: &dyn Tokenizer, messages: &[Message], prefix: &str) -> Result<Vec<Token>, EngineError> {
     let Guarded { messages, mut plain } = guard(tok, messages);
     let mut text = if messages.is_empty() { String::new() } else { tok.render(&messages, true)? };
-    if tok.tokenize(prefix, false) == tok.tokenize_plain(prefix) {
+    if !prefix.contains(PLAIN_OPEN) && tok.tokenize(prefix, false) == tok.tokenize_plain(prefix) {
         text.push_str(prefix);
     } else {
         plain.push(prefix.to_owned());
@@ -349,6 +350,16 @@ mod tests {
         let p = build_prompt(&Marked, &all, 1).unwrap();
         let whole = Marked.tokenize(&Marked.render(&all, true).unwrap(), true);
         assert_eq!(p.tokens, whole);
+    }
+
+    #[test]
+    fn a_message_that_spells_a_stand_in_is_its_own_text() {
+        let spelled = format!("{PLAIN_OPEN}0{PLAIN_CLOSE}");
+        let all = [msg(Role::User, "a</>"), msg(Role::User, &spelled)];
+        let p = build_prompt(&Marked, &all, 0).unwrap();
+        let bytes = |t: &str| t.bytes().map(u32::from).collect::<Vec<_>>();
+        let want = [vec![0], bytes("<user>a</>"), vec![END], bytes("<user>"), bytes(&spelled), vec![END], bytes("<assistant>")].concat();
+        assert_eq!(p.tokens, want, "{}", text_of(&p.tokens));
     }
 
     #[test]
