@@ -122,8 +122,6 @@ async fn reflection_lists_the_services_for_standard_tools() {
     assert_eq!(names, ["grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection", "revis.v1.Admin", "revis.v1.Inference"]);
 }
 
-/// A new user's first command: no daemon, no config. `revis run` starts one
-/// (the model is already in the data dir here, so nothing is downloaded).
 /// Ends the daemon `revis` started on `socket` when the test ends, passed
 /// or failed, by the PID the daemon reports about itself.
 struct EndDaemon(std::path::PathBuf);
@@ -132,13 +130,15 @@ impl Drop for EndDaemon {
     fn drop(&mut self) {
         let Ok(out) = Command::new(binary("revis")).args(["status", "--json", "--socket"]).arg(&self.0).output() else { return };
         let pid = serde_json::from_slice::<serde_json::Value>(&out.stdout).ok().and_then(|v| v["pid"].as_i64());
-        if let Some(pid) = pid {
+        if let Some(pid) = pid.filter(|&p| p > 0) {
             // SAFETY: kill with the PID the daemon reported about itself.
             unsafe { libc::kill(pid as i32, libc::SIGTERM) };
         }
     }
 }
 
+/// A new user's first command: no daemon, no config. `revis run` starts one
+/// (the model is already in the data dir here, so nothing is downloaded).
 #[test]
 fn revis_run_starts_a_daemon_when_none_answers() {
     let home = tempfile::tempdir().unwrap();
@@ -164,7 +164,8 @@ fn revis_run_starts_a_daemon_when_none_answers() {
     let out = revis(&["run", "--socket", chosen.to_str().unwrap(), "Hi"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(err.contains(&format!("start one with `revisd --socket {}`", chosen.display())), "{err}");
+    assert!(err.contains(&format!("no revisd answers on {}", chosen.display())), "{err}");
+    assert!(err.contains(&format!("to run one: revisd --socket '{}'", chosen.display())), "{err}");
     assert!(!chosen.exists() && !runtime.join("revis").exists(), "nothing was started");
 
     let _end = EndDaemon(runtime.join("revis/revisd.sock"));

@@ -152,9 +152,10 @@ async fn connect(socket: &std::path::Path, explicit: bool) -> anyhow::Result<Cli
     let connected = Client::connect(socket).await;
     if explicit {
         // A socket the user chose is theirs to run: say how, rather than start one there.
-        connected.with_context(|| {
-            format!(
-                "revis starts no daemon on a socket chosen with --socket or REVIS_SOCKET; start one with `revisd --socket {}`",
+        connected.map_err(|e| {
+            anyhow::anyhow!(
+                "{e}\n(this socket was chosen with --socket or REVIS_SOCKET, so revis does not start a daemon there; \
+                 to run one: revisd --socket '{}')",
                 socket.display()
             )
         })

@@ -249,14 +249,14 @@ fn is_retryable(s: &tonic::Status) -> bool {
         || (std::error::Error::source(s).is_some() && matches!(s.code(), tonic::Code::Unknown | tonic::Code::Cancelled))
 }
 
-/// An error and its causes, `: `-joined; a cause whose words are already
-/// there (transport errors repeat their source) is not said twice.
+/// An error and its causes, `: `-joined; a cause that the text so far
+/// already ends with (transport errors repeat their source) is not said twice.
 fn source_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {
         let words = c.to_string();
-        if !s.contains(&words) {
+        if !s.ends_with(&words) {
             s.push_str(": ");
             s.push_str(&words);
         }
@@ -318,6 +318,24 @@ mod tests {
         assert_eq!(source_chain(&e), "transport error: no such file");
         let plain = std::io::Error::other(Wraps(std::io::Error::other("deep")));
         assert_eq!(source_chain(&plain), "transport error: deep");
+        // Said earlier, but not as the end of the text: a cause of its own.
+        let e = Wraps(std::io::Error::other("transport"));
+        assert_eq!(source_chain(&e), "transport error: transport");
+        #[derive(Debug)]
+        struct Says(&'static str, std::io::Error);
+        impl std::fmt::Display for Says {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.0)
+            }
+        }
+        impl std::error::Error for Says {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.1)
+            }
+        }
+        assert_eq!(source_chain(&Says("refused by the node", std::io::Error::other("refused"))), "refused by the node: refused");
+        let e = std::io::Error::other(Wraps(std::io::Error::other("transport")));
+        assert_eq!(source_chain(&e), "transport error: transport");
     }
 
     #[tonic::async_trait]

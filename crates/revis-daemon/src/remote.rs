@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -128,9 +128,10 @@ struct State {
     listening: Option<Listening>,
     window: Option<OpenWindow>,
     conns: HashMap<u64, Conn>,
-    /// Connections still in their TLS handshake or pairing: they count
-    /// against `server.max_connections` too.
+    /// Connections still in their TLS handshake or pairing, in all and by
+    /// peer address (see [`Unsettled`]).
     unsettled: usize,
+    unsettled_from: HashMap<IpAddr, usize>,
     next_id: u64,
 }
 
@@ -396,21 +397,40 @@ impl Remote {
                     }
                 },
             };
-            let Some(unsettled) = Unsettled::take(&self) else {
-                tracing::warn!(%addr, limit = self.config.max_connections, "refusing a connection: server.max_connections reached");
-                continue;
+            let unsettled = match Unsettled::take(&self, addr.ip()) {
+                Ok(u) => u,
+                Err(why) => {
+                    tracing::warn!(%addr, limit = self.config.max_connections, "refusing a connection: {why}");
+                    continue;
+                }
             };
             let this = self.clone();
             let cut = stop.child_token();
             let tx = tx.clone();
             tokio::spawn(async move {
-                let _unsettled = unsettled;
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, this.handshake(tcp)).await {
-                    Err(_) => tracing::info!(%addr, "TLS handshake timed out"),
-                    Ok(Err(e)) => tracing::info!(%addr, "TLS handshake refused: {e}"),
-                    Ok(Ok(Handshaken::Pairing(tls))) => this.pair(*tls, addr).await,
+                // Server mode going off ends handshakes and pairings too.
+                let handshake = tokio::select! {
+                    () = cut.cancelled() => return,
+                    r = tokio::time::timeout(HANDSHAKE_TIMEOUT, this.handshake(tcp)) => r,
+                };
+                match handshake {
+                    Err(_) => {
+                        drop(unsettled);
+                        tracing::info!(%addr, "TLS handshake timed out");
+                    }
+                    Ok(Err(e)) => {
+                        drop(unsettled);
+                        tracing::info!(%addr, "TLS handshake refused: {e}");
+                    }
+                    Ok(Ok(Handshaken::Pairing(tls))) => {
+                        tokio::select! {
+                            () = cut.cancelled() => {}
+                            () = this.pair(*tls, addr) => {}
+                        }
+                    }
                     Ok(Ok(Handshaken::Rpc(tls))) => {
                         if let Some(io) = this.register(*tls, addr, cut) {
+                            drop(unsettled);
                             let _ = tx.send(Ok(io)).await;
                         }
                     }
@@ -532,26 +552,49 @@ impl Drop for ConnGuard {
     }
 }
 
-/// A connection counted against `server.max_connections` while it is still
-/// in its handshake or pairing (settled RPC connections are in `conns`).
-struct Unsettled(Arc<Remote>);
+/// Handshakes (and pairings) at once from one peer address: a stranger's
+/// idle connections cannot take every slot.
+pub const HANDSHAKES_PER_ADDRESS: usize = 8;
+
+/// A connection still in its TLS handshake or pairing (settled RPC
+/// connections are in `conns`). At most `server.max_connections` of these
+/// at once, and [`HANDSHAKES_PER_ADDRESS`] from one address.
+struct Unsettled {
+    remote: Arc<Remote>,
+    ip: IpAddr,
+}
 
 impl Unsettled {
-    /// None when the limit is reached: connections and unsettled ones together.
-    fn take(remote: &Arc<Remote>) -> Option<Unsettled> {
+    /// Why not, when a limit is reached.
+    fn take(remote: &Arc<Remote>, ip: IpAddr) -> Result<Unsettled, &'static str> {
+        let max = remote.config.max_connections;
         let mut state = remote.lock();
-        if state.conns.len() + state.unsettled >= remote.config.max_connections {
-            return None;
+        if state.conns.len() >= max {
+            return Err("server.max_connections paired connections are open");
         }
+        if state.unsettled >= max {
+            return Err("server.max_connections connections are in their handshake");
+        }
+        let from = state.unsettled_from.entry(ip).or_default();
+        if *from >= HANDSHAKES_PER_ADDRESS.min(max) {
+            return Err("this address has as many handshakes open as it may");
+        }
+        *from += 1;
         state.unsettled += 1;
-        Some(Unsettled(remote.clone()))
+        Ok(Unsettled { remote: remote.clone(), ip })
     }
 }
 
 impl Drop for Unsettled {
     fn drop(&mut self) {
-        let mut state = self.0.lock();
+        let mut state = self.remote.lock();
         state.unsettled = state.unsettled.saturating_sub(1);
+        if let Some(n) = state.unsettled_from.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                state.unsettled_from.remove(&self.ip);
+            }
+        }
     }
 }
 

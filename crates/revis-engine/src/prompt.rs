@@ -40,32 +40,43 @@ fn static_text(tok: &dyn Tokenizer, messages: &[Message]) -> Result<String, Engi
 
 /// Opens and closes the stand-in for a message text that must stay plain.
 const PLAIN_OPEN: &str = "\u{E000}revis-plain-";
+const STAND_IN_START: char = '\u{E000}';
 const PLAIN_CLOSE: char = '\u{E001}';
 
 /// Messages ready to render: those whose text spells a control token carry a
-/// stand-in instead, and `plain` holds their texts by stand-in number.
+/// stand-in instead, and `plain` holds their texts by stand-in number
+/// (`from` the message each came from, counting from 1).
 struct Guarded {
     messages: Vec<Message>,
     plain: Vec<String>,
+    from: Vec<usize>,
 }
 
-/// Swaps each message text that the tokenizer would read control tokens in
-/// (or that spells a stand-in itself) for a stand-in. Ordinary texts are
-/// left as they are, so their prompts tokenize exactly as the template
-/// renders them.
+/// Whether `text` must be kept out of the template's token parsing: it
+/// spells a control token, or holds a character the stand-ins are made of
+/// (so no text, alone or next to another, can pass for a stand-in).
+fn needs_guard(tok: &dyn Tokenizer, text: &str) -> bool {
+    text.contains([STAND_IN_START, PLAIN_CLOSE]) || tok.tokenize(text, false) != tok.tokenize_plain(text)
+}
+
+/// Swaps each message text that [`needs_guard`] for a stand-in. Ordinary
+/// texts are left as they are, so their prompts tokenize exactly as the
+/// template renders them.
 fn guard(tok: &dyn Tokenizer, messages: &[Message]) -> Guarded {
-    let mut plain = Vec::new();
+    let (mut plain, mut from) = (Vec::new(), Vec::new());
     let messages = messages
         .iter()
-        .map(|m| {
-            if !m.content.contains(PLAIN_OPEN) && tok.tokenize(&m.content, false) == tok.tokenize_plain(&m.content) {
+        .enumerate()
+        .map(|(i, m)| {
+            if !needs_guard(tok, &m.content) {
                 return m.clone();
             }
             plain.push(m.content.clone());
+            from.push(i + 1);
             Message { role: m.role, content: format!("{PLAIN_OPEN}{}{PLAIN_CLOSE}", plain.len() - 1) }
         })
         .collect();
-    Guarded { messages, plain }
+    Guarded { messages, plain, from }
 }
 
 /// Tokenizes rendered text, control tokens parsed, except that each stand-in
@@ -93,19 +104,31 @@ fn tokenize_guarded(tok: &dyn Tokenizer, text: &str, add_bos: bool, plain: &[Str
 }
 
 /// Fails unless every stand-in is in `text`: a template that changed or
-/// dropped one would lose that message's text without a word.
-fn check_stand_ins(text: &str, count: usize) -> Result<(), EngineError> {
-    let mut seen = vec![false; count];
+/// dropped one would lose that message's text without a word. `from` names
+/// the message of each stand-in.
+fn check_stand_ins(text: &str, from: &[usize]) -> Result<(), EngineError> {
+    let mut seen = vec![false; from.len()];
     let mut rest = text;
-    while let Some((_, index, after)) = next_stand_in(rest, count) {
+    while let Some((_, index, after)) = next_stand_in(rest, from.len()) {
         seen[index] = true;
         rest = after;
     }
     match seen.iter().position(|s| !s) {
         None => Ok(()),
-        Some(_) => Err(EngineError::Template(
-            "the chat template changed a message whose text spells a control token, so it cannot be kept as plain text".into(),
-        )),
+        Some(i) => Err(EngineError::Template(format!(
+            "message {} spells a control token (such as <|im_end|>) or holds a private-use character, so it is kept as \
+             plain text, but the chat template changes or drops it; remove those characters from it",
+            from[i]
+        ))),
+    }
+}
+
+/// `text` without a stand-in cut short at its end (a shared prefix of two
+/// renderings can end inside one): up to where that stand-in starts.
+fn whole_stand_ins(text: &str) -> &str {
+    match text.rfind(STAND_IN_START) {
+        Some(at) if !text[at..].contains(PLAIN_CLOSE) => &text[..at],
+        _ => text,
     }
 }
 
@@ -130,16 +153,16 @@ fn next_stand_in(text: &str, count: usize) -> Option<(&str, usize, &str)> {
 /// conversation renders with it as a prefix (the next message is the user's);
 /// otherwise the longest prefix it shares with the whole rendering.
 pub fn build_prompt(tok: &dyn Tokenizer, messages: &[Message], static_count: usize) -> Result<Prompt, EngineError> {
-    let Guarded { messages, plain } = guard(tok, messages);
+    let Guarded { messages, plain, from } = guard(tok, messages);
     let messages = &messages[..];
     let full = tok.render(messages, true)?;
-    check_stand_ins(&full, plain.len())?;
+    check_stand_ins(&full, &from)?;
     let static_count = static_count.min(messages.len());
     let candidate = static_text(tok, &messages[..static_count])?;
     let static_text = if full.starts_with(&candidate) {
         candidate
     } else {
-        common_prefix(&tok.render(&messages[..static_count], false)?, &full).to_owned()
+        whole_stand_ins(common_prefix(&tok.render(&messages[..static_count], false)?, &full)).to_owned()
     };
     let mut tokens = if static_text.is_empty() { Vec::new() } else { tokenize_guarded(tok, &static_text, true, &plain) };
     let split = tokens.len();
@@ -151,9 +174,9 @@ pub fn build_prompt(tok: &dyn Tokenizer, messages: &[Message], static_count: usi
 /// The prompt a Prefill evaluates: the static part alone, exactly as
 /// [`build_prompt`] renders it when a user message follows.
 pub fn build_static_prompt(tok: &dyn Tokenizer, messages: &[Message]) -> Result<Prompt, EngineError> {
-    let Guarded { messages, plain } = guard(tok, messages);
+    let Guarded { messages, plain, from } = guard(tok, messages);
     let text = static_text(tok, &messages)?;
-    check_stand_ins(&text, plain.len())?;
+    check_stand_ins(&text, &from)?;
     let tokens = tokenize_guarded(tok, &text, true, &plain);
     Ok(Prompt { split: tokens.len(), tokens })
 }
@@ -163,15 +186,16 @@ pub fn build_static_prompt(tok: &dyn Tokenizer, messages: &[Message]) -> Result<
 /// message texts and `prefix` are the user's, so control-token text in them
 /// stays plain.
 pub fn build_score_prefix(tok: &dyn Tokenizer, messages: &[Message], prefix: &str) -> Result<Vec<Token>, EngineError> {
-    let Guarded { messages, mut plain } = guard(tok, messages);
+    let Guarded { messages, mut plain, mut from } = guard(tok, messages);
     let mut text = if messages.is_empty() { String::new() } else { tok.render(&messages, true)? };
-    if !prefix.contains(PLAIN_OPEN) && tok.tokenize(prefix, false) == tok.tokenize_plain(prefix) {
-        text.push_str(prefix);
-    } else {
+    if needs_guard(tok, prefix) {
         plain.push(prefix.to_owned());
+        from.push(messages.len() + 1);
         text.push_str(&format!("{PLAIN_OPEN}{}{PLAIN_CLOSE}", plain.len() - 1));
+    } else {
+        text.push_str(prefix);
     }
-    check_stand_ins(&text, plain.len())?;
+    check_stand_ins(&text, &from)?;
     Ok(tokenize_guarded(tok, &text, true, &plain))
 }
 
@@ -353,6 +377,35 @@ mod tests {
     }
 
     #[test]
+    fn two_messages_cannot_spell_a_stand_in_between_them() {
+        // Each half alone is no stand-in; rendered side by side they would be.
+        let all = [msg(Role::User, "a\u{E000}"), msg(Role::User, "revis-plain-0\u{E001}"), msg(Role::User, "b</>")];
+        let p = build_prompt(&Marked, &all, 0).unwrap();
+        let bytes = |t: &str| t.bytes().map(u32::from).collect::<Vec<_>>();
+        // Each text plain; the template's own </> after each one a control token.
+        let want = [
+            vec![0],
+            bytes("<user>a\u{E000}"),
+            vec![END],
+            bytes("<user>revis-plain-0\u{E001}"),
+            vec![END],
+            bytes("<user>b</>"),
+            vec![END],
+            bytes("<assistant>"),
+        ]
+        .concat();
+        assert_eq!(p.tokens, want, "{}", text_of(&p.tokens));
+    }
+
+    #[test]
+    fn a_cut_never_ends_inside_a_stand_in() {
+        let s = format!("<user>{PLAIN_OPEN}0{PLAIN_CLOSE}</><user>{PLAIN_OPEN}1");
+        assert_eq!(whole_stand_ins(&s), format!("<user>{PLAIN_OPEN}0{PLAIN_CLOSE}</><user>"));
+        assert_eq!(whole_stand_ins("<user>\u{E000}revis-pl"), "<user>");
+        assert_eq!(whole_stand_ins(&s[..s.len() - 1 - PLAIN_OPEN.len()]), &s[..s.len() - 1 - PLAIN_OPEN.len()]);
+    }
+
+    #[test]
     fn a_message_that_spells_a_stand_in_is_its_own_text() {
         let spelled = format!("{PLAIN_OPEN}0{PLAIN_CLOSE}");
         let all = [msg(Role::User, "a</>"), msg(Role::User, &spelled)];
@@ -394,7 +447,8 @@ mod tests {
     #[test]
     fn a_template_that_changes_a_guarded_message_is_an_error_not_a_silent_loss() {
         let all = [msg(Role::User, "hi</>there")];
-        assert!(matches!(build_prompt(&Trimming, &all, 0), Err(EngineError::Template(_))));
+        let err = build_prompt(&Trimming, &all, 0).unwrap_err().to_string();
+        assert!(err.contains("message 1 spells a control token"), "{err}");
         assert!(matches!(build_static_prompt(&Trimming, &all), Err(EngineError::Template(_))));
         assert!(build_prompt(&Trimming, &[msg(Role::User, "hello")], 0).is_ok(), "ordinary text is the template's business");
     }

@@ -1,6 +1,11 @@
 //! The protobuf codec of every revis.v1 service: prost's, except that a
-//! message that does not decode is INVALID_ARGUMENT naming what was wrong
+//! request that does not decode is INVALID_ARGUMENT naming what was wrong
 //! (tonic's own codec calls it INTERNAL, which reads as a server bug).
+//!
+//! The generated clients use this codec too. A reply that does not decode
+//! stays INTERNAL: that is the other side's fault (a version skew, a broken
+//! node), and callers such as the dispatcher may try elsewhere, which they
+//! never do for INVALID_ARGUMENT.
 
 use std::marker::PhantomData;
 
@@ -37,7 +42,7 @@ where
     }
 }
 
-/// prost's decoder; a decode failure becomes INVALID_ARGUMENT.
+/// prost's decoder; a request that fails to decode is INVALID_ARGUMENT.
 #[derive(Debug, Clone)]
 pub struct ClearDecoder<U>(ProstDecoder<U>);
 
@@ -46,14 +51,21 @@ impl<U: prost::Message + Default> Decoder for ClearDecoder<U> {
     type Error = Status;
 
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
-        self.0.decode(buf).map_err(|s| match s.code() {
-            Code::Internal => Status::invalid_argument(format!("not a valid {} message: {}", short_name::<U>(), s.message())),
-            _ => s,
-        })
+        self.0.decode(buf).map_err(|s| clear(s, &short_name::<U>()))
     }
 
     fn buffer_settings(&self) -> BufferSettings {
         self.0.buffer_settings()
+    }
+}
+
+/// A decode failure of a `name` message: INVALID_ARGUMENT for a request
+/// (servers decode requests; clients decode replies and events, whose
+/// failures stay as they are).
+fn clear(s: Status, name: &str) -> Status {
+    match s.code() {
+        Code::Internal if name.ends_with("Request") => Status::invalid_argument(format!("not a valid {name} message: {}", s.message())),
+        _ => s,
     }
 }
 
@@ -71,5 +83,18 @@ mod tests {
     #[test]
     fn names_are_the_protobuf_names() {
         assert_eq!(short_name::<pb::GenerateRequest>(), "revis.v1.GenerateRequest");
+    }
+
+    #[test]
+    fn a_broken_request_is_invalid_argument_and_a_broken_reply_stays_internal() {
+        let broken = || Status::internal("failed to decode Protobuf message: invalid wire type");
+        let s = clear(broken(), &short_name::<pb::GenerateRequest>());
+        assert_eq!(s.code(), Code::InvalidArgument, "{s:?}");
+        assert_eq!(s.message(), "not a valid revis.v1.GenerateRequest message: failed to decode Protobuf message: invalid wire type");
+        for reply in [short_name::<pb::GenerateEvent>(), short_name::<pb::StatusResponse>(), short_name::<pb::PairingEvent>()] {
+            assert_eq!(clear(broken(), &reply).code(), Code::Internal, "{reply}");
+        }
+        let too_big = Status::out_of_range("message too large");
+        assert_eq!(clear(too_big, "revis.v1.GenerateRequest").code(), Code::OutOfRange);
     }
 }
