@@ -503,17 +503,20 @@ impl App {
         match &self.state.settings_note {
             Some(Ok(m)) => {
                 ui.label(m);
-                // Models take effect when revisd starts: offer that now.
-                let local = matches!(self.state.connection, Some(Connection::Connected(_)));
-                let can = local && !self.state.streaming && !self.state.restarting;
-                if ui.add_enabled(can, egui::Button::new("Restart revisd now")).clicked() {
-                    self.send(Command::RestartDaemon);
-                }
             }
             Some(Err(e)) => {
                 ui.colored_label(ui.visuals().error_fg_color, e);
             }
             None => {}
+        }
+        // Models take effect when revisd starts: once saved, offer that now
+        // (again after a failed try).
+        if self.state.settings_note.is_some() {
+            let connected = matches!(self.state.connection, Some(Connection::Connected(_)));
+            let can = connected && !self.state.streaming && !self.state.restarting;
+            if ui.add_enabled(can, egui::Button::new("Restart revisd now")).clicked() {
+                self.send(Command::RestartDaemon);
+            }
         }
         self.state.settings_draft = Some(draft);
     }

@@ -191,6 +191,20 @@ const PLACEMENT_EVERY: Duration = Duration::from_secs(3);
 /// How long a restart waits for the old revisd to go.
 const RESTART_WAIT: Duration = Duration::from_secs(15);
 
+/// Whether process `pid` is still running. An exited child of this process
+/// that nobody has reaped yet (a zombie) counts as gone: it holds nothing.
+fn running(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    if unsafe { libc::kill(pid as i32, 0) } != 0 {
+        return false;
+    }
+    // Linux says so in /proc; elsewhere revis reaps the daemons it starts.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => true,
+    }
+}
+
 /// Where each tier runs, for the Tiers panel.
 fn placements(d: &Dispatcher) -> BTreeMap<String, TierPlacement> {
     d.placements()
@@ -383,8 +397,10 @@ impl Io {
     }
 
     /// Ends this machine's revisd (SIGTERM, by the PID it reports on its own
-    /// user's socket) and starts it again, so it reads its configuration
-    /// again. A service manager or socket activation may start the new one
+    /// user's socket), waits for that process to exit, and starts revisd
+    /// again, so it reads its configuration again. The configuration is
+    /// checked first: a typo in a model leaves the running daemon alone. A
+    /// service manager or socket activation may start the new daemon
     /// first; then that one is used. The chat keeps its connection: it
     /// reconnects to the new daemon on its next call.
     async fn restart_daemon(&mut self) -> Result<String, String> {
@@ -392,33 +408,35 @@ impl Io {
         if !matches!(client.target(), revis_client::Target::Socket(_)) {
             return Err("only this machine's revisd can be restarted from here".into());
         }
+        revis_client::check_config(&self.opts.spawn).await.map_err(|e| format!("revisd was not restarted: {e}"))?;
         let old = client.status().await.map_err(|e| plain(&e))?.pid;
+        if old == 0 {
+            return Err("revisd did not say its process ID, so it was not restarted".into());
+        }
         // SAFETY: kill with the PID revisd reported about itself over our own user's socket.
         if unsafe { libc::kill(old as i32, libc::SIGTERM) } != 0 {
             return Err(format!("revisd (pid {old}) could not be stopped: {}", std::io::Error::last_os_error()));
         }
         self.sink.send(Event::Connecting { starting: true });
-        // Gone once its socket no longer answers with its PID (revisd exits
-        // within 5 s of SIGTERM; a service manager may have started another).
+        let result = self.start_again(old).await;
+        match &result {
+            Ok(_) => {}
+            Err(e) => self.sink.send(Event::Disconnected(e.clone())),
+        }
+        result
+    }
+
+    /// After SIGTERM to `old`: waits for it to exit (revisd exits within 5 s
+    /// of SIGTERM), then connects to revisd, starting it if none answers.
+    async fn start_again(&mut self, old: u32) -> Result<String, String> {
         let deadline = Instant::now() + RESTART_WAIT;
-        loop {
-            let answering = match Client::connect(&self.opts.socket).await {
-                Ok(mut c) => c.status().await.ok().map(|s| s.pid),
-                Err(_) => None,
-            };
-            if answering != Some(old) {
-                break;
-            }
+        while running(old) {
             if Instant::now() >= deadline {
                 return Err(format!("revisd (pid {old}) did not stop within {}s", RESTART_WAIT.as_secs()));
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let mut client = Client::connect_or_start(&self.opts.socket, &self.opts.spawn).await.map_err(|e| {
-            let e = plain(&e);
-            self.sink.send(Event::Disconnected(e.clone()));
-            e
-        })?;
+        let mut client = Client::connect_or_start(&self.opts.socket, &self.opts.spawn).await.map_err(|e| plain(&e))?;
         let new = client.status().await.map_err(|e| plain(&e))?.pid;
         self.sink.send(Event::Connected { target: client.target().to_string() });
         self.client = Some(client);

@@ -119,7 +119,7 @@ impl State {
             Event::Placements(p) => self.placements = p,
             Event::Disconnected(why) => self.connection = Some(Connection::Failed(why)),
             Event::Status(s) => {
-                if matches!(self.connection, Some(Connection::Failed(_))) {
+                if matches!(self.connection, Some(Connection::Failed(_) | Connection::Starting)) {
                     self.connection = Some(Connection::Connected(String::new()));
                 }
                 self.status = Some(*s);

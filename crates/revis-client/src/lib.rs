@@ -16,7 +16,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 pub use remote::{CONNECT_TIMEOUT, Keyring, Node, NodeError, PAIR_TIMEOUT, interfaces_from_env, pair, resolve};
 pub use revis_proto::v1;
 pub use revis_trust::{DeviceId, Discovered, Interfaces, PairingCode, browse, host_name};
-pub use spawn::{SpawnOptions, readiness_pipe, spawn_daemon};
+pub use spawn::{SpawnOptions, check_config, readiness_pipe, spawn_daemon};
 
 /// How long to wait for a freshly started daemon to answer.
 pub const START_TIMEOUT: Duration = Duration::from_secs(60);

@@ -79,9 +79,13 @@ pub async fn spawn_daemon(socket: &Path, opts: &SpawnOptions) -> Result<u32, Cli
         .stderr(log);
     // Its own process group: a Ctrl-C in this terminal must not stop the daemon.
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    let child = cmd.spawn().map_err(|e| ClientError::Spawn(format!("{}: {e}", binary.display())))?;
+    let mut child = cmd.spawn().map_err(|e| ClientError::Spawn(format!("{}: {e}", binary.display())))?;
     drop(write_end); // only the child holds it now: EOF means it exited
     let pid = child.id();
+    // Reaped when it exits, so a long-lived caller (the GUI) keeps no zombie.
+    std::thread::spawn(move || {
+        let _ = child.wait();
+    });
     let wait = tokio::task::spawn_blocking(move || {
         let mut f = std::fs::File::from(read_end);
         let mut buf = String::new();
@@ -95,6 +99,22 @@ pub async fn spawn_daemon(socket: &Path, opts: &SpawnOptions) -> Result<u32, Cli
             Err(ClientError::Spawn(format!("revisd did not become ready within {}s; see {}", START_TIMEOUT.as_secs(), log_path.display())))
         }
     }
+}
+
+/// Runs `revisd --check-config` with the configuration [`spawn_daemon`]
+/// would start it with; Err holds revisd's own words (it names the field).
+pub async fn check_config(opts: &SpawnOptions) -> Result<(), String> {
+    let mut cmd = tokio::process::Command::new(revisd_binary(opts));
+    cmd.arg("--check-config");
+    if let Some(config) = opts.config.as_ref().filter(|c| c.is_file()) {
+        cmd.arg("--config").arg(config);
+    }
+    let out = cmd.stdin(Stdio::null()).output().await.map_err(|e| format!("{}: {e}", revisd_binary(opts).display()))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let said = String::from_utf8_lossy(&out.stderr);
+    Err(said.trim().trim_start_matches("revisd: ").to_owned())
 }
 
 /// A readiness pipe for starting revisd: the read end is close-on-exec, the

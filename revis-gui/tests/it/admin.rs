@@ -155,14 +155,19 @@ fn settings_write_the_models_per_tier_and_the_data_folder() {
     assert_eq!(revis_gui::settings::saved_data_dir(&config).as_deref(), Some(std::path::Path::new("/srv/revis")));
 }
 
-/// Ends the revisd the app started, by the PID it reports, when the test ends.
-struct Reaper(Option<i32>);
+/// Ends whatever revisd answers on a socket when the test ends, passed or
+/// failed, by the PID it reports about itself (the one the app started).
+struct Reaper(std::path::PathBuf);
 
 impl Drop for Reaper {
     fn drop(&mut self) {
-        if let Some(pid) = self.0 {
+        let pid = block_on(async {
+            let mut c = revis_client::Client::connect(&self.0).await.ok()?;
+            tokio::time::timeout(std::time::Duration::from_secs(5), c.status()).await.ok()?.ok().map(|s| s.pid)
+        });
+        if let Some(pid) = pid.filter(|&p| p > 0) {
             // SAFETY: kill with the PID the daemon reported about itself.
-            unsafe { libc::kill(pid, libc::SIGTERM) };
+            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
         }
     }
 }
@@ -196,27 +201,40 @@ fn saved_models_take_effect_when_revisd_is_restarted_from_the_settings() {
     ready(&mut h);
     let before = daemon_status(&d.socket);
     assert!(before.tiers[2].model_path.contains("SmolLM2"), "{:?}", before.tiers[2]);
+    let _reaper = Reaper(d.socket.clone());
 
     h.get_by_label("Settings").click();
     wait_until(&mut h, "the settings", |h| h.query_by_label("Save settings").is_some());
+    let set = |h: &mut egui_kittest::Harness<'static, revis_gui::App>, models: &[(&str, &str)]| {
+        for (tier, model) in models {
+            h.get_by_role_and_label(Role::TextInput, &format!("{tier} model:")).focus();
+            h.run_ok();
+            // Select what is there, so typing replaces it.
+            h.key_press_modifiers(eframe::egui::Modifiers::COMMAND, eframe::egui::Key::A);
+            h.run_ok();
+            h.get_by_role_and_label(Role::TextInput, &format!("{tier} model:")).type_text(model);
+            h.run_ok();
+        }
+        h.get_by_label("Save settings").click();
+        wait_until(h, "saved", |h| h.state().state.settings_note.as_ref().is_some_and(|n| n.is_ok()));
+        h.get_by_label("Restart revisd now").click();
+        wait_until(h, "the restart", |h| {
+            let s = &h.state().state;
+            !s.restarting
+                && s.settings_note.as_ref().is_some_and(|n| n.as_ref().is_err() || n.as_ref().is_ok_and(|m| m.contains("restarted")))
+        });
+        h.state().state.settings_note.clone().unwrap()
+    };
     let smollm2 = revis_testkit::smollm2().display().to_string();
     let gemma = revis_testkit::gemma3().display().to_string();
-    for (tier, model) in [("tier1", &smollm2), ("tier2", &smollm2), ("tier3", &gemma)] {
-        h.get_by_role_and_label(Role::TextInput, &format!("{tier} model:")).focus();
-        h.get_by_role_and_label(Role::TextInput, &format!("{tier} model:")).type_text(model);
-        h.run_ok();
-    }
-    h.get_by_label("Save settings").click();
-    wait_until(&mut h, "saved", |h| h.state().state.settings_note.as_ref().is_some_and(|n| n.is_ok()));
-    h.get_by_label("Restart revisd now").click();
-    let mut reaper = Reaper(None);
-    wait_until(&mut h, "the restart", |h| {
-        let s = &h.state().state;
-        !s.restarting && s.settings_note.as_ref().is_some_and(|n| n.as_ref().is_err() || n.as_ref().is_ok_and(|m| m.contains("restarted")))
-    });
+    // A model that is not there: the running daemon is left alone, and the app says why.
+    let note = set(&mut h, &[("tier1", &smollm2), ("tier2", &smollm2), ("tier3", "/nowhere/model.gguf")]);
+    assert!(note.as_ref().is_err_and(|e| e.contains("revisd was not restarted") && e.contains("tiers.tier3.model")), "{note:?}");
+    assert_eq!(daemon_status(&d.socket).pid, before.pid);
+
+    let note = set(&mut h, &[("tier3", &gemma)]);
+    assert!(note.is_ok(), "{note:?}");
     let after = daemon_status(&d.socket);
-    reaper.0 = Some(after.pid as i32);
-    assert!(h.state().state.settings_note.as_ref().unwrap().is_ok(), "{:?}", h.state().state.settings_note);
     assert!(d.wait_exit(std::time::Duration::from_secs(10)).is_some_and(|s| s.success()), "the old revisd stopped cleanly");
     assert_ne!(after.pid, before.pid);
     assert_eq!(after.tiers[2].model_path, gemma, "tier3 runs the model chosen in the settings");
