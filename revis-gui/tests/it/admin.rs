@@ -7,7 +7,7 @@ use revis_client::v1 as pb;
 use revis_gui::backend::{Health, PairingEvent};
 use revis_testkit::TestDaemon;
 
-use crate::{block_on, daemon_status, harness, options, ready, wait_until};
+use crate::{Reaper, block_on, daemon_status, harness, options, ready, revisd_in, wait_until};
 
 fn tier_state(s: &pb::StatusResponse, tier: &str) -> &'static str {
     revis_gui::backend::state_name(s.tiers.iter().find(|t| t.tier == tier).unwrap().state)
@@ -155,41 +155,13 @@ fn settings_write_the_models_per_tier_and_the_data_folder() {
     assert_eq!(revis_gui::settings::saved_data_dir(&config).as_deref(), Some(std::path::Path::new("/srv/revis")));
 }
 
-/// Ends whatever revisd answers on a socket when the test ends, passed or
-/// failed, by the PID it reports about itself (the one the app started).
-struct Reaper(std::path::PathBuf);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        let pid = block_on(async {
-            let mut c = revis_client::Client::connect(&self.0).await.ok()?;
-            tokio::time::timeout(std::time::Duration::from_secs(5), c.status()).await.ok()?.ok().map(|s| s.pid)
-        });
-        if let Some(pid) = pid.filter(|&p| p > 0) {
-            // SAFETY: kill with the PID the daemon reported about itself.
-            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-        }
-    }
-}
-
 #[test]
 fn saved_models_take_effect_when_revisd_is_restarted_from_the_settings() {
     let mut d = TestDaemon::new().start();
     let home = tempfile::tempdir().unwrap();
     let data = home.path().join("data");
     // The revisd the app starts keeps to this test's folders.
-    let wrapper = home.path().join("revisd");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\nexec env REVIS_DATA_DIR='{}' XDG_CONFIG_HOME='{}' '{}' \"$@\"\n",
-            data.display(),
-            home.path().join("config").display(),
-            revis_testkit::binary("revisd").display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let wrapper = revisd_in(home.path(), &data);
     let mut opts = options(&d.socket, &data, 16);
     opts.spawn = revis_client::SpawnOptions {
         revisd: Some(wrapper),

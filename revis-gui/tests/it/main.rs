@@ -96,3 +96,39 @@ pub fn daemon_status(socket: &Path) -> pb::StatusResponse {
 pub fn block_on<T>(f: impl Future<Output = T>) -> T {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
 }
+
+/// A `revisd` for the app to start that keeps to the test's folders: data
+/// in `data`, config home under `home`, no `REVIS_CONFIG` from outside.
+pub fn revisd_in(home: &Path, data: &Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let wrapper = home.join("revisd");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec env -u REVIS_CONFIG REVIS_DATA_DIR='{}' XDG_CONFIG_HOME='{}' '{}' \"$@\"\n",
+            data.display(),
+            home.join("config").display(),
+            revis_testkit::binary("revisd").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    wrapper
+}
+
+/// Ends whatever revisd answers on a socket when the test ends, passed or
+/// failed, by the PID it reports about itself (the one the app started).
+pub struct Reaper(pub std::path::PathBuf);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        let pid = block_on(async {
+            let mut c = revis_client::Client::connect(&self.0).await.ok()?;
+            tokio::time::timeout(Duration::from_secs(5), c.status()).await.ok()?.ok().map(|s| s.pid)
+        });
+        if let Some(pid) = pid.filter(|&p| p > 0) {
+            // SAFETY: kill with the PID the daemon reported about itself.
+            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        }
+    }
+}
