@@ -116,6 +116,9 @@ async fn a_node_killed_mid_answer_the_answer_continues_here_and_is_stored_once()
     let mut chat = Chat::new(d.clone(), store.clone(), conversation, Default::default());
     chat.sampling = greedy();
     chat.max_tokens = 300;
+    // Held closed for the whole test: the turn's background tasks (facts,
+    // the audit) wait, so what ran here is the continuation alone.
+    let _no_background = chat.gates().streaming();
     // What the chat sends: its prompt (rules and all), greedy, 300 tokens.
     let sent = pb::GenerateRequest { sampling: greedy(), max_tokens: 300, ..chat.context().unwrap().request("tier2", &counting()) };
     let mut shown = String::new();
@@ -137,7 +140,7 @@ async fn a_node_killed_mid_answer_the_answer_continues_here_and_is_stored_once()
     assert_eq!(shown, done.text, "what was shown is the answer");
     check_continuation(&d, &local, sent, &done.text).await;
     assert!(!node_view(&d, "desk").healthy, "the breaker opened");
-    assert_eq!(d.local_completed(), 1, "the continuation ran here");
+    assert_eq!(d.local_completed(), 1, "the continuation ran here, nothing else; fallbacks {:?}", d.fallbacks());
     let replies: Vec<_> = store.messages(conversation).unwrap().into_iter().filter(|m| m.role == Role::Assistant).collect();
     assert_eq!(replies.len(), 1);
     assert_eq!((replies[0].state, replies[0].text.as_str()), (MessageState::Complete, done.text.as_str()));
