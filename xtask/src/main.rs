@@ -1,7 +1,8 @@
 //! Developer tasks, run as `cargo xtask <task>`:
 //!   chat  build revis (release), then `revis chat` (which pulls the default
 //!         model and starts revisd if needed): a fresh machine to a chat.
-//!   test  install what the tests need, build, pull both models, run every test.
+//!   test  install what the tests need, build, pull both models, check
+//!         formatting and clippy (warnings are errors), run every test.
 //!   deps  install the system packages the build needs (Debian/Ubuntu, macOS).
 //!   screenshots  render the GUI's main views to docs/screenshots/ (real
 //!         daemon, SmolLM2, egui's headless wgpu renderer).
@@ -150,9 +151,20 @@ fn test(args: &[String]) -> anyhow::Result<()> {
     for model in ["smollm2-135m-instruct", "gemma3-270m"] {
         run(Command::new(root().join("target/release/revis")).args(["pull", model]))?;
     }
+    lint()?;
     if have("cargo-nextest") {
         run(cargo().args(["nextest", "run", "--release", "--workspace", "--profile", "ci"]).args(args))
     } else {
-        run(cargo().args(["test", "--release", "--workspace"]).args(args))
+        // Without nextest the end-to-end tests' one-at-a-time rule
+        // (.config/nextest.toml) is kept by running every test serially.
+        eprintln!("xtask: cargo-nextest not found (`cargo install --locked cargo-nextest`); running every test one at a time");
+        run(cargo().args(["test", "--release", "--workspace"]).args(args).args(["--", "--test-threads=1"]))
     }
+}
+
+/// The lint gates the suite runs behind: rustfmt's layout and clippy with
+/// warnings as errors, tests included.
+fn lint() -> anyhow::Result<()> {
+    run(cargo().args(["fmt", "--all", "--check"]))?;
+    run(cargo().args(["clippy", "--release", "--workspace", "--all-targets", "--", "-D", "warnings"]))
 }
