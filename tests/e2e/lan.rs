@@ -7,9 +7,9 @@ use std::path::Path;
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use revis_client::v1 as pb;
-use revis_testkit::TestDaemon;
+use revis_client::{Client, Keyring, Node, v1 as pb};
 use revis_testkit::netns::{Netns, NetnsPair};
+use revis_testkit::{Running, TestDaemon};
 use serde_json::Value;
 
 use crate::server_mode::{listen_addr, open_pairing, pairing_end};
@@ -169,4 +169,107 @@ async fn a_forged_advertisement_is_refused_on_the_pin() {
     assert!(stranger["warning"].as_str().is_some_and(|w| w.contains("not that node")), "{stranger}");
     let paired = listed.iter().find(|n| n["device_id"] == desk_id.as_str()).unwrap();
     assert!(paired["health"].as_str().is_some_and(|h| h.contains("is not desk")), "{paired}");
+}
+
+/// Open connections of paired devices, as the desk's local Status counts them.
+async fn remote_connections(local: &mut Client) -> u32 {
+    local.status().await.unwrap().server.unwrap().remote_connections
+}
+
+/// Waits (at most `limit`) until the desk counts `want` paired connections;
+/// how long that took.
+async fn wait_connections(local: &mut Client, want: u32, limit: Duration) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        let now = remote_connections(local).await;
+        if now == want {
+            return t0.elapsed();
+        }
+        assert!(t0.elapsed() < limit, "{now} paired connections still open after {limit:?} (want {want})");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Pairs a new keyring in `dir` with the desk (over the veth); the node to connect to.
+async fn pair_with(local: &mut Client, net: &NetnsPair, dir: &Path, my_name: &str) -> (Keyring, Node) {
+    let port = listen_addr(local).await.port();
+    let addr = std::net::SocketAddr::from((net.a.addr, port));
+    let (code, mut events) = open_pairing(local).await;
+    let mut keyring = Keyring::open(dir).unwrap();
+    let id = revis_client::pair(&mut keyring, addr, "desk", &code.parse().unwrap(), my_name).await.unwrap();
+    assert!(matches!(pairing_end(&mut events).await, pb::pairing_event::Event::Paired(p) if p.name == my_name));
+    (keyring, Node { name: "desk".into(), device_id: id, addr })
+}
+
+/// The desk for the keepalive tests: four connection slots, and a peer
+/// that answers nothing for 250 ms is dropped (the default is 20 s).
+fn keepalive_desk(net: &NetnsPair) -> Running {
+    daemon_in(
+        &net.a,
+        "desk",
+        &format!("enabled = true\nadvertise = false\nmax_connections = 4\npeer_timeout_ms = {}", PEER_TIMEOUT.as_millis()),
+    )
+    .start()
+}
+
+/// `server.peer_timeout_ms` in the keepalive tests.
+const PEER_TIMEOUT: Duration = Duration::from_millis(250);
+/// What a loaded two-core machine may add to it.
+const SLACK: Duration = Duration::from_secs(2);
+
+// A laptop that sleeps (or leaves the network) with a connection open: the
+// veth is cut under it. The desk must drop the connection within
+// `server.peer_timeout_ms`, and 100 such departures with 4 slots must never
+// lock out a new connection or a new pairing.
+#[tokio::test]
+async fn a_vanished_device_gives_its_connection_back_and_100_departures_lock_nobody_out() {
+    let net = NetnsPair::new();
+    net.b.enter();
+    let desk = keepalive_desk(&net);
+    let mut local = desk.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (keyring, node) = pair_with(&mut local, &net, &dir.path().join("laptop"), "laptop").await;
+
+    let t0 = Instant::now();
+    let mut slowest = Duration::ZERO;
+    for cycle in 0..100 {
+        let remote = Client::connect_node(&keyring, &node).await.unwrap_or_else(|e| panic!("cycle {cycle}: {e}"));
+        assert_eq!(remote_connections(&mut local).await, 1, "cycle {cycle}");
+        net.set_link(false);
+        let took = wait_connections(&mut local, 0, PEER_TIMEOUT + SLACK).await;
+        slowest = slowest.max(took);
+        drop(remote);
+        net.set_link(true);
+    }
+    eprintln!("100 departures in {:?}; the slowest was dropped {slowest:?} after the cut", t0.elapsed());
+
+    // Nobody is locked out: a new pairing, and connections from both devices.
+    let (phone, phone_node) = pair_with(&mut local, &net, &dir.path().join("phone"), "phone").await;
+    let mut a = Client::connect_node(&keyring, &node).await.unwrap();
+    let mut b = Client::connect_node(&phone, &phone_node).await.unwrap();
+    assert_eq!(remote_connections(&mut local).await, 2);
+    assert!(a.status().await.is_ok() && b.status().await.is_ok());
+}
+
+// The other side: a node that vanishes under an open connection. A call on
+// it fails within the client's keepalive (NODE_PING_INTERVAL +
+// NODE_PING_TIMEOUT), it does not hang until TCP gives up (minutes).
+#[tokio::test]
+async fn a_call_to_a_vanished_node_fails_within_the_keepalive_not_minutes() {
+    let net = NetnsPair::new();
+    net.b.enter();
+    let desk = daemon_in(&net.a, "desk", "enabled = true\nadvertise = false").start();
+    let mut local = desk.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (keyring, node) = pair_with(&mut local, &net, dir.path(), "laptop").await;
+    let mut remote = Client::connect_node(&keyring, &node).await.unwrap();
+    net.set_link(false);
+    let t0 = Instant::now();
+    // revis_client's NODE_PING_INTERVAL + NODE_PING_TIMEOUT.
+    let window = Duration::from_secs(5 + 5);
+    let call = tokio::time::timeout(window + SLACK, remote.admin.status(pb::StatusRequest {})).await;
+    let r = call.unwrap_or_else(|_| panic!("the call still hangs {:?} after the node vanished", t0.elapsed()));
+    assert!(r.is_err(), "{r:?}");
+    eprintln!("the call failed {:?} after the node vanished: {}", t0.elapsed(), r.unwrap_err());
+    net.set_link(true);
 }

@@ -29,6 +29,13 @@ use crate::{Client, ClientError, Target};
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a pairing exchange may take, handshake included.
 pub const PAIR_TIMEOUT: Duration = Duration::from_secs(30);
+/// A connection to a node pings it (HTTP/2) after this long without a frame
+/// from it, busy or idle...
+pub const NODE_PING_INTERVAL: Duration = Duration::from_secs(5);
+/// ...and is closed when the ping is not acknowledged within this: a node
+/// that vanished (powered off, off the network) shows within 10 s as a
+/// broken connection, never as a call that hangs.
+pub const NODE_PING_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// This client's identity (created on first use) and the daemons it has
 /// paired with, in one directory: by default `client/` in revis's data
@@ -87,6 +94,9 @@ impl Client {
         let channel = Endpoint::from_static("http://revis-node")
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)
+            .http2_keep_alive_interval(NODE_PING_INTERVAL)
+            .keep_alive_timeout(NODE_PING_TIMEOUT)
+            .keep_alive_while_idle(true)
             .connect_with_connector(tower::service_fn(move |_: Uri| {
                 let (connector, name) = (connector.clone(), name.clone());
                 async move { dial(&connector, addr, &name, expected).await.map(TokioIo::new) }
@@ -113,6 +123,9 @@ impl Client {
 async fn dial(connector: &TlsConnector, addr: SocketAddr, name: &str, expected: DeviceId) -> std::io::Result<Prefetched> {
     let tcp = TcpStream::connect(addr).await?;
     tcp.set_nodelay(true)?;
+    // The kernel's probes too, for a node gone before HTTP/2 pings start.
+    let probes = socket2::TcpKeepalive::new().with_time(NODE_PING_INTERVAL).with_interval(Duration::from_secs(2)).with_retries(3);
+    socket2::SockRef::from(&tcp).set_tcp_keepalive(&probes)?;
     let mut tls = connector.connect(revis_trust::server_name(), tcp).await.map_err(|e| {
         if is_pin_mismatch(&e) { std::io::Error::other(NodeError::NotThatNode { name: name.into(), addr, expected }) } else { e }
     })?;

@@ -36,6 +36,7 @@ struct RawServer {
     state_dir: Option<PathBuf>,
     pairing_window_s: Option<u64>,
     max_connections: Option<u32>,
+    peer_timeout_ms: Option<u64>,
     /// Only here to refuse `tls = false` with a message of its own.
     tls: Option<bool>,
 }
@@ -98,10 +99,17 @@ pub struct ServerConfig {
     pub state_dir: PathBuf,
     pub pairing_window: Duration,
     pub max_connections: usize,
+    /// A paired connection whose peer answers nothing (no HTTP/2 ping
+    /// acknowledged) for this long is closed: a laptop that went to sleep
+    /// gives its slot back. See `remote::http2_keepalive`.
+    pub peer_timeout: Duration,
 }
 
 /// The TCP port server mode listens on unless told otherwise.
 pub const DEFAULT_PORT: u16 = 47470;
+/// `server.peer_timeout_ms` unless told otherwise: a paired device that
+/// went silent (asleep, off the network) is dropped within 20 s.
+pub const DEFAULT_PEER_TIMEOUT_MS: u64 = 20_000;
 
 /// One tier's model and how to load it.
 #[derive(Clone, Debug, PartialEq)]
@@ -272,6 +280,7 @@ fn server_config(
         state_dir,
         pairing_window: Duration::from_secs(range("server.pairing_window_s", s.pairing_window_s, 120, 10, 600)?),
         max_connections: range("server.max_connections", s.max_connections.map(u64::from), 64, 1, 4096)? as usize,
+        peer_timeout: Duration::from_millis(range("server.peer_timeout_ms", s.peer_timeout_ms, DEFAULT_PEER_TIMEOUT_MS, 200, 600_000)?),
     })
 }
 
@@ -389,6 +398,10 @@ mod tests {
         check(
             "[server]\npairing_window_s = 5\n",
             expect!["config revisd.toml: `server.pairing_window_s` is 5; it must be between 10 and 600"],
+        );
+        check(
+            "[server]\npeer_timeout_ms = 50\n",
+            expect!["config revisd.toml: `server.peer_timeout_ms` is 50; it must be between 200 and 600000"],
         );
         check(
             "[server]\ninterfaces = [\"eth0/1\"]\n",

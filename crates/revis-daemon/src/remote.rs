@@ -43,6 +43,8 @@ use crate::config::ServerConfig;
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A pairing exchange must finish within this once its handshake is done.
 pub const PAIRING_TIMEOUT: Duration = Duration::from_secs(20);
+/// TCP keepalive probes sent before the kernel gives a silent peer up.
+pub const TCP_KEEPALIVE_RETRIES: u32 = 3;
 /// The file that remembers the server-mode switch.
 const SWITCH_FILE: &str = "server-mode";
 
@@ -252,7 +254,10 @@ impl Remote {
         let accept = tokio::spawn(self.clone().accept_loop(listener, stop.clone(), tx));
         let routes = self.routes.get().cloned().expect("routes are set before server mode starts");
         let trusted = self.trusted.clone();
+        let (ping_interval, ping_timeout) = http2_keepalive(self.config.peer_timeout);
         let serve = Server::builder()
+            .http2_keepalive_interval(Some(ping_interval))
+            .http2_keepalive_timeout(Some(ping_timeout))
             .layer(tonic::service::InterceptorLayer::new(still_paired(trusted)))
             .add_routes(routes)
             .serve_with_incoming_shutdown(ReceiverStream::new(rx), stop.clone().cancelled_owned());
@@ -397,6 +402,9 @@ impl Remote {
                     }
                 },
             };
+            if let Err(e) = socket2::SockRef::from(&tcp).set_tcp_keepalive(&tcp_keepalive(self.config.peer_timeout)) {
+                tracing::warn!(%addr, "server mode: cannot set TCP keepalive: {e}");
+            }
             let unsettled = match Unsettled::take(&self, addr.ip()) {
                 Ok(u) => u,
                 Err(why) => {
@@ -521,6 +529,29 @@ impl Remote {
             }
         }
     }
+}
+
+/// The HTTP/2 keepalive of a paired connection (ping interval, ack
+/// timeout) for `server.peer_timeout_ms` = T: a ping goes out once the peer
+/// has sent nothing for T/2, and the connection is closed when the ping is
+/// not acknowledged within T/2 more. So a peer that vanished (a laptop
+/// asleep, off the network) is dropped at most T after its last frame and
+/// its slot under `server.max_connections` comes free; a live peer, busy or
+/// idle, acknowledges and stays.
+pub fn http2_keepalive(peer_timeout: Duration) -> (Duration, Duration) {
+    (peer_timeout / 2, peer_timeout / 2)
+}
+
+/// TCP keepalive on every accepted socket, for the time before HTTP/2 pings
+/// run (a dead peer between its TLS handshake and its first HTTP/2 frame):
+/// first probe after T/2 of silence, then every T/6, given up after
+/// [`TCP_KEEPALIVE_RETRIES`] (the kernel counts in whole seconds, at least 1).
+pub fn tcp_keepalive(peer_timeout: Duration) -> socket2::TcpKeepalive {
+    let second = Duration::from_secs(1);
+    socket2::TcpKeepalive::new()
+        .with_time((peer_timeout / 2).max(second))
+        .with_interval((peer_timeout / 6).max(second))
+        .with_retries(TCP_KEEPALIVE_RETRIES)
 }
 
 enum Handshaken {
