@@ -18,6 +18,7 @@ use crate::proc::{set_parent_death_signal, wait_timeout};
 const RPC_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How to start a revisd (see [`Daemon::start_wrapped`]).
+#[derive(Clone, Copy)]
 pub struct Launch<'a> {
     pub threads: u32,
     pub context: u32,
@@ -82,25 +83,11 @@ impl Daemon {
     /// each of which execs the next, so the child's PID is revisd's), with
     /// server mode listening on `listen` when given (never advertised).
     pub async fn start_wrapped(revisd: &Path, model: &Path, launch: Launch<'_>) -> anyhow::Result<Daemon> {
-        let Launch { threads, context, batch, listen, wrap } = launch;
         let dir = tempfile::Builder::new().prefix("revis-bench-").tempdir()?;
         let socket = dir.path().join("revisd.sock");
-        let config = dir.path().join("revisd.toml");
         let log = dir.path().join("revisd.log");
-        let model_str = model.to_str().context("model path is not UTF-8")?;
-        let state = dir.path().join("state");
-        let state_str = state.to_str().context("temporary directory is not UTF-8")?;
-        let tier = |t: &str| format!("[tiers.{t}]\nmodel = {}\n", toml_string(model_str));
-        std::fs::write(
-            &config,
-            format!(
-                "# Written by revis-bench for one measurement.\n[daemon]\nthreads = {threads}\ncontext = {context}\nbatch = {batch}\nkeep_alive_s = 0\nload_at_start = true\n{}{}{}{}",
-                tier("tier1"),
-                tier("tier2"),
-                tier("tier3"),
-                server_section(listen, state_str)
-            ),
-        )?;
+        let config = write_config(dir.path(), model, &launch)?;
+        let wrap = launch.wrap;
         let (read_end, write_end) = revis_client::readiness_pipe()?;
         let log_file = std::fs::File::create(&log)?;
         let mut cmd = match wrap.split_first() {
@@ -171,6 +158,30 @@ impl Daemon {
     }
 }
 
+/// Writes the config of a benchmark revisd into `dir` (`revisd.toml`):
+/// `model` on every tier, the threads, context and batch of `launch`, the
+/// model loaded at start, and server mode as `launch.listen` says with its
+/// state in `dir`. Returns the file's path.
+pub fn write_config(dir: &Path, model: &Path, launch: &Launch<'_>) -> anyhow::Result<PathBuf> {
+    let Launch { threads, context, batch, listen, .. } = *launch;
+    let config = dir.join("revisd.toml");
+    let model_str = model.to_str().context("model path is not UTF-8")?;
+    let state = dir.join("state");
+    let state_str = state.to_str().context("temporary directory is not UTF-8")?;
+    let tier = |t: &str| format!("[tiers.{t}]\nmodel = {}\n", toml_string(model_str));
+    std::fs::write(
+        &config,
+        format!(
+            "# Written by revis-bench for one measurement.\n[daemon]\nthreads = {threads}\ncontext = {context}\nbatch = {batch}\nkeep_alive_s = 0\nload_at_start = true\n{}{}{}{}",
+            tier("tier1"),
+            tier("tier2"),
+            tier("tier3"),
+            server_section(listen, state_str)
+        ),
+    )?;
+    Ok(config)
+}
+
 /// The `[server]` section: always with its state (identity, paired
 /// devices, the saved switch) in the temporary directory, never the user's,
 /// so a user who turned server mode on does not get it in the benchmark too.
@@ -224,7 +235,8 @@ pub async fn generate(
     }
 }
 
-fn log_tail(path: &Path) -> String {
+/// The last 20 lines of a daemon's log file.
+pub fn log_tail(path: &Path) -> String {
     let s = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = s.lines().collect();
     lines[lines.len().saturating_sub(20)..].join("\n")

@@ -8,12 +8,15 @@
 //! revisd (decode, prompt speed, cold and warm time to first token).
 //! `--chat` measures a chat turn with and without pre-prefill instead;
 //! `--remote` the Unix socket against server mode's mutual TLS;
-//! `--dispatch` a second daemon through the dispatcher, and fallback latency.
+//! `--dispatch` a second daemon through the dispatcher, and fallback latency;
+//! `--faults` what revis does under misbehaving callers and kill -9
+//! (docs/RELIABILITY.md).
 
 mod alone;
 mod chat;
 mod daemon;
 mod dispatch;
+mod faults;
 mod llama_bench;
 mod machine;
 mod proc;
@@ -108,6 +111,14 @@ struct Args {
     /// With --dispatch: fallback trials of each kind.
     #[arg(long, default_value_t = 3)]
     trials: u32,
+    /// Run only the fault benchmark (docs/RELIABILITY.md): load with misbehaving
+    /// callers, kill -9 of `revis chat` mid-answer, kill -9 of a socket-activated
+    /// revisd; appends its figures to docs/RELIABILITY.md (or --doc) and exits
+    /// non-zero when an invariant was broken.
+    #[arg(long, conflicts_with_all = ["chat", "remote", "dispatch", "write"])]
+    faults: bool,
+    #[command(flatten)]
+    fault: faults::FaultArgs,
 }
 
 /// The workspace this binary was built from.
@@ -118,6 +129,11 @@ fn workspace_root() -> PathBuf {
 
 fn main() -> anyhow::Result<()> {
     let mut args = Args::parse();
+    if args.faults {
+        // Its own --quick sizes (faults::Settings::from_args).
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        return rt.block_on(run_faults(args));
+    }
     if args.quick {
         args.rounds = 1;
         args.n_gen = 32;
@@ -253,6 +269,39 @@ async fn run_dispatch(args: Args) -> anyhow::Result<()> {
         let old = std::fs::read_to_string(&doc).unwrap_or_default();
         std::fs::write(&doc, dispatch::splice(&old, &section))?;
         eprintln!("revis-bench: updated {}", doc.display());
+    }
+    Ok(())
+}
+
+async fn run_faults(args: Args) -> anyhow::Result<()> {
+    let revisd = revisd_path(&args)?;
+    let revis = revisd.with_file_name("revis");
+    if !revis.is_file() {
+        bail!("no revis at {}: build it first (cargo build --release -p revis-cli)", revis.display());
+    }
+    let name = &args.models[0];
+    let model = model_file(name).await?;
+    let threads = *args.threads.iter().max().unwrap_or(&2);
+    let settings = faults::Settings::from_args(&args.fault, args.quick, threads, args.context, args.batch);
+    let machine = machine::Machine::detect();
+    let date = machine::utc_now();
+    let command = args_line();
+    let about = faults::About {
+        date: &date,
+        command: &command,
+        machine: &machine,
+        revisd: &revisd,
+        revis: &revis,
+        model: name,
+        model_bytes: std::fs::metadata(&model)?.len(),
+    };
+    let outcome = faults::run(&revisd, &revis, &model, &settings, &about).await?;
+    println!("{}", outcome.section);
+    let doc = args.doc.clone().unwrap_or_else(|| faults::default_doc(&workspace_root()));
+    faults::append(&doc, &outcome.section)?;
+    eprintln!("revis-bench: appended to {}", doc.display());
+    if outcome.violations > 0 {
+        bail!("{} invariant violation(s); seed {} (replay with --seed {})", outcome.violations, settings.seed, settings.seed);
     }
     Ok(())
 }
