@@ -6,7 +6,7 @@
 use revis_orchestrator::Policies;
 use revis_orchestrator::conversation::Chat;
 use revis_orchestrator::dispatch::Dispatcher;
-use revis_store::{ConversationId, MessageState, Role, Store};
+use revis_store::{ConversationId, Store};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -121,21 +121,10 @@ pub(crate) async fn chat_actor(daemon: Dispatcher, store: Store, opts: Options, 
                     Some(Err(e)) => sink.send(Event::AnswerFailed(plain_chat(&e))),
                     None => {
                         chat.pre_prefill().consumed();
-                        // Keep exactly what was shown; the reply stays flagged incomplete.
-                        let shown = so_far.clone();
-                        if let Err(e) = blocking(&store, move |s| {
-                            if let Some(last) = s.messages(conv)?.last()
-                                && last.role == Role::Assistant
-                                && last.state == MessageState::Incomplete
-                            {
-                                s.update_reply(last.id, &shown)?;
-                                s.flush()?;
-                            }
-                            Ok(())
-                        })
-                        .await
-                        {
-                            sink.error("saving the stopped answer", e);
+                        // The dropped turn handed exactly what was shown to the store's writer
+                        // (kept, flagged incomplete): wait until it is on disk.
+                        if let Err(e) = chat.saved().await {
+                            sink.error("saving the stopped answer", plain_chat(&e));
                         }
                         sink.send(Event::AnswerStopped { text: so_far });
                     }

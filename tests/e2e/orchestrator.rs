@@ -176,3 +176,137 @@ fn piped_chat_answers_each_line_and_history_keeps_it() {
     assert_eq!(shown.matches("you: ").count(), 2, "{shown}");
     assert_eq!(shown.matches("revis: ").count(), 2, "{shown}");
 }
+
+/// A prompt whose answer runs long (hundreds of tokens at greedy sampling).
+const LONG: &str = "Write a long story about a dragon who learns to bake bread, with many details.";
+
+/// A chat whose periodic save never comes during the test: whatever the store
+/// holds of a cut reply was saved because the turn ended, not by the timer.
+async fn chat_without_periodic_saves(
+    d: &revis_testkit::Running,
+    db: &std::path::Path,
+) -> (revis_orchestrator::conversation::Chat<revis_client::Client>, revis_store::Store) {
+    use revis_orchestrator::{Policies, conversation::Chat};
+    let store = revis_store::Store::open(db).unwrap().store;
+    let conv = store.create_conversation("cut").unwrap();
+    let mut chat = Chat::new(d.client().await, store.clone(), conv, Policies::default());
+    chat.sampling = Some(revis_client::v1::Sampling { temperature: Some(0.0), ..Default::default() });
+    chat.max_tokens = 400;
+    chat.partial_save_every = std::time::Duration::from_secs(3600);
+    (chat, store)
+}
+
+/// The reply a cut turn left: incomplete, with exactly `shown`.
+fn assert_cut_reply(messages: Vec<revis_store::StoredMessage>, shown: &str) {
+    use revis_store::{MessageState, Role};
+    let reply = messages.last().expect("the turn's messages");
+    assert_eq!(reply.role, Role::Assistant);
+    assert_eq!(reply.state, MessageState::Incomplete, "a cut reply is marked incomplete");
+    assert!(!shown.is_empty(), "some text was shown before the cut");
+    assert_eq!(reply.text, shown, "the store holds exactly the text that was shown");
+}
+
+/// Stop (the GUI drops the turn's future) right after text was shown and
+/// before any periodic save: the store holds exactly that text, incomplete.
+#[tokio::test]
+async fn a_stopped_answer_keeps_exactly_the_text_shown() {
+    let d = TestDaemon::new().start();
+    let db = tempfile::tempdir().unwrap();
+    let (chat, store) = chat_without_periodic_saves(&d, db.path()).await;
+    let shown = std::sync::Mutex::new(String::new());
+    let (pieces, stop) = (std::sync::atomic::AtomicUsize::new(0), tokio::sync::Notify::new());
+    tokio::select! {
+        r = chat.send(LONG, |t| {
+            shown.lock().unwrap().push_str(t);
+            if pieces.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == 5 {
+                stop.notify_one();
+            }
+        }) => panic!("the answer ended before the test stopped it: {r:?}"),
+        () = stop.notified() => {}
+    }
+    // The turn's future is dropped here, as Stop drops it; the reply is written by the writer thread.
+    chat.saved().await.unwrap();
+    let shown = shown.into_inner().unwrap();
+    assert_cut_reply(store.messages(chat.conversation).unwrap(), &shown);
+}
+
+/// The daemon dies mid-answer (kill -9): the turn fails, and the store holds
+/// exactly the text shown before it did, incomplete, by the time `send` returns.
+#[tokio::test]
+async fn a_failed_stream_keeps_exactly_the_text_shown() {
+    let d = TestDaemon::new().start();
+    let db = tempfile::tempdir().unwrap();
+    let (chat, store) = chat_without_periodic_saves(&d, db.path()).await;
+    let mut shown = String::new();
+    let mut pieces = 0;
+    let err = chat
+        .send(LONG, |t| {
+            shown.push_str(t);
+            pieces += 1;
+            if pieces == 5 {
+                d.signal(libc::SIGKILL);
+            }
+        })
+        .await
+        .expect_err("the daemon was killed mid-answer");
+    assert!(pieces >= 5, "the answer ended before the daemon was killed: {err}");
+    assert_cut_reply(store.messages(chat.conversation).unwrap(), &shown);
+}
+
+/// Ctrl-C in `revis chat` mid-answer: revis ends (130) only after what it
+/// printed is saved; `revis history show` has exactly that text, flagged.
+#[test]
+fn ctrl_c_in_revis_chat_keeps_exactly_the_text_printed() {
+    use std::io::{Read, Write};
+    use std::process::{Command, Stdio};
+    let d = TestDaemon::new().start();
+    let data = tempfile::tempdir().unwrap();
+    let mut child = Command::new(revis_testkit::binary("revis"))
+        .args(["chat", "--new", "--temperature", "0", "--max-tokens", "400", "--save-every-ms", "3600000", "--socket"])
+        .arg(&d.socket)
+        .env("REVIS_DATA_DIR", data.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(format!("{LONG}\n").as_bytes()).unwrap();
+    let printed = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = {
+        let printed = printed.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 256];
+            while let Ok(n @ 1..) = stdout.read(&mut buf) {
+                printed.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while printed.lock().unwrap().len() < 40 {
+        assert!(std::time::Instant::now() < deadline, "revis chat printed no answer within 60 s");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // SAFETY: kill with the PID of a child we started and have not reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    let status = child.wait().unwrap();
+    reader.join().unwrap();
+    let printed = String::from_utf8(printed.lock().unwrap().clone()).unwrap();
+    // The answer, then the line end revis adds when it stops.
+    let printed = printed.strip_suffix('\n').unwrap_or_else(|| panic!("no line end after the stopped answer: {printed:?}"));
+
+    let store = revis_store::Store::open(&data.path().join("db")).unwrap().store;
+    let conv = store.conversations().unwrap()[0].id;
+    assert_cut_reply(store.messages(conv).unwrap(), printed);
+    assert_eq!(status.code(), Some(130), "revis ends as Ctrl-C ends a process: {status:?}; stderr: {stderr}");
+    drop(store);
+    let out = Command::new(revis_testkit::binary("revis"))
+        .args(["history", "show", &conv.to_string()])
+        .env("REVIS_DATA_DIR", data.path())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8(out.stdout).unwrap();
+    assert!(shown.contains(&format!("revis [incomplete: cut off before it ended]: {printed}\n")), "{shown}");
+}

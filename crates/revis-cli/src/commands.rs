@@ -62,6 +62,10 @@ pub struct ChatArgs {
     /// the warm cache stays).
     #[arg(long, default_value_t = 5.0)]
     typing_idle_s: f64,
+    /// How often, in milliseconds, a streaming answer's text is saved while it grows (what a crash of the
+    /// machine may lose; Ctrl-C loses nothing).
+    #[arg(long, hide = true, default_value_t = revis_orchestrator::conversation::PARTIAL_SAVE_EVERY.as_millis() as u64)]
+    save_every_ms: u64,
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -367,25 +371,34 @@ async fn chat<D: Daemon>(daemon: D, store: Store, a: ChatArgs) -> anyhow::Result
     let mut chat = Chat::new(daemon, store.clone(), conversation, revis_orchestrator::Policies::default());
     chat.sampling = a.temperature.map(|t| pb::Sampling { temperature: Some(t), ..Default::default() });
     chat.max_tokens = a.max_tokens.unwrap_or(0);
+    chat.partial_save_every = std::time::Duration::from_millis(a.save_every_ms);
     let interactive = std::io::stdin().is_terminal();
+    let interrupt = Interrupt::install()?;
+    // Whether the answer ran to its end; Ctrl-C stops it, and revis then ends once what was printed is saved.
     let send = |text: String| {
-        let (chat, store, verbose) = (&chat, &store, a.verbose);
+        let (chat, store, verbose, interrupt) = (&chat, &store, a.verbose, &interrupt);
         async move {
             if store.conversation(conversation)?.is_some_and(|c| c.title.is_empty()) {
                 store.set_title(conversation, &text.chars().take(60).collect::<String>())?;
             }
             let mut out = std::io::stdout();
-            let done = chat
-                .send(&text, |t| {
-                    let _ = out.write_all(t.as_bytes());
-                    let _ = out.flush();
-                })
-                .await?;
+            let turn = chat.send(&text, |t| {
+                let _ = out.write_all(t.as_bytes());
+                let _ = out.flush();
+            });
+            let Some(done) = interrupt.unless_interrupted(turn).await else {
+                // The turn was dropped and handed what it printed to the store's writer: wait for it.
+                println!();
+                chat.saved().await?;
+                eprintln!("revis: stopped; the answer so far is kept, marked incomplete");
+                return anyhow::Ok(false);
+            };
+            let done = done?;
             println!();
             if verbose {
                 print_stats(&done);
             }
-            anyhow::Ok(())
+            anyhow::Ok(true)
         }
     };
     if interactive {
@@ -429,7 +442,9 @@ async fn chat<D: Daemon>(daemon: D, store: Store, a: ChatArgs) -> anyhow::Result
                     term.next();
                 }
                 Input::Line(line) => {
-                    send(line).await?;
+                    if !send(line).await? {
+                        return Ok(ExitCode::from(INTERRUPTED));
+                    }
                     term.next();
                 }
                 Input::End => break,
@@ -438,8 +453,8 @@ async fn chat<D: Daemon>(daemon: D, store: Store, a: ChatArgs) -> anyhow::Result
     } else {
         for line in std::io::stdin().lock().lines() {
             let line = line?;
-            if !line.trim().is_empty() {
-                send(line).await?;
+            if !line.trim().is_empty() && !send(line).await? {
+                return Ok(ExitCode::from(INTERRUPTED));
             }
         }
     }
@@ -448,4 +463,46 @@ async fn chat<D: Daemon>(daemon: D, store: Store, a: ChatArgs) -> anyhow::Result
         chat.background().idle().await;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The exit status after Ctrl-C (128 + SIGINT, as the shell reports a process it ended).
+const INTERRUPTED: u8 = 130;
+
+/// Ctrl-C in `revis chat`: while an answer streams it stops the answer (the
+/// caller saves what was printed, then exits); at any other moment revis
+/// ends at once, as it would without a handler.
+struct Interrupt {
+    answering: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stop: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl Interrupt {
+    fn install() -> anyhow::Result<Interrupt> {
+        use std::sync::atomic::Ordering;
+        let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).context("watching for Ctrl-C")?;
+        let it = Interrupt { answering: Default::default(), stop: Default::default() };
+        let (answering, stop) = (it.answering.clone(), it.stop.clone());
+        tokio::spawn(async move {
+            while sigint.recv().await.is_some() {
+                if answering.load(Ordering::SeqCst) {
+                    stop.notify_one();
+                } else {
+                    std::process::exit(INTERRUPTED.into());
+                }
+            }
+        });
+        Ok(it)
+    }
+
+    /// Runs `f` to its end, or drops it on Ctrl-C (None).
+    async fn unless_interrupted<T>(&self, f: impl std::future::Future<Output = T>) -> Option<T> {
+        use std::sync::atomic::Ordering;
+        self.answering.store(true, Ordering::SeqCst);
+        let r = tokio::select! {
+            r = f => Some(r),
+            () = self.stop.notified() => None,
+        };
+        self.answering.store(false, Ordering::SeqCst);
+        r
+    }
 }

@@ -1,6 +1,7 @@
 //! A conversation turn from start to finish: the user's message is stored,
 //! the answer streams from tier2 on top of the warm prefix and is stored
-//! (incomplete until its stream ends), and then, in the background, profile
+//! (incomplete until its stream ends; cut short, exactly the text shown is
+//! kept, see [`crate::reply`]), and then, in the background, profile
 //! facts are extracted and old turns summarised. Their results are stored
 //! and folded into the static part of later prompts.
 
@@ -9,6 +10,7 @@ use revis_store::{ConversationId, MessageState, Role, Store};
 use serde_json::json;
 
 use crate::prompt::{PromptContext, Speaker, Turn};
+use crate::reply::{OpenReply, Writer};
 use crate::task::{Background, Policies, TaskKind};
 use crate::{Daemon, Gates, PrePrefill, structured};
 
@@ -16,7 +18,9 @@ use crate::{Daemon, Gates, PrePrefill, structured};
 pub const RULES: &str = "You are revis, a private assistant running on the user's own computer. \
 Answer helpfully, briefly and honestly. If you do not know, say so.";
 
-/// How often the text of a streaming reply is saved (unflushed) while it grows.
+/// How often, by default, the text of a streaming reply is saved (unflushed)
+/// while it grows ([`Chat::partial_save_every`]). A reply cut short while the
+/// client runs is saved whole regardless; this bounds what a crash loses.
 pub const PARTIAL_SAVE_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ChatError> + Send + 'static) -> Result<T, ChatError> {
@@ -57,13 +61,28 @@ impl<D: Daemon> Chat<D> {
             });
             match structured::run(&daemon, &policy.tier, &task, &schema).await {
                 Ok(v) => {
-                    if let Err(e) = store.set_setting(&audit_key(reply), &v) {
+                    if let Err(e) = blocking(move || Ok(store.set_setting(&audit_key(reply), &v)?)).await {
                         tracing::warn!("storing an audit failed: {e}");
                     }
                 }
                 Err(e) => tracing::warn!("audit failed: {e}"),
             }
         });
+    }
+}
+
+/// Stores the extracted facts that are new and grounded in what the user said (blocks).
+fn store_facts(store: &Store, v: &serde_json::Value, said: &str, source: revis_store::MessageId) {
+    let mut known: Vec<String> = store.facts().map(|f| f.into_iter().map(|f| f.text).collect()).unwrap_or_default();
+    for fact in v["facts"].as_array().into_iter().flatten().filter_map(|f| f.as_str()) {
+        let fact = fact.trim();
+        if known.iter().any(|k| k.eq_ignore_ascii_case(fact)) || !grounded(fact, said) {
+            continue;
+        }
+        match store.add_fact(fact, Some(source)) {
+            Ok(_) => known.push(fact.to_owned()),
+            Err(e) => tracing::warn!("storing a profile fact failed: {e}"),
+        }
     }
 }
 
@@ -88,10 +107,13 @@ pub struct Chat<D: Daemon> {
     background: Background,
     pre: PrePrefill<D>,
     policies: Policies,
+    writer: Writer,
     pub conversation: ConversationId,
     /// Sampling for answers (None = the daemon's defaults).
     pub sampling: Option<pb::Sampling>,
     pub max_tokens: u32,
+    /// How often a streaming reply's text is saved while it grows ([`PARTIAL_SAVE_EVERY`]).
+    pub partial_save_every: std::time::Duration,
 }
 
 impl<D: Daemon> Chat<D> {
@@ -105,9 +127,11 @@ impl<D: Daemon> Chat<D> {
             store,
             gates,
             policies,
+            writer: Writer::start(),
             conversation,
             sampling: None,
             max_tokens: 0,
+            partial_save_every: PARTIAL_SAVE_EVERY,
         }
     }
 
@@ -154,9 +178,19 @@ impl<D: Daemon> Chat<D> {
         self.pre.typing_stopped();
     }
 
+    /// Resolves when every reply write handed over so far is done (a turn
+    /// dropped mid-answer hands its text over as it drops): await it before
+    /// the process exits. Fails if a cut reply could not be saved.
+    pub async fn saved(&self) -> Result<(), ChatError> {
+        self.writer.saved(&self.store).await
+    }
+
     /// Sends the user's message and streams the answer through `on_delta`.
     /// The reply is stored as incomplete when its stream starts, its text so
     /// far is saved as it grows, and it is marked complete when it ends.
+    /// If the stream fails, or this future is dropped (Stop), exactly the
+    /// text passed to `on_delta` is saved, still incomplete: on return for a
+    /// failure, after [`Chat::saved`] for a drop.
     pub async fn send(&self, text: &str, mut on_delta: impl FnMut(&str) + Send) -> Result<pb::Done, ChatError> {
         let tier = self.policies.get(TaskKind::ChatAnswer).tier.clone();
         let ctx = self.context()?;
@@ -171,27 +205,28 @@ impl<D: Daemon> Chat<D> {
         let mut req = ctx.request(&tier, text);
         req.sampling = self.sampling;
         req.max_tokens = self.max_tokens;
-        let mut so_far = String::new();
-        let mut saved = std::time::Instant::now();
+        // From here on, however this turn ends, what was shown is saved.
+        let mut open = OpenReply::new(self.writer.clone(), self.store.clone(), reply, self.partial_save_every);
         let result = self
             .daemon
             .generate(req, |t| {
+                // Recorded in the same step as it is shown: a drop comes before both or after both.
+                open.shown(t);
                 on_delta(t);
-                so_far.push_str(t);
-                // Keep the partial text, so a crash leaves it (flagged incomplete), not an empty reply.
-                if saved.elapsed() >= PARTIAL_SAVE_EVERY {
-                    saved = std::time::Instant::now();
-                    if let Err(e) = self.store.update_reply(reply, &so_far) {
-                        tracing::warn!("saving the partial reply failed: {e}");
-                    }
-                }
             })
             .await;
         drop(streaming);
         self.pre.consumed();
-        let done = result.map_err(|s| ChatError::Daemon(s.message().to_owned()))?;
-        let (store, final_text) = (self.store.clone(), done.text.clone());
-        blocking(move || Ok(store.complete_reply(reply, &final_text)?)).await?;
+        let done = match result {
+            Ok(done) => done,
+            Err(s) => {
+                if let Err(e) = open.cut().await {
+                    tracing::warn!("saving the cut reply failed: {e}");
+                }
+                return Err(ChatError::Daemon(s.message().to_owned()));
+            }
+        };
+        open.complete(done.text.clone()).await?;
         self.after_turn(text, user, reply, &done.text);
         Ok(done)
     }
@@ -215,17 +250,8 @@ impl<D: Daemon> Chat<D> {
             });
             match structured::run(&daemon, &facts.tier, &task, &schema).await {
                 Ok(v) => {
-                    let mut known: Vec<String> = store.facts().map(|f| f.into_iter().map(|f| f.text).collect()).unwrap_or_default();
-                    for fact in v["facts"].as_array().into_iter().flatten().filter_map(|f| f.as_str()) {
-                        let fact = fact.trim();
-                        if known.iter().any(|k| k.eq_ignore_ascii_case(fact)) || !grounded(fact, &said) {
-                            continue;
-                        }
-                        match store.add_fact(fact, Some(user)) {
-                            Ok(_) => known.push(fact.to_owned()),
-                            Err(e) => tracing::warn!("storing a profile fact failed: {e}"),
-                        }
-                    }
+                    // Store calls fsync: off the async runtime.
+                    let _ = tokio::task::spawn_blocking(move || store_facts(&store, &v, &said, user)).await;
                 }
                 Err(e) => tracing::warn!("profile extraction failed: {e}"),
             }
@@ -239,10 +265,16 @@ impl<D: Daemon> Chat<D> {
         let (daemon, store, conversation) = (self.daemon.clone(), self.store.clone(), self.conversation);
         let _done = self.background.submit(summarise.rank, async move {
             // Summarise all but the last few turns, folding in the previous summary.
-            let Ok(messages) = store.messages(conversation) else { return };
+            let read = store.clone();
+            let Ok((messages, covered)) = blocking(move || {
+                // Only what the previous summary does not cover yet; it is folded in as text.
+                Ok((read.messages(conversation)?, read.summary(conversation)?.map(|s| s.covers_up_to)))
+            })
+            .await
+            else {
+                return;
+            };
             let keep = TURN_BUDGET / 2;
-            // Only what the previous summary does not cover yet; it is folded in as text.
-            let covered = store.summary(conversation).ok().flatten().map(|s| s.covers_up_to);
             let complete: Vec<_> =
                 messages.into_iter().filter(|m| m.state == MessageState::Complete && covered.is_none_or(|c| m.id > c)).collect();
             if complete.len() <= keep {
@@ -264,8 +296,8 @@ impl<D: Daemon> Chat<D> {
             let task = format!("Summarise this conversation in a few sentences, keeping names and decisions.\n\n{text}");
             match structured::run(&daemon, &summarise.tier, &task, &schema).await {
                 Ok(v) => {
-                    if let (Some(s), Some(last)) = (v["summary"].as_str(), old.last())
-                        && let Err(e) = store.put_summary(conversation, last.id, s)
+                    if let (Some(s), Some(last)) = (v["summary"].as_str().map(str::to_owned), old.last().map(|m| m.id))
+                        && let Err(e) = blocking(move || Ok(store.put_summary(conversation, last, &s)?)).await
                     {
                         tracing::warn!("storing a summary failed: {e}");
                     }

@@ -14,6 +14,7 @@ pub mod dispatch;
 pub mod gates;
 pub mod prefill;
 pub mod prompt;
+mod reply;
 pub mod structured;
 pub mod task;
 

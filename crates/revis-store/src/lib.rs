@@ -28,8 +28,9 @@
 //!   [`delete_conversation`](Store::delete_conversation).
 //! - Messages, ordered within their conversation: [`append_user`](Store::append_user),
 //!   [`begin_reply`](Store::begin_reply), [`update_reply`](Store::update_reply),
-//!   [`complete_reply`](Store::complete_reply), [`messages`](Store::messages),
-//!   [`messages_after`](Store::messages_after), [`message`](Store::message).
+//!   [`cut_reply`](Store::cut_reply), [`complete_reply`](Store::complete_reply),
+//!   [`messages`](Store::messages), [`messages_after`](Store::messages_after),
+//!   [`message`](Store::message).
 //! - Profile facts: [`add_fact`](Store::add_fact), [`facts`](Store::facts),
 //!   [`remove_fact`](Store::remove_fact).
 //! - Summaries, one per conversation: [`put_summary`](Store::put_summary),
@@ -48,6 +49,9 @@
 //! [`update_reply`](Store::update_reply), which sled writes out within half a
 //! second. A reply is stored [`MessageState::Incomplete`] from the start of
 //! its stream; its final text and `Complete` are one record, written together.
+//! A reply cut short while the client runs (Stop, a dropped or failed stream)
+//! is ended with [`cut_reply`](Store::cut_reply): the text shown, still
+//! `Incomplete`, flushed.
 //! So after a crash (kill -9 included, tested) every message whose call
 //! returned is there, and a reply that was cut off is flagged incomplete with
 //! the text saved so far, never shown as whole.

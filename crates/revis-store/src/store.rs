@@ -19,8 +19,9 @@ use crate::{Conversation, ConversationId, Fact, FactId, MessageId, MessageState,
 /// The client's database: a cheap, `Clone`, thread-safe handle.
 ///
 /// Every method blocks (sled, and fsync for durable writes): from async code
-/// call it through `spawn_blocking`. Every write except
-/// [`update_reply`](Store::update_reply) is flushed to disk before it returns.
+/// call it through `spawn_blocking` (or a thread of its own). Every write
+/// except [`update_reply`](Store::update_reply) is flushed to disk before it
+/// returns.
 #[derive(Clone)]
 pub struct Store {
     path: Arc<Path>,
@@ -186,6 +187,16 @@ impl Store {
             messages.insert(&message_key(id), json(&record))?;
             Ok(())
         }))
+    }
+
+    /// Ends a reply that was cut short (stopped by the user, its stream
+    /// dropped or failed): `shown` (everything the user was shown of it)
+    /// replaces the saved text, it stays [`MessageState::Incomplete`], and it
+    /// is flushed before this returns.
+    /// Fails with [`StoreError::NotAnOpenReply`] once the reply is complete.
+    pub fn cut_reply(&self, id: MessageId, shown: &str) -> Result<()> {
+        self.update_reply(id, shown)?;
+        self.flush()
     }
 
     /// Ends a reply: its final text and [`MessageState::Complete`] are

@@ -225,3 +225,24 @@ fn the_directory_is_private() {
     drop(open(&dir));
     assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
 }
+
+/// A reply cut short keeps exactly the text given (the text that was shown),
+/// stays incomplete after a reopen, and a finished reply cannot be cut.
+#[test]
+fn a_cut_reply_keeps_what_was_shown_and_stays_incomplete() {
+    let (_tmp, dir) = temp_db();
+    let store = open(&dir);
+    let conv = store.create_conversation("c").unwrap();
+    let cut = store.begin_reply(conv, "tier2").unwrap();
+    store.update_reply(cut, "Once").unwrap();
+    store.cut_reply(cut, "Once upon a time, 🙂").unwrap();
+    let done = store.begin_reply(conv, "tier2").unwrap();
+    store.complete_reply(done, "whole").unwrap();
+    assert!(matches!(store.cut_reply(done, "x").unwrap_err(), StoreError::NotAnOpenReply(id) if id == done));
+    drop(store);
+
+    let store = open(&dir);
+    let m = store.message(cut).unwrap().unwrap();
+    assert_eq!((m.text.as_str(), m.state, m.completed_ms), ("Once upon a time, 🙂", MessageState::Incomplete, None));
+    assert_eq!(store.message(done).unwrap().unwrap().text, "whole");
+}
