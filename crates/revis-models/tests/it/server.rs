@@ -24,6 +24,8 @@ struct Route {
     ignore_range: bool,
     /// Send only this many body bytes of the next response, then drop the connection.
     cut_next: Option<usize>,
+    /// Send no Content-Length: the body ends when the connection closes.
+    no_length: bool,
 }
 
 #[derive(Default)]
@@ -78,6 +80,11 @@ impl Server {
     /// The next response for `path` stops after `after` body bytes and the connection is dropped.
     pub fn cut_next(&self, path: &str, after: usize) {
         self.with_route(path, |r| r.cut_next = Some(after));
+    }
+
+    /// `path` answers without a Content-Length (the client learns the size only by reading).
+    pub fn no_length(&self, path: &str) {
+        self.with_route(path, |r| r.no_length = true);
     }
 
     /// `path` answers every Range request with the whole body.
@@ -136,9 +143,11 @@ fn serve(mut stream: TcpStream, state: &Mutex<State>) {
         .map(|(_, v)| v.trim().to_owned());
 
     let mut state = state.lock().unwrap();
+    let mut send_length = true;
     let (status, headers, body, cut) = match state.routes.get_mut(&path) {
         None => (404, String::new(), b"not found".to_vec(), None),
         Some(route) => {
+            send_length = !route.no_length;
             let len = route.body.len();
             let start = range
                 .as_deref()
@@ -163,7 +172,8 @@ fn serve(mut stream: TcpStream, state: &Mutex<State>) {
         404 => "Not Found",
         _ => "Range Not Satisfiable",
     };
-    let head = format!("HTTP/1.1 {status} {reason}\r\nContent-Length: {}\r\n{headers}Connection: close\r\n\r\n", body.len());
+    let length = if send_length { format!("Content-Length: {}\r\n", body.len()) } else { String::new() };
+    let head = format!("HTTP/1.1 {status} {reason}\r\n{length}{headers}Connection: close\r\n\r\n");
     let sent = cut.unwrap_or(body.len()).min(body.len());
     // The client may hang up early (for instance on a failed check); that is not the server's failure.
     let _ = stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(&body[..sent]));
