@@ -12,7 +12,10 @@ use revis_client::{Client, ClientError, Keyring, Node, NodeError, v1 as pb};
 use revis_testkit::{Running, TestDaemon};
 use rustls::pki_types::CertificateDer;
 use rustls::sign::{CertifiedKey, SigningKey, SingleCertAndKey};
-use tokio::io::AsyncReadExt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 
 use crate::{ask, generate};
 
@@ -113,30 +116,183 @@ async fn a_paired_client_runs_the_same_generation_over_mutual_tls() {
     assert!(v["server"].is_null(), "a paired device does not see this machine's pairings: {v}");
 }
 
+/// A pairing attempt through the library from `from` (an address of `lo`),
+/// with an identity and a keyring of its own; `hold` runs once the daemon's
+/// attempt has begun (its SPAKE2 message read) and before the client
+/// answers it.
+async fn pair_from(
+    from: std::net::IpAddr,
+    addr: SocketAddr,
+    code: &str,
+    hold: impl std::future::Future<Output = ()>,
+) -> Result<revis_trust::DeviceId, revis_trust::TrustError> {
+    let dir = tempfile::tempdir().unwrap();
+    let identity = revis_trust::Identity::load_or_create(dir.path()).unwrap();
+    let mut store = revis_trust::TrustStore::open(dir.path()).unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::new(from, 0)).unwrap();
+    let tcp = socket.connect(addr).await.unwrap();
+    let config = revis_trust::pairing_client_config(&identity).unwrap();
+    let tls = tokio_rustls::TlsConnector::from(config).connect(revis_trust::server_name(), tcp).await.unwrap();
+    let binding = revis_trust::ChannelBinding::of_connection(tls.get_ref().1, identity.device_id(), false).unwrap();
+    let (reached_tx, reached_rx) = tokio::sync::oneshot::channel();
+    let (open_tx, open_rx) = tokio::sync::oneshot::channel();
+    // Past the server's SPAKE2 frame (4 + 1 + 33 bytes) the client waits.
+    let mut io = Hold { io: tls, read: 0, after: 38, reached: Some(reached_tx), gate: Some(open_rx) };
+    let code = code.parse().unwrap();
+    let holder = async {
+        if reached_rx.await.is_ok() {
+            hold.await;
+        }
+        let _ = open_tx.send(());
+        std::future::pending::<()>().await
+    };
+    // Ends with the pairing, whether or not it got as far as the hold.
+    let r = tokio::select! {
+        r = revis_trust::pair_client_over(&mut io, &binding, &code, "stranger", "desk", &mut store) => r,
+        () = holder => unreachable!("the holder never ends"),
+    };
+    if r.is_err() {
+        assert!(store.devices().is_empty(), "a failed pairing pinned nothing");
+    }
+    r
+}
+
+/// A stream that, once `after` bytes were read from it, holds every write
+/// until `gate` opens (and says so on `reached`).
+struct Hold<T> {
+    io: T,
+    read: usize,
+    after: usize,
+    reached: Option<tokio::sync::oneshot::Sender<()>>,
+    gate: Option<tokio::sync::oneshot::Receiver<()>>,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Hold<T> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.io).poll_read(cx, buf);
+        self.read += buf.filled().len() - before;
+        if self.read >= self.after
+            && let Some(tx) = self.reached.take()
+        {
+            let _ = tx.send(());
+        }
+        r
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Hold<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        if self.read >= self.after
+            && let Some(gate) = self.gate.as_mut()
+        {
+            if Pin::new(gate).poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            self.gate = None;
+        }
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+const OWNER: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 1));
+const STRANGER: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2));
+
+fn wrong_code(code: &str) -> &'static str {
+    if code.starts_with('1') { "2222 2222" } else { "1111 1111" }
+}
+
 #[tokio::test]
-async fn three_wrong_codes_close_the_window_and_pair_nothing() {
+async fn a_stranger_s_wrong_codes_lock_out_the_stranger_not_the_owner() {
     let d = server_daemon();
     let mut local = d.client().await;
-    let addr = listen_addr(&mut local).await.to_string();
+    let addr = listen_addr(&mut local).await;
     let (code, mut events) = open_pairing(&mut local).await;
-    let wrong = if code.starts_with('1') { "2222 2222" } else { "1111 1111" };
+    for n in 1..=3 {
+        let e = pair_from(STRANGER, addr, wrong_code(&code), async {}).await.unwrap_err();
+        let want = if n < 3 { "the code does not match" } else { "too many wrong codes" };
+        assert!(e.to_string().contains(want), "try {n}: {e}");
+    }
+    // A fourth try from there is refused, the right code too.
+    let e = pair_from(STRANGER, addr, &code, async {}).await.unwrap_err();
+    assert!(e.to_string().contains("too many wrong codes"), "{e}");
+    // The owner's own attempt still pairs.
     let data = tempfile::tempdir().unwrap();
-    for _ in 0..3 {
-        let out = revis(data.path(), &["pair", &addr, "--code", wrong]);
-        assert!(!out.status.success());
-        assert!(text(&out).contains("the code does not match") || text(&out).contains("too many wrong codes"), "{}", text(&out));
+    let out = revis(data.path(), &["pair", &addr.to_string(), "--code", &code, "--as", "desk", "--name", "laptop"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(matches!(pairing_end(&mut events).await, pb::pairing_event::Event::Paired(p) if p.name == "laptop"));
+    let devices = local.admin.list_devices(pb::ListDevicesRequest {}).await.unwrap().into_inner().devices;
+    assert_eq!(devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["laptop"]);
+}
+
+#[tokio::test]
+async fn ten_wrong_codes_in_all_close_the_window_and_pair_nothing() {
+    let d = server_daemon();
+    let mut local = d.client().await;
+    let addr = listen_addr(&mut local).await;
+    let (code, mut events) = open_pairing(&mut local).await;
+    // revis_trust::MAX_ATTEMPTS (10) in all, MAX_ATTEMPTS_PER_ADDRESS (3) from each address.
+    for n in 0..10u8 {
+        let from = std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2 + n / 3));
+        assert!(pair_from(from, addr, wrong_code(&code), async {}).await.is_err());
     }
     match pairing_end(&mut events).await {
         pb::pairing_event::Event::Closed(c) => assert!(c.reason.contains("wrong codes"), "{}", c.reason),
         other => panic!("expected Closed, got {other:?}"),
     }
-    // The right code is no use now.
-    let out = revis(data.path(), &["pair", &addr, "--code", &code]);
+    // The right code is no use now, from anywhere.
+    let data = tempfile::tempdir().unwrap();
+    let out = revis(data.path(), &["pair", &addr.to_string(), "--code", &code]);
     assert!(!out.status.success());
     assert!(text(&out).contains("the pairing window is closed"), "{}", text(&out));
     assert!(local.admin.list_devices(pb::ListDevicesRequest {}).await.unwrap().into_inner().devices.is_empty());
     let keyring = Keyring::open(&data.path().join("client")).unwrap();
     assert!(keyring.store.devices().is_empty(), "the client pinned nothing");
+}
+
+// Ctrl-C on `revisd pair` ends its OpenPairing stream; opening another
+// window replaces the first. Either way the old code no longer pairs, not
+// even on a connection that began before.
+#[tokio::test]
+async fn a_closed_or_replaced_window_s_code_no_longer_pairs_a_connection_already_open() {
+    let d = server_daemon();
+    let mut local = d.client().await;
+    let addr = listen_addr(&mut local).await;
+
+    let (code, events) = open_pairing(&mut local).await;
+    let closed = async {
+        drop(events);
+        // Awaited, not blocked on: the stream's reset goes out from this thread.
+        let t0 = Instant::now();
+        while !d.log_text().contains("pairing window closed") {
+            assert!(t0.elapsed() < Duration::from_secs(10), "{}", d.log_text());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let e = pair_from(OWNER, addr, &code, closed).await.unwrap_err();
+    assert!(e.to_string().contains("the pairing window is closed"), "{e}");
+
+    let (first, mut first_events) = open_pairing(&mut local).await;
+    let mut other = local.clone();
+    let replaced = async move {
+        open_pairing(&mut other).await;
+    };
+    let e = pair_from(OWNER, addr, &first, replaced).await.unwrap_err();
+    assert!(e.to_string().contains("the pairing window is closed"), "{e}");
+    match pairing_end(&mut first_events).await {
+        pb::pairing_event::Event::Closed(c) => assert!(c.reason.contains("replaced"), "{}", c.reason),
+        other => panic!("expected Closed, got {other:?}"),
+    }
+    assert!(local.admin.list_devices(pb::ListDevicesRequest {}).await.unwrap().into_inner().devices.is_empty());
 }
 
 /// A client config that trusts any server and presents `cert` signed by

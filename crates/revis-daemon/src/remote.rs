@@ -277,6 +277,7 @@ impl Remote {
             (state.listening.take(), state.window.take())
         };
         if let Some(w) = window {
+            w.window.close();
             let _ = w.events.send(PairingOutcome::Closed("server mode was turned off".into()));
         }
         let Some(l) = listening else { return };
@@ -356,7 +357,7 @@ impl Remote {
 
     /// Opens a pairing window (replacing one already open) and returns its
     /// code, its deadline and where its outcome will be sent. The window
-    /// stays open until it is used, three codes were wrong, it expires, or
+    /// stays open until it is used, [`MAX_ATTEMPTS`] codes were wrong, it expires, or
     /// [`Remote::close_window`] is called with its id.
     pub fn open_window(
         &self,
@@ -371,17 +372,19 @@ impl Remote {
         state.next_id += 1;
         let id = state.next_id;
         if let Some(old) = state.window.replace(OpenWindow { id, window: window.clone(), events }) {
+            old.window.close();
             let _ = old.events.send(PairingOutcome::Closed("a newer pairing window replaced this one".into()));
         }
         tracing::info!(expires_in_s = window.deadline().saturating_duration_since(Instant::now()).as_secs(), "pairing window open");
         Ok((id, window, rx))
     }
 
-    /// Closes window `id` if it is still the open one.
+    /// Closes window `id` if it is still the open one: its code no longer
+    /// pairs, not even on a connection that started before.
     pub fn close_window(&self, id: u64) {
         let mut state = self.lock();
-        if state.window.as_ref().is_some_and(|w| w.id == id) {
-            state.window = None;
+        if let Some(w) = state.window.take_if(|w| w.id == id) {
+            w.window.close();
             tracing::info!("pairing window closed");
         }
     }
@@ -503,7 +506,8 @@ impl Remote {
             None => (None, Arc::new(PairingWindow::open(now, Duration::ZERO))),
         };
         let local = self.device_id();
-        let result = tokio::time::timeout(PAIRING_TIMEOUT, revis_trust::pair_server(&mut tls, local, &window, &self.store, now)).await;
+        let result =
+            tokio::time::timeout(PAIRING_TIMEOUT, revis_trust::pair_server(&mut tls, local, &window, addr.ip(), &self.store, now)).await;
         let outcome = match result {
             Ok(Ok(device_id)) => {
                 let name = self.store().get(&device_id).map(|d| d.name.clone()).unwrap_or_default();

@@ -45,8 +45,9 @@ pub enum TrustError {
     /// used by a successful pairing). Open a new one for a new code.
     #[error("pairing failed: the pairing window is closed (expired or already used); open a new one for a new code")]
     WindowClosed,
-    /// Pairing: too many wrong codes; the window stays closed.
-    #[error("pairing failed: too many wrong codes; the pairing window is closed, open a new one for a new code")]
+    /// Pairing: too many wrong codes, in all or from this address; the
+    /// window takes no more tries from here.
+    #[error("pairing failed: too many wrong codes; this pairing window takes no more tries from here, open a new one for a new code")]
     TooManyAttempts,
     /// Pairing: the peer broke the pairing protocol (malformed, oversized or
     /// unexpected message).

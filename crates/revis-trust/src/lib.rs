@@ -41,8 +41,8 @@ pub use discovery::{Advertisement, Advertiser, Discovered, Interfaces, SERVICE_T
 pub use error::TrustError;
 pub use identity::{CERT_FILE, Identity, KEY_FILE, host_name};
 pub use pairing::{
-    CODE_DIGITS, ChannelBinding, DEFAULT_WINDOW, EXPORTER_LABEL, MAX_ATTEMPTS, MAX_FRAME, PairingCode, PairingSink, PairingWindow,
-    pair_client, pair_client_over, pair_server, pair_server_over, read_frame, send_frame,
+    CODE_DIGITS, ChannelBinding, DEFAULT_WINDOW, EXPORTER_LABEL, MAX_ATTEMPTS, MAX_ATTEMPTS_PER_ADDRESS, MAX_FRAME, PairingCode,
+    PairingSink, PairingWindow, pair_client, pair_client_over, pair_server, pair_server_over, read_frame, send_frame,
 };
 pub use store::{PairedDevice, TRUST_FILE, TrustSet, TrustStore};
 pub use tls::{

@@ -19,13 +19,22 @@
 //! 6. server stores the client, then → client `Paired`; the client stores
 //!    the server.
 //!
+//! A window takes [`MAX_ATTEMPTS_PER_ADDRESS`] wrong codes from one source
+//! address (an IPv4 address, or an IPv6 /64) and [`MAX_ATTEMPTS`] in all: a
+//! stranger who can reach the port locks out only itself, and the owner's
+//! own attempt still goes through, while online guessing stays at ten tries
+//! against an 8-digit code. Closing the window ([`PairingWindow::close`])
+//! refuses attempts already under way too: a code shown no longer pairs.
+//!
 //! A relay that terminates TLS on both sides sees different exporter values
 //! and presents its own device ID to each side, so the tags cannot match:
 //! both sides fail and nothing is stored. Messages are length-prefixed
 //! (u32, big-endian) and at most [`MAX_FRAME`] bytes; anything malformed is a
 //! [`TrustError::Protocol`], never a panic.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::net::IpAddr;
 use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -42,8 +51,11 @@ use crate::{DeviceId, Result, TrustError, TrustStore, peer_device_id};
 
 /// How long a window stays open unless told otherwise.
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(120);
-/// Wrong codes a window takes before it closes for good.
-pub const MAX_ATTEMPTS: u32 = 3;
+/// Wrong codes a window takes in all before it closes for good.
+pub const MAX_ATTEMPTS: u32 = 10;
+/// Wrong codes a window takes from one source address (IPv4 address, IPv6
+/// /64) before it refuses that address.
+pub const MAX_ATTEMPTS_PER_ADDRESS: u32 = 3;
 /// Digits in a code the server shows.
 pub const CODE_DIGITS: usize = 8;
 /// Digits a code the user types may have.
@@ -119,19 +131,57 @@ impl FromStr for PairingCode {
     }
 }
 
-#[derive(Debug)]
-struct WindowState {
-    /// Wrong (or abandoned) attempts so far.
+/// Wrong (or abandoned) attempts, and attempts under way: each counts
+/// against the limits until it ends, so parallel connections cannot try
+/// more codes than the limits.
+#[derive(Clone, Copy, Debug, Default)]
+struct Tries {
     failed: u32,
-    /// Attempts under way: each counts against the limit until it ends, so
-    /// parallel connections cannot try more codes than the limit.
     in_flight: u32,
+}
+
+impl Tries {
+    /// Whether another try would exceed `max`; `Some(true)` when the failed
+    /// ones alone reach it.
+    fn full(self, max: u32) -> Option<bool> {
+        if self.failed >= max {
+            Some(true)
+        } else if self.failed + self.in_flight >= max {
+            Some(false)
+        } else {
+            None
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct WindowState {
+    /// From every address.
+    all: Tries,
+    /// By source (see [`source`]).
+    by_source: HashMap<IpAddr, Tries>,
     /// A pairing succeeded: the code is spent.
     used: bool,
+    /// Whoever opened the window closed it (or replaced it).
+    closed: bool,
+}
+
+/// What failures are counted by: an IPv4 address, or an IPv6 address's /64
+/// (one host may hold a whole /64).
+fn source(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
+        },
+    }
 }
 
 /// The server's pairing window: one code, open until `deadline`, closed for
-/// good after one success or [`MAX_ATTEMPTS`] wrong codes. Shared by
+/// good after one success, [`MAX_ATTEMPTS`] wrong codes or
+/// [`PairingWindow::close`]; an address that sent
+/// [`MAX_ATTEMPTS_PER_ADDRESS`] wrong codes is refused. Shared by
 /// reference between the connections that try it. Time is passed in
 /// (`now`), so tests need no clock.
 #[derive(Debug)]
@@ -141,14 +191,16 @@ pub struct PairingWindow {
     state: Mutex<WindowState>,
 }
 
-/// Why a window does not take an attempt now.
-fn refusal(state: &WindowState, deadline: Instant, now: Instant) -> Option<TrustError> {
-    if state.failed >= MAX_ATTEMPTS {
+/// Why a window does not take an attempt now (from `from`, when given).
+fn refusal(state: &WindowState, deadline: Instant, now: Instant, from: Option<IpAddr>) -> Option<TrustError> {
+    let here = from.map(|ip| state.by_source.get(&source(ip)).copied().unwrap_or_default());
+    if state.all.full(MAX_ATTEMPTS) == Some(true) {
         Some(TrustError::TooManyAttempts)
-    } else if state.used || now >= deadline {
+    } else if state.used || state.closed || now >= deadline {
         Some(TrustError::WindowClosed)
-    } else if state.failed + state.in_flight >= MAX_ATTEMPTS {
-        // Every remaining try is taken by a connection under way.
+    } else if state.all.full(MAX_ATTEMPTS).is_some() || here.is_some_and(|t| t.full(MAX_ATTEMPTS_PER_ADDRESS).is_some()) {
+        // Every remaining try (of this address) is spent or taken by a
+        // connection under way.
         Some(TrustError::TooManyAttempts)
     } else {
         None
@@ -163,7 +215,7 @@ impl PairingWindow {
 
     /// Opens a window with a given code (tests).
     pub fn with_code(code: PairingCode, now: Instant, duration: Duration) -> Self {
-        Self { code, deadline: now + duration, state: Mutex::new(WindowState { failed: 0, in_flight: 0, used: false }) }
+        Self { code, deadline: now + duration, state: Mutex::new(WindowState::default()) }
     }
 
     /// The code to show.
@@ -176,28 +228,41 @@ impl PairingWindow {
         self.deadline
     }
 
-    /// Whether an attempt starting at `now` would be taken.
+    /// Whether an attempt starting at `now` would be taken from an address
+    /// that has not tried yet.
     pub fn is_open(&self, now: Instant) -> bool {
-        refusal(&self.lock(), self.deadline, now).is_none()
+        refusal(&self.lock(), self.deadline, now, None).is_none()
     }
 
-    /// Wrong codes so far.
+    /// Wrong codes so far, from every address.
     pub fn failed_attempts(&self) -> u32 {
-        self.lock().failed
+        self.lock().all.failed
+    }
+
+    /// Wrong codes so far from `from`'s source (see [`MAX_ATTEMPTS_PER_ADDRESS`]).
+    pub fn failed_attempts_from(&self, from: IpAddr) -> u32 {
+        self.lock().by_source.get(&source(from)).map_or(0, |t| t.failed)
+    }
+
+    /// Closes the window for good: no attempt starts, and none under way
+    /// pairs, even with the right code.
+    pub fn close(&self) {
+        self.lock().closed = true;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, WindowState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Starts an attempt at `now`, or says why not.
-    fn begin(&self, now: Instant) -> Result<Attempt<'_>> {
+    /// Starts an attempt from `from` at `now`, or says why not.
+    fn begin(&self, now: Instant, from: IpAddr) -> Result<Attempt<'_>> {
         let mut state = self.lock();
-        if let Some(e) = refusal(&state, self.deadline, now) {
+        if let Some(e) = refusal(&state, self.deadline, now, Some(from)) {
             return Err(e);
         }
-        state.in_flight += 1;
-        Ok(Attempt { window: self, ended: false })
+        state.all.in_flight += 1;
+        state.by_source.entry(source(from)).or_default().in_flight += 1;
+        Ok(Attempt { window: self, source: source(from), ended: false })
     }
 }
 
@@ -205,16 +270,27 @@ impl PairingWindow {
 /// code, a broken connection, a protocol error), it counts as a wrong code.
 struct Attempt<'a> {
     window: &'a PairingWindow,
+    source: IpAddr,
     ended: bool,
 }
 
 impl Attempt<'_> {
-    /// Spends the code; fails when another attempt spent it first.
-    fn succeed(mut self) -> Result<()> {
+    /// Ends the attempt: no longer under way, failed or not.
+    fn end(&mut self, state: &mut WindowState, failed: bool) {
         self.ended = true;
-        let mut state = self.window.lock();
-        state.in_flight -= 1;
-        if state.used {
+        for tries in [&mut state.all, state.by_source.entry(self.source).or_default()] {
+            tries.in_flight -= 1;
+            tries.failed += u32::from(failed);
+        }
+    }
+
+    /// Spends the code; fails when another attempt spent it first or the
+    /// window was closed meanwhile.
+    fn succeed(mut self) -> Result<()> {
+        let window = self.window;
+        let mut state = window.lock();
+        self.end(&mut state, false);
+        if state.used || state.closed {
             return Err(TrustError::WindowClosed);
         }
         state.used = true;
@@ -225,9 +301,9 @@ impl Attempt<'_> {
 impl Drop for Attempt<'_> {
     fn drop(&mut self) {
         if !self.ended {
-            let mut state = self.window.lock();
-            state.in_flight -= 1;
-            state.failed += 1;
+            let window = self.window;
+            let mut state = window.lock();
+            self.end(&mut state, true);
         }
     }
 }
@@ -281,8 +357,9 @@ impl ChannelBinding {
 }
 
 /// The server's side of a pairing over a TLS stream from
-/// [`crate::pairing_server_config`]: `local` is the server's device ID. On
-/// success the client is in `store` and its device ID is returned.
+/// [`crate::pairing_server_config`]: `local` is the server's device ID,
+/// `from` the client's address (failures are counted by it). On success the
+/// client is in `store` and its device ID is returned.
 ///
 /// `now` is when the attempt starts; one that starts before the deadline
 /// may finish after it. There is no timeout here: wrap the call in one. A
@@ -292,6 +369,7 @@ pub async fn pair_server<S>(
     tls: &mut tokio_rustls::server::TlsStream<S>,
     local: DeviceId,
     window: &PairingWindow,
+    from: IpAddr,
     store: impl PairingSink,
     now: Instant,
 ) -> Result<DeviceId>
@@ -299,7 +377,7 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let binding = ChannelBinding::of_connection(tls.get_ref().1, local, true)?;
-    pair_server_over(tls, &binding, window, store, now).await
+    pair_server_over(tls, &binding, window, from, store, now).await
 }
 
 /// The client's side of a pairing over a TLS stream from
@@ -328,6 +406,7 @@ pub async fn pair_server_over<S>(
     io: &mut S,
     binding: &ChannelBinding,
     window: &PairingWindow,
+    from: IpAddr,
     mut store: impl PairingSink,
     now: Instant,
 ) -> Result<DeviceId>
@@ -341,7 +420,7 @@ where
             return Err(e);
         }
     };
-    let attempt = match window.begin(now) {
+    let attempt = match window.begin(now, from) {
         Ok(attempt) => attempt,
         Err(e) => {
             refuse(io, &e).await;
@@ -365,9 +444,14 @@ where
         }
         Err(e) => {
             drop(attempt);
-            // After this failure the window may be locked: say so.
+            // After this failure the window may be locked (for everyone,
+            // or for this address): say so.
             let e = match e {
-                TrustError::WrongCode if window.failed_attempts() >= MAX_ATTEMPTS => TrustError::TooManyAttempts,
+                TrustError::WrongCode
+                    if window.failed_attempts() >= MAX_ATTEMPTS || window.failed_attempts_from(from) >= MAX_ATTEMPTS_PER_ADDRESS =>
+                {
+                    TrustError::TooManyAttempts
+                }
                 e => e,
             };
             refuse(io, &e).await;

@@ -1,16 +1,20 @@
 //! Pairing over loopback TLS: the right code pairs both ways; wrong codes, spent or expired windows, a relay in the middle and malformed messages pair nothing.
 
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
 use revis_trust::{
-    ALPN_PAIRING, ChannelBinding, DEFAULT_WINDOW, DeviceId, Identity, MAX_FRAME, PairingCode, PairingWindow, TrustError, TrustStore,
-    client_config, pair_client, pair_client_over, pair_server, pair_server_over, pairing_client_config, pairing_server_config,
-    peer_device_id, read_frame, send_frame, server_config, server_name,
+    ALPN_PAIRING, ChannelBinding, DEFAULT_WINDOW, DeviceId, Identity, MAX_ATTEMPTS, MAX_ATTEMPTS_PER_ADDRESS, MAX_FRAME, PairingCode,
+    PairingWindow, TrustError, TrustStore, client_config, pair_client, pair_client_over, pair_server, pair_server_over,
+    pairing_client_config, pairing_server_config, peer_device_id, read_frame, send_frame, server_config, server_name,
 };
 use rustls::{ClientConfig, ServerConfig};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
@@ -34,23 +38,28 @@ impl Node {
 
 type Outcome = (Result<DeviceId, TrustError>, Result<DeviceId, TrustError>);
 
+/// The client's address where the test does not connect for real.
+const HERE: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
 fn code(s: &str) -> PairingCode {
     s.parse().unwrap()
 }
 
 /// The server side of one pairing connection accepted on `listener`.
 async fn serve_one(listener: &TcpListener, server: &mut Node, window: &PairingWindow, now: Instant) -> Result<DeviceId, TrustError> {
-    let (tcp, _) = listener.accept().await.map_err(TrustError::Connection)?;
+    let (tcp, peer) = listener.accept().await.map_err(TrustError::Connection)?;
     let config = pairing_server_config(&server.identity)?;
     let mut tls = TlsAcceptor::from(config).accept(tcp).await.map_err(TrustError::Connection)?;
     assert_eq!(tls.get_ref().1.alpn_protocol(), Some(ALPN_PAIRING));
     let local = server.id();
-    pair_server(&mut tls, local, window, &mut server.store, now).await
+    pair_server(&mut tls, local, window, peer.ip(), &mut server.store, now).await
 }
 
 /// The client side of one pairing connection to `addr`.
-async fn dial_one(addr: std::net::SocketAddr, client: &mut Node, code: &PairingCode) -> Result<DeviceId, TrustError> {
-    let tcp = TcpStream::connect(addr).await.map_err(TrustError::Connection)?;
+async fn dial_one(from: Ipv4Addr, addr: SocketAddr, client: &mut Node, code: &PairingCode) -> Result<DeviceId, TrustError> {
+    let socket = tokio::net::TcpSocket::new_v4().map_err(TrustError::Connection)?;
+    socket.bind(SocketAddr::from((from, 0))).map_err(TrustError::Connection)?;
+    let tcp = socket.connect(addr).await.map_err(TrustError::Connection)?;
     let config = pairing_client_config(&client.identity)?;
     let mut tls = TlsConnector::from(config).connect(server_name(), tcp).await.map_err(TrustError::Connection)?;
     let local = client.id();
@@ -59,9 +68,21 @@ async fn dial_one(addr: std::net::SocketAddr, client: &mut Node, code: &PairingC
 
 /// One pairing attempt between `client` and `server` over loopback.
 async fn pair(server: &mut Node, client: &mut Node, window: &PairingWindow, code: &PairingCode, now: Instant) -> Outcome {
+    pair_from(Ipv4Addr::LOCALHOST, server, client, window, code, now).await
+}
+
+/// [`pair`], the client connecting from `from` (an address of `lo`).
+async fn pair_from(
+    from: Ipv4Addr,
+    server: &mut Node,
+    client: &mut Node,
+    window: &PairingWindow,
+    code: &PairingCode,
+    now: Instant,
+) -> Outcome {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::join!(serve_one(&listener, server, window, now), dial_one(addr, client, code))
+    tokio::join!(serve_one(&listener, server, window, now), dial_one(from, addr, client, code))
 }
 
 /// A pinned mutual-TLS connection (the one every call after pairing uses):
@@ -129,33 +150,110 @@ async fn the_right_code_pairs_both_ways_and_then_pinned_tls_works() {
 }
 
 #[tokio::test]
-async fn three_wrong_codes_close_the_window_for_good() {
+async fn three_wrong_codes_lock_out_their_address_and_the_owner_still_pairs() {
+    let (mut server, mut stranger, mut owner) = (node(), node(), node());
+    let now = Instant::now();
+    let window = PairingWindow::with_code(code("1234 5678"), now, DEFAULT_WINDOW);
+    let wrong = code("8765-4321");
+    let there = Ipv4Addr::new(127, 0, 0, 2);
+
+    for _ in 0..2 {
+        let (s, c) = pair_from(there, &mut server, &mut stranger, &window, &wrong, now).await;
+        assert!(matches!(s, Err(TrustError::WrongCode)), "{s:?}");
+        assert!(matches!(c, Err(TrustError::WrongCode)), "{c:?}");
+    }
+    let (s, c) = pair_from(there, &mut server, &mut stranger, &window, &wrong, now).await;
+    assert!(matches!(s, Err(TrustError::TooManyAttempts)), "{s:?}");
+    assert!(matches!(c, Err(TrustError::TooManyAttempts)), "{c:?}");
+    assert_eq!((window.failed_attempts(), window.failed_attempts_from(there.into())), (3, 3));
+    // The stranger is locked out, even with the right code...
+    let right = window.code().clone();
+    let (s, c) = pair_from(there, &mut server, &mut stranger, &window, &right, now).await;
+    assert!(matches!(s, Err(TrustError::TooManyAttempts)), "{s:?}");
+    let message = c.unwrap_err().to_string();
+    assert!(message.contains("too many wrong codes"), "{message}");
+    assert_nothing_pinned(&[&stranger]);
+    // ...and the window is still open for everyone else: the owner pairs.
+    assert!(window.is_open(now));
+    let (s, c) = pair(&mut server, &mut owner, &window, &right, now).await;
+    assert_eq!(s.unwrap(), owner.id());
+    assert_eq!(c.unwrap(), server.id());
+    assert!(server.store.get(&stranger.id()).is_none());
+}
+
+#[tokio::test]
+async fn ten_wrong_codes_in_all_close_the_window_for_good() {
     let (mut server, mut client) = (node(), node());
     let now = Instant::now();
     let window = PairingWindow::with_code(code("1234 5678"), now, DEFAULT_WINDOW);
     let wrong = code("8765-4321");
-
-    for _ in 0..2 {
-        let (s, c) = pair(&mut server, &mut client, &window, &wrong, now).await;
-        assert!(matches!(s, Err(TrustError::WrongCode)), "{s:?}");
-        assert!(matches!(c, Err(TrustError::WrongCode)), "{c:?}");
-        assert!(window.is_open(now));
+    // From 127.0.0.1 .. 127.0.0.4: 3 + 3 + 3 + 1 = 10.
+    for n in 0..MAX_ATTEMPTS {
+        let from = Ipv4Addr::new(127, 0, 0, 1 + (n / MAX_ATTEMPTS_PER_ADDRESS) as u8);
+        let (s, _) = pair_from(from, &mut server, &mut client, &window, &wrong, now).await;
+        assert!(matches!(s, Err(TrustError::WrongCode | TrustError::TooManyAttempts)), "{s:?}");
     }
-    let (s, c) = pair(&mut server, &mut client, &window, &wrong, now).await;
-    assert!(matches!(s, Err(TrustError::TooManyAttempts)), "{s:?}");
-    assert!(matches!(c, Err(TrustError::TooManyAttempts)), "{c:?}");
-    assert_eq!(window.failed_attempts(), 3);
+    assert_eq!(window.failed_attempts(), 10);
     assert!(!window.is_open(now));
-
-    // Now even the right code is refused.
+    // Now even the right code from a fresh address is refused.
     let right = window.code().clone();
-    let (s, c) = pair(&mut server, &mut client, &window, &right, now).await;
+    let (s, c) = pair_from(Ipv4Addr::new(127, 0, 0, 9), &mut server, &mut client, &window, &right, now).await;
     assert!(matches!(s, Err(TrustError::TooManyAttempts)), "{s:?}");
     assert!(matches!(c, Err(TrustError::TooManyAttempts)), "{c:?}");
-    let message = c.unwrap_err().to_string();
-    assert!(message.contains("too many wrong codes"), "{message}");
     assert_nothing_pinned(&[&server, &client]);
     assert!(pinned_connection(&server, &client).await.is_err());
+}
+
+/// One IPv6 host may hold a whole /64: its addresses count as one.
+#[tokio::test]
+async fn ipv6_addresses_of_one_64_count_as_one_source() {
+    let window = PairingWindow::open(Instant::now(), DEFAULT_WINDOW);
+    // A hello (version 1, name "x", a SPAKE2 message), then the stream ends:
+    // an abandoned attempt, which counts as a wrong code.
+    let mut hello = vec![1, 1, 0, 1, b'x'];
+    hello.extend_from_slice(&[0; 33]);
+    let host = |last: u16| IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 1, 0, 0, 0, last));
+    for n in 1..=3 {
+        server_fed_from(&framed(&hello), &window, host(n)).await;
+    }
+    assert_eq!(window.failed_attempts_from(host(99)), 3);
+    assert!(matches!(server_fed_from(&framed(&hello), &window, host(99)).await, TrustError::TooManyAttempts));
+    let next_64 = IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 2, 0, 0, 0, 1));
+    assert!(is_protocol(&server_fed_from(&framed(&hello), &window, next_64).await));
+    assert_eq!(window.failed_attempts(), 4);
+}
+
+/// Closing a window (the owner ended `revisd pair`, or opened a new one)
+/// refuses an attempt already under way, right code and all.
+#[tokio::test]
+async fn closing_the_window_refuses_an_attempt_under_way() {
+    let (server, client) = (node(), node());
+    let dir = tempfile::tempdir().unwrap();
+    let mut server_store = TrustStore::open(dir.path()).unwrap();
+    let client_dir = tempfile::tempdir().unwrap();
+    let mut client_store = TrustStore::open(client_dir.path()).unwrap();
+    let now = Instant::now();
+    let window = PairingWindow::open(now, DEFAULT_WINDOW);
+    let right = window.code().clone();
+    let binding = ChannelBinding { exporter: [3; 32], client: client.id(), server: server.id() };
+    let (mut a, b) = tokio::io::duplex(4096);
+    // The client reads the server's SPAKE2 message (so the server's attempt
+    // has begun), then holds its tag until the window is closed.
+    let (reached_tx, reached_rx) = tokio::sync::oneshot::channel();
+    let (open_tx, open_rx) = tokio::sync::oneshot::channel();
+    let mut b = Hold { io: b, read: 0, after: 4 + 1 + 33, reached: Some(reached_tx), gate: Some(open_rx) };
+    let (s, c, ()) = tokio::join!(
+        pair_server_over(&mut a, &binding, &window, HERE, &mut server_store, now),
+        pair_client_over(&mut b, &binding, &right, "laptop", "workstation", &mut client_store),
+        async {
+            reached_rx.await.unwrap();
+            window.close();
+            open_tx.send(()).unwrap();
+        }
+    );
+    assert!(matches!(s, Err(TrustError::WindowClosed)), "{s:?}");
+    assert!(matches!(c, Err(TrustError::WindowClosed)), "{c:?}");
+    assert!(server_store.devices().is_empty() && client_store.devices().is_empty());
 }
 
 #[tokio::test]
@@ -235,8 +333,11 @@ async fn a_relay_in_the_middle_pairs_nothing() {
         // Forward the pairing messages both ways until either side stops.
         let _ = tokio::io::copy_bidirectional(&mut from_client, &mut to_server).await;
     };
-    let (s, c, ()) =
-        tokio::join!(serve_one(&server_listener, &mut server, &window, now), dial_one(relay_addr, &mut client, &right), relay_task);
+    let (s, c, ()) = tokio::join!(
+        serve_one(&server_listener, &mut server, &window, now),
+        dial_one(Ipv4Addr::LOCALHOST, relay_addr, &mut client, &right),
+        relay_task
+    );
     assert!(matches!(s, Err(TrustError::WrongCode)), "{s:?}");
     assert!(matches!(c, Err(TrustError::WrongCode)), "{c:?}");
     assert!(c.unwrap_err().to_string().contains("intercepted"), "the message names the possibility of a relay");
@@ -262,7 +363,7 @@ async fn different_channels_with_the_same_code_pair_nothing() {
     let (mut a, mut b) = tokio::io::duplex(4096);
     let (sb, cb) = (bind(1), bind(2));
     let (s, c) = tokio::join!(
-        pair_server_over(&mut a, &sb, &window, &mut server_store, now),
+        pair_server_over(&mut a, &sb, &window, HERE, &mut server_store, now),
         pair_client_over(&mut b, &cb, &right, "laptop", "workstation", &mut client_store)
     );
     assert!(matches!(s, Err(TrustError::WrongCode)), "{s:?}");
@@ -274,7 +375,7 @@ async fn different_channels_with_the_same_code_pair_nothing() {
     let right = window.code().clone();
     let (mut a, mut b) = tokio::io::duplex(4096);
     let (s, c) = tokio::join!(
-        pair_server_over(&mut a, &sb, &window, &mut server_store, now),
+        pair_server_over(&mut a, &sb, &window, HERE, &mut server_store, now),
         pair_client_over(&mut b, &sb, &right, "laptop", "workstation", &mut client_store)
     );
     assert_eq!(s.unwrap(), client.id());
@@ -287,12 +388,17 @@ fn fake_binding() -> ChannelBinding {
 
 /// Feeds `bytes` (then end of stream) to a pairing server; its error.
 async fn server_fed(bytes: &[u8], window: &PairingWindow) -> TrustError {
+    server_fed_from(bytes, window, HERE).await
+}
+
+/// [`server_fed`], the bytes coming from `from`.
+async fn server_fed_from(bytes: &[u8], window: &PairingWindow, from: IpAddr) -> TrustError {
     let dir = tempfile::tempdir().unwrap();
     let mut store = TrustStore::open(dir.path()).unwrap();
     let (mut ours, mut theirs) = tokio::io::duplex(64 * 1024);
     ours.write_all(bytes).await.unwrap();
     ours.shutdown().await.unwrap();
-    let result = pair_server_over(&mut theirs, &fake_binding(), window, &mut store, Instant::now()).await;
+    let result = pair_server_over(&mut theirs, &fake_binding(), window, from, &mut store, Instant::now()).await;
     assert!(store.devices().is_empty());
     result.expect_err("garbage must not pair")
 }
@@ -448,6 +554,52 @@ fn pairing_futures_are_send(
 ) {
     fn send<T: Send>(_: &T) {}
     let id = DeviceId::from_bytes([0; 32]);
-    send(&pair_server(server_tls, id, window, &mut *store, Instant::now()));
+    send(&pair_server(server_tls, id, window, HERE, &mut *store, Instant::now()));
     send(&pair_client(client_tls, id, code, "a", "b", store));
+}
+
+/// A stream that, once `after` bytes were read from it, holds every write
+/// until `gate` opens (and says so on `reached`).
+struct Hold<T> {
+    io: T,
+    read: usize,
+    after: usize,
+    reached: Option<tokio::sync::oneshot::Sender<()>>,
+    gate: Option<tokio::sync::oneshot::Receiver<()>>,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Hold<T> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.io).poll_read(cx, buf);
+        self.read += buf.filled().len() - before;
+        if self.read >= self.after
+            && let Some(tx) = self.reached.take()
+        {
+            let _ = tx.send(());
+        }
+        r
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Hold<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        if self.read >= self.after
+            && let Some(gate) = self.gate.as_mut()
+        {
+            if Pin::new(gate).poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            self.gate = None;
+        }
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
 }
