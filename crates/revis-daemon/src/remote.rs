@@ -336,8 +336,8 @@ impl Remote {
         let device = {
             let mut store = self.store();
             let device = store.find(what)?.cloned().ok_or_else(|| RemoteError::UnknownDevice(what.to_owned()))?;
-            // Revoking takes the device out of the live set before it
-            // writes, so no new handshake passes even if the write fails.
+            // All or nothing: the file is written first; a failed write
+            // leaves the device paired, its connections open, and is the error.
             store.revoke(&device.device_id)?;
             device
         };

@@ -143,15 +143,19 @@ impl TrustStore {
         Ok(())
     }
 
-    /// Unpairs `id`; false when it was not paired. New handshakes fail at
-    /// once, even when writing the file then fails (the error says so).
+    /// Unpairs `id`; false when it was not paired. All or nothing: the file
+    /// is written (atomically) first, and only then does the device leave
+    /// the list and the live set, so new handshakes fail from then on. A
+    /// failed write changes nothing and is the error: the device would be
+    /// trusted again after a restart, so it must not look revoked now.
     pub fn revoke(&mut self, id: &DeviceId) -> Result<bool> {
         if self.get(id).is_none() {
             return Ok(false);
         }
+        let devices: Vec<PairedDevice> = self.devices.iter().filter(|d| d.device_id != *id).cloned().collect();
+        self.save(&devices)?;
+        self.devices = devices;
         self.set.remove(id);
-        self.devices.retain(|d| d.device_id != *id);
-        self.save(&self.devices)?;
         Ok(true)
     }
 

@@ -80,3 +80,38 @@ fn a_corrupt_store_is_an_error_naming_it() {
         assert!(err.to_string().contains(&path.display().to_string()), "{err}");
     }
 }
+
+/// Revoking is all or nothing: when the file cannot be written, the device
+/// stays paired in memory too (it would be trusted again after a restart).
+#[test]
+fn a_revoke_that_cannot_be_written_changes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (DeviceId::from_bytes([1; 32]), DeviceId::from_bytes([2; 32]));
+    let mut store = TrustStore::open(tmp.path()).unwrap();
+    let set = store.trust_set();
+    store.add(a, "laptop").unwrap();
+    store.add(b, "desk").unwrap();
+    let before = store.devices().to_vec();
+
+    // A non-empty directory where the file goes: the atomic rename onto it
+    // fails, for root too (chmod would not stop root).
+    let path = tmp.path().join(TRUST_FILE);
+    let aside = tmp.path().join("aside.json");
+    fs::rename(&path, &aside).unwrap();
+    fs::create_dir(&path).unwrap();
+    fs::write(path.join("keep"), b"x").unwrap();
+
+    let err = store.revoke(&a).unwrap_err();
+    assert!(matches!(err, TrustError::Io { .. }), "{err}");
+    assert!(err.to_string().contains(TRUST_FILE), "the error names the file: {err}");
+    assert_eq!(store.devices(), before, "still listed");
+    assert!(set.contains(&a), "still trusted by the live set");
+
+    // The restart sees the same: still paired. Then a write that works revokes.
+    fs::remove_dir_all(&path).unwrap();
+    fs::rename(&aside, &path).unwrap();
+    assert_eq!(TrustStore::open(tmp.path()).unwrap().devices(), before);
+    assert!(store.revoke(&a).unwrap());
+    assert!(!set.contains(&a) && set.contains(&b));
+    assert!(TrustStore::open(tmp.path()).unwrap().get(&a).is_none());
+}
