@@ -413,10 +413,8 @@ impl Io {
         if old == 0 {
             return Err("revisd did not say its process ID, so it was not restarted".into());
         }
-        // SAFETY: kill with the PID revisd reported about itself over our own user's socket.
-        if unsafe { libc::kill(old as i32, libc::SIGTERM) } != 0 {
-            return Err(format!("revisd (pid {old}) could not be stopped: {}", std::io::Error::last_os_error()));
-        }
+        // The PID is only what the daemon said: end_daemon signals it only if it is this user's revisd.
+        revis_client::end_daemon(old).map_err(|e| format!("revisd was not restarted: {e}"))?;
         self.sink.send(Event::Connecting { starting: true });
         let result = self.start_again(old).await;
         match &result {

@@ -38,8 +38,12 @@ pub enum Action {
 pub async fn run(action: Action, socket: &Path) -> ExitCode {
     let mut client = match Client::connect(socket).await {
         Ok(c) => c,
-        Err(e) => {
+        Err(e @ revis_client::ClientError::NotRunning { .. }) => {
             eprintln!("revisd: {e}; start it first (`revisd`, or `revisd service install`)");
+            return ExitCode::from(crate::EX_UNAVAILABLE);
+        }
+        Err(e) => {
+            eprintln!("revisd: {e}");
             return ExitCode::from(crate::EX_UNAVAILABLE);
         }
     };

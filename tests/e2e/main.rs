@@ -8,6 +8,7 @@ mod discovery;
 mod dispatch;
 mod fuzz;
 mod generate;
+mod impersonation;
 mod lan;
 mod orchestrator;
 mod process;

@@ -58,10 +58,12 @@ fn another_user_is_refused() {
             .output()
             .unwrap()
     };
-    // With the default permissions the socket cannot even be reached.
+    // `revis` as nobody will not even connect: the socket's directory is
+    // root's (tests/e2e/impersonation.rs).
+    let refused = "is owned by uid 0, not by you (65534); another user may be impersonating revisd";
     let out = run_as_nobody();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).to_lowercase().contains("permission denied"), "{:?}", out);
+    assert!(String::from_utf8_lossy(&out.stderr).contains(refused), "{:?}", out);
     // Even if the files are opened up, the daemon checks the caller's uid.
     let open = std::fs::Permissions::from_mode(0o777);
     std::fs::set_permissions(d.dir(), open.clone()).unwrap();
@@ -69,8 +71,24 @@ fn another_user_is_refused() {
     std::fs::set_permissions(&d.socket, open).unwrap();
     let out = run_as_nobody();
     assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("PermissionDenied") && err.contains("uid 65534"), "{err}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains(refused), "{:?}", out);
+    // The daemon's own check, met by a connection made as nobody.
+    let socket = d.socket.clone();
+    let stream = crate::impersonation::as_uid(nobody, || std::os::unix::net::UnixStream::connect(&socket)).unwrap();
+    stream.set_nonblocking(true).unwrap();
+    let refused = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async move {
+        let stream = std::sync::Mutex::new(Some(tokio::net::UnixStream::from_std(stream).unwrap()));
+        let channel = tonic::transport::Endpoint::from_static("http://revisd.local")
+            .connect_with_connector(tower::service_fn(move |_| {
+                let s = stream.lock().unwrap().take().ok_or_else(|| std::io::Error::other("connected once"));
+                async move { s.map(hyper_util::rt::TokioIo::new) }
+            }))
+            .await
+            .unwrap();
+        revis_client::v1::admin_client::AdminClient::new(channel).status(revis_client::v1::StatusRequest {}).await.unwrap_err()
+    });
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+    assert!(refused.message().contains("uid 65534 may not use this revisd"), "{refused:?}");
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use clap::Args;
 use revis_client::nodes::state_name;
-use revis_client::{Client, SpawnOptions, default_socket_path, message, v1 as pb};
+use revis_client::{Client, ClientError, SpawnOptions, default_socket_path, message, v1 as pb};
 use serde_json::json;
 
 use crate::input::{Input, Terminal};
@@ -70,29 +70,42 @@ pub struct ChatArgs {
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let explicit_socket = cli.socket.is_some();
+    command(cli).await.map_err(|e| advise(e, explicit_socket))
+}
+
+/// A daemon that cannot be reached, said with what to do about it, in one
+/// sentence: `revisd --socket PATH` starts one on a socket the user chose
+/// (revis starts none there); on the default socket `revis run` and `revis
+/// chat` start one.
+fn advise(e: anyhow::Error, explicit: bool) -> anyhow::Error {
+    let Some(ClientError::NotRunning { path, .. }) = e.downcast_ref::<ClientError>() else { return e };
+    let todo = if explicit {
+        format!(
+            "to run one: revisd --socket '{}' (revis starts no daemon on a socket chosen with --socket or REVIS_SOCKET)",
+            path.display()
+        )
+    } else {
+        "is revisd running? `revis run` or `revis chat` start it".to_owned()
+    };
+    anyhow::anyhow!("{e:#}; {todo}")
+}
+
+async fn command(cli: Cli) -> anyhow::Result<ExitCode> {
+    let explicit_socket = cli.socket.is_some();
     let socket = cli.socket.unwrap_or_else(default_socket_path);
     match cli.command {
         Cmd::Pull { name, verify } => pull(name, verify).await,
         Cmd::Models => models(),
         Cmd::Status { json } => status(&mut target(cli.node.as_deref(), &socket, explicit_socket, true).await?, json).await,
         Cmd::Load { tier } => {
-            let r = target(cli.node.as_deref(), &socket, explicit_socket, true)
-                .await?
-                .admin
-                .load_model(pb::LoadModelRequest { tier })
-                .await?
-                .into_inner();
+            let r = target(cli.node.as_deref(), &socket, explicit_socket, true).await?.load_model(pb::LoadModelRequest { tier }).await?;
             let t = r.tier.unwrap_or_default();
             println!("{}: {} ready in {} ms ({} MiB)", t.tier, t.model, r.elapsed_ms, t.memory_bytes >> 20);
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Unload { tier } => {
-            let r = target(cli.node.as_deref(), &socket, explicit_socket, true)
-                .await?
-                .admin
-                .unload_model(pb::UnloadModelRequest { tier })
-                .await?
-                .into_inner();
+            let r =
+                target(cli.node.as_deref(), &socket, explicit_socket, true).await?.unload_model(pb::UnloadModelRequest { tier }).await?;
             let t = r.tier.unwrap_or_default();
             println!("{}: {} unloaded; daemon memory {} MiB -> {} MiB", t.tier, t.model, r.rss_before_bytes >> 20, r.rss_after_bytes >> 20);
             Ok(ExitCode::SUCCESS)
@@ -147,32 +160,22 @@ impl Drop for SupervisorGuard {
 async fn target(node: Option<&str>, socket: &std::path::Path, explicit: bool, only_connect: bool) -> anyhow::Result<Client> {
     match node {
         Some(n) => crate::nodes::connect(n).await,
-        None if only_connect => connect(socket, explicit).await,
+        None if only_connect => connect(socket).await,
         None => connect_or_start(socket, explicit).await,
     }
 }
 
-async fn connect(socket: &std::path::Path, explicit: bool) -> anyhow::Result<Client> {
-    let connected = Client::connect(socket).await;
-    if explicit {
-        // A socket the user chose is theirs to run: say how, rather than start one there.
-        connected.map_err(|e| {
-            anyhow::anyhow!(
-                "{e}\n(this socket was chosen with --socket or REVIS_SOCKET, so revis does not start a daemon there; \
-                 to run one: revisd --socket '{}')",
-                socket.display()
-            )
-        })
-    } else {
-        connected.context("is revisd running? `revis run` or `revis chat` start it")
-    }
+/// The daemon on `socket`, never started here (a socket the user chose is
+/// theirs to run; `advise` says how).
+async fn connect(socket: &std::path::Path) -> anyhow::Result<Client> {
+    Ok(Client::connect(socket).await?)
 }
 
 /// The first command of a new user just works: with no daemon on the
 /// default socket, start one (pulling the default model first).
 pub async fn connect_or_start(socket: &std::path::Path, explicit: bool) -> anyhow::Result<Client> {
     if explicit {
-        return connect(socket, true).await;
+        return connect(socket).await;
     }
     let opts = SpawnOptions { pull_default_model: true, progress: std::io::stderr().is_terminal(), ..Default::default() };
     Ok(Client::connect_or_start(socket, &opts).await?)

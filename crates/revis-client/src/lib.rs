@@ -2,21 +2,24 @@
 //! (starting a daemon when none answers) and exposes its API. The `revis`
 //! CLI and the GUI both sit on top of this crate.
 
+mod local;
 pub mod nodes;
 mod remote;
 mod spawn;
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
 use revis_proto::v1 as pb;
 use tonic::transport::{Channel, Endpoint, Uri};
 
+pub use local::LOCAL_CONNECT_TIMEOUT;
 pub use remote::{CONNECT_TIMEOUT, Keyring, Node, NodeError, PAIR_TIMEOUT, interfaces_from_env, pair, resolve};
 pub use revis_proto::v1;
 pub use revis_trust::{DeviceId, Discovered, Interfaces, PairingCode, browse, host_name};
-pub use spawn::{SpawnOptions, check_config, readiness_pipe, spawn_daemon};
+pub use spawn::{SpawnOptions, check_config, end_daemon, readiness_pipe, spawn_daemon};
 
 /// How long to wait for a freshly started daemon to answer.
 pub const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -25,10 +28,18 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(60);
 pub enum ClientError {
     #[error("no revisd answers on {path}: {reason}")]
     NotRunning { path: PathBuf, reason: String },
+    /// The socket may not be this user's daemon: nothing was sent to it.
+    #[error("refusing {path}: {reason}; another user may be impersonating revisd")]
+    Untrusted { path: PathBuf, reason: String },
+    /// A process ID that a daemon reported, not believed (see [`end_daemon`]).
+    #[error("refusing to signal process {pid}: {reason}")]
+    NotDaemon { pid: u32, reason: String },
     #[error("could not start revisd: {0}")]
     Spawn(String),
+    /// A call failed. Its text is the status's message and code; the status
+    /// is not given as the error's source, whose text is tonic's debug dump.
     #[error("{}", status_message(.0))]
-    Rpc(#[from] tonic::Status),
+    Rpc(tonic::Status),
     #[error(transparent)]
     Models(#[from] revis_models::Error),
     #[error(transparent)]
@@ -43,6 +54,12 @@ pub enum ClientError {
 
 fn status_message(s: &tonic::Status) -> String {
     format!("{} ({:?})", s.message(), s.code())
+}
+
+impl From<tonic::Status> for ClientError {
+    fn from(s: tonic::Status) -> Self {
+        ClientError::Rpc(s)
+    }
 }
 
 pub use revis_proto::default_socket_path;
@@ -76,16 +93,27 @@ impl std::fmt::Display for Target {
 }
 
 impl Client {
-    /// Connects to the daemon at `path` and checks that it answers.
+    /// Connects to the daemon at `path`, refusing a socket that may not be
+    /// this user's daemon (see [`local`]: the checks run on every dial, the
+    /// reconnects too).
     pub async fn connect(path: &Path) -> Result<Client, ClientError> {
         let not_running = |reason: String| ClientError::NotRunning { path: path.into(), reason };
+        // The first connection is dialled here, so its refusal keeps its type.
+        let first = Arc::new(Mutex::new(Some(local::dial(path).await?)));
         let socket = path.to_path_buf();
         // The URI is required by tonic but unused: the connector dials the socket.
         let channel = Endpoint::from_static("http://revisd.local")
-            .connect_timeout(Duration::from_secs(5))
+            .connect_timeout(LOCAL_CONNECT_TIMEOUT)
             .connect_with_connector(tower::service_fn(move |_: Uri| {
-                let socket = socket.clone();
-                async move { tokio::net::UnixStream::connect(socket).await.map(TokioIo::new) }
+                let (socket, first) = (socket.clone(), first.clone());
+                async move {
+                    let dialled = first.lock().expect("not poisoned").take();
+                    let stream = match dialled {
+                        Some(s) => s,
+                        None => local::dial(&socket).await.map_err(std::io::Error::other)?,
+                    };
+                    Ok::<_, std::io::Error>(TokioIo::new(stream))
+                }
             }))
             .await
             .map_err(|e| not_running(source_chain(&e)))?;
@@ -185,9 +213,10 @@ impl Client {
             Ok(r) => Ok(GenerateStream { inner: r.into_inner(), retry: Some((self.clone(), req)) }),
             Err(s) if is_retryable(&s) => {
                 tracing::debug!(status = %s, "Generate failed before it started; sending it again");
-                Ok(GenerateStream { inner: self.inference.generate(req).await?.into_inner(), retry: None })
+                let inner = self.inference.generate(req).await.map_err(|s| self.failure(s))?.into_inner();
+                Ok(GenerateStream { inner, retry: None })
             }
-            Err(s) => Err(s.into()),
+            Err(s) => Err(self.failure(s)),
         }
     }
 
@@ -201,13 +230,27 @@ impl Client {
         F: Fn(Client) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        match call(self.clone()).await {
-            Ok(r) => Ok(r.into_inner()),
+        let failed = match call(self.clone()).await {
+            Ok(r) => return Ok(r.into_inner()),
             Err(s) if is_retryable(&s) => {
                 tracing::debug!(status = %s, "call failed on the connection; sending it again");
-                Ok(call(self.clone()).await?.into_inner())
+                match call(self.clone()).await {
+                    Ok(r) => return Ok(r.into_inner()),
+                    Err(s) => s,
+                }
             }
-            Err(s) => Err(s.into()),
+            Err(s) => s,
+        };
+        Err(self.failure(failed))
+    }
+
+    /// What a failed call says: on the local socket, a daemon that could not
+    /// be dialled again reads as [`local::dial`]'s own error (nothing answers
+    /// there, or the socket is not to be trusted), not as tonic's status.
+    fn failure(&self, s: tonic::Status) -> ClientError {
+        match &self.target {
+            Target::Socket(path) if s.code() == tonic::Code::Unavailable => local::undialled(&s, path).unwrap_or(ClientError::Rpc(s)),
+            _ => ClientError::Rpc(s),
         }
     }
 }
@@ -359,8 +402,9 @@ mod tests {
 
     /// A client of a scripted server on a fresh socket, and its call count.
     async fn scripted(name: &str, scripts: Vec<Vec<Result<pb::GenerateEvent, Status>>>) -> (Client, Arc<AtomicUsize>) {
-        let path = std::env::temp_dir().join(format!("revis-client-{name}-{}.sock", std::process::id()));
-        let _ = std::fs::remove_file(&path);
+        // A private directory: the client refuses a socket in a shared one.
+        let dir = tempfile::Builder::new().prefix(&format!("revis-client-{name}")).tempdir().unwrap();
+        let path = dir.path().join("s.sock");
         let listener = tokio::net::UnixListener::bind(&path).unwrap();
         let calls = Arc::new(AtomicUsize::new(0));
         let server = pb::inference_server::InferenceServer::new(Scripted { scripts, calls: calls.clone() });

@@ -131,3 +131,175 @@ pub fn readiness_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     unsafe { libc::fcntl(r.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
     Ok((r, w))
 }
+
+/// Ends the revisd whose process ID is `pid` (SIGTERM: it drains and exits),
+/// as a restart does. `pid` is what a daemon said about itself, so it is
+/// believed only when it names a process of this user that runs the revisd
+/// binary; anything else (0, 1, a value that is negative as a `pid_t`, which
+/// `kill` would take for every process or a process group, or another
+/// program) is refused with [`ClientError::NotDaemon`] and nothing is
+/// signalled.
+pub fn end_daemon(pid: u32) -> Result<(), ClientError> {
+    let refuse = |reason: String| ClientError::NotDaemon { pid, reason };
+    let target = daemon_pid(pid).map_err(refuse)?;
+    // SAFETY: kill only sends a signal, to a process checked to be this user's revisd.
+    if unsafe { libc::kill(target, libc::SIGTERM) } != 0 {
+        return Err(refuse(format!("it could not be signalled: {}", std::io::Error::last_os_error())));
+    }
+    Ok(())
+}
+
+/// `pid` as a `pid_t` when it is a process of this user running revisd;
+/// else why not.
+fn daemon_pid(pid: u32) -> Result<libc::pid_t, String> {
+    let target = libc::pid_t::try_from(pid).ok().filter(|&p| p > 1).ok_or("no daemon has that process ID")?;
+    let process = inspect(target)?;
+    // SAFETY: getuid cannot fail.
+    let me = unsafe { libc::getuid() };
+    if let Some(uid) = [process.real_uid, process.effective_uid].into_iter().find(|&u| u != me) {
+        return Err(format!("that process belongs to uid {uid}, not to you ({me})"));
+    }
+    // A binary replaced since it started (an upgrade) is still revisd.
+    let exe = process.exe.to_string_lossy();
+    let exe = exe.strip_suffix(" (deleted)").unwrap_or(&exe);
+    if Path::new(exe).file_name() != Some("revisd".as_ref()) {
+        return Err(format!("that process runs {exe}, not revisd"));
+    }
+    Ok(target)
+}
+
+/// Who runs a process, and which binary.
+struct Process {
+    real_uid: u32,
+    effective_uid: u32,
+    exe: PathBuf,
+}
+
+#[cfg(target_os = "linux")]
+fn inspect(pid: libc::pid_t) -> Result<Process, String> {
+    let gone = |e: std::io::Error| format!("that process cannot be inspected ({e})");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(gone)?;
+    // "Uid:	real	effective	saved	filesystem"
+    let uids: Vec<u32> = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .map(|l| l.split_whitespace().filter_map(|u| u.parse().ok()).collect())
+        .unwrap_or_default();
+    let [real_uid, effective_uid, ..] = uids[..] else { return Err("its owner cannot be read from /proc".into()) };
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).map_err(gone)?;
+    Ok(Process { real_uid, effective_uid, exe })
+}
+
+// Not run by this project's tests (they run on Linux); written from the
+// libproc API.
+#[cfg(target_os = "macos")]
+fn inspect(pid: libc::pid_t) -> Result<Process, String> {
+    use std::os::unix::ffi::OsStrExt;
+    let gone = || format!("that process cannot be inspected ({})", std::io::Error::last_os_error());
+    // SAFETY: proc_bsdinfo is plain data; proc_pidinfo writes at most `size` bytes into it.
+    let mut info: libc::proc_bsdinfo = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::proc_bsdinfo>() as libc::c_int;
+    let n = unsafe { libc::proc_pidinfo(pid, libc::PROC_PIDTBSDINFO, 0, (&raw mut info).cast(), size) };
+    if n != size {
+        return Err(gone());
+    }
+    let mut buf = vec![0u8; libc::PROC_PIDPATHINFO_MAXSIZE as usize];
+    // SAFETY: proc_pidpath writes at most `buf.len()` bytes into buf.
+    let n = unsafe { libc::proc_pidpath(pid, buf.as_mut_ptr().cast(), buf.len() as u32) };
+    if n <= 0 {
+        return Err(gone());
+    }
+    let exe = PathBuf::from(std::ffi::OsStr::from_bytes(&buf[..n as usize]));
+    Ok(Process { real_uid: info.pbi_ruid, effective_uid: info.pbi_uid, exe })
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+fn inspect(_: libc::pid_t) -> Result<Process, String> {
+    Err("this system offers no way to check which program a process runs".into())
+}
+
+#[cfg(test)]
+mod tests {
+    //! Which process IDs `end_daemon` believes: each refusal is checked to
+    //! have signalled nothing (the process ends by our SIGKILL, not by a
+    //! SIGTERM before it).
+
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    use std::process::Child;
+
+    use super::*;
+
+    /// `sleep`, or a copy of it named `name` (in a directory anyone may read).
+    fn sleeper(name: Option<&str>, uid: Option<u32>) -> (Child, Option<tempfile::TempDir>) {
+        let mut dir = None;
+        let binary = match name {
+            None => PathBuf::from("sleep"),
+            Some(name) => {
+                let d = tempfile::tempdir().unwrap();
+                std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+                let mut probe = Command::new("sleep").arg("0").spawn().unwrap();
+                let sleep = std::fs::read_link(format!("/proc/{}/exe", probe.id())).unwrap();
+                probe.wait().unwrap();
+                let copy = d.path().join(name);
+                std::fs::copy(sleep, &copy).unwrap();
+                dir = Some(d);
+                copy
+            }
+        };
+        let mut cmd = Command::new(binary);
+        cmd.arg("60");
+        if let Some(uid) = uid {
+            cmd.uid(uid).gid(uid);
+        }
+        (cmd.spawn().unwrap(), dir)
+    }
+
+    /// Ends `child` with SIGKILL and says which signal ended it.
+    fn kill_and_reap(mut child: Child) -> Option<i32> {
+        // SAFETY: signals our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        child.wait().unwrap().signal()
+    }
+
+    fn refused(pid: u32) -> String {
+        match end_daemon(pid) {
+            Err(e @ ClientError::NotDaemon { .. }) => e.to_string(),
+            other => panic!("pid {pid} was not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn what_is_not_a_process_id_is_refused() {
+        // As a pid_t, u32::MAX is -1 (every process of the user) and 2^31 a
+        // process group; 0 is our own group, 1 init.
+        for pid in [0, 1, u32::MAX, u32::MAX - 1, 1 << 31, i32::MAX as u32 + 7] {
+            assert_eq!(refused(pid), format!("refusing to signal process {pid}: no daemon has that process ID"));
+        }
+    }
+
+    #[test]
+    fn another_program_is_not_signalled() {
+        let (child, _) = sleeper(None, None);
+        let said = refused(child.id());
+        assert!(said.ends_with("sleep, not revisd"), "{said}");
+        assert_eq!(kill_and_reap(child), Some(libc::SIGKILL), "the refused process got no SIGTERM");
+    }
+
+    #[test]
+    fn a_revisd_of_another_user_is_not_signalled() {
+        let (child, _dir) = sleeper(Some("revisd"), Some(65534));
+        let said = refused(child.id());
+        // SAFETY: getuid cannot fail.
+        let me = unsafe { libc::getuid() };
+        assert!(said.ends_with(&format!("that process belongs to uid 65534, not to you ({me})")), "{said}");
+        assert_eq!(kill_and_reap(child), Some(libc::SIGKILL), "the refused process got no SIGTERM");
+    }
+
+    #[test]
+    fn a_revisd_of_this_user_is_ended() {
+        let (mut child, _dir) = sleeper(Some("revisd"), None);
+        end_daemon(child.id()).unwrap();
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGTERM));
+    }
+}

@@ -1,0 +1,98 @@
+//! Connecting to this machine's revisd over its Unix socket, and only to a
+//! daemon of this user. Every local connection goes through [`dial`] (the
+//! first one and each reconnect), so the CLI, the GUI and `revisd`'s own
+//! admin commands all get the same two checks before a byte is sent:
+//!
+//! - the socket's directory is a real directory (not a symbolic link), owned
+//!   by this user and writable by nobody else, so no other user can have put
+//!   a socket there (the default `/tmp/revis-$UID/` is a name anyone could
+//!   create first);
+//! - the process listening on the socket runs as this user (`SO_PEERCRED`
+//!   on Linux, `getpeereid` on macOS).
+//!
+//! Otherwise the connection is refused with [`ClientError::Untrusted`],
+//! which names the path and the reason.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::Duration;
+
+use tokio::net::UnixStream;
+
+use crate::ClientError;
+
+/// How long connecting to the local socket may take.
+pub const LOCAL_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// This process's user.
+fn my_uid() -> u32 {
+    // SAFETY: getuid cannot fail.
+    unsafe { libc::getuid() }
+}
+
+/// Connects to the socket at `path` once both checks passed (see the module
+/// documentation). Nothing has been written to the stream.
+pub(crate) async fn dial(path: &Path) -> Result<UnixStream, ClientError> {
+    let not_running = |reason: String| ClientError::NotRunning { path: path.into(), reason };
+    let untrusted = |reason: String| ClientError::Untrusted { path: path.into(), reason };
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let meta = tokio::fs::symlink_metadata(dir).await.map_err(|e| not_running(why_not(&e)))?;
+    check_dir(dir, &meta, my_uid()).map_err(untrusted)?;
+    let stream = tokio::time::timeout(LOCAL_CONNECT_TIMEOUT, UnixStream::connect(path))
+        .await
+        .map_err(|_| not_running(format!("it did not accept the connection within {}s", LOCAL_CONNECT_TIMEOUT.as_secs())))?
+        .map_err(|e| not_running(why_not(&e)))?;
+    let peer = stream.peer_cred().map_err(|e| untrusted(format!("the uid of the process listening on it is unknown ({e})")))?;
+    if peer.uid() != my_uid() {
+        return Err(untrusted(format!("the process listening on it runs as uid {}, not as you ({})", peer.uid(), my_uid())));
+    }
+    Ok(stream)
+}
+
+/// Why a socket in `dir` (whose metadata, not following a link, is `meta`)
+/// cannot be trusted to be `uid`'s, if it cannot.
+fn check_dir(dir: &Path, meta: &std::fs::Metadata, uid: u32) -> Result<(), String> {
+    let dir = dir.display();
+    if meta.file_type().is_symlink() {
+        return Err(format!("its directory {dir} is a symbolic link"));
+    }
+    if !meta.is_dir() {
+        return Err(format!("its directory {dir} is not a directory"));
+    }
+    if meta.uid() != uid {
+        return Err(format!("its directory {dir} is owned by uid {}, not by you ({uid})", meta.uid()));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!("its directory {dir} is writable by other users (mode {:o})", meta.mode() & 0o7777));
+    }
+    Ok(())
+}
+
+/// Why connecting failed, in words: the two usual cases (no socket, or a
+/// socket left by a daemon that has stopped) said plainly.
+fn why_not(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "there is no socket there".into(),
+        std::io::ErrorKind::ConnectionRefused => "nothing listens on it (a revisd that stopped left it behind)".into(),
+        _ => e.to_string(),
+    }
+}
+
+/// The error of a call that failed because the socket at `path` could not
+/// be dialled again (the channel reconnects on its own): [`dial`]'s own
+/// error, found in the status's causes. None when the status is not about
+/// dialling (the daemon's own UNAVAILABLE has no cause).
+pub(crate) fn undialled(s: &tonic::Status, path: &Path) -> Option<ClientError> {
+    let mut cause = std::error::Error::source(s);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return Some(match io.get_ref().and_then(|inner| inner.downcast_ref::<ClientError>()) {
+                Some(ClientError::Untrusted { path, reason }) => ClientError::Untrusted { path: path.clone(), reason: reason.clone() },
+                Some(ClientError::NotRunning { path, reason }) => ClientError::NotRunning { path: path.clone(), reason: reason.clone() },
+                _ => ClientError::NotRunning { path: path.into(), reason: why_not(io) },
+            });
+        }
+        cause = e.source();
+    }
+    None
+}
