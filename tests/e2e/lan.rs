@@ -273,3 +273,39 @@ async fn a_call_to_a_vanished_node_fails_within_the_keepalive_not_minutes() {
     eprintln!("the call failed {:?} after the node vanished: {}", t0.elapsed(), r.unwrap_err());
     net.set_link(true);
 }
+
+// A forged advertisement with the desk's device ID comes first (the real
+// desk does not advertise here): the client tries the next place, the
+// address it last reached the desk at, where the pin holds, and the desk
+// answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_advertisement_does_not_hide_the_real_node() {
+    let net = NetnsPair::new();
+    let desk = daemon_in(&net.a, "desk", "enabled = true\nadvertise = false").start();
+    let impostor = daemon_in(&net.a, "desk", "enabled = true\nadvertise = false").start();
+    let laptop = daemon_in(&net.b, "laptop", "").start();
+    let data = tempfile::tempdir().unwrap();
+    let mut local = desk.client().await;
+    let desk_id = local.status().await.unwrap().device_id;
+    let addr = format!("{}:{}", net.a.addr, listen_addr(&mut local).await.port());
+    let (code, mut events) = open_pairing(&mut local).await;
+    let out = revis_in(&net.b, data.path(), &laptop.socket, &["pair", &addr, "--code", &code, "--as", "desk"]);
+    assert!(out.status.success(), "{}", text(&out));
+    pairing_end(&mut events).await;
+
+    let mut imp = impostor.client().await;
+    let imp_port = listen_addr(&mut imp).await.port();
+    let _forged = Forged::start(&net.a, "desk", &desk_id, imp_port);
+    // The client sees the forged advertisement (and only it).
+    let listed = nodes(&net.b, data.path(), &laptop.socket, "2000");
+    let row = listed.iter().find(|n| n["device_id"] == desk_id.as_str()).unwrap_or_else(|| panic!("{listed:?}"));
+    assert_eq!(row["discovered"], true, "{row}");
+
+    let prompt = "What is the capital of France?";
+    let want = generate(&mut local, pb::GenerateRequest { max_tokens: 8, ..ask(prompt) }).await.unwrap().done.text;
+    let args = ["--node", "desk", "run", "--temperature", "0", "--max-tokens", "8", prompt];
+    let out = revis_in(&net.b, data.path(), &laptop.socket, &args);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim_end(), want.trim_end());
+    assert!(!impostor.log_text().contains("paired device connected"), "{}", impostor.log_text());
+}

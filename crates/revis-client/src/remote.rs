@@ -246,32 +246,60 @@ pub async fn pair(
 
 /// Finds the paired daemon a person named (its name or device ID): browses
 /// mDNS on `interfaces` for up to `wait` until an advertisement with its
-/// device ID shows up, else uses the address it was last reached at.
-/// Advertisements are hints: [`Client::connect_node`] checks the pin.
-/// With `interfaces` None (mDNS off), only the last address is tried.
+/// device ID shows up, then takes the first of its places whose TLS
+/// certificate is pinned to that ID: every address every such advertisement
+/// gives, then the address it was last reached at. An advertisement is a
+/// hint and may be forged; the pin decides (a forged one first does not
+/// hide the real node). When none passes, the first place is returned, so
+/// [`Client::connect_node`] says why. With `interfaces` None (mDNS off),
+/// only the last address is tried.
 pub async fn resolve(keyring: &Keyring, what: &str, interfaces: Option<&Interfaces>, wait: Duration) -> Result<Node, ClientError> {
     let device = keyring.store.find(what)?.cloned().ok_or_else(|| ClientError::UnknownNode(what.to_owned()))?;
     let id = device.device_id;
-    let advertised = match interfaces {
-        None => None,
+    let mut places: Vec<SocketAddr> = match interfaces {
+        None => Vec::new(),
         Some(interfaces) => {
             match revis_trust::browse(interfaces, wait, |seen: &[Discovered]| seen.iter().any(|d| d.device_id == id)).await {
-                Ok(seen) => seen.into_iter().find(|d| d.device_id == id).and_then(|d| d.addresses.first().copied()),
+                Ok(seen) => seen.into_iter().filter(|d| d.device_id == id).flat_map(|d| d.addresses).collect(),
                 Err(e) => {
                     tracing::warn!("mDNS browse failed: {e}");
-                    None
+                    Vec::new()
                 }
             }
         }
     };
-    let addr = advertised.or_else(|| device.address.as_deref().and_then(|a| a.parse().ok())).ok_or_else(|| {
-        ClientError::Pairing(format!(
+    places.extend(device.address.as_deref().and_then(|a| a.parse::<SocketAddr>().ok()));
+    let mut seen = std::collections::HashSet::new();
+    places.retain(|a| seen.insert(*a));
+    let Some(&first) = places.first() else {
+        return Err(ClientError::Pairing(format!(
             "{} is paired but was not found on the network within {:.1}s and has no known address; is its server mode on?",
             device.name,
             wait.as_secs_f64()
-        ))
-    })?;
+        )));
+    };
+    let mut addr = first;
+    if places.len() > 1 {
+        let config = revis_trust::client_config(&keyring.identity, id)?;
+        for &place in &places {
+            if presents_pin(&config, place).await {
+                addr = place;
+                break;
+            }
+            tracing::info!(%place, device_id = %id, "not {}: no TLS pinned to its device ID there", device.name);
+        }
+    }
     Ok(Node { name: device.name, device_id: id, addr })
+}
+
+/// Whether the server at `addr` completes a TLS handshake pinned by
+/// `config` (its certificate has the paired device ID), within [`CONNECT_TIMEOUT`].
+async fn presents_pin(config: &Arc<rustls::ClientConfig>, addr: SocketAddr) -> bool {
+    let handshake = async {
+        let tcp = TcpStream::connect(addr).await?;
+        TlsConnector::from(Arc::clone(config)).connect(revis_trust::server_name(), tcp).await
+    };
+    matches!(tokio::time::timeout(CONNECT_TIMEOUT, handshake).await, Ok(Ok(_)))
 }
 
 /// The interfaces mDNS uses on the client: `$REVIS_MDNS_INTERFACES`
