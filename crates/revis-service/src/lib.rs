@@ -293,7 +293,11 @@ fn probe(socket: &Path) -> Result<revis_client::v1::StatusResponse, String> {
             c.status().await
         };
         match tokio::time::timeout(PROBE_TIMEOUT, ask).await {
-            Ok(r) => r.map_err(|e| e.to_string()),
+            // The path is said already: only why.
+            Ok(r) => r.map_err(|e| match e {
+                revis_client::ClientError::NotRunning { reason, .. } => reason,
+                e => e.to_string(),
+            }),
             Err(_) => Err(format!("no answer within {} s", PROBE_TIMEOUT.as_secs())),
         }
     })
