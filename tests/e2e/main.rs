@@ -8,6 +8,7 @@ mod discovery;
 mod dispatch;
 mod fuzz;
 mod generate;
+mod hardening;
 mod impersonation;
 mod lan;
 mod orchestrator;

@@ -57,7 +57,7 @@ impl Alone {
     /// Runs a greedy generation of at most `max_tokens` tokens for `messages`.
     pub async fn generate(&self, messages: &[Message], max_tokens: u32) -> anyhow::Result<Generation> {
         let prompt = build_prompt(self.loaded.tokenizer.as_ref(), messages, messages.len().saturating_sub(1))?;
-        let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let (done, done_rx) = tokio::sync::oneshot::channel();
         let job = GenerateJob { prompt, sampling: Sampling::greedy(), max_tokens, stop: vec![], grammar: None };
         let _finished = self.engine.run(KEY, Job::Generate { job, deltas: tx, done }, Arc::new(AtomicBool::new(false)), Box::new(()));

@@ -48,6 +48,7 @@ struct RawDaemon {
     load_at_start: Option<bool>,
     keep_alive_s: Option<u64>,
     queue_capacity: Option<u32>,
+    stall_timeout_s: Option<u64>,
     max_tokens_limit: Option<u32>,
     default_max_tokens: Option<u32>,
     context: Option<u32>,
@@ -75,6 +76,9 @@ pub struct Config {
     /// None = never unload an idle model.
     pub keep_alive: Option<Duration>,
     pub queue_capacity: usize,
+    /// A Generate whose caller takes none of its text for this long is
+    /// cancelled, so one caller that stops reading cannot hold up the rest.
+    pub stall_timeout: Duration,
     pub max_tokens_limit: u32,
     pub default_max_tokens: u32,
     /// tier name → the model it uses.
@@ -166,6 +170,7 @@ impl Config {
         let cache_slots = range("daemon.cache_slots", d.cache_slots.map(u64::from), 4, 0, 64)? as usize;
         let cache_mb = range("daemon.cache_budget_mb", d.cache_budget_mb, 256, 0, 1 << 20)?;
         let queue_capacity = range("daemon.queue_capacity", d.queue_capacity.map(u64::from), 16, 1, 1024)? as usize;
+        let stall_timeout = Duration::from_secs(range("daemon.stall_timeout_s", d.stall_timeout_s, 10, 1, 3600)?);
         let max_tokens_limit = range("daemon.max_tokens_limit", d.max_tokens_limit.map(u64::from), 4096, 1, 131_072)? as u32;
         let default_max_tokens = range(
             "daemon.default_max_tokens",
@@ -218,6 +223,7 @@ impl Config {
             load_at_start: d.load_at_start.unwrap_or(false),
             keep_alive: (keep_alive_s > 0).then(|| Duration::from_secs(keep_alive_s)),
             queue_capacity,
+            stall_timeout,
             max_tokens_limit,
             default_max_tokens,
             tiers,
@@ -373,7 +379,7 @@ mod tests {
               |
             2 | threds = 2
               | ^^^^^^
-            unknown field `threds`, expected one of `socket`, `load_at_start`, `keep_alive_s`, `queue_capacity`, `max_tokens_limit`, `default_max_tokens`, `context`, `threads`, `batch`, `cache_slots`, `cache_budget_mb`"#]],
+            unknown field `threds`, expected one of `socket`, `load_at_start`, `keep_alive_s`, `queue_capacity`, `stall_timeout_s`, `max_tokens_limit`, `default_max_tokens`, `context`, `threads`, `batch`, `cache_slots`, `cache_budget_mb`"#]],
         );
     }
 

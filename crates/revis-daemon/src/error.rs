@@ -14,8 +14,17 @@ pub enum DaemonError {
     /// The request is bigger than a size limit.
     #[error("{0}")]
     TooLarge(String),
-    #[error("the queue is full ({capacity} requests waiting); retry in {}s", RETRY_AFTER_MS / 1000)]
+    #[error(
+        "the queue is full ({capacity} requests waiting besides the one running, daemon.queue_capacity); retry in {}s",
+        RETRY_AFTER_MS / 1000
+    )]
     QueueFull { capacity: usize },
+    /// The caller took none of a Generate's text for the stall timeout.
+    #[error(
+        "the caller took none of the answer for {}s (daemon.stall_timeout_s); revisd stopped it so other requests could go on",
+        timeout.as_secs()
+    )]
+    Stalled { timeout: std::time::Duration },
     #[error("revisd is shutting down")]
     ShuttingDown,
     #[error(transparent)]
@@ -34,6 +43,7 @@ impl From<DaemonError> for Status {
                 s.metadata_mut().insert("grpc-retry-pushback-ms", RETRY_AFTER_MS.into());
                 s
             }
+            DaemonError::Stalled { .. } => Status::deadline_exceeded(msg),
             DaemonError::ShuttingDown => Status::unavailable(msg),
             DaemonError::Engine(e) => {
                 let code = match e {

@@ -2,6 +2,7 @@
 //! and models, the priority queue, the gRPC services and the Unix socket.
 //! The `revisd` binary is a thin main over [`server::run`].
 
+pub mod admission;
 pub mod config;
 pub mod error;
 pub mod registry;

@@ -15,6 +15,7 @@ use tonic::transport::Server;
 use tonic::transport::server::UdsConnectInfo;
 use tonic::{Request, Status};
 
+use crate::admission::{Admission, MAX_CONCURRENT_STREAMS};
 use crate::config::Config;
 use crate::registry::Registry;
 use crate::remote::Remote;
@@ -68,7 +69,10 @@ pub async fn run(
     let queue = Arc::new(Queue::new(config.queue_capacity, |t: &crate::service::Task| t.job.abandoned()));
     let closing = Arc::new(AtomicBool::new(false));
     let remote = Remote::new(config.server.clone(), config.tiers.keys().cloned().collect())?;
+    let admission = Admission::new(config.queue_capacity);
     let daemon = Daemon {
+        admission: admission.clone(),
+        tokenizers: Arc::new(crate::service::tokenizer_pool()),
         remote: remote.clone(),
         registry: registry.clone(),
         queue: queue.clone(),
@@ -88,9 +92,12 @@ pub async fn run(
         .build_v1()
         .expect("the embedded descriptor sets are valid");
 
-    let inference = pb::inference_server::InferenceServer::new(daemon.clone())
-        .max_decoding_message_size(GRPC_MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(GRPC_MAX_MESSAGE_BYTES);
+    // Inference calls are admitted before their bodies are read, on both listeners.
+    let inference = admission.gate(
+        pb::inference_server::InferenceServer::new(daemon.clone())
+            .max_decoding_message_size(GRPC_MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(GRPC_MAX_MESSAGE_BYTES),
+    );
     let admin = pb::admin_server::AdminServer::new(daemon)
         .max_decoding_message_size(GRPC_MAX_MESSAGE_BYTES)
         .max_encoding_message_size(GRPC_MAX_MESSAGE_BYTES);
@@ -112,6 +119,7 @@ pub async fn run(
         }
     };
     let server = Server::builder()
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
         .layer(tonic::service::InterceptorLayer::new(same_user(crate::socket::my_uid())))
         .add_service(health_service)
         .add_service(reflection)

@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use revis_engine::{
     Delta, EngineError, FinishReason, Finished, GenerateJob, Job, PrefillJob, ScoreJob, build_prompt, build_score_prefix,
@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
+use crate::admission::{Admission, Admitted};
 use crate::config::Config;
 use crate::error::DaemonError;
 use crate::registry::{Lease, Phase, Registry};
@@ -23,7 +24,8 @@ use crate::remote::{DeviceInfo, PairingOutcome, Remote, ServerState, is_remote, 
 use crate::scheduler::{Priority, Queue};
 use crate::validate;
 
-/// Deltas buffered between the engine thread and the gRPC stream.
+/// Deltas buffered between the forwarder and the gRPC stream; the caller
+/// has "taken" a delta once it left this buffer for the HTTP/2 stream.
 const DELTA_BUFFER: usize = 64;
 
 /// A job waiting for the engine, with the lease that keeps its model loaded.
@@ -59,6 +61,25 @@ pub struct Daemon {
     pub closing: Arc<AtomicBool>,
     /// Server mode: identity, paired devices, the TCP side.
     pub remote: Arc<Remote>,
+    /// Places for Inference calls, taken before a request is read.
+    pub admission: Admission,
+    /// Where prompts are rendered and tokenized: see [`tokenizer_pool`].
+    pub tokenizers: Arc<rayon::ThreadPool>,
+}
+
+/// Threads that render and tokenize prompts, off the async runtime. Two, so
+/// a long prompt does not hold up a short one; a fixed few, because each
+/// thread keeps the memory its largest prompt needed (a 1 MiB prompt takes
+/// tens of MiB while tokenized, and the allocator keeps one arena per
+/// thread), where tokio's blocking pool would spread that over dozens.
+pub const TOKENIZER_THREADS: usize = 2;
+
+pub fn tokenizer_pool() -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(TOKENIZER_THREADS)
+        .thread_name(|i| format!("revis-tokenize-{i}"))
+        .build()
+        .expect("start the tokenizer threads")
 }
 
 impl Daemon {
@@ -68,6 +89,16 @@ impl Daemon {
             return Err(DaemonError::ShuttingDown);
         }
         Ok(())
+    }
+
+    /// The call's place, taken by the gate in front of the service before
+    /// its body was read (see `admission.rs`), or here when it came in
+    /// another way.
+    fn admitted<T>(&self, req: &Request<T>) -> Result<Admitted, DaemonError> {
+        match req.extensions().get::<Admitted>() {
+            Some(a) => Ok(a.clone()),
+            None => self.admission.try_admit(),
+        }
     }
 
     fn admit(&self, priority: Priority, task: Task) -> Result<(), DaemonError> {
@@ -104,12 +135,20 @@ fn too_long(tokens: usize, n_ctx: u32, tier: &str) -> DaemonError {
     ))
 }
 
-/// Runs blocking tokenizer work off the async runtime.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, EngineError> + Send + 'static) -> Result<T, DaemonError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| DaemonError::Engine(EngineError::Llama(format!("tokenizer task failed: {e}"))))?
-        .map_err(DaemonError::from)
+/// Runs tokenizer work on the [`tokenizer_pool`], off the async runtime.
+async fn blocking<T: Send + 'static>(
+    pool: &rayon::ThreadPool,
+    f: impl FnOnce() -> Result<T, EngineError> + Send + 'static,
+) -> Result<T, DaemonError> {
+    let (tx, rx) = oneshot::channel();
+    pool.spawn(move || {
+        let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
+    });
+    match rx.await {
+        Ok(Ok(r)) => r.map_err(DaemonError::from),
+        Ok(Err(_)) => Err(DaemonError::Engine(EngineError::Llama("the tokenizer panicked".into()))),
+        Err(_) => Err(DaemonError::ShuttingDown),
+    }
 }
 
 #[tonic::async_trait]
@@ -117,13 +156,14 @@ impl pb::inference_server::Inference for Daemon {
     type GenerateStream = EventStream;
 
     async fn generate(&self, req: Request<pb::GenerateRequest>) -> Result<Response<EventStream>, Status> {
-        let admitted = Instant::now();
+        let admitted_at = Instant::now();
         self.open()?;
+        let admitted = self.admitted(&req)?;
         let v = validate::generate(req.get_ref(), &self.registry, &self.config)?;
         let lease = self.registry.lease(&v.model).await.map_err(DaemonError::from)?;
         let tok = lease.tokenizer.clone();
         let (messages, static_count, json, prefix) = (v.messages, v.static_count, v.json, v.answer_prefix);
-        let (prompt, grammar) = blocking(move || {
+        let (prompt, grammar) = blocking(&self.tokenizers, move || {
             let mut prompt = build_prompt(tok.as_ref(), &messages, static_count)?;
             // Continuing an answer: its text so far follows the turn's
             // opening, as the model's own text (special-token names in it
@@ -140,24 +180,39 @@ impl pb::inference_server::Inference for Daemon {
             return Err(too_long(prompt.tokens.len(), n_ctx, &v.tier).into());
         }
         let started = pb::Started { model: v.model.name.clone(), prompt_tokens: prompt.tokens.len() as u32 };
+        let (engine_tx, engine_rx) = mpsc::unbounded_channel();
         let (deltas_tx, deltas) = mpsc::channel(DELTA_BUFFER);
         let (done_tx, done) = oneshot::channel();
         let cancel = Arc::new(AtomicBool::new(false));
+        let stalled = Arc::new(AtomicBool::new(false));
         let seed = v.sampling.seed;
         let job = GenerateJob { prompt, sampling: v.sampling, max_tokens: v.max_tokens, stop: v.stop, grammar };
         let task =
-            Task { key: v.model.key.clone(), job: Job::Generate { job, deltas: deltas_tx, done: done_tx }, cancel: cancel.clone(), lease };
+            Task { key: v.model.key.clone(), job: Job::Generate { job, deltas: engine_tx, done: done_tx }, cancel: cancel.clone(), lease };
         self.admit(v.priority, task)?;
-        Ok(Response::new(EventStream { started: Some(started), deltas, done: Some(done), cancel, seed, admitted }))
+        let stall = Stall { timeout: self.config.stall_timeout, cancel: cancel.clone(), stalled: stalled.clone() };
+        tokio::spawn(forward(engine_rx, deltas_tx, stall, admitted));
+        Ok(Response::new(EventStream {
+            started: Some(started),
+            deltas,
+            done: Some(done),
+            cancel,
+            stalled,
+            stall_timeout: self.config.stall_timeout,
+            seed,
+            admitted: admitted_at,
+        }))
     }
 
     async fn prefill(&self, req: Request<pb::PrefillRequest>) -> Result<Response<pb::PrefillResponse>, Status> {
         self.open()?;
+        // Held until the answer is sent, or the caller leaves (tonic drops this future).
+        let _admitted = self.admitted(&req)?;
         let v = validate::prefill(req.get_ref(), &self.registry)?;
         let lease = self.registry.lease(&v.model).await.map_err(DaemonError::from)?;
         let tok = lease.tokenizer.clone();
         let messages = v.messages;
-        let prompt = blocking(move || build_static_prompt(tok.as_ref(), &messages)).await?;
+        let prompt = blocking(&self.tokenizers, move || build_static_prompt(tok.as_ref(), &messages)).await?;
         let n_ctx = lease.tokenizer.n_ctx();
         if prompt.tokens.len() >= n_ctx as usize {
             return Err(too_long(prompt.tokens.len(), n_ctx, &v.tier).into());
@@ -176,12 +231,15 @@ impl pb::inference_server::Inference for Daemon {
 
     async fn score(&self, req: Request<pb::ScoreRequest>) -> Result<Response<pb::ScoreResponse>, Status> {
         self.open()?;
+        let _admitted = self.admitted(&req)?;
         let v = validate::score(req.get_ref(), &self.registry)?;
         let lease = self.registry.lease(&v.model).await.map_err(DaemonError::from)?;
         let tok = lease.tokenizer.clone();
         let (messages, prefix, continuation) = (v.messages, v.prefix, v.continuation.clone());
-        let (prefix, continuation) =
-            blocking(move || Ok((build_score_prefix(tok.as_ref(), &messages, &prefix)?, tok.tokenize_plain(&continuation)))).await?;
+        let (prefix, continuation) = blocking(&self.tokenizers, move || {
+            Ok((build_score_prefix(tok.as_ref(), &messages, &prefix)?, tok.tokenize_plain(&continuation)))
+        })
+        .await?;
         let n_ctx = lease.tokenizer.n_ctx();
         if prefix.len() + continuation.len() >= n_ctx as usize {
             return Err(too_long(prefix.len() + continuation.len(), n_ctx, &v.tier).into());
@@ -343,6 +401,47 @@ fn device_info(d: &DeviceInfo) -> pb::PairedDeviceInfo {
     }
 }
 
+/// How a Generate's forwarder treats a caller that stops reading.
+struct Stall {
+    timeout: Duration,
+    /// The job's own cancel flag.
+    cancel: Arc<AtomicBool>,
+    /// Set when the caller stalled, so the stream ends with that reason.
+    stalled: Arc<AtomicBool>,
+}
+
+/// Carries a Generate's deltas from the engine (which never waits) to the
+/// gRPC stream's buffer, and owns the stall clock: when the buffer stays
+/// full for `stall.timeout` (the caller took nothing: a frozen client, an
+/// HTTP/2 window left at 0) the job is cancelled and the forwarder ends.
+/// Also ends when the job ends or the stream is dropped; with it go the
+/// call's admission place and, for the engine, the job's delta channel
+/// (a closed channel stops the generation within one token).
+async fn forward(mut from: mpsc::UnboundedReceiver<Delta>, to: mpsc::Sender<Delta>, stall: Stall, _admitted: Admitted) {
+    loop {
+        let delta = tokio::select! {
+            d = from.recv() => match d {
+                Some(d) => d,
+                None => return,
+            },
+            () = to.closed() => return,
+        };
+        match tokio::time::timeout(stall.timeout, to.send(delta)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return,
+            Err(_) => {
+                tracing::warn!(
+                    timeout_s = stall.timeout.as_secs(),
+                    "a caller took none of its answer for the stall timeout; cancelling it"
+                );
+                stall.stalled.store(true, Ordering::SeqCst);
+                stall.cancel.store(true, Ordering::SeqCst);
+                return;
+            }
+        }
+    }
+}
+
 /// The Generate response: Started, the deltas as they come, then Done.
 /// Dropping it (the client went away) stops the generation within one token.
 pub struct EventStream {
@@ -350,6 +449,9 @@ pub struct EventStream {
     deltas: mpsc::Receiver<Delta>,
     done: Option<oneshot::Receiver<Result<Finished, EngineError>>>,
     cancel: Arc<AtomicBool>,
+    /// The forwarder gave up on this caller (see [`forward`]).
+    stalled: Arc<AtomicBool>,
+    stall_timeout: Duration,
     seed: u64,
     admitted: Instant,
 }
@@ -380,6 +482,11 @@ impl Stream for EventStream {
             Poll::Pending => return Poll::Pending,
         }
         let Some(done) = this.done.as_mut() else { return Poll::Ready(None) };
+        if this.stalled.load(Ordering::SeqCst) {
+            // Deltas were dropped: a Done now would not match what was streamed.
+            this.done = None;
+            return Poll::Ready(Some(Err(DaemonError::Stalled { timeout: this.stall_timeout }.into())));
+        }
         let result = match Pin::new(done).poll(cx) {
             Poll::Pending => return Poll::Pending,
             Poll::Ready(r) => r,

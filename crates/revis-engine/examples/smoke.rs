@@ -12,7 +12,7 @@ async fn main() {
     let msgs = vec![Message { role: Role::User, content: "What is the capital of France?".into() }];
     let prompt = build_prompt(loaded.tokenizer.as_ref(), &msgs, 0).unwrap();
     for _ in 0..2 {
-        let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let (done, done_rx) = tokio::sync::oneshot::channel();
         let job = GenerateJob { prompt: prompt.clone(), sampling: Sampling::greedy(), max_tokens: 64, stop: vec![], grammar: None };
         let _f = engine.run("m", Job::Generate { job, deltas: tx, done }, Arc::new(AtomicBool::new(false)), Box::new(()));

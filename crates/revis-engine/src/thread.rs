@@ -1,6 +1,10 @@
 //! The engine thread: owns every loaded model and its context, runs one job
 //! at a time, and talks to async callers over channels (readiness and
-//! results via oneshot, deltas via a bounded mpsc).
+//! results via oneshot, deltas via an unbounded mpsc). It never waits for a
+//! consumer: a caller that stops reading must not hold up everyone else's
+//! jobs. Whoever reads the deltas decides how long a caller may stall (the
+//! daemon cancels the job after its stall timeout); until then a job's
+//! deltas are at most one per generated token, so `max_tokens` bounds them.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,7 +35,7 @@ pub struct ScoreJob {
 
 /// Work for a loaded model, with where its results go.
 pub enum Job {
-    Generate { job: GenerateJob, deltas: tmpsc::Sender<Delta>, done: oneshot::Sender<Result<Finished, EngineError>> },
+    Generate { job: GenerateJob, deltas: tmpsc::UnboundedSender<Delta>, done: oneshot::Sender<Result<Finished, EngineError>> },
     Prefill { job: PrefillJob, done: oneshot::Sender<Result<Prefilled, EngineError>> },
     Score { job: ScoreJob, done: oneshot::Sender<Result<Scored, EngineError>> },
 }
@@ -212,7 +216,8 @@ fn run_job(session: &mut dyn Session, job: Job, stopped: &dyn Fn() -> bool) {
     match job {
         Job::Generate { job, deltas, done } => {
             let cancelled = || stopped() || deltas.is_closed();
-            let mut emit = |d: Delta| !stopped() && deltas.blocking_send(d).is_ok();
+            // Never a blocking send: the engine must not wait for a consumer.
+            let mut emit = |d: Delta| !stopped() && deltas.send(d).is_ok();
             let result = session.generate(&job, &mut emit, &cancelled);
             let _ = done.send(result);
         }

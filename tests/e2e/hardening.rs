@@ -1,0 +1,170 @@
+//! Hardening: no caller can freeze or exhaust revisd. A caller that stops
+//! reading is cut off after the stall timeout while the others go on, and a
+//! flood of large calls on one connection is refused before it costs memory.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use revis_client::v1 as pb;
+use revis_testkit::TestDaemon;
+use tonic::Code;
+use tonic::codegen::http;
+
+use crate::{ask, generate, user};
+
+/// One gRPC message on the wire: not compressed, its length, the message.
+fn grpc_frame(msg: &impl prost::Message) -> Bytes {
+    let body = msg.encode_to_vec();
+    let mut frame = Vec::with_capacity(5 + body.len());
+    frame.push(0);
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    frame.into()
+}
+
+/// A figure from /proc/PID/status, in bytes (VmRSS: now; VmHWM: the peak).
+fn vm_bytes(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
+    let line = status.lines().find(|l| l.starts_with(&format!("{field}:"))).unwrap_or_else(|| panic!("no {field}"));
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
+
+/// A caller that reads nothing: raw HTTP/2 whose stream window is 0, so not
+/// one byte of an answer can reach it until it opens the window (`open`).
+struct Frozen {
+    response: http::Response<h2::RecvStream>,
+    open: tokio::sync::oneshot::Sender<()>,
+    _h2: h2::client::SendRequest<Bytes>,
+}
+
+async fn frozen_generate(socket: &Path, req: &pb::GenerateRequest) -> Frozen {
+    let io = tokio::net::UnixStream::connect(socket).await.unwrap();
+    let (h2, mut conn) = h2::client::Builder::new().initial_window_size(0).handshake::<_, Bytes>(io).await.unwrap();
+    let (open, opened) = tokio::sync::oneshot::channel::<()>();
+    // The connection is driven (pings, settings) but grants no window until asked.
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = &mut conn => return,
+            _ = opened => {}
+        }
+        conn.set_initial_window_size(1 << 20).unwrap();
+        let _ = conn.await;
+    });
+    let mut h2 = h2.ready().await.unwrap();
+    let request = http::Request::post("http://localhost/revis.v1.Inference/Generate")
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (response, mut body) = h2.send_request(request, false).unwrap();
+    body.send_data(grpc_frame(req), true).unwrap();
+    // Response headers are not flow-controlled: they come once the job is in the queue.
+    let response = response.await.unwrap();
+    assert_eq!(response.status(), 200);
+    Frozen { response, open, _h2: h2 }
+}
+
+#[tokio::test]
+async fn a_caller_that_never_reads_does_not_hold_up_the_others() {
+    const STALL: Duration = Duration::from_secs(2);
+    let d = TestDaemon::new().daemon(&format!("stall_timeout_s = {}", STALL.as_secs())).start();
+    let mut c = d.client().await;
+    // The model is loaded, and this is what a short answer takes here.
+    let t = Instant::now();
+    generate(&mut c, ask("Say hello.")).await.unwrap();
+    let own = t.elapsed();
+
+    // A long answer (far more deltas than any buffer holds) for a caller that never reads.
+    let mut long = ask("Write a very long essay about rivers.");
+    long.max_tokens = 4000;
+    // Queued (nothing else is), so it runs before anything asked after it.
+    let frozen = frozen_generate(&d.socket, &long).await;
+
+    // Another caller's answer comes within the stall timeout plus its own time
+    // (and slack for a loaded 2-core machine), not when the frozen one leaves.
+    let t = Instant::now();
+    let bound = STALL + own * 2 + Duration::from_secs(8);
+    let second = tokio::time::timeout(bound, generate(&mut c, ask("Say hello."))).await;
+    let took = t.elapsed();
+    assert!(second.is_ok(), "a second caller waited more than {bound:?} behind one that never reads");
+    second.unwrap().unwrap();
+    eprintln!("second answer after {took:?} (own time {own:?}, stall timeout {STALL:?})");
+
+    // The frozen caller, once it reads, learns why its answer stopped.
+    let _ = frozen.open.send(());
+    let mut body = frozen.response.into_body();
+    let mut received = 0;
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.unwrap();
+        received += chunk.len();
+        let _ = body.flow_control().release_capacity(chunk.len());
+    }
+    eprintln!("the frozen caller then received {received} bytes");
+    let trailers = body.trailers().await.unwrap().expect("trailers");
+    assert_eq!(trailers["grpc-status"], (Code::DeadlineExceeded as i32).to_string());
+    let message = trailers["grpc-message"].to_str().unwrap();
+    assert!(message.contains("stall_timeout_s"), "{message}");
+}
+
+#[tokio::test]
+async fn a_flood_of_large_calls_on_one_connection_is_refused_before_it_costs_memory() {
+    const CALLS: usize = 300;
+    const QUEUE: usize = 16;
+    /// Peak resident memory the flood may add to the daemon. Admitted calls:
+    /// at most QUEUE + 1, each its 1 MiB request, the text and its tokens; the
+    /// rest are never read. Before admission came first, every call was
+    /// decoded and tokenized at once (over 1 GiB here).
+    const RSS_GROWTH_BOUND: u64 = 256 << 20;
+    /// Every refusal arrives within this time of the first call.
+    const REFUSED_WITHIN: Duration = Duration::from_secs(10);
+
+    let d = TestDaemon::new().daemon(&format!("queue_capacity = {QUEUE}")).start();
+    let c = d.client().await;
+    generate(&mut c.clone(), ask("Say hello.")).await.unwrap();
+    let pid = d.pid();
+    // Start the peak (VmHWM) afresh, past the model load's own.
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").expect("reset the peak RSS");
+    let before = vm_bytes(pid, "VmRSS");
+
+    // Just under the request text limit, so size alone does not refuse it.
+    let text = Bytes::from("word ".repeat(((1 << 20) - 1024) / 5));
+    let started = Instant::now();
+    let calls: Vec<_> = (0..CALLS)
+        .map(|_| {
+            let mut inference = c.inference.clone();
+            let mut req = ask("");
+            req.messages = vec![pb::ChatMessage { content: text.clone(), ..user("") }];
+            tokio::spawn(async move {
+                let r = inference.generate(req).await.map(|_| ());
+                (r, started.elapsed())
+            })
+        })
+        .collect();
+    let mut refused = 0;
+    for call in calls {
+        let (result, at) = call.await.unwrap();
+        let Err(e) = result else { panic!("a 1 MiB prompt cannot fit a 2048-token context, yet it was accepted") };
+        match e.code() {
+            Code::ResourceExhausted => {
+                assert!(e.message().contains("daemon.queue_capacity"), "{}", e.message());
+                assert!(at < REFUSED_WITHIN, "a refusal took {at:?}");
+                refused += 1;
+            }
+            // Admitted, then found too long for the context after tokenizing.
+            Code::InvalidArgument => assert!(e.message().contains("context"), "{}", e.message()),
+            other => panic!("unexpected {other:?}: {}", e.message()),
+        }
+    }
+    let peak = vm_bytes(pid, "VmHWM");
+    eprintln!(
+        "{refused} of {CALLS} refused; RSS before {} MiB, peak {} MiB, all done in {:?}",
+        before >> 20,
+        peak >> 20,
+        started.elapsed()
+    );
+    assert!(refused >= CALLS - (QUEUE + 1), "only {refused} of {CALLS} refused");
+    assert!(peak.saturating_sub(before) < RSS_GROWTH_BOUND, "peak RSS grew by {} MiB", (peak - before) >> 20);
+    // And the daemon serves as before.
+    generate(&mut c.clone(), ask("Say hello.")).await.unwrap();
+}
