@@ -38,17 +38,22 @@ fn refuse(path: &Path, message: impl Into<String>) -> SocketError {
 }
 
 /// Creates (0700) or checks the socket's directory: a real directory, ours,
-/// writable by nobody else.
+/// writable by nobody else. The directory itself is never followed if it is
+/// a symbolic link, at any step: `mkdir` does not follow one (it fails with
+/// EEXIST), and whatever is there afterwards, made by us or by someone
+/// quicker, is judged by `lstat`. No chmod: `mkdir`'s 0700, less the umask,
+/// is never open to others. (Its parents are ordinary paths: on macOS /tmp
+/// itself is a link.)
 fn check_dir(dir: &Path) -> Result<(), SocketError> {
-    match std::fs::symlink_metadata(dir) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io(dir))?;
-            // `recursive` applies the mode to the last component only, which is the one we use.
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io(dir))?;
-            Ok(())
-        }
-        other => check_existing_dir(dir, other),
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty() && !p.exists()) {
+        std::fs::create_dir_all(parent).map_err(io(parent))?;
     }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io(dir)(e)),
+    }
+    check_existing_dir(dir, std::fs::symlink_metadata(dir))
 }
 
 fn check_existing_dir(dir: &Path, meta: std::io::Result<std::fs::Metadata>) -> Result<(), SocketError> {
@@ -360,6 +365,35 @@ mod tests {
         std::fs::set_permissions(path.parent().unwrap(), std::fs::Permissions::from_mode(0o777)).unwrap();
         let e = check_inherited(handed_over(&held), Activation::Systemd).unwrap_err().to_string();
         assert!(e.contains("writable by other users"), "{e}");
+    }
+
+    /// Whatever stands where the directory goes when revisd creates it (a
+    /// link planted between a check and the mkdir) is judged by lstat, and
+    /// nothing is created or chmodded through it.
+    #[test]
+    fn a_link_where_the_directory_goes_is_refused_and_never_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let target = tmp.path().join("target");
+        std::fs::create_dir(&target).unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let dir = tmp.path().join("run");
+        std::os::unix::fs::symlink(&target, &dir).unwrap();
+        let e = check_dir(&dir).unwrap_err().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert_eq!(std::fs::metadata(&target).unwrap().mode() & 0o777, 0o755, "chmodded through the link");
+        // A dangling link is not followed to create its target either.
+        let dangling = tmp.path().join("dangling");
+        std::os::unix::fs::symlink(tmp.path().join("nowhere"), &dangling).unwrap();
+        let e = check_dir(&dangling).unwrap_err().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert!(!tmp.path().join("nowhere").exists(), "created through the link");
+        // A directory someone else made first with a loose mode is refused, not "fixed".
+        let loose = tmp.path().join("loose");
+        std::fs::create_dir(&loose).unwrap();
+        std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = check_dir(&loose).unwrap_err().to_string();
+        assert!(e.contains("writable by other users"), "{e}");
+        assert_eq!(std::fs::metadata(&loose).unwrap().mode() & 0o777, 0o777);
     }
 
     #[tokio::test]
