@@ -7,12 +7,11 @@ mod admin;
 mod service;
 
 use std::io::Write;
-use std::os::fd::FromRawFd;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use revis_daemon::socket::{Inherited, take_inherited};
+use revis_daemon::socket::{Inherited, take_inherited, take_ready_pipe};
 use revis_daemon::{Config, bind, default_socket_path};
 
 /// The revis inference daemon: serves the models of each tier over gRPC on a Unix socket.
@@ -99,8 +98,10 @@ fn main() -> ExitCode {
             return ExitCode::from(EX_CANTCREAT);
         }
     };
+    // SAFETY: still single-threaded, as above.
+    let ready = unsafe { take_ready_pipe() };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
-    runtime.block_on(serve(config, args.socket, inherited))
+    runtime.block_on(serve(config, args.socket, inherited, ready))
 }
 
 fn load_config(path: Option<PathBuf>) -> anyhow::Result<Config> {
@@ -112,7 +113,7 @@ fn load_config(path: Option<PathBuf>) -> anyhow::Result<Config> {
     }
 }
 
-async fn serve(config: Config, socket: Option<PathBuf>, inherited: Option<Inherited>) -> ExitCode {
+async fn serve(config: Config, socket: Option<PathBuf>, inherited: Option<Inherited>, ready: Option<std::fs::File>) -> ExitCode {
     let asked = socket.or_else(|| config.socket.clone());
     // A socket the service manager holds stays its own: we neither bind nor remove it.
     let activated = inherited.is_some();
@@ -147,7 +148,7 @@ async fn serve(config: Config, socket: Option<PathBuf>, inherited: Option<Inheri
     // Handlers go in before anything can announce readiness: a SIGTERM sent
     // right after "ready" must drain, not kill the process.
     let shutdown = signal();
-    let result = revis_daemon::run(config, listener, shutdown, notify_ready).await;
+    let result = revis_daemon::run(config, listener, shutdown, move || notify_ready(ready)).await;
     if bound.is_some() && file_id(&path) == bound {
         let _ = std::fs::remove_file(&path);
     }
@@ -184,13 +185,9 @@ fn signal() -> impl std::future::Future<Output = ()> + Send + 'static {
 }
 
 /// Tells whoever started us that requests are served: writes "ready\n" to
-/// the file descriptor named by REVIS_READY_FD, then closes it.
-fn notify_ready() {
-    let Some(fd) = std::env::var("REVIS_READY_FD").ok().and_then(|v| v.parse::<i32>().ok()) else { return };
-    // SAFETY: the parent passed this descriptor to us for exactly this; we own it from here on.
-    if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
-        return;
+/// the readiness pipe (`REVIS_READY_FD`, checked by `take_ready_pipe`), then closes it.
+fn notify_ready(pipe: Option<std::fs::File>) {
+    if let Some(mut f) = pipe {
+        let _ = f.write_all(b"ready\n");
     }
-    let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
-    let _ = f.write_all(b"ready\n");
 }

@@ -98,6 +98,35 @@ pub async fn bind(path: &Path) -> Result<UnixListener, SocketError> {
     Ok(listener)
 }
 
+/// The readiness pipe named by `REVIS_READY_FD` (set by `revis` when it
+/// starts revisd, see `revis-client`'s spawn), taken at start: the variable
+/// is removed from the environment (no child of ours writes to it), and the
+/// descriptor is taken only if it is a pipe or FIFO, so a stray number
+/// never makes revisd write into, or close, a file or socket of its own.
+///
+/// # Safety
+/// Call it once, while the process has a single thread (it changes the
+/// environment and takes ownership of the descriptor).
+pub unsafe fn take_ready_pipe() -> Option<std::fs::File> {
+    let value = std::env::var("REVIS_READY_FD").ok();
+    // SAFETY: single-threaded, by our caller's contract.
+    unsafe { std::env::remove_var("REVIS_READY_FD") };
+    let fd: RawFd = value?.trim().parse().ok()?;
+    // SAFETY: fstat only writes into `st`.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if fd < 0 || unsafe { libc::fstat(fd, &mut st) } == -1 {
+        tracing::warn!(fd, "REVIS_READY_FD names no open descriptor; not signalling readiness");
+        return None;
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFIFO {
+        tracing::warn!(fd, "REVIS_READY_FD is not a pipe; leaving that descriptor alone");
+        return None;
+    }
+    // SAFETY: an open pipe our parent passed for exactly this; from here on it is ours only.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    Some(unsafe { std::fs::File::from_raw_fd(fd) })
+}
+
 /// Which service manager handed the socket over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Activation {
@@ -394,6 +423,35 @@ mod tests {
         let e = check_dir(&loose).unwrap_err().to_string();
         assert!(e.contains("writable by other users"), "{e}");
         assert_eq!(std::fs::metadata(&loose).unwrap().mode() & 0o777, 0o777);
+    }
+
+    /// One test (the environment is the process's): a pipe is taken, a file
+    /// or a closed number is not, and the variable is gone each time.
+    #[test]
+    fn the_ready_fd_is_taken_only_when_it_is_a_pipe_and_never_left_in_the_environment() {
+        use std::io::{Read, Write};
+        let set = |v: &str| unsafe { std::env::set_var("REVIS_READY_FD", v) };
+        let (mut read_end, write_end) = std::io::pipe().unwrap();
+        set(&std::os::fd::IntoRawFd::into_raw_fd(write_end).to_string());
+        let mut taken = unsafe { take_ready_pipe() }.expect("a pipe is taken");
+        assert!(std::env::var_os("REVIS_READY_FD").is_none());
+        taken.write_all(b"ready\n").unwrap();
+        drop(taken);
+        let mut got = String::new();
+        read_end.read_to_string(&mut got).unwrap();
+        assert_eq!(got, "ready\n");
+
+        let tmp = tempfile::tempdir().unwrap();
+        let file = std::fs::File::create(tmp.path().join("log")).unwrap();
+        set(&file.as_raw_fd().to_string());
+        assert!(unsafe { take_ready_pipe() }.is_none(), "a regular file is not a readiness pipe");
+        assert!(std::env::var_os("REVIS_READY_FD").is_none());
+        // The file's descriptor is still open and still ours.
+        (&file).write_all(b"x").unwrap();
+
+        set("987654");
+        assert!(unsafe { take_ready_pipe() }.is_none());
+        assert!(std::env::var_os("REVIS_READY_FD").is_none());
     }
 
     #[tokio::test]
