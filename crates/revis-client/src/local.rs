@@ -7,8 +7,12 @@
 //!   by this user and writable by nobody else, so no other user can have put
 //!   a socket there (the default `/tmp/revis-$UID/` is a name anyone could
 //!   create first);
-//! - the process listening on the socket runs as this user (`SO_PEERCRED`
-//!   on Linux, `getpeereid` on macOS).
+//! - the process that put the socket to listen runs as this user or as
+//!   root (`SO_PEERCRED` on Linux, `getpeereid` on macOS). Root, because
+//!   under launchd socket activation it is launchd (root) that creates and
+//!   listens on the socket it hands to the user's revisd, so the peer
+//!   credentials read uid 0; and root can act as any user anyway, so
+//!   refusing it would protect nothing.
 //!
 //! Otherwise the connection is refused with [`ClientError::Untrusted`],
 //! which names the path and the reason.
@@ -43,10 +47,16 @@ pub(crate) async fn dial(path: &Path) -> Result<UnixStream, ClientError> {
         .map_err(|_| not_running(format!("it did not accept the connection within {}s", LOCAL_CONNECT_TIMEOUT.as_secs())))?
         .map_err(|e| not_running(why_not(&e)))?;
     let peer = stream.peer_cred().map_err(|e| untrusted(format!("the uid of the process listening on it is unknown ({e})")))?;
-    if peer.uid() != my_uid() {
+    if !trusted_peer(peer.uid(), my_uid()) {
         return Err(untrusted(format!("the process listening on it runs as uid {}, not as you ({})", peer.uid(), my_uid())));
     }
     Ok(stream)
+}
+
+/// Whether a socket put to listen by `peer` may be `me`'s daemon: `me`'s
+/// own, or root's (see the module documentation).
+fn trusted_peer(peer: u32, me: u32) -> bool {
+    peer == me || peer == 0
 }
 
 /// Why a socket in `dir` (whose metadata, not following a link, is `meta`)
@@ -95,4 +105,19 @@ pub(crate) fn undialled(s: &tonic::Status, path: &Path) -> Option<ClientError> {
         cause = e.source();
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listener_of_this_user_or_of_root_is_trusted() {
+        assert!(trusted_peer(501, 501));
+        // launchd (root) listens on the socket it hands to the user's revisd.
+        assert!(trusted_peer(0, 501));
+        assert!(trusted_peer(0, 0));
+        assert!(!trusted_peer(502, 501));
+        assert!(!trusted_peer(65534, 0));
+    }
 }
