@@ -11,6 +11,7 @@ use revis_testkit::TestDaemon;
 use tonic::Code;
 use tonic::codegen::http;
 
+use crate::server_mode::{listen_addr, open_pairing, pairing_end, server_daemon};
 use crate::{ask, generate, user};
 
 /// One gRPC message on the wire: not compressed, its length, the message.
@@ -167,4 +168,34 @@ async fn a_flood_of_large_calls_on_one_connection_is_refused_before_it_costs_mem
     assert!(peak.saturating_sub(before) < RSS_GROWTH_BOUND, "peak RSS grew by {} MiB", (peak - before) >> 20);
     // And the daemon serves as before.
     generate(&mut c.clone(), ask("Say hello.")).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_paired_device_s_status_carries_no_local_paths_or_pid() {
+    let d = server_daemon();
+    let mut local = d.client().await;
+    let addr = listen_addr(&mut local).await;
+    let mine = local.status().await.unwrap();
+    assert_eq!(mine.pid, d.pid(), "the local socket still sees the PID");
+    assert!(mine.tiers.iter().all(|t| t.model_path.starts_with('/')), "and the model files");
+
+    let dir = tempfile::tempdir().unwrap();
+    let (code, mut events) = open_pairing(&mut local).await;
+    let mut keyring = revis_client::Keyring::open(dir.path()).unwrap();
+    let id = revis_client::pair(&mut keyring, addr, "desk", &code.parse().unwrap(), "laptop").await.unwrap();
+    assert!(matches!(pairing_end(&mut events).await, pb::pairing_event::Event::Paired(_)));
+    let node = revis_client::Node { name: "desk".into(), device_id: id, addr };
+    let mut remote = revis_client::Client::connect_node(&keyring, &node).await.unwrap();
+    let theirs = remote.admin.status(pb::StatusRequest {}).await.unwrap().into_inner();
+    assert_eq!(theirs.pid, 0);
+    assert_eq!(theirs.tiers.len(), 3);
+    let home = std::env::var("HOME").unwrap_or_default();
+    for t in &theirs.tiers {
+        assert_eq!(t.model_path, "", "{t:?}");
+        // The test's config names the model by its path: only the file name goes out.
+        assert!(!t.model.contains('/') && !t.model.is_empty(), "{t:?}");
+    }
+    let text = format!("{theirs:?}");
+    assert!(home.is_empty() || !text.contains(&home), "{text}");
+    assert!(!text.contains(&d.dir().display().to_string()), "{text}");
 }

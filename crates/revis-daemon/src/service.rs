@@ -1,6 +1,7 @@
 //! The gRPC services: Inference (Generate, Prefill, Score) and Admin
 //! (Status, LoadModel, UnloadModel, Purge), over the registry and the queue.
 
+use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -106,15 +107,22 @@ impl Daemon {
         self.queue.push(priority, task).map_err(|f| DaemonError::QueueFull { capacity: f.capacity })
     }
 
-    fn tier_status(&self, tier: &str) -> pb::TierStatus {
+    /// A tier as Status shows it. Over the network (`remote`) without local
+    /// file paths, which name this machine's user: the model is its catalog
+    /// name, or only the file's name when the config gave a path.
+    fn tier_status(&self, tier: &str, remote: bool) -> pb::TierStatus {
         let Some(model) = self.registry.tier(tier) else { return pb::TierStatus::default() };
         let view = model.view();
         let stats = self.registry.engine().stats().remove(&model.key).unwrap_or_default();
         let ready = view.phase == Phase::Ready;
         pb::TierStatus {
             tier: tier.to_owned(),
-            model: model.name.clone(),
-            model_path: model.path.display().to_string(),
+            model: if remote {
+                Path::new(&model.name).file_name().map_or_else(|| model.name.clone(), |f| f.to_string_lossy().into_owned())
+            } else {
+                model.name.clone()
+            },
+            model_path: if remote { String::new() } else { model.path.display().to_string() },
             state: match view.phase {
                 Phase::Unloaded => pb::ModelState::Unloaded,
                 Phase::Loading => pb::ModelState::Loading,
@@ -265,19 +273,21 @@ impl pb::inference_server::Inference for Daemon {
 #[tonic::async_trait]
 impl pb::admin_server::Admin for Daemon {
     async fn status(&self, req: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
-        // Paired devices see the tiers and the load, not this machine's pairings.
-        let server = (!is_remote(&req)).then(|| server_status(&self.remote.state()));
+        // Paired devices see the tiers and the load, not this machine's
+        // pairings, file paths or process ID.
+        let remote = is_remote(&req);
+        let server = (!remote).then(|| server_status(&self.remote.state()));
         Ok(Response::new(pb::StatusResponse {
             device_id: self.remote.device_id().to_string(),
             name: self.remote.name().to_owned(),
             server,
             version: env!("CARGO_PKG_VERSION").to_owned(),
-            tiers: self.registry.tiers().map(|(t, _)| self.tier_status(t)).collect(),
+            tiers: self.registry.tiers().map(|(t, _)| self.tier_status(t, remote)).collect(),
             queue_depth: self.queue.len() as u32,
             queue_capacity: self.queue.capacity() as u32,
             rss_bytes: revis_engine::rss_bytes(),
             busy: self.queue.busy(),
-            pid: std::process::id(),
+            pid: if remote { 0 } else { std::process::id() },
             uptime_s: self.started.elapsed().as_secs(),
         }))
     }
@@ -287,7 +297,7 @@ impl pb::admin_server::Admin for Daemon {
         let (tier, model) = validate::tier(&self.registry, &req.get_ref().tier)?;
         let t0 = Instant::now();
         self.registry.load(model).await.map_err(DaemonError::from)?;
-        Ok(Response::new(pb::LoadModelResponse { tier: Some(self.tier_status(&tier)), elapsed_ms: t0.elapsed().as_millis() as u64 }))
+        Ok(Response::new(pb::LoadModelResponse { tier: Some(self.tier_status(&tier, false)), elapsed_ms: t0.elapsed().as_millis() as u64 }))
     }
 
     async fn unload_model(&self, req: Request<pb::UnloadModelRequest>) -> Result<Response<pb::UnloadModelResponse>, Status> {
@@ -296,7 +306,7 @@ impl pb::admin_server::Admin for Daemon {
         let rss_before_bytes = revis_engine::rss_bytes();
         self.registry.unload(model).await.map_err(DaemonError::from)?;
         Ok(Response::new(pb::UnloadModelResponse {
-            tier: Some(self.tier_status(&tier)),
+            tier: Some(self.tier_status(&tier, false)),
             rss_before_bytes,
             rss_after_bytes: revis_engine::rss_bytes(),
         }))
