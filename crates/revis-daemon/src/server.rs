@@ -86,11 +86,15 @@ pub async fn run(
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<pb::inference_server::InferenceServer<Daemon>>().await;
     health.set_serving::<pb::admin_server::AdminServer<Daemon>>().await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .expect("the embedded descriptor sets are valid");
+    // Reflection v1, and v1alpha for the tools that speak only that
+    // (grpcio-reflection, older grpcurl).
+    let reflection_builder = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection = reflection_builder().build_v1().expect("the embedded descriptor sets are valid");
+    let reflection_v1alpha = reflection_builder().build_v1alpha().expect("the embedded descriptor sets are valid");
 
     // Inference calls are admitted before their bodies are read, on both listeners.
     let inference = admission.gate(
@@ -123,6 +127,7 @@ pub async fn run(
         .layer(tonic::service::InterceptorLayer::new(same_user(crate::socket::my_uid())))
         .add_service(health_service)
         .add_service(reflection)
+        .add_service(reflection_v1alpha)
         .add_service(inference)
         .add_service(admin)
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), draining);
