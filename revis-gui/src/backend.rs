@@ -468,15 +468,10 @@ impl Io {
         if self.client.is_none() {
             self.sink.send(Event::Connecting { starting: false });
             let socket = self.opts.socket.clone();
-            let answering = match Client::connect(&socket).await {
-                Ok(c) => {
-                    let ok = c.clone().status().await.is_ok();
-                    Ok(ok.then_some(c))
-                }
-                Err(e) => Err(e),
-            };
-            let client = match answering {
+            let client = match Client::answering(&socket).await {
                 Ok(Some(c)) => Ok(c),
+                // Not this user's socket, maybe: start nothing there.
+                Err(e @ ClientError::Untrusted { .. }) => Err(e),
                 _ if self.opts.start_daemon => {
                     self.sink.send(Event::Connecting { starting: true });
                     Client::connect_or_start(&socket, &self.opts.spawn).await

@@ -218,3 +218,44 @@ async fn a_daemon_gone_under_a_client_reads_as_not_running() {
     assert_eq!(err.to_string(), said);
     assert!(std::error::Error::source(&err).is_none(), "nothing more to print under it");
 }
+
+/// On the default socket `revis run` starts a daemon when none answers,
+/// but not where the socket may not be the user's: it says why at once and
+/// starts nothing (a revisd started there would have opened its log in the
+/// data directory).
+#[test]
+fn no_daemon_is_started_on_a_default_socket_that_is_not_ours() {
+    let models = revis_testkit::smollm2().parent().unwrap().to_path_buf();
+    let home = tempfile::tempdir().unwrap();
+    // The default socket is $XDG_RUNTIME_DIR/revis/revisd.sock.
+    let runtime = home.path().join("runtime");
+    std::fs::create_dir(&runtime).unwrap();
+    let dir = runtime.join("revis");
+    std::fs::create_dir(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(NOBODY), Some(NOBODY)).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // The models are there, so nothing is downloaded before the daemon would start.
+    let data = home.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::os::unix::fs::symlink(&models, data.join("models")).unwrap();
+
+    let out = Command::new(binary("revis"))
+        .args(["run", "Hi"])
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .env("REVIS_DATA_DIR", &data)
+        .env_remove("REVIS_SOCKET")
+        .env_remove("REVIS_NODE")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let socket = dir.join("revisd.sock");
+    let said = format!(
+        "revis: refusing {}: its directory {} is owned by uid {NOBODY}, not by you ({}); another user may be impersonating revisd\n",
+        socket.display(),
+        dir.display(),
+        my_uid()
+    );
+    assert!(!out.status.success());
+    assert_eq!(err, said);
+    assert!(!data.join("revisd.log").exists(), "no revisd was started");
+}

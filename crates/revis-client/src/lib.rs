@@ -134,20 +134,34 @@ impl Client {
     }
 
     /// Connects to the daemon at `path`; if none answers, starts one (pulling
-    /// the default model first if it is missing) and connects to it.
+    /// the default model first if it is missing) and connects to it. A
+    /// socket that may not be this user's ([`ClientError::Untrusted`]) is
+    /// refused at once: no daemon is started there.
     pub async fn connect_or_start(path: &Path, opts: &SpawnOptions) -> Result<Client, ClientError> {
-        if let Ok(c) = Self::connect(path).await
-            && c.clone().status().await.is_ok()
-        {
-            return Ok(c);
+        match Self::answering(path).await {
+            Ok(Some(c)) => return Ok(c),
+            Err(e @ ClientError::Untrusted { .. }) => return Err(e),
+            _ => {}
         }
         match spawn_daemon(path, opts).await {
             Ok(_) => Self::connect(path).await,
             // Another client may have started one at the same moment: use it.
-            Err(e) => match Self::connect(path).await {
-                Ok(c) if c.clone().status().await.is_ok() => Ok(c),
+            Err(e) => match Self::answering(path).await {
+                Ok(Some(c)) => Ok(c),
+                Err(untrusted @ ClientError::Untrusted { .. }) => Err(untrusted),
                 _ => Err(e),
             },
+        }
+    }
+
+    /// The daemon at `path` if it answers a Status call; `Ok(None)` when it
+    /// does not answer, the error when it cannot be connected to.
+    pub async fn answering(path: &Path) -> Result<Option<Client>, ClientError> {
+        let c = Self::connect(path).await?;
+        match c.clone().status().await {
+            Ok(_) => Ok(Some(c)),
+            Err(e @ ClientError::Untrusted { .. }) => Err(e),
+            Err(_) => Ok(None),
         }
     }
 
