@@ -263,7 +263,7 @@ impl Client {
     /// there, or the socket is not to be trusted), not as tonic's status.
     fn failure(&self, s: tonic::Status) -> ClientError {
         match &self.target {
-            Target::Socket(path) if s.code() == tonic::Code::Unavailable => local::undialled(&s, path).unwrap_or(ClientError::Rpc(s)),
+            Target::Socket(_) if s.code() == tonic::Code::Unavailable => local::undialled(&s).unwrap_or(ClientError::Rpc(s)),
             _ => ClientError::Rpc(s),
         }
     }

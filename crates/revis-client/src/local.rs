@@ -91,18 +91,23 @@ fn why_not(e: &std::io::Error) -> String {
 /// The error of a call that failed because the socket at `path` could not
 /// be dialled again (the channel reconnects on its own): [`dial`]'s own
 /// error, found in the status's causes. None when the status is not about
-/// dialling (the daemon's own UNAVAILABLE has no cause).
-pub(crate) fn undialled(s: &tonic::Status, path: &Path) -> Option<ClientError> {
+/// dialling: the daemon's own UNAVAILABLE (it has no cause), or a
+/// connection that was made and then broke (a reset, a broken pipe), which
+/// stays the call's status.
+pub(crate) fn undialled(s: &tonic::Status) -> Option<ClientError> {
     let mut cause = std::error::Error::source(s);
     while let Some(e) = cause {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            return Some(match io.get_ref().and_then(|inner| inner.downcast_ref::<ClientError>()) {
-                Some(ClientError::Untrusted { path, reason }) => ClientError::Untrusted { path: path.clone(), reason: reason.clone() },
-                Some(ClientError::NotRunning { path, reason }) => ClientError::NotRunning { path: path.clone(), reason: reason.clone() },
-                _ => ClientError::NotRunning { path: path.into(), reason: why_not(io) },
-            });
+        // `Client::connect`'s connector hands tonic [`dial`]'s error inside an io::Error.
+        let dialled = e.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()).and_then(|inner| inner.downcast_ref::<ClientError>());
+        match dialled {
+            Some(ClientError::Untrusted { path, reason }) => {
+                return Some(ClientError::Untrusted { path: path.clone(), reason: reason.clone() });
+            }
+            Some(ClientError::NotRunning { path, reason }) => {
+                return Some(ClientError::NotRunning { path: path.clone(), reason: reason.clone() });
+            }
+            _ => cause = e.source(),
         }
-        cause = e.source();
     }
     None
 }
@@ -119,5 +124,28 @@ mod tests {
         assert!(trusted_peer(0, 0));
         assert!(!trusted_peer(502, 501));
         assert!(!trusted_peer(65534, 0));
+    }
+
+    fn unavailable(cause: std::io::Error) -> tonic::Status {
+        let mut s = tonic::Status::unavailable("transport error");
+        s.set_source(std::sync::Arc::new(cause));
+        s
+    }
+
+    #[test]
+    fn only_a_failed_dial_reads_as_not_running() {
+        let path = Path::new("/run/user/1/revis/revisd.sock");
+        // The connector's error: dial's own, inside an io::Error.
+        let refused = ClientError::NotRunning { path: path.into(), reason: "nothing listens on it".into() };
+        let s = unavailable(std::io::Error::other(refused));
+        assert!(matches!(undialled(&s), Some(ClientError::NotRunning { reason, .. }) if reason == "nothing listens on it"));
+        let untrusted = ClientError::Untrusted { path: path.into(), reason: "its directory is a symbolic link".into() };
+        assert!(matches!(undialled(&unavailable(std::io::Error::other(untrusted))), Some(ClientError::Untrusted { .. })));
+        // A live connection that broke is not a daemon that is not running.
+        for kind in [std::io::ErrorKind::ConnectionReset, std::io::ErrorKind::BrokenPipe] {
+            assert!(undialled(&unavailable(std::io::Error::from(kind))).is_none(), "{kind:?}");
+        }
+        // The daemon's own UNAVAILABLE has no cause.
+        assert!(undialled(&tonic::Status::unavailable("shutting down")).is_none());
     }
 }

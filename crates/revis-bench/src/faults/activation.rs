@@ -26,6 +26,8 @@ const READY_DEADLINE: Duration = Duration::from_secs(60);
 const EXIT_DEADLINE: Duration = Duration::from_secs(10);
 /// The pause between a kill and the next start: 0..this, at random.
 const RESTART_GAP_MAX: Duration = Duration::from_millis(100);
+/// The outcome of a call that found no daemon on the socket (between a kill and the next start).
+const NOT_RUNNING: &str = "not running (restarting)";
 /// max_tokens of the clients' Generates.
 const CLIENT_TOKENS: u32 = 24;
 
@@ -180,6 +182,9 @@ pub async fn run(model: &Path, launch: Launch<'_>, s: &Settings, seed: u64) -> a
 
 enum CallError {
     Status(tonic::Status),
+    /// No daemon on the socket when the call (or its one retry) dialled it:
+    /// a killed revisd not started again yet. Clean and retryable.
+    NotRunning(String),
     Other(String),
 }
 
@@ -187,7 +192,7 @@ impl CallError {
     fn detail(&self) -> String {
         match self {
             CallError::Status(s) => status_detail(s),
-            CallError::Other(t) => t.clone(),
+            CallError::NotRunning(t) | CallError::Other(t) => t.clone(),
         }
     }
 }
@@ -202,6 +207,7 @@ impl From<ClientError> for CallError {
     fn from(e: ClientError) -> Self {
         match e {
             ClientError::Rpc(s) => CallError::Status(s),
+            e @ ClientError::NotRunning { .. } => CallError::NotRunning(e.to_string()),
             e => CallError::Other(e.to_string()),
         }
     }
@@ -246,12 +252,20 @@ async fn client_loop(socket: PathBuf, stop: Arc<AtomicBool>, deadline: Duration)
         let kind = "Generate";
         match tokio::time::timeout(deadline, generate(&mut client)).await {
             Ok(Ok(())) => tally.ok(kind, "answered"),
-            Ok(Err((CallError::Status(st), mid))) => classify(&mut tally, kind, &st, mid),
-            Ok(Err((CallError::Other(t), _))) => tally.fail(kind, "error", t),
+            Ok(Err((e, mid))) => record(&mut tally, kind, e, mid),
             Err(_) => tally.fail(kind, "hang", format!("no end within {} s", deadline.as_secs())),
         }
     }
     tally
+}
+
+/// A failed call, counted: clean and retryable, or a failure (see [`classify`]).
+fn record(tally: &mut Tally, kind: &str, e: CallError, mid_answer: bool) {
+    match e {
+        CallError::Status(st) => classify(tally, kind, &st, mid_answer),
+        CallError::NotRunning(_) => tally.ok(kind, NOT_RUNNING),
+        CallError::Other(t) => tally.fail(kind, "error", t),
+    }
 }
 
 /// A clean retryable error: the daemon could not be reached or said it
@@ -282,7 +296,7 @@ pub fn report(r: &Result, s: &Settings) -> String {
     let _ = writeln!(out, "#### kill -9 of revisd under socket activation: {} kills\n", r.kills);
     let _ = writeln!(
         out,
-        "The benchmark holds the listening socket (as systemd's socket unit does) and starts revisd on it (descriptor 3, LISTEN_FDS=1); {} clients run Generate (max_tokens {CLIENT_TOKENS}) in a loop through the client library, one connection each. revisd is killed with SIGKILL 0–{} ms after each start ({} of the kills came before it said it serves) and started again on the same socket after 0–{} ms. A call must end with an answer or a clean retryable error (UNAVAILABLE, RESOURCE_EXHAUSTED, ABORTED, or the connection broke under it); one not ended within {} s is a hang. {:.1} s in all.\n",
+        "The benchmark holds the listening socket (as systemd's socket unit does) and starts revisd on it (descriptor 3, LISTEN_FDS=1); {} clients run Generate (max_tokens {CLIENT_TOKENS}) in a loop through the client library, one connection each. revisd is killed with SIGKILL 0–{} ms after each start ({} of the kills came before it said it serves) and started again on the same socket after 0–{} ms. A call must end with an answer or a clean retryable error (UNAVAILABLE, RESOURCE_EXHAUSTED, ABORTED, the connection broke under it, or no daemon on the socket yet); one not ended within {} s is a hang. {:.1} s in all.\n",
         s.clients,
         s.window.as_millis(),
         r.before_ready,
@@ -307,4 +321,20 @@ pub fn report(r: &Result, s: &Settings) -> String {
         let _ = writeln!(out, "- revisd log, last lines:\n\n```\n{}\n```", r.log_tail);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_daemon_on_the_socket_is_a_clean_retryable_error() {
+        let mut tally = Tally::default();
+        let gone = ClientError::NotRunning { path: "/run/revisd.sock".into(), reason: "nothing listens on it".into() };
+        record(&mut tally, "Generate", gone.into(), false);
+        assert_eq!(tally.failures(), 0);
+        assert_eq!(tally.counts.get(&("Generate".into(), NOT_RUNNING.into())), Some(&1));
+        record(&mut tally, "Generate", ClientError::Spawn("no".into()).into(), false);
+        assert_eq!(tally.failures(), 1, "any other client error is a failure");
+    }
 }
