@@ -244,19 +244,26 @@ pub async fn pair(
     Ok(id)
 }
 
+/// At most this many places are tried for one node: its advertised
+/// addresses (a forged advertisement may list many) and its last address,
+/// which is always among them.
+pub const MAX_CANDIDATE_ADDRESSES: usize = 8;
+
 /// Finds the paired daemon a person named (its name or device ID): browses
 /// mDNS on `interfaces` for up to `wait` until an advertisement with its
-/// device ID shows up, then takes the first of its places whose TLS
-/// certificate is pinned to that ID: every address every such advertisement
-/// gives, then the address it was last reached at. An advertisement is a
-/// hint and may be forged; the pin decides (a forged one first does not
-/// hide the real node). When none passes, the first place is returned, so
+/// device ID shows up, then takes a place whose TLS certificate is pinned
+/// to that ID, among every address every such advertisement gives and the
+/// address it was last reached at ([`MAX_CANDIDATE_ADDRESSES`] at most). The
+/// places are tried all at once, within one [`CONNECT_TIMEOUT`], so
+/// unreachable ones cost no more than that. An advertisement is a hint and
+/// may be forged; the pin decides (a forged one does not hide the real
+/// node). When none passes, the first place is returned, so
 /// [`Client::connect_node`] says why. With `interfaces` None (mDNS off),
 /// only the last address is tried.
 pub async fn resolve(keyring: &Keyring, what: &str, interfaces: Option<&Interfaces>, wait: Duration) -> Result<Node, ClientError> {
     let device = keyring.store.find(what)?.cloned().ok_or_else(|| ClientError::UnknownNode(what.to_owned()))?;
     let id = device.device_id;
-    let mut places: Vec<SocketAddr> = match interfaces {
+    let advertised: Vec<SocketAddr> = match interfaces {
         None => Vec::new(),
         Some(interfaces) => {
             match revis_trust::browse(interfaces, wait, |seen: &[Discovered]| seen.iter().any(|d| d.device_id == id)).await {
@@ -268,9 +275,8 @@ pub async fn resolve(keyring: &Keyring, what: &str, interfaces: Option<&Interfac
             }
         }
     };
-    places.extend(device.address.as_deref().and_then(|a| a.parse::<SocketAddr>().ok()));
-    let mut seen = std::collections::HashSet::new();
-    places.retain(|a| seen.insert(*a));
+    let last = device.address.as_deref().and_then(|a| a.parse::<SocketAddr>().ok());
+    let places = candidates(advertised, last);
     let Some(&first) = places.first() else {
         return Err(ClientError::Pairing(format!(
             "{} is paired but was not found on the network within {:.1}s and has no known address; is its server mode on?",
@@ -278,18 +284,47 @@ pub async fn resolve(keyring: &Keyring, what: &str, interfaces: Option<&Interfac
             wait.as_secs_f64()
         )));
     };
-    let mut addr = first;
-    if places.len() > 1 {
+    let addr = if places.len() > 1 {
         let config = revis_trust::client_config(&keyring.identity, id)?;
-        for &place in &places {
-            if presents_pin(&config, place).await {
-                addr = place;
-                break;
-            }
-            tracing::info!(%place, device_id = %id, "not {}: no TLS pinned to its device ID there", device.name);
-        }
-    }
+        first_pinned(&config, &places).await.unwrap_or(first)
+    } else {
+        first
+    };
     Ok(Node { name: device.name, device_id: id, addr })
+}
+
+/// The places to try: the advertised addresses, then `last`, without
+/// repeats, at most [`MAX_CANDIDATE_ADDRESSES`]; `last` is kept whatever
+/// an advertisement lists.
+fn candidates(advertised: Vec<SocketAddr>, last: Option<SocketAddr>) -> Vec<SocketAddr> {
+    let mut seen = std::collections::HashSet::new();
+    let room = MAX_CANDIDATE_ADDRESSES - usize::from(last.is_some());
+    let mut places: Vec<SocketAddr> = advertised.into_iter().filter(|a| Some(*a) != last && seen.insert(*a)).take(room).collect();
+    places.extend(last);
+    places
+}
+
+/// A place of `places` whose server completes a TLS handshake pinned by
+/// `config` (its certificate has the paired device ID): all are tried at
+/// once, the first to pass wins, and none after [`CONNECT_TIMEOUT`].
+async fn first_pinned(config: &Arc<rustls::ClientConfig>, places: &[SocketAddr]) -> Option<SocketAddr> {
+    let mut probes = tokio::task::JoinSet::new();
+    for &place in places {
+        let config = Arc::clone(config);
+        probes.spawn(async move { (place, presents_pin(&config, place).await) });
+    }
+    let first = async {
+        while let Some(probe) = probes.join_next().await {
+            match probe {
+                Ok((place, true)) => return Some(place),
+                Ok((place, false)) => tracing::info!(%place, "no TLS pinned to the node's device ID there"),
+                Err(e) => tracing::warn!("a probe failed: {e}"),
+            }
+        }
+        None
+    };
+    // Dropping the set (on return or timeout) ends the probes still running.
+    tokio::time::timeout(CONNECT_TIMEOUT, first).await.ok().flatten()
 }
 
 /// Whether the server at `addr` completes a TLS handshake pinned by
@@ -311,5 +346,67 @@ pub fn interfaces_from_env() -> Option<Interfaces> {
         Ok(v) if v.trim() == "none" => None,
         Ok(v) if !v.trim().is_empty() => Some(Interfaces::Named(v.split(',').map(|s| s.trim().to_owned()).collect())),
         _ => Some(Interfaces::AllLan),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use revis_trust::TrustSet;
+
+    use super::*;
+
+    fn addr(port: u16) -> SocketAddr {
+        SocketAddr::from(([192, 0, 2, 1], port))
+    }
+
+    #[test]
+    fn candidates_are_capped_and_keep_the_last_address() {
+        let advertised: Vec<SocketAddr> = (1..=20).map(addr).collect();
+        let places = candidates(advertised.clone(), Some(addr(999)));
+        assert_eq!(places.len(), MAX_CANDIDATE_ADDRESSES);
+        assert_eq!(places.last(), Some(&addr(999)));
+        assert_eq!(places[..MAX_CANDIDATE_ADDRESSES - 1], advertised[..MAX_CANDIDATE_ADDRESSES - 1]);
+        // Repeats, and the last address advertised too, count once.
+        assert_eq!(candidates(vec![addr(1), addr(1), addr(2)], Some(addr(1))), vec![addr(2), addr(1)]);
+        assert_eq!(candidates(advertised, None).len(), MAX_CANDIDATE_ADDRESSES);
+        assert_eq!(candidates(Vec::new(), None), Vec::<SocketAddr>::new());
+    }
+
+    /// Places that accept TCP and then say nothing (a forged advertisement's
+    /// addresses) cost one timeout in all, not one each: the real node,
+    /// listed last, is found before the first of them gives up.
+    #[tokio::test]
+    async fn places_are_tried_at_once() {
+        let (node, client) = (Identity::generate().unwrap(), Identity::generate().unwrap());
+        let real = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let real_addr = real.local_addr().unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(revis_trust::server_config(&node, TrustSet::new([client.device_id()])).unwrap());
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = real.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    if let Ok(mut tls) = acceptor.accept(tcp).await {
+                        let _ = tls.read(&mut [0u8; 1]).await;
+                    }
+                });
+            }
+        });
+        // Listening, never accepting: the kernel completes TCP, TLS waits forever.
+        let mut silent = Vec::new();
+        for _ in 0..MAX_CANDIDATE_ADDRESSES - 1 {
+            silent.push(std::net::TcpListener::bind("127.0.0.1:0").unwrap());
+        }
+        let mut places: Vec<SocketAddr> = silent.iter().map(|l| l.local_addr().unwrap()).collect();
+        places.push(real_addr);
+        let config = revis_trust::client_config(&client, node.device_id()).unwrap();
+        let started = Instant::now();
+        assert_eq!(first_pinned(&config, &places).await, Some(real_addr));
+        assert!(started.elapsed() < CONNECT_TIMEOUT, "took {:?}", started.elapsed());
+        // None passes: one timeout in all.
+        let started = Instant::now();
+        assert_eq!(first_pinned(&config, &places[..places.len() - 1]).await, None);
+        assert!(started.elapsed() < CONNECT_TIMEOUT * 2, "took {:?}", started.elapsed());
     }
 }
