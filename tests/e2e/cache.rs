@@ -107,5 +107,9 @@ async fn a_full_prefix_cache_never_restores_the_wrong_prefix() {
     generate(&mut c, req(&b)).await.unwrap();
     let again = generate(&mut c, req(&a)).await.unwrap().done;
     assert_eq!(again.text, first.text);
-    assert!(again.cached_tokens == 0 || again.cached_tokens >= 290, "{} cached", again.cached_tokens);
+    // A and B differ inside their static parts, so no batch boundary is
+    // shared past 0: the third request is cold only because saving B evicted
+    // A. Anything cached here means the eviction this test is about never
+    // happened, and the equal texts would prove nothing.
+    assert_eq!(again.cached_tokens, 0, "saving B evicted A, so A is evaluated cold");
 }
