@@ -21,11 +21,9 @@ def main() -> None:
     sys.path.insert(0, out)
     from revis.v1 import revis_pb2 as pb, revis_pb2_grpc as rpc
 
-    # grpcio sends the socket path as the HTTP/2 :authority, which is not a
-    # valid authority and which revisd's HTTP/2 server (h2) rejects; any
-    # plain host name works. grpcurl and Go clients send "localhost" already.
-    options = [("grpc.default_authority", "localhost")]
-    with grpc.insecure_channel(f"unix:{socket}", options=options) as channel:
+    # No channel options: grpcio sends the socket path as :authority, which
+    # revisd accepts (crates/revis-daemon/src/authority.rs).
+    with grpc.insecure_channel(f"unix:{socket}") as channel:
         status = rpc.AdminStub(channel).Status(pb.StatusRequest(), timeout=30)
         req = pb.GenerateRequest(
             messages=[pb.ChatMessage(role=pb.ROLE_USER, content="What is the capital of France?".encode())],

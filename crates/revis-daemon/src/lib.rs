@@ -3,6 +3,7 @@
 //! The `revisd` binary is a thin main over [`server::run`].
 
 pub mod admission;
+pub mod authority;
 pub mod config;
 pub mod error;
 pub mod registry;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use revis_engine::{Engine, LlamaCpp};
 use revis_proto::v1 as pb;
 use tokio::net::UnixListener;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::service::Routes;
 use tonic::transport::Server;
@@ -16,6 +17,7 @@ use tonic::transport::server::UdsConnectInfo;
 use tonic::{Request, Status};
 
 use crate::admission::{Admission, MAX_CONCURRENT_STREAMS};
+use crate::authority::AuthorityFix;
 use crate::config::Config;
 use crate::registry::Registry;
 use crate::remote::Remote;
@@ -130,7 +132,8 @@ pub async fn run(
         .add_service(reflection_v1alpha)
         .add_service(inference)
         .add_service(admin)
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), draining);
+        // Standard clients that send the socket path as :authority (grpcio) work as they come.
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener).map(|conn| conn.map(AuthorityFix::new)), draining);
     let mut server = tokio::spawn(server);
     ready();
 
