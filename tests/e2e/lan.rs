@@ -247,8 +247,20 @@ async fn a_vanished_device_gives_its_connection_back_and_100_departures_lock_nob
     let (phone, phone_node) = pair_with(&mut local, &net, &dir.path().join("phone"), "phone").await;
     let mut a = Client::connect_node(&keyring, &node).await.unwrap();
     let mut b = Client::connect_node(&phone, &phone_node).await.unwrap();
-    assert_eq!(remote_connections(&mut local).await, 2);
-    assert!(a.status().await.is_ok() && b.status().await.is_ok());
+    // Both are served and counted at once. With a 250 ms peer timeout a
+    // loaded machine may let the desk drop one (a late ping answer): each
+    // call reconnects it, so this polls until the desk counts both.
+    let deadline = Instant::now() + PEER_TIMEOUT + SLACK;
+    loop {
+        a.status().await.unwrap();
+        b.status().await.unwrap();
+        let now = remote_connections(&mut local).await;
+        if now == 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{now} paired connections open, not 2");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 // The other side: a node that vanishes under an open connection. A call on
@@ -265,12 +277,22 @@ async fn a_call_to_a_vanished_node_fails_within_the_keepalive_not_minutes() {
     let mut remote = Client::connect_node(&keyring, &node).await.unwrap();
     net.set_link(false);
     let t0 = Instant::now();
-    // revis_client's NODE_PING_INTERVAL + NODE_PING_TIMEOUT.
-    let window = Duration::from_secs(5 + 5);
+    let window = revis_client::NODE_PING_INTERVAL + revis_client::NODE_PING_TIMEOUT;
     let call = tokio::time::timeout(window + SLACK, remote.admin.status(pb::StatusRequest {})).await;
-    let r = call.unwrap_or_else(|_| panic!("the call still hangs {:?} after the node vanished", t0.elapsed()));
-    assert!(r.is_err(), "{r:?}");
-    eprintln!("the call failed {:?} after the node vanished: {}", t0.elapsed(), r.unwrap_err());
+    let took = t0.elapsed();
+    let r = call.unwrap_or_else(|_| panic!("the call still hangs {took:?} after the node vanished"));
+    let e = r.expect_err("the node is gone");
+    eprintln!("the call failed {took:?} after the node vanished: {e:?}");
+    // It failed on the HTTP/2 keepalive: a ping went unanswered for NODE_PING_TIMEOUT.
+    let mut causes = Vec::new();
+    let mut cause = std::error::Error::source(&e);
+    while let Some(c) = cause {
+        causes.push(c.to_string());
+        cause = c.source();
+    }
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    assert!(causes.iter().any(|c| c.contains("keep-alive timed out")), "{e:?}: {causes:?}");
+    assert!(took >= revis_client::NODE_PING_TIMEOUT, "failed after {took:?}, before a ping could time out");
     net.set_link(true);
 }
 

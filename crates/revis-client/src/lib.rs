@@ -16,7 +16,10 @@ use revis_proto::v1 as pb;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 pub use local::LOCAL_CONNECT_TIMEOUT;
-pub use remote::{CONNECT_TIMEOUT, Keyring, Node, NodeError, PAIR_TIMEOUT, interfaces_from_env, pair, resolve};
+pub use remote::{
+    CONNECT_TIMEOUT, Keyring, MAX_CANDIDATE_ADDRESSES, NODE_PING_INTERVAL, NODE_PING_TIMEOUT, NODE_TCP_PROBE_INTERVAL, NODE_TCP_PROBES,
+    Node, NodeError, PAIR_TIMEOUT, interfaces_from_env, pair, resolve,
+};
 pub use revis_proto::v1;
 pub use revis_trust::{DeviceId, Discovered, Interfaces, PairingCode, browse, host_name};
 pub use spawn::{SpawnOptions, check_config, end_daemon, readiness_pipe, spawn_daemon};

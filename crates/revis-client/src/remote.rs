@@ -36,6 +36,12 @@ pub const NODE_PING_INTERVAL: Duration = Duration::from_secs(5);
 /// that vanished (powered off, off the network) shows within 10 s as a
 /// broken connection, never as a call that hangs.
 pub const NODE_PING_TIMEOUT: Duration = Duration::from_secs(5);
+/// The kernel's TCP keepalive on a connection to a node, for one gone
+/// before HTTP/2 pings start: the first probe after [`NODE_PING_INTERVAL`]
+/// of silence, then one every this long...
+pub const NODE_TCP_PROBE_INTERVAL: Duration = Duration::from_secs(2);
+/// ...and the connection is dropped after this many unanswered probes.
+pub const NODE_TCP_PROBES: u32 = 3;
 
 /// This client's identity (created on first use) and the daemons it has
 /// paired with, in one directory: by default `client/` in revis's data
@@ -124,7 +130,8 @@ async fn dial(connector: &TlsConnector, addr: SocketAddr, name: &str, expected: 
     let tcp = TcpStream::connect(addr).await?;
     tcp.set_nodelay(true)?;
     // The kernel's probes too, for a node gone before HTTP/2 pings start.
-    let probes = socket2::TcpKeepalive::new().with_time(NODE_PING_INTERVAL).with_interval(Duration::from_secs(2)).with_retries(3);
+    let probes =
+        socket2::TcpKeepalive::new().with_time(NODE_PING_INTERVAL).with_interval(NODE_TCP_PROBE_INTERVAL).with_retries(NODE_TCP_PROBES);
     socket2::SockRef::from(&tcp).set_tcp_keepalive(&probes)?;
     let mut tls = connector.connect(revis_trust::server_name(), tcp).await.map_err(|e| {
         if is_pin_mismatch(&e) { std::io::Error::other(NodeError::NotThatNode { name: name.into(), addr, expected }) } else { e }
