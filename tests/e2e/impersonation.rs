@@ -112,7 +112,7 @@ async fn a_socket_in_another_users_directory_is_refused() {
     assert!(matches!(err, ClientError::Untrusted { .. }), "{err:?}");
     let me = my_uid();
     let said = format!(
-        "refusing {}: its directory {} is owned by uid {NOBODY}, not by you ({me}); another user may be impersonating revisd",
+        "refusing {}: its directory {} is owned by uid {NOBODY}, not by you ({me}); another user may be impersonating revisd: have it removed, or choose another --socket",
         socket.display(),
         dir.display()
     );
@@ -129,8 +129,9 @@ async fn a_socket_in_a_directory_others_may_write_is_refused() {
     let fake = Fake::bind(&socket);
     let err = Client::connect(&socket).await.err().expect("refused");
     let said = format!(
-        "refusing {}: its directory {} is writable by other users (mode 777); another user may be impersonating revisd",
+        "refusing {}: its directory {} is writable by other users (mode 777); make it private: chmod 700 '{}', or choose another --socket",
         socket.display(),
+        dir.display(),
         dir.display()
     );
     assert_eq!(err.to_string(), said);
@@ -157,7 +158,7 @@ async fn a_daemon_of_another_uid_is_refused() {
 
     let err = Client::connect(&socket).await.err().expect("refused");
     let said = format!(
-        "refusing {}: the process listening on it runs as uid {NOBODY}, not as you ({}); another user may be impersonating revisd",
+        "refusing {}: the process listening on it runs as uid {NOBODY}, not as you ({}); another user may be impersonating revisd: stop that process, or choose another --socket",
         socket.display(),
         my_uid()
     );
@@ -250,7 +251,7 @@ fn no_daemon_is_started_on_a_default_socket_that_is_not_ours() {
     let err = String::from_utf8_lossy(&out.stderr);
     let socket = dir.join("revisd.sock");
     let said = format!(
-        "revis: refusing {}: its directory {} is owned by uid {NOBODY}, not by you ({}); another user may be impersonating revisd\n",
+        "revis: refusing {}: its directory {} is owned by uid {NOBODY}, not by you ({}); another user may be impersonating revisd: have it removed, or choose another --socket\n",
         socket.display(),
         dir.display(),
         my_uid()

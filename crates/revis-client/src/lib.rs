@@ -32,7 +32,8 @@ pub enum ClientError {
     #[error("no revisd answers on {path}: {reason}")]
     NotRunning { path: PathBuf, reason: String },
     /// The socket may not be this user's daemon: nothing was sent to it.
-    #[error("refusing {path}: {reason}; another user may be impersonating revisd")]
+    /// `reason` says why and what to do.
+    #[error("refusing {path}: {reason}")]
     Untrusted { path: PathBuf, reason: String },
     /// A process ID that a daemon reported, not believed (see [`end_daemon`]).
     #[error("refusing to signal process {pid}: {reason}")]

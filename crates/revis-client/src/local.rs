@@ -46,9 +46,14 @@ pub(crate) async fn dial(path: &Path) -> Result<UnixStream, ClientError> {
         .await
         .map_err(|_| not_running(format!("it did not accept the connection within {}s", LOCAL_CONNECT_TIMEOUT.as_secs())))?
         .map_err(|e| not_running(why_not(&e)))?;
-    let peer = stream.peer_cred().map_err(|e| untrusted(format!("the uid of the process listening on it is unknown ({e})")))?;
+    let peer =
+        stream.peer_cred().map_err(|e| untrusted(format!("the uid of the process listening on it is unknown ({e}); {ANOTHER_SOCKET}")))?;
     if !trusted_peer(peer.uid(), my_uid()) {
-        return Err(untrusted(format!("the process listening on it runs as uid {}, not as you ({})", peer.uid(), my_uid())));
+        return Err(untrusted(format!(
+            "the process listening on it runs as uid {}, not as you ({}); {IMPERSONATION}: stop that process, or {ANOTHER_SOCKET}",
+            peer.uid(),
+            my_uid()
+        )));
     }
     Ok(stream)
 }
@@ -59,21 +64,34 @@ fn trusted_peer(peer: u32, me: u32) -> bool {
     peer == me || peer == 0
 }
 
+/// What the refusals of a socket that may belong to someone else say.
+const IMPERSONATION: &str = "another user may be impersonating revisd";
+/// The way out that every refusal offers.
+const ANOTHER_SOCKET: &str = "choose another --socket";
+
 /// Why a socket in `dir` (whose metadata, not following a link, is `meta`)
-/// cannot be trusted to be `uid`'s, if it cannot.
+/// cannot be trusted to be `uid`'s, if it cannot, and what to do about it:
+/// a directory of this user's that is merely too open is made private; one
+/// that is someone else's is a possible impersonation.
 fn check_dir(dir: &Path, meta: &std::fs::Metadata, uid: u32) -> Result<(), String> {
     let dir = dir.display();
     if meta.file_type().is_symlink() {
-        return Err(format!("its directory {dir} is a symbolic link"));
+        return Err(format!("its directory {dir} is a symbolic link; {IMPERSONATION}: remove the link, or {ANOTHER_SOCKET}"));
     }
     if !meta.is_dir() {
-        return Err(format!("its directory {dir} is not a directory"));
+        return Err(format!("its directory {dir} is not a directory; remove it, or {ANOTHER_SOCKET}"));
     }
     if meta.uid() != uid {
-        return Err(format!("its directory {dir} is owned by uid {}, not by you ({uid})", meta.uid()));
+        return Err(format!(
+            "its directory {dir} is owned by uid {}, not by you ({uid}); {IMPERSONATION}: have it removed, or {ANOTHER_SOCKET}",
+            meta.uid()
+        ));
     }
     if meta.mode() & 0o022 != 0 {
-        return Err(format!("its directory {dir} is writable by other users (mode {:o})", meta.mode() & 0o7777));
+        return Err(format!(
+            "its directory {dir} is writable by other users (mode {:o}); make it private: chmod 700 '{dir}', or {ANOTHER_SOCKET}",
+            meta.mode() & 0o7777
+        ));
     }
     Ok(())
 }
@@ -124,6 +142,31 @@ mod tests {
         assert!(trusted_peer(0, 0));
         assert!(!trusted_peer(502, 501));
         assert!(!trusted_peer(65534, 0));
+    }
+
+    #[test]
+    fn a_refused_directory_says_what_to_do() {
+        use std::os::unix::fs::PermissionsExt;
+        let home = tempfile::tempdir().unwrap();
+        let dir = home.path().join("revis");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o775)).unwrap();
+        let meta = std::fs::symlink_metadata(&dir).unwrap();
+        let mine = meta.uid();
+        // Ours, merely too open: make it private; no talk of impersonation.
+        let said = check_dir(&dir, &meta, mine).unwrap_err();
+        let d = dir.display();
+        assert_eq!(
+            said,
+            format!(
+                "its directory {d} is writable by other users (mode 775); make it private: chmod 700 '{d}', or choose another --socket"
+            )
+        );
+        // Someone else's: possibly an impersonation.
+        let said = check_dir(&dir, &meta, mine + 1).unwrap_err();
+        assert!(said.contains(IMPERSONATION) && said.ends_with("have it removed, or choose another --socket"), "{said}");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert_eq!(check_dir(&dir, &std::fs::symlink_metadata(&dir).unwrap(), mine), Ok(()));
     }
 
     fn unavailable(cause: std::io::Error) -> tonic::Status {
