@@ -20,7 +20,7 @@
 //!    the server.
 //!
 //! A window takes [`MAX_ATTEMPTS_PER_ADDRESS`] wrong codes from one source
-//! address (an IPv4 address, or an IPv6 /64) and [`MAX_ATTEMPTS`] in all: a
+//! address (an IPv4 address, an IPv6 /64, a link-local IPv6 address) and [`MAX_ATTEMPTS`] in all: a
 //! stranger who can reach the port locks out only itself, and the owner's
 //! own attempt still goes through, while online guessing stays at ten tries
 //! against an 8-digit code. Closing the window ([`PairingWindow::close`])
@@ -54,7 +54,7 @@ pub const DEFAULT_WINDOW: Duration = Duration::from_secs(120);
 /// Wrong codes a window takes in all before it closes for good.
 pub const MAX_ATTEMPTS: u32 = 10;
 /// Wrong codes a window takes from one source address (IPv4 address, IPv6
-/// /64) before it refuses that address.
+/// /64, link-local IPv6 address) before it refuses that address.
 pub const MAX_ATTEMPTS_PER_ADDRESS: u32 = 3;
 /// Digits in a code the server shows.
 pub const CODE_DIGITS: usize = 8;
@@ -167,12 +167,15 @@ struct WindowState {
 }
 
 /// What failures are counted by: an IPv4 address, or an IPv6 address's /64
-/// (one host may hold a whole /64).
+/// (one host may hold a whole /64), except a link-local one (fe80::/10),
+/// counted by itself: every link-local peer shares the one fe80::/64, so a
+/// stranger there would lock out the owner too.
 fn source(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V4(_) => ip,
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => IpAddr::V4(v4),
+            None if v6.is_unicast_link_local() => ip,
             None => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
         },
     }

@@ -223,6 +223,23 @@ async fn ipv6_addresses_of_one_64_count_as_one_source() {
     assert_eq!(window.failed_attempts(), 4);
 }
 
+/// Every link-local peer shares fe80::/64: a link-local address counts by
+/// itself, so a stranger on the link does not lock out the owner.
+#[tokio::test]
+async fn link_local_ipv6_addresses_count_each_by_itself() {
+    let window = PairingWindow::open(Instant::now(), DEFAULT_WINDOW);
+    let mut hello = vec![1, 1, 0, 1, b'x'];
+    hello.extend_from_slice(&[0; 33]);
+    let stranger = IpAddr::V6(Ipv6Addr::new(0xfe80, 0, 0, 0, 0x1, 0x2, 0x3, 0x4));
+    for _ in 1..=3 {
+        server_fed_from(&framed(&hello), &window, stranger).await;
+    }
+    assert!(matches!(server_fed_from(&framed(&hello), &window, stranger).await, TrustError::TooManyAttempts));
+    let owner = IpAddr::V6(Ipv6Addr::new(0xfe80, 0, 0, 0, 0xa, 0xb, 0xc, 0xd));
+    assert_eq!(window.failed_attempts_from(owner), 0);
+    assert!(is_protocol(&server_fed_from(&framed(&hello), &window, owner).await));
+}
+
 /// Closing a window (the owner ended `revisd pair`, or opened a new one)
 /// refuses an attempt already under way, right code and all.
 #[tokio::test]
