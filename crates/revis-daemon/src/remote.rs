@@ -332,15 +332,21 @@ impl Remote {
 
     /// Unpairs the device a person named (device ID or name) and cuts its
     /// connections; returns it and how many were cut.
+    /// The trust file is written (temp file, fsync, rename, directory
+    /// fsync) with the async worker handed over to the runtime's other
+    /// threads meanwhile (`block_in_place`), so no other call waits on the disk.
     pub fn revoke(&self, what: &str) -> Result<(DeviceInfo, usize), RemoteError> {
-        let device = {
+        let write = || -> Result<PairedDevice, RemoteError> {
             let mut store = self.store();
             let device = store.find(what)?.cloned().ok_or_else(|| RemoteError::UnknownDevice(what.to_owned()))?;
             // All or nothing: the file is written first; a failed write
             // leaves the device paired, its connections open, and is the error.
             store.revoke(&device.device_id)?;
-            device
+            Ok(device)
         };
+        let on_workers =
+            tokio::runtime::Handle::try_current().is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        let device = if on_workers { tokio::task::block_in_place(write)? } else { write()? };
         let cut = {
             let mut state = self.lock();
             let ids: Vec<u64> = state.conns.iter().filter(|(_, c)| c.device == device.device_id).map(|(id, _)| *id).collect();
