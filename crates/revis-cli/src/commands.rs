@@ -473,23 +473,23 @@ const INTERRUPTED: u8 = 130;
 
 /// Ctrl-C in `revis chat`: while an answer streams it stops the answer (the
 /// caller saves what was printed, then exits); at any other moment revis
-/// ends at once, as it would without a handler.
+/// ends at once, as it would without a handler. Each answer has its own
+/// stop signal, so a Ctrl-C that comes as one answer ends is not left over
+/// to stop the next one.
+#[derive(Clone, Default)]
 struct Interrupt {
-    answering: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    stop: std::sync::Arc<tokio::sync::Notify>,
+    /// The stop signal of the answer streaming now, if one is.
+    turn: std::sync::Arc<std::sync::Mutex<Option<std::sync::Arc<tokio::sync::Notify>>>>,
 }
 
 impl Interrupt {
     fn install() -> anyhow::Result<Interrupt> {
-        use std::sync::atomic::Ordering;
         let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).context("watching for Ctrl-C")?;
-        let it = Interrupt { answering: Default::default(), stop: Default::default() };
-        let (answering, stop) = (it.answering.clone(), it.stop.clone());
+        let it = Interrupt::default();
+        let handler = it.clone();
         tokio::spawn(async move {
             while sigint.recv().await.is_some() {
-                if answering.load(Ordering::SeqCst) {
-                    stop.notify_one();
-                } else {
+                if !handler.interrupt() {
                     std::process::exit(INTERRUPTED.into());
                 }
             }
@@ -497,15 +497,61 @@ impl Interrupt {
         Ok(it)
     }
 
+    /// A Ctrl-C: stops the answer streaming now; false when none is.
+    fn interrupt(&self) -> bool {
+        match &*self.turn.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(stop) => {
+                stop.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Runs `f` to its end, or drops it on Ctrl-C (None).
     async fn unless_interrupted<T>(&self, f: impl std::future::Future<Output = T>) -> Option<T> {
-        use std::sync::atomic::Ordering;
-        self.answering.store(true, Ordering::SeqCst);
+        let stop = std::sync::Arc::new(tokio::sync::Notify::new());
+        *self.turn.lock().unwrap_or_else(|e| e.into_inner()) = Some(stop.clone());
         let r = tokio::select! {
             r = f => Some(r),
-            () = self.stop.notified() => None,
+            () = stop.notified() => None,
         };
-        self.answering.store(false, Ordering::SeqCst);
+        // A Ctrl-C after this turn's end is spent on this turn's signal, dropped here.
+        *self.turn.lock().unwrap_or_else(|e| e.into_inner()) = None;
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Interrupt;
+
+    /// A Ctrl-C that comes as an answer ends (its signal already sent, the
+    /// turn not yet cleared) must not stop the next answer at once.
+    #[tokio::test]
+    async fn a_ctrl_c_as_an_answer_ends_does_not_stop_the_next() {
+        let it = Interrupt::default();
+        let _ = it
+            .unless_interrupted(async {
+                assert!(it.interrupt(), "an answer is streaming");
+                1
+            })
+            .await;
+        let next = it
+            .unless_interrupted(async {
+                tokio::task::yield_now().await;
+                2
+            })
+            .await;
+        assert_eq!(next, Some(2));
+        // A Ctrl-C during an answer still stops it; between answers, revis ends.
+        let stopped = it
+            .unless_interrupted(async {
+                it.interrupt();
+                std::future::pending::<()>().await
+            })
+            .await;
+        assert_eq!(stopped, None);
+        assert!(!it.interrupt(), "no answer streams: revis ends");
     }
 }
