@@ -381,9 +381,15 @@ async fn chat<D: Daemon>(daemon: D, store: Store, a: ChatArgs) -> anyhow::Result
     let send = |text: String| {
         let (chat, store, verbose, interrupt) = (&chat, &store, a.verbose, &interrupt);
         async move {
-            if store.conversation(conversation)?.is_some_and(|c| c.title.is_empty()) {
-                store.set_title(conversation, &text.chars().take(60).collect::<String>())?;
-            }
+            // A flushed write: off the async runtime.
+            let (titled, title) = (store.clone(), text.chars().take(60).collect::<String>());
+            tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+                if titled.conversation(conversation)?.is_some_and(|c| c.title.is_empty()) {
+                    titled.set_title(conversation, &title)?;
+                }
+                Ok(())
+            })
+            .await??;
             let mut out = std::io::stdout();
             let turn = chat.send(&text, |t| {
                 let _ = out.write_all(t.as_bytes());
