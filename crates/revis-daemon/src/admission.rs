@@ -9,7 +9,10 @@
 //! or the caller stalls or leaves.
 //!
 //! HTTP/2 itself is bounded per connection by [`MAX_CONCURRENT_STREAMS`],
-//! which both listeners (the Unix socket here, TLS in `remote.rs`) set.
+//! which both listeners (the Unix socket here, TLS in `remote.rs`) set. A
+//! paired device's call first waits for one of its connection's
+//! `remote::CALLS_PER_CONNECTION` places, so one device cannot hold every
+//! place in the queue.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -21,6 +24,7 @@ use tonic::codegen::{BoxFuture, Service, http};
 use tonic::server::NamedService;
 
 use crate::error::DaemonError;
+use crate::remote::RemotePeer;
 
 /// HTTP/2 streams one connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS),
 /// on the Unix socket and on server mode's TLS port alike. A client that opens more waits
@@ -34,20 +38,26 @@ pub struct Admission {
     capacity: usize,
 }
 
-/// Proof that a call was admitted; its place is given back when the last clone drops.
-/// Tonic hands it to the handler as a request extension.
+/// Proof that a call was admitted; its place (and, for a paired device, its
+/// connection's place) is given back when the last clone drops. Tonic hands
+/// it to the handler as a request extension.
 #[derive(Clone)]
-pub struct Admitted(#[allow(dead_code)] Arc<OwnedSemaphorePermit>);
+pub struct Admitted(#[allow(dead_code)] Arc<(OwnedSemaphorePermit, Option<OwnedSemaphorePermit>)>);
 
 impl Admission {
     pub fn new(queue_capacity: usize) -> Admission {
         Admission { permits: Arc::new(Semaphore::new(queue_capacity + 1)), capacity: queue_capacity }
     }
 
+    /// Places in the queue (`daemon.queue_capacity`), besides the job running.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     /// A place, or the error a caller sees when there is none.
     pub fn try_admit(&self) -> Result<Admitted, DaemonError> {
         match self.permits.clone().try_acquire_owned() {
-            Ok(p) => Ok(Admitted(Arc::new(p))),
+            Ok(p) => Ok(Admitted(Arc::new((p, None)))),
             Err(_) => Err(DaemonError::QueueFull { capacity: self.capacity }),
         }
     }
@@ -83,14 +93,31 @@ where
     }
 
     fn call(&mut self, mut req: http::Request<Body>) -> Self::Future {
-        match self.admission.try_admit() {
-            Ok(admitted) => {
-                req.extensions_mut().insert(admitted);
-                Box::pin(self.inner.call(req))
+        // A paired device's call first waits, unread, for one of its
+        // connection's places (`remote::CALLS_PER_CONNECTION`).
+        let Some(own) = req.extensions().get::<RemotePeer>().map(|p| p.calls.clone()) else {
+            return match self.admission.try_admit() {
+                Ok(admitted) => {
+                    req.extensions_mut().insert(admitted);
+                    Box::pin(self.inner.call(req))
+                }
+                // The body is dropped unread: h2 resets the stream's upload.
+                Err(e) => Box::pin(std::future::ready(Ok(tonic::Status::from(e).into_http()))),
+            };
+        };
+        let (admission, mut inner) = (self.admission.clone(), self.inner.clone());
+        Box::pin(async move {
+            let Ok(mine) = own.acquire_owned().await else {
+                return Ok(tonic::Status::unavailable("this connection is closing").into_http());
+            };
+            match admission.permits.clone().try_acquire_owned() {
+                Ok(place) => {
+                    req.extensions_mut().insert(Admitted(Arc::new((place, Some(mine)))));
+                    inner.call(req).await
+                }
+                Err(_) => Ok(tonic::Status::from(DaemonError::QueueFull { capacity: admission.capacity }).into_http()),
             }
-            // The body is dropped unread: h2 resets the stream's upload.
-            Err(e) => Box::pin(std::future::ready(Ok(tonic::Status::from(e).into_http()))),
-        }
+        })
     }
 }
 

@@ -45,6 +45,11 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const PAIRING_TIMEOUT: Duration = Duration::from_secs(20);
 /// TCP keepalive probes sent before the kernel gives a silent peer up.
 pub const TCP_KEEPALIVE_RETRIES: u32 = 3;
+/// Calls one paired connection may have in progress at once (a Generate
+/// until its stream ends). More wait on that connection, unread and holding
+/// no place in the queue (`admission.rs`), so one device cannot take every
+/// place and have this machine's own user refused.
+pub const CALLS_PER_CONNECTION: usize = 4;
 /// The file that remembers the server-mode switch.
 const SWITCH_FILE: &str = "server-mode";
 
@@ -54,6 +59,9 @@ const SWITCH_FILE: &str = "server-mode";
 pub struct RemotePeer {
     pub device_id: DeviceId,
     pub addr: SocketAddr,
+    /// This connection's share of the queue: [`CALLS_PER_CONNECTION`]
+    /// places, taken in `admission.rs` before a place in the queue.
+    pub calls: Arc<tokio::sync::Semaphore>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -256,6 +264,7 @@ impl Remote {
         let trusted = self.trusted.clone();
         let (ping_interval, ping_timeout) = http2_keepalive(self.config.peer_timeout);
         let serve = Server::builder()
+            .max_concurrent_streams(crate::admission::MAX_CONCURRENT_STREAMS)
             .http2_keepalive_interval(Some(ping_interval))
             .http2_keepalive_timeout(Some(ping_timeout))
             .layer(tonic::service::InterceptorLayer::new(still_paired(trusted)))
@@ -497,7 +506,7 @@ impl Remote {
         tracing::info!(%addr, %device_id, "paired device connected");
         Some(RemoteIo {
             tls,
-            peer: RemotePeer { device_id, addr },
+            peer: RemotePeer { device_id, addr, calls: Arc::new(tokio::sync::Semaphore::new(CALLS_PER_CONNECTION)) },
             cut: Box::pin(cut.cancelled_owned()),
             _guard: ConnGuard { remote: Arc::downgrade(self), id },
         })

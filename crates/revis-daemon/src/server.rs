@@ -68,7 +68,12 @@ pub async fn run(
             registry.load(&m).await.map_err(|source| ServeError::LoadAtStart { model: m.name.clone(), source })?;
         }
     }
-    let queue = Arc::new(Queue::new(config.queue_capacity, |t: &crate::service::Task| t.job.abandoned()));
+    // Admission gives out queue_capacity + 1 places (the queue and the job
+    // running) and is the limit callers see. The queue itself has room for
+    // all of them: a finished job gives its place back a moment before the
+    // worker takes the next one off the queue, and the call admitted in that
+    // moment must not find the queue full.
+    let queue = Arc::new(Queue::new(config.queue_capacity + 1, |t: &crate::service::Task| t.job.abandoned()));
     let closing = Arc::new(AtomicBool::new(false));
     let remote = Remote::new(config.server.clone(), config.tiers.keys().cloned().collect())?;
     let admission = Admission::new(config.queue_capacity);

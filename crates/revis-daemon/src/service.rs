@@ -284,7 +284,7 @@ impl pb::admin_server::Admin for Daemon {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             tiers: self.registry.tiers().map(|(t, _)| self.tier_status(t, remote)).collect(),
             queue_depth: self.queue.len() as u32,
-            queue_capacity: self.queue.capacity() as u32,
+            queue_capacity: self.admission.capacity() as u32,
             rss_bytes: revis_engine::rss_bytes(),
             busy: self.queue.busy(),
             pid: if remote { 0 } else { std::process::id() },
