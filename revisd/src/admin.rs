@@ -42,6 +42,10 @@ pub async fn run(action: Action, socket: &Path) -> ExitCode {
             eprintln!("revisd: {e}; start it first (`revisd`, or `revisd service install`)");
             return ExitCode::from(crate::EX_UNAVAILABLE);
         }
+        Err(e @ revis_client::ClientError::Untrusted { .. }) => {
+            eprintln!("revisd: {e}");
+            return ExitCode::from(crate::EX_NOPERM);
+        }
         Err(e) => {
             eprintln!("revisd: {e}");
             return ExitCode::from(crate::EX_UNAVAILABLE);
@@ -53,9 +57,21 @@ pub async fn run(action: Action, socket: &Path) -> ExitCode {
         Action::Devices => devices(&mut client).await,
         Action::Revoke { device } => revoke(&mut client, device).await,
     };
-    result.unwrap_or_else(|e| {
-        eprintln!("revisd: {}", e.message());
-        ExitCode::FAILURE
+    // A daemon gone in the middle reads as the client says it everywhere
+    // ("no revisd answers on ..."), not as a transport error.
+    result.unwrap_or_else(|s| match client.failure(s) {
+        revis_client::ClientError::Rpc(s) => {
+            eprintln!("revisd: {}", s.message());
+            ExitCode::FAILURE
+        }
+        e @ revis_client::ClientError::Untrusted { .. } => {
+            eprintln!("revisd: {e}");
+            ExitCode::from(crate::EX_NOPERM)
+        }
+        e => {
+            eprintln!("revisd: {e}");
+            ExitCode::from(crate::EX_UNAVAILABLE)
+        }
     })
 }
 

@@ -45,6 +45,8 @@ const EX_USAGE: u8 = 64;
 const EX_CANTCREAT: u8 = 73;
 /// sysexits.h: the daemon these commands talk to is not running.
 const EX_UNAVAILABLE: u8 = 69;
+/// sysexits' EX_NOPERM: the socket is not this user's revisd (impersonation checks).
+const EX_NOPERM: u8 = 77;
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()

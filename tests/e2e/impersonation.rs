@@ -89,6 +89,9 @@ fn clis_refuse(socket: &Path, words: &str) {
         let mut err = String::new();
         child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
         assert!(!status.success() && err.contains(words), "{bin}: {err}");
+        if bin == "revisd" {
+            assert_eq!(status.code(), Some(77), "revisd's admin commands exit EX_NOPERM on a socket that is not ours: {err}");
+        }
     }
 }
 

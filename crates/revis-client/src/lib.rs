@@ -265,7 +265,9 @@ impl Client {
     /// What a failed call says: on the local socket, a daemon that could not
     /// be dialled again reads as [`local::dial`]'s own error (nothing answers
     /// there, or the socket is not to be trusted), not as tonic's status.
-    fn failure(&self, s: tonic::Status) -> ClientError {
+    /// Callers of the raw `inference`/`admin` stubs use it to say a failure
+    /// the same way.
+    pub fn failure(&self, s: tonic::Status) -> ClientError {
         match &self.target {
             Target::Socket(_) if s.code() == tonic::Code::Unavailable => local::undialled(&s).unwrap_or(ClientError::Rpc(s)),
             _ => ClientError::Rpc(s),
