@@ -199,24 +199,3 @@ async fn a_paired_device_s_status_carries_no_local_paths_or_pid() {
     assert!(home.is_empty() || !text.contains(&home), "{text}");
     assert!(!text.contains(&d.dir().display().to_string()), "{text}");
 }
-
-/// grpcio-reflection and older grpcurl speak only reflection v1alpha.
-#[tokio::test]
-async fn reflection_v1alpha_lists_the_services_too() {
-    use tonic_reflection::pb::v1alpha::ServerReflectionRequest;
-    use tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient;
-    use tonic_reflection::pb::v1alpha::server_reflection_request::MessageRequest;
-    use tonic_reflection::pb::v1alpha::server_reflection_response::MessageResponse;
-
-    let d = TestDaemon::new().start();
-    let c = d.client().await;
-    let req = ServerReflectionRequest { host: String::new(), message_request: Some(MessageRequest::ListServices(String::new())) };
-    let mut responses =
-        ServerReflectionClient::new(c.channel.clone()).server_reflection_info(tokio_stream::iter([req])).await.unwrap().into_inner();
-    let Some(MessageResponse::ListServicesResponse(list)) = responses.message().await.unwrap().unwrap().message_response else {
-        panic!("expected a service list")
-    };
-    let mut names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
-    names.sort();
-    assert_eq!(names, ["grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection", "revis.v1.Admin", "revis.v1.Inference"]);
-}

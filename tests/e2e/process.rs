@@ -120,24 +120,39 @@ async fn sigterm_drains_and_exits_in_time() {
     assert!(!d.socket.exists(), "socket removed on exit");
 }
 
+/// The services a daemon lists over server reflection `$version`, sorted.
+macro_rules! reflected_services {
+    ($version:ident) => {{
+        use tonic_reflection::pb::$version::ServerReflectionRequest;
+        use tonic_reflection::pb::$version::server_reflection_client::ServerReflectionClient;
+        use tonic_reflection::pb::$version::server_reflection_request::MessageRequest;
+        use tonic_reflection::pb::$version::server_reflection_response::MessageResponse;
+
+        let d = TestDaemon::new().start();
+        let c = d.client().await;
+        let req = ServerReflectionRequest { host: String::new(), message_request: Some(MessageRequest::ListServices(String::new())) };
+        let mut responses =
+            ServerReflectionClient::new(c.channel.clone()).server_reflection_info(tokio_stream::iter([req])).await.unwrap().into_inner();
+        let Some(MessageResponse::ListServicesResponse(list)) = responses.message().await.unwrap().unwrap().message_response else {
+            panic!("expected a service list")
+        };
+        let mut names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+        names.sort();
+        names
+    }};
+}
+
 #[tokio::test]
 async fn reflection_lists_the_services_for_standard_tools() {
-    use tonic_reflection::pb::v1::ServerReflectionRequest;
-    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
-    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
-    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
-
-    let d = TestDaemon::new().start();
-    let c = d.client().await;
-    let req = ServerReflectionRequest { host: String::new(), message_request: Some(MessageRequest::ListServices(String::new())) };
-    let mut responses =
-        ServerReflectionClient::new(c.channel.clone()).server_reflection_info(tokio_stream::iter([req])).await.unwrap().into_inner();
-    let Some(MessageResponse::ListServicesResponse(list)) = responses.message().await.unwrap().unwrap().message_response else {
-        panic!("expected a service list")
-    };
-    let mut names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
-    names.sort();
+    let names = reflected_services!(v1);
     assert_eq!(names, ["grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection", "revis.v1.Admin", "revis.v1.Inference"]);
+}
+
+/// grpcio-reflection and older grpcurl speak only reflection v1alpha.
+#[tokio::test]
+async fn reflection_v1alpha_lists_the_services_too() {
+    let names = reflected_services!(v1alpha);
+    assert_eq!(names, ["grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection", "revis.v1.Admin", "revis.v1.Inference"]);
 }
 
 /// Ends the daemon `revis` started on `socket` when the test ends, passed

@@ -305,21 +305,13 @@ pub fn report(r: &Result, s: &Settings) -> String {
         r.elapsed.as_secs_f64()
     );
     out.push_str(&r.tally.table("call"));
-    match &r.after {
-        Ok(()) => {
-            let _ = writeln!(out, "\n- After the last kill, the revisd started again answered a new client's Generate.");
-        }
-        Err(e) => {
-            let _ = writeln!(out, "\n- **After the last kill, no answer: {e}**");
-        }
-    }
-    if !r.tally.examples.is_empty() {
-        let _ = writeln!(out, "- Failures (first {}):", r.tally.examples.len());
-        for e in &r.tally.examples {
-            let _ = writeln!(out, "  - {}", e.replace('\n', " "));
-        }
-        let _ = writeln!(out, "- revisd log, last lines:\n\n```\n{}\n```", r.log_tail);
-    }
+    r.tally.report_end(
+        &mut out,
+        &r.after,
+        "\n- After the last kill, the revisd started again answered a new client's Generate.",
+        "\n- **After the last kill, no answer",
+        &r.log_tail,
+    );
     out
 }
 

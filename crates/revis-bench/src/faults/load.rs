@@ -437,20 +437,12 @@ pub fn report(r: &Result, s: &Settings) -> String {
         mib(r.rss_end),
         mib(r.rss_peak)
     );
-    match &r.after {
-        Ok(()) => {
-            let _ = writeln!(out, "- After the load, a well-behaved Generate was answered.");
-        }
-        Err(e) => {
-            let _ = writeln!(out, "- **After the load, a well-behaved Generate failed: {e}**");
-        }
-    }
-    if !r.tally.examples.is_empty() {
-        let _ = writeln!(out, "- Failures (first {}):", r.tally.examples.len());
-        for e in &r.tally.examples {
-            let _ = writeln!(out, "  - {}", e.replace('\n', " "));
-        }
-        let _ = writeln!(out, "- revisd log, last lines:\n\n```\n{}\n```", r.log_tail);
-    }
+    r.tally.report_end(
+        &mut out,
+        &r.after,
+        "- After the load, a well-behaved Generate was answered.",
+        "- **After the load, a well-behaved Generate failed",
+        &r.log_tail,
+    );
     out
 }

@@ -193,6 +193,23 @@ impl Tally {
         self.failing.values().sum()
     }
 
+    /// The end of a part's report: whether the daemon answered afterwards
+    /// (`answered` or `failed` and the error), then the first failures and
+    /// the daemon's last log lines when there were any.
+    pub fn report_end(&self, out: &mut String, after: &Result<(), String>, answered: &str, failed: &str, log_tail: &str) {
+        let _ = match after {
+            Ok(()) => writeln!(out, "{answered}"),
+            Err(e) => writeln!(out, "{failed}: {e}**"),
+        };
+        if !self.examples.is_empty() {
+            let _ = writeln!(out, "- Failures (first {}):", self.examples.len());
+            for e in &self.examples {
+                let _ = writeln!(out, "  - {}", e.replace('\n', " "));
+            }
+            let _ = writeln!(out, "- revisd log, last lines:\n\n```\n{log_tail}\n```");
+        }
+    }
+
     /// One row per kind: calls, outcomes, failures.
     pub fn table(&self, first_column: &str) -> String {
         let mut kinds: Vec<&str> = self.counts.keys().map(|(k, _)| k.as_str()).collect();
