@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use revis_client::{Client, ClientError, v1 as pb};
+use revis_client::{Client, v1 as pb};
 use revis_testkit::{HeldSocket, activated_revisd};
 
-use super::{Tally, code_name, is_transport, status_detail};
+use super::{CallError, Tally, code_name, is_transport, status_detail};
 use crate::daemon::{Launch, log_tail, write_config};
 use crate::proc::set_parent_death_signal;
 
@@ -180,39 +180,6 @@ pub async fn run(model: &Path, launch: Launch<'_>, s: &Settings, seed: u64) -> a
     Ok(Result { kills: s.kills, before_ready, tally, after, elapsed, log_tail: log_tail(&log) })
 }
 
-enum CallError {
-    Status(tonic::Status),
-    /// No daemon on the socket when the call (or its one retry) dialled it:
-    /// a killed revisd not started again yet. Clean and retryable.
-    NotRunning(String),
-    Other(String),
-}
-
-impl CallError {
-    fn detail(&self) -> String {
-        match self {
-            CallError::Status(s) => status_detail(s),
-            CallError::NotRunning(t) | CallError::Other(t) => t.clone(),
-        }
-    }
-}
-
-impl From<tonic::Status> for CallError {
-    fn from(s: tonic::Status) -> Self {
-        CallError::Status(s)
-    }
-}
-
-impl From<ClientError> for CallError {
-    fn from(e: ClientError) -> Self {
-        match e {
-            ClientError::Rpc(s) => CallError::Status(s),
-            e @ ClientError::NotRunning { .. } => CallError::NotRunning(e.to_string()),
-            e => CallError::Other(e.to_string()),
-        }
-    }
-}
-
 /// A Generate through the client library (which sends it again once when
 /// the connection failed before its first event), read to Done. Returns
 /// whether any text had come.
@@ -318,6 +285,7 @@ pub fn report(r: &Result, s: &Settings) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use revis_client::ClientError;
 
     #[test]
     fn no_daemon_on_the_socket_is_a_clean_retryable_error() {

@@ -14,7 +14,7 @@ use revis_client::{Client, ClientError, v1 as pb};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::{Endpoint, Uri};
 
-use super::{Tally, is_transport, percentile, rss_kib, status_detail, status_label};
+use super::{CallError, Tally, is_transport, percentile, rss_kib, status_detail, status_label};
 use crate::daemon::{Daemon, Launch};
 
 /// How long a stream that is never read is held open before it is dropped
@@ -275,31 +275,11 @@ fn record<T>(
     }
 }
 
-/// An error of a streamed call, as the helpers below report it.
-enum CallError {
-    Status(tonic::Status),
-    Other(String),
-}
-
-impl From<tonic::Status> for CallError {
-    fn from(s: tonic::Status) -> Self {
-        CallError::Status(s)
-    }
-}
-
-impl From<ClientError> for CallError {
-    fn from(e: ClientError) -> Self {
-        match e {
-            ClientError::Rpc(s) => CallError::Status(s),
-            e => CallError::Other(e.to_string()),
-        }
-    }
-}
-
 fn classify_text(tally: &mut Tally, kind: &str, e: CallError) {
     match e {
         CallError::Status(st) => classify(tally, kind, &st),
-        CallError::Other(text) => tally.fail(kind, "error", text),
+        // The daemon must stay up through the load: no daemon is a failure here.
+        CallError::NotRunning(text) | CallError::Other(text) => tally.fail(kind, "error", text),
     }
 }
 
@@ -327,15 +307,6 @@ async fn well_behaved(client: &mut Client, q: &str) -> std::result::Result<Optio
         }
     }
     Err(CallError::Other("the stream ended without Done".into()))
-}
-
-impl From<CallError> for String {
-    fn from(e: CallError) -> String {
-        match e {
-            CallError::Status(s) => status_detail(&s),
-            CallError::Other(t) => t,
-        }
-    }
 }
 
 /// A Generate dropped after `after` deltas.

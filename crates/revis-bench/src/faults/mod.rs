@@ -18,6 +18,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use revis_client::ClientError;
+
 use crate::machine::Machine;
 
 /// Examples of broken invariants kept for the report (all are counted).
@@ -266,6 +268,46 @@ pub fn is_transport(s: &tonic::Status) -> bool {
 /// connection failed rather than the daemon answering.
 pub fn status_label(s: &tonic::Status) -> String {
     if is_transport(s) { format!("{} (transport)", code_name(s.code())) } else { code_name(s.code()).to_owned() }
+}
+
+/// How a call of the fault parts failed.
+pub enum CallError {
+    Status(tonic::Status),
+    /// No daemon on the socket when the call (or its one retry) dialled it:
+    /// a killed revisd not started again yet. Clean and retryable.
+    NotRunning(String),
+    Other(String),
+}
+
+impl CallError {
+    pub fn detail(&self) -> String {
+        match self {
+            CallError::Status(s) => status_detail(s),
+            CallError::NotRunning(t) | CallError::Other(t) => t.clone(),
+        }
+    }
+}
+
+impl From<tonic::Status> for CallError {
+    fn from(s: tonic::Status) -> Self {
+        CallError::Status(s)
+    }
+}
+
+impl From<ClientError> for CallError {
+    fn from(e: ClientError) -> Self {
+        match e {
+            ClientError::Rpc(s) => CallError::Status(s),
+            e @ ClientError::NotRunning { .. } => CallError::NotRunning(e.to_string()),
+            e => CallError::Other(e.to_string()),
+        }
+    }
+}
+
+impl From<CallError> for String {
+    fn from(e: CallError) -> String {
+        e.detail()
+    }
 }
 
 /// A status with its message, for the examples of failures.
