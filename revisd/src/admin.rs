@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use revis_client::{Client, v1 as pb};
+use revis_client::{Client, ClientError, PairingEvent};
 
 /// What to do with server mode.
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -36,13 +36,13 @@ pub enum Action {
 }
 
 pub async fn run(action: Action, socket: &Path) -> ExitCode {
-    let mut client = match Client::connect(socket).await {
+    let client = match Client::connect(socket).await {
         Ok(c) => c,
-        Err(e @ revis_client::ClientError::NotRunning { .. }) => {
+        Err(e @ ClientError::NotRunning { .. }) => {
             eprintln!("revisd: {e}; start it first (`revisd`, or `revisd service install`)");
             return ExitCode::from(crate::EX_UNAVAILABLE);
         }
-        Err(e @ revis_client::ClientError::Untrusted { .. }) => {
+        Err(e @ ClientError::Untrusted { .. }) => {
             eprintln!("revisd: {e}");
             return ExitCode::from(crate::EX_NOPERM);
         }
@@ -52,19 +52,19 @@ pub async fn run(action: Action, socket: &Path) -> ExitCode {
         }
     };
     let result = match action {
-        Action::Pair { window_s } => pair(&mut client, window_s.unwrap_or(0)).await,
-        Action::Server { switch } => server(&mut client, switch).await,
-        Action::Devices => devices(&mut client).await,
-        Action::Revoke { device } => revoke(&mut client, device).await,
+        Action::Pair { window_s } => pair(&client, window_s.unwrap_or(0)).await,
+        Action::Server { switch } => server(&client, switch).await,
+        Action::Devices => devices(&client).await,
+        Action::Revoke { device } => revoke(&client, &device).await,
     };
     // A daemon gone in the middle reads as the client says it everywhere
     // ("no revisd answers on ..."), not as a transport error.
-    result.unwrap_or_else(|s| match client.failure(s) {
-        revis_client::ClientError::Rpc(s) => {
-            eprintln!("revisd: {}", s.message());
+    result.unwrap_or_else(|e| match e {
+        ClientError::Call(c) => {
+            eprintln!("revisd: {}", c.message);
             ExitCode::FAILURE
         }
-        e @ revis_client::ClientError::Untrusted { .. } => {
+        e @ ClientError::Untrusted { .. } => {
             eprintln!("revisd: {e}");
             ExitCode::from(crate::EX_NOPERM)
         }
@@ -75,42 +75,37 @@ pub async fn run(action: Action, socket: &Path) -> ExitCode {
     })
 }
 
-async fn pair(client: &mut Client, window_s: u32) -> Result<ExitCode, tonic::Status> {
-    use pb::pairing_event::Event;
-    let status = client.admin.status(pb::StatusRequest {}).await?.into_inner();
-    let mut events = client.admin.open_pairing(pb::OpenPairingRequest { window_s }).await?.into_inner();
-    while let Some(e) = events.message().await? {
-        match e.event {
-            Some(Event::Opened(o)) => {
-                println!("Pairing is open on {} for {} s.", status.name, o.expires_in_s);
-                println!("  Code:       {}", o.code);
-                println!("  Device ID:  {}", o.device_id);
-                println!("  Listening:  {}", o.listen_address);
+async fn pair(client: &Client, window_s: u32) -> Result<ExitCode, ClientError> {
+    let status = client.status().await?;
+    let mut events = client.open_pairing(window_s).await?;
+    while let Some(e) = events.next().await? {
+        match e {
+            PairingEvent::Opened { code, expires_in_s, listen_address, device_id } => {
+                println!("Pairing is open on {} for {} s.", status.name, expires_in_s);
+                println!("  Code:       {code}");
+                println!("  Device ID:  {device_id}");
+                println!("  Listening:  {listen_address}");
                 println!("On the other machine, run `revis pair {}` and type the code.", status.name);
                 println!("Waiting (Ctrl-C closes the window)...");
             }
-            Some(Event::Paired(p)) => {
-                println!("Paired with {} ({}).", p.name, p.device_id);
+            PairingEvent::Paired { name, device_id } => {
+                println!("Paired with {name} ({device_id}).");
                 return Ok(ExitCode::SUCCESS);
             }
-            Some(Event::Closed(c)) => {
-                eprintln!("revisd: pairing closed: {}", c.reason);
+            PairingEvent::Closed { reason } => {
+                eprintln!("revisd: pairing closed: {reason}");
                 return Ok(ExitCode::FAILURE);
             }
-            None => {}
         }
     }
     eprintln!("revisd: the daemon closed the pairing window without saying why");
     Ok(ExitCode::FAILURE)
 }
 
-async fn server(client: &mut Client, switch: Switch) -> Result<ExitCode, tonic::Status> {
+async fn server(client: &Client, switch: Switch) -> Result<ExitCode, ClientError> {
     let s = match switch {
-        Switch::Status => client.admin.status(pb::StatusRequest {}).await?.into_inner().server.unwrap_or_default(),
-        Switch::On | Switch::Off => {
-            let enabled = matches!(switch, Switch::On);
-            client.admin.set_server_mode(pb::SetServerModeRequest { enabled }).await?.into_inner()
-        }
+        Switch::Status => client.status().await?.server.unwrap_or_default(),
+        Switch::On | Switch::Off => client.set_server_mode(matches!(switch, Switch::On)).await?,
     };
     if s.enabled {
         println!(
@@ -126,8 +121,8 @@ async fn server(client: &mut Client, switch: Switch) -> Result<ExitCode, tonic::
     Ok(ExitCode::SUCCESS)
 }
 
-async fn devices(client: &mut Client) -> Result<ExitCode, tonic::Status> {
-    let list = client.admin.list_devices(pb::ListDevicesRequest {}).await?.into_inner().devices;
+async fn devices(client: &Client) -> Result<ExitCode, ClientError> {
+    let list = client.list_devices().await?;
     if list.is_empty() {
         println!("No paired devices. Pair one with `revisd pair` here and `revis pair` there.");
     }
@@ -138,8 +133,8 @@ async fn devices(client: &mut Client) -> Result<ExitCode, tonic::Status> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn revoke(client: &mut Client, device: String) -> Result<ExitCode, tonic::Status> {
-    let r = client.admin.revoke_device(pb::RevokeDeviceRequest { device }).await?.into_inner();
+async fn revoke(client: &Client, device: &str) -> Result<ExitCode, ClientError> {
+    let r = client.revoke_device(device).await?;
     let d = r.device.unwrap_or_default();
     println!("Unpaired {} ({}); cut {} open connection(s).", d.name, d.device_id, r.cut_connections);
     Ok(ExitCode::SUCCESS)

@@ -1,6 +1,6 @@
 //! Status, load, unload and purge.
 
-use revis_client::v1 as pb;
+use revis_client::wire::v1 as pb;
 use revis_testkit::TestDaemon;
 
 use crate::{ask, generate};
@@ -13,10 +13,10 @@ async fn status_reports_tiers_and_a_shared_model_is_loaded_once() {
     assert_eq!(s.version, env!("CARGO_PKG_VERSION"));
     let names: Vec<&str> = s.tiers.iter().map(|t| t.tier.as_str()).collect();
     assert_eq!(names, ["tier1", "tier2", "tier3"]);
-    assert!(s.tiers.iter().all(|t| t.state == pb::ModelState::Unloaded as i32), "loads on first use");
+    assert!(s.tiers.iter().all(|t| t.state == revis_client::ModelState::Unloaded), "loads on first use");
     generate(&mut c, ask("Hi")).await.unwrap();
     let s = c.status().await.unwrap();
-    assert!(s.tiers.iter().all(|t| t.state == pb::ModelState::Ready as i32), "one model serves all three tiers");
+    assert!(s.tiers.iter().all(|t| t.state == revis_client::ModelState::Ready), "one model serves all three tiers");
     assert_eq!(s.tiers[0].shared_with, ["tier2", "tier3"]);
 }
 
@@ -51,4 +51,49 @@ async fn idle_models_unload_by_themselves() {
         tokio::task::yield_now().await;
         status = c.admin.status(pb::StatusRequest {}).await.unwrap().into_inner();
     }
+}
+
+/// Three tiers on two files: tier1 and tier3 name SmolLM2, tier2 Gemma 3.
+/// The shared file costs the memory of one copy: once tier1 has loaded it,
+/// loading tier3 adds next to nothing, while tier2's own file adds about its
+/// size (so the measure does see a second model load).
+#[tokio::test]
+async fn a_shared_model_costs_the_memory_of_one_copy() {
+    let (smol, gemma) = (revis_testkit::smollm2(), revis_testkit::gemma3());
+    let size = |p: &std::path::Path| std::fs::metadata(p).unwrap().len();
+    let (smol_size, gemma_size) = (size(&smol), size(&gemma));
+    let d = TestDaemon::new().model(smol).tier_model("tier2", gemma).start();
+    let c = d.client().await;
+    let load = async |tier: &str| {
+        c.load_model(tier.parse().unwrap()).await.unwrap();
+        c.status().await.unwrap()
+    };
+    let before = c.status().await.unwrap().rss_bytes;
+    let tier1 = load("tier1").await.rss_bytes;
+    let tier3 = load("tier3").await.rss_bytes;
+    let s = load("tier2").await;
+    let mib = |b: u64| b >> 20;
+    eprintln!(
+        "RSS {} MiB; +tier1 (SmolLM2, {} MiB) {} MiB; +tier3 (shared) {} MiB; +tier2 (Gemma 3, {} MiB) {} MiB",
+        mib(before),
+        mib(smol_size),
+        mib(tier1.saturating_sub(before)),
+        mib(tier3.saturating_sub(tier1)),
+        mib(gemma_size),
+        mib(s.rss_bytes.saturating_sub(tier3))
+    );
+    assert!(tier1.saturating_sub(before) as f64 >= 0.8 * smol_size as f64, "loading SmolLM2 is seen in RSS");
+    assert!(
+        (tier3.saturating_sub(tier1) as f64) < 0.25 * smol_size as f64,
+        "tier3 shares tier1's model, yet loading it grew RSS by {} MiB (the model is {} MiB)",
+        mib(tier3.saturating_sub(tier1)),
+        mib(smol_size)
+    );
+    assert!(s.rss_bytes.saturating_sub(tier3) as f64 >= 0.8 * gemma_size as f64, "loading a second file is seen in RSS");
+    // The state says the same: one model, its memory counted once.
+    let tier = |name: &str| s.tiers.iter().find(|t| t.tier == name).unwrap().clone();
+    assert_eq!(tier("tier1").shared_with, ["tier3"]);
+    assert!(tier("tier2").shared_with.is_empty());
+    assert_eq!(tier("tier1").memory_bytes, tier("tier3").memory_bytes);
+    assert!(tier("tier1").memory_bytes > 0);
 }

@@ -1,7 +1,7 @@
 //! Every bad input gets the right code and a message naming the limit, and
 //! the daemon keeps serving.
 
-use revis_client::v1 as pb;
+use revis_client::wire::v1 as pb;
 use revis_testkit::TestDaemon;
 use tonic::Code;
 

@@ -1,6 +1,6 @@
 //! KV-cache prefix reuse, Prefill and Score.
 
-use revis_client::v1 as pb;
+use revis_client::wire::v1 as pb;
 use revis_testkit::TestDaemon;
 
 use crate::{generate, greedy, system, user};

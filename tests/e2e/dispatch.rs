@@ -7,16 +7,16 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use revis_client::{Client, Keyring, v1 as pb};
-use revis_orchestrator::Daemon;
+use revis_client::{Client, Keyring};
+use revis_client::wire::v1 as pb;
+use revis_client::{Done, Format, GenerateParams, Message, PrefillParams, Priority, Runner, Sampling, Tier};
 use revis_orchestrator::conversation::Chat;
-use revis_orchestrator::dispatch::{Deadlines, Dispatcher, Offload, Placement};
+use revis_client::dispatch::{Deadlines, Dispatcher, Offload, Placement};
 use revis_store::{MessageState, Role, Store};
 use revis_testkit::netns::NetnsPair;
 use revis_testkit::{Running, TestDaemon};
 
 use crate::server_mode::{listen_addr, open_pairing, pairing_end};
-use crate::{greedy, user};
 
 /// Our deadlines: a short gap, so a silent node shows within it (but not
 /// so short that a busy two-core machine trips it).
@@ -47,8 +47,16 @@ async fn pair(keyring: &mut Keyring, net: &NetnsPair, node: &Running, name: &str
     assert!(matches!(pairing_end(&mut events).await, pb::pairing_event::Event::Paired(_)));
 }
 
-fn offloaded(tier: &str, keep_local: bool) -> BTreeMap<String, Offload> {
-    BTreeMap::from([(tier.to_owned(), Offload { enabled: true, node: None, keep_local })])
+fn offloaded(tier: Tier, keep_local: bool) -> BTreeMap<Tier, Offload> {
+    BTreeMap::from([(tier, Offload { enabled: true, node: None, keep_local })])
+}
+
+fn greedy() -> Sampling {
+    Sampling { temperature: Some(0.0), ..Default::default() }
+}
+
+fn user(text: &str) -> Message {
+    Message::user(text)
 }
 
 /// A long, deterministic answer: plenty of tokens to cut in the middle of.
@@ -57,25 +65,25 @@ fn counting() -> String {
 }
 
 /// The request for [`counting`]: greedy, 300 tokens.
-fn story() -> pb::GenerateRequest {
-    pb::GenerateRequest { messages: vec![user(&counting())], sampling: greedy(), max_tokens: 300, ..Default::default() }
+fn story() -> GenerateParams {
+    GenerateParams { messages: vec![user(&counting())], sampling: greedy(), max_tokens: Some(300), ..Default::default() }
 }
 
-fn node_view(d: &Dispatcher, name: &str) -> revis_orchestrator::dispatch::NodeView {
+fn node_view(d: &Dispatcher, name: &str) -> revis_client::dispatch::NodeView {
     d.nodes().into_iter().find(|n| n.name == name).unwrap()
 }
 
 /// Checks that `answer` is the node's text up to the one fallback, then
 /// exactly what this machine's daemon continues from there: nothing
 /// repeated, nothing lost.
-async fn check_continuation(d: &Dispatcher, local: &Client, base: pb::GenerateRequest, answer: &str) {
+async fn check_continuation(d: &Dispatcher, local: &Client, base: GenerateParams, answer: &str) {
     let fallbacks = d.fallbacks();
     assert_eq!(fallbacks.len(), 1, "{fallbacks:?}");
     let f = &fallbacks[0];
     assert!(f.shown_bytes > 0 && f.shown_bytes < answer.len(), "{f:?}");
     let (shown, rest) = answer.split_at(f.shown_bytes);
-    let req = pb::GenerateRequest { max_tokens: base.max_tokens - f.shown_tokens, answer_prefix: shown.as_bytes().to_vec().into(), ..base };
-    assert_eq!(local.generate(req, |_| {}).await.unwrap().text, rest, "the continuation after {f:?}");
+    let req = GenerateParams { max_tokens: base.max_tokens.map(|m| m - f.shown_tokens), answer_prefix: shown.to_owned(), ..base };
+    assert_eq!(Runner::generate(local, req, |_| {}).await.unwrap().text, rest, "the continuation after {f:?}");
 }
 
 /// Two machines: this test's thread in namespace b with this machine's
@@ -99,9 +107,9 @@ async fn lan(deadlines: Deadlines) -> Lan {
     let mut keyring = Keyring::open(&dir.path().join("client")).unwrap();
     pair(&mut keyring, &net, &desk, "desk").await;
     let local = laptop.client().await;
-    let d = Dispatcher::new(local.clone(), Some(Arc::new(keyring)), None, offloaded("tier2", false), deadlines);
+    let d = Dispatcher::new(local.clone(), Some(Arc::new(keyring)), None, offloaded(Tier::Tier2, false), deadlines);
     d.refresh().await;
-    assert_eq!(d.placements()["tier2"], Placement::Node("desk".into()));
+    assert_eq!(d.placements()[&Tier::Tier2], Placement::Node("desk".into()));
     Lan { net, desk, _laptop: laptop, local, d, dir }
 }
 
@@ -115,12 +123,12 @@ async fn a_node_killed_mid_answer_the_answer_continues_here_and_is_stored_once()
     let conversation = store.create_conversation("").unwrap();
     let mut chat = Chat::new(d.clone(), store.clone(), conversation, Default::default());
     chat.sampling = greedy();
-    chat.max_tokens = 300;
+    chat.max_tokens = Some(300);
     // Held closed for the whole test: the turn's background tasks (facts,
     // the audit) wait, so what ran here is the continuation alone.
     let _no_background = chat.gates().streaming();
     // What the chat sends: its prompt (rules and all), greedy, 300 tokens.
-    let sent = pb::GenerateRequest { sampling: greedy(), max_tokens: 300, ..chat.context().unwrap().request("tier2", &counting()) };
+    let sent = GenerateParams { sampling: greedy(), max_tokens: Some(300), ..chat.context().unwrap().request(Tier::Tier2, &counting()) };
     let mut shown = String::new();
     let mut deltas = 0;
     let desk_pid = desk.pid();
@@ -150,7 +158,7 @@ async fn a_node_killed_mid_answer_the_answer_continues_here_and_is_stored_once()
 /// returns the answer, the text shown, and the longest silence between two
 /// deltas after the failure (text already on its way still arrives, then
 /// nothing until the failure is noticed, then this machine continues).
-async fn story_failing_at_20(d: &Dispatcher, mut fail: impl FnMut() + Send) -> (pb::Done, String, Duration) {
+async fn story_failing_at_20(d: &Dispatcher, mut fail: impl FnMut() + Send) -> (Done, String, Duration) {
     let (mut shown, mut deltas, mut last) = (String::new(), 0, Instant::now());
     let mut stall = None::<Duration>;
     let done = d
@@ -197,22 +205,22 @@ async fn a_cut_link_is_noticed_within_the_gap_deadline_and_offload_resumes_when_
     assert_eq!(shown, done.text);
     check_continuation(&d, &local, story(), &done.text).await;
     assert!(!node_view(&d, "desk").healthy, "the breaker opened");
-    assert_eq!(d.placements()["tier2"], Placement::FallenBack);
+    assert_eq!(d.placements()[&Tier::Tier2], Placement::FallenBack);
 
     // The link comes back: the next probe closes the breaker and work goes there again.
     net.set_link(true);
     d.refresh().await;
     assert!(node_view(&d, "desk").healthy, "{:?}", node_view(&d, "desk").last_error);
-    assert_eq!(d.placements()["tier2"], Placement::Node("desk".into()));
+    assert_eq!(d.placements()[&Tier::Tier2], Placement::Node("desk".into()));
     // The pre-prefill goes to the node, and the answer follows it there,
     // on top of the prefix it warmed.
     let before = node_view(&d, "desk").completed;
-    let history = vec![crate::system("You are terse."), user("Hi"), revis_client::message(pb::Role::Assistant, "Hello.")];
-    let warm = pb::PrefillRequest { tier: "tier2".into(), messages: history.clone(), priority: pb::Priority::User as i32 };
+    let history = vec![Message::system("You are terse."), user("Hi"), Message::assistant("Hello.")];
+    let warm = PrefillParams { tier: Tier::Tier2, messages: history.clone(), priority: Priority::User };
     d.prefill(warm).await.unwrap();
     let mut next = history;
     next.push(user("How are you?"));
-    let short = pb::GenerateRequest { messages: next, sampling: greedy(), max_tokens: 8, static_messages: Some(3), ..Default::default() };
+    let short = GenerateParams { messages: next, sampling: greedy(), max_tokens: Some(8), static_messages: Some(3), ..Default::default() };
     let done = d.generate(short, |_| {}).await.unwrap();
     assert_eq!(node_view(&d, "desk").completed, before + 1);
     assert!(done.cached_tokens > 0, "the answer used the prefix warmed on the node: {done:?}");
@@ -231,7 +239,7 @@ async fn background_tasks_spread_over_two_nodes_and_this_machine_and_each_comple
     pair(&mut keyring, &net, &attic, "attic").await;
     // Three daemons on two cores are slow: a gap deadline to match.
     let deadlines = Deadlines { gap: Duration::from_secs(20), ..DEADLINES };
-    let d = Dispatcher::new(laptop.client().await, Some(Arc::new(keyring)), None, offloaded("tier3", true), deadlines);
+    let d = Dispatcher::new(laptop.client().await, Some(Arc::new(keyring)), None, offloaded(Tier::Tier3, true), deadlines);
     d.refresh().await;
     assert_eq!(*d.parallelism().borrow(), 3);
 
@@ -241,12 +249,12 @@ async fn background_tasks_spread_over_two_nodes_and_this_machine_and_each_comple
         .map(|i| {
             let d = d.clone();
             bg.submit(1, async move {
-                let req = pb::GenerateRequest {
-                    tier: "tier3".into(),
+                let req = GenerateParams {
+                    tier: Tier::Tier3,
                     messages: vec![user(&format!("Write one sentence about the number {i}."))],
                     sampling: greedy(),
-                    max_tokens: 24,
-                    priority: pb::Priority::Background as i32,
+                    max_tokens: Some(24),
+                    priority: Priority::Background,
                     ..Default::default()
                 };
                 d.generate(req, |_| {}).await
@@ -273,9 +281,9 @@ async fn offloading_a_tier_unloads_it_here_and_it_comes_home_when_its_node_is_go
     // tier3 has a model of its own here, so it can go without the others.
     let laptop = TestDaemon::new().tier_model("tier3", revis_testkit::gemma3()).start();
     let data = tempfile::tempdir().unwrap();
-    let mut local = laptop.client().await;
+    let local = laptop.client().await;
     for tier in ["tier2", "tier3"] {
-        local.admin.load_model(pb::LoadModelRequest { tier: tier.into() }).await.unwrap();
+        local.load_model(tier.parse().unwrap()).await.unwrap();
     }
 
     // The CLI, as a user would: pair, offload, status.
@@ -300,8 +308,8 @@ async fn offloading_a_tier_unloads_it_here_and_it_comes_home_when_its_node_is_go
     let out = revis(&["offload", "tier3", "on"]);
     assert!(out.contains("tier3 runs on desk now; its model was unloaded here"), "{out}");
     let s = local.status().await.unwrap();
-    assert_eq!(s.tiers[2].state, pb::ModelState::Unloaded as i32, "tier3 unloaded here");
-    assert_eq!(s.tiers[1].state, pb::ModelState::Ready as i32, "tier2 stays");
+    assert_eq!(s.tiers[2].state, revis_client::ModelState::Unloaded, "tier3 unloaded here");
+    assert_eq!(s.tiers[1].state, revis_client::ModelState::Ready, "tier2 stays");
     eprintln!("memory here: {} MiB -> {} MiB", rss_before >> 20, s.rss_bytes >> 20);
     assert!(s.rss_bytes < rss_before, "memory dropped: {rss_before} -> {}", s.rss_bytes);
     let status = revis(&["status"]);
@@ -309,20 +317,20 @@ async fn offloading_a_tier_unloads_it_here_and_it_comes_home_when_its_node_is_go
 
     // The node goes away; the tier comes home by itself and the next task runs here.
     let keyring = Keyring::open(&data.path().join("client")).unwrap();
-    let d = Dispatcher::new(local.clone(), Some(Arc::new(keyring)), None, offloaded("tier3", false), DEADLINES);
+    let d = Dispatcher::new(local.clone(), Some(Arc::new(keyring)), None, offloaded(Tier::Tier3, false), DEADLINES);
     d.refresh().await;
-    assert_eq!(d.placements()["tier3"], Placement::Node("desk".into()));
+    assert_eq!(d.placements()[&Tier::Tier3], Placement::Node("desk".into()));
     drop(dl);
     desk.signal(libc::SIGKILL);
     assert!(desk.wait_exit(Duration::from_secs(5)).is_some());
     d.refresh().await;
-    assert_eq!(d.placements()["tier3"], Placement::FallenBack);
-    assert_eq!(local.status().await.unwrap().tiers[2].state, pb::ModelState::Ready as i32, "tier3 came home");
-    let req = pb::GenerateRequest {
-        tier: "tier3".into(),
+    assert_eq!(d.placements()[&Tier::Tier3], Placement::FallenBack);
+    assert_eq!(local.status().await.unwrap().tiers[2].state, revis_client::ModelState::Ready, "tier3 came home");
+    let req = GenerateParams {
+        tier: Tier::Tier3,
         messages: vec![user("What is the capital of France?")],
         sampling: greedy(),
-        max_tokens: 16,
+        max_tokens: Some(16),
         ..Default::default()
     };
     let done = d.generate(req, |_| {}).await.unwrap();
@@ -335,15 +343,14 @@ async fn a_json_answer_whose_node_dies_while_it_works_is_started_again_here_and_
     let Lan { net: _net, mut desk, _laptop, local, d, dir: _dir } = lan(Deadlines { probe: DEADLINES.probe, ..Deadlines::default() }).await;
     // Eight sentences: long enough that the node is still at work when it dies.
     let schema = r#"{"type":"object","properties":{"steps":{"type":"array","items":{"type":"string","minLength":20,"maxLength":60},"minItems":8,"maxItems":8}},"required":["steps"],"additionalProperties":false}"#;
-    let req = pb::GenerateRequest {
+    let req = GenerateParams {
         messages: vec![user("List eight steps to bake bread, as JSON.")],
         sampling: greedy(),
-        max_tokens: 400,
-        format: pb::OutputFormat::Json as i32,
-        json_schema: schema.as_bytes().to_vec().into(),
+        max_tokens: Some(400),
+        format: Format::Json { schema: Some(schema.to_owned()) },
         ..Default::default()
     };
-    let mut desk_admin = desk.client().await;
+    let desk_admin = desk.client().await;
     let desk_pid = desk.pid();
     let mut deltas = Vec::new();
     let answer = d.generate(req.clone(), |t| deltas.push(t.to_owned()));
@@ -365,7 +372,7 @@ async fn a_json_answer_whose_node_dies_while_it_works_is_started_again_here_and_
     assert_eq!(deltas, std::slice::from_ref(&done.text), "a JSON answer is handed over once, whole");
     let v: serde_json::Value = serde_json::from_str(&done.text).unwrap_or_else(|e| panic!("{e}: {}", done.text));
     assert_eq!(v["steps"].as_array().map(Vec::len), Some(8), "{}", done.text);
-    let here = local.generate(req, |_| {}).await.unwrap();
+    let here = Runner::generate(&local, req, |_| {}).await.unwrap();
     assert_eq!(done.text, here.text);
     assert_eq!(done.generated_tokens, here.generated_tokens, "tokens of the discarded attempt are not counted");
     let fallbacks = d.fallbacks();

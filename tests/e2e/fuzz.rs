@@ -11,7 +11,7 @@ use bytes::{Buf, BufMut};
 use prost::Message;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use revis_client::v1 as pb;
+use revis_client::wire::v1 as pb;
 use revis_testkit::TestDaemon;
 use tonic::Code;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
@@ -55,7 +55,7 @@ impl Codec for Raw {
 
 /// The fuzzed methods, each with a valid request to mangle.
 fn methods() -> Vec<(&'static str, bool, Vec<u8>)> {
-    let conversation = vec![system("Be brief."), user("Hi"), revis_client::message(pb::Role::Assistant, "Hello."), user("Name a colour.")];
+    let conversation = vec![system("Be brief."), user("Hi"), revis_client::wire::message(pb::Role::Assistant, "Hello."), user("Name a colour.")];
     let generate = pb::GenerateRequest {
         messages: conversation.clone(),
         static_messages: Some(3),

@@ -1,6 +1,7 @@
 //! Generation: answers, determinism, streaming, UTF-8, JSON mode, cancellation.
 
-use revis_client::{Client, v1 as pb};
+use revis_client::Client;
+use revis_client::wire::v1 as pb;
 use revis_testkit::TestDaemon;
 
 use crate::{ask, generate, user};

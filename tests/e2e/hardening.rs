@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use revis_client::v1 as pb;
+use revis_client::wire::v1 as pb;
 use revis_testkit::TestDaemon;
 use tonic::Code;
 use tonic::codegen::http;

@@ -211,7 +211,7 @@ fn a_stale_socket_reads_as_one_sentence() {
 #[tokio::test]
 async fn a_daemon_gone_under_a_client_reads_as_not_running() {
     let mut d = TestDaemon::new().start();
-    let mut client = Client::connect(&d.socket).await.unwrap();
+    let client = Client::connect(&d.socket).await.unwrap();
     client.status().await.unwrap();
     d.signal(libc::SIGKILL);
     d.wait_exit(Duration::from_secs(10)).expect("revisd was killed");

@@ -7,7 +7,8 @@ use std::path::Path;
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use revis_client::{Client, Keyring, Node, v1 as pb};
+use revis_client::{Client, Keyring, Node};
+use revis_client::wire::v1 as pb;
 use revis_testkit::netns::{Netns, NetnsPair};
 use revis_testkit::{Running, TestDaemon};
 use serde_json::Value;
@@ -245,8 +246,8 @@ async fn a_vanished_device_gives_its_connection_back_and_100_departures_lock_nob
 
     // Nobody is locked out: a new pairing, and connections from both devices.
     let (phone, phone_node) = pair_with(&mut local, &net, &dir.path().join("phone"), "phone").await;
-    let mut a = Client::connect_node(&keyring, &node).await.unwrap();
-    let mut b = Client::connect_node(&phone, &phone_node).await.unwrap();
+    let a = Client::connect_node(&keyring, &node).await.unwrap();
+    let b = Client::connect_node(&phone, &phone_node).await.unwrap();
     // Both are served and counted at once. With a 250 ms peer timeout a
     // loaded machine may let the desk drop one (a late ping answer): each
     // call reconnects it, so this polls until the desk counts both.

@@ -2,8 +2,11 @@
 //! (and Gemma 3 where a second tokenizer matters) over a real Unix socket.
 
 mod admin;
+mod admin_cli;
 mod bad_input;
 mod cache;
+mod chat;
+mod cli;
 mod discovery;
 mod dispatch;
 mod fuzz;
@@ -17,7 +20,8 @@ mod server_mode;
 mod service;
 mod third_party;
 
-use revis_client::{Client, message, v1 as pb};
+use revis_client::Client;
+use revis_client::wire::{message, v1 as pb};
 
 pub fn user(text: &str) -> pb::ChatMessage {
     message(pb::Role::User, text)

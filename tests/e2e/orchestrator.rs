@@ -3,7 +3,8 @@
 //! validates.
 
 use revis_orchestrator::prompt::{PromptContext, Speaker, Turn};
-use revis_orchestrator::{Daemon, EnterOutcome, Gates, Phase, PrePrefill, structured};
+use revis_client::Runner;
+use revis_orchestrator::{EnterOutcome, Gates, PrePrefill, PrefillPhase, structured};
 use revis_testkit::TestDaemon;
 use serde_json::json;
 
@@ -27,27 +28,24 @@ async fn typing_warms_the_cache_and_the_answer_reuses_all_of_it() {
     let pre = PrePrefill::new(client.clone(), gates.clone());
     let ctx = context();
 
-    pre.typing_started("tier2", ctx.static_messages());
+    pre.typing_started(revis_client::Tier::Tier2, ctx.static_messages());
     assert!(gates.state().typing, "typing holds background work");
     // The user types for a while: the prefill gets to the daemon.
-    let _ = pre.watch().wait_for(|p| *p != Phase::Queued).await;
+    let _ = pre.watch().wait_for(|p| *p != PrefillPhase::Queued).await;
     let outcome = pre.enter().await;
     assert!(matches!(outcome, EnterOutcome::Waited | EnterOutcome::WasReady), "{outcome:?}");
 
-    let mut req = ctx.request("tier2", "Which planet is the largest?");
-    req.sampling = Some(revis_client::v1::Sampling { temperature: Some(0.0), ..Default::default() });
-    req.max_tokens = 24;
+    let mut req = ctx.request(revis_client::Tier::Tier2, "Which planet is the largest?");
+    req.sampling = revis_client::Sampling { temperature: Some(0.0), ..Default::default() };
+    req.max_tokens = Some(24);
     let mut streamed = String::new();
-    let done = client.generate(req.clone(), |t| streamed.push_str(t)).await.unwrap();
+    let done = Runner::generate(&client, req.clone(), |t| streamed.push_str(t)).await.unwrap();
     assert_eq!(streamed, done.text);
     // The static part (everything but the new message) came from the warm cache.
     let static_only = client
-        .clone()
-        .inference
-        .prefill(revis_client::v1::PrefillRequest { tier: "tier2".into(), messages: ctx.static_messages(), ..Default::default() })
+        .prefill(&revis_client::PrefillParams { tier: revis_client::Tier::Tier2, messages: ctx.static_messages(), ..Default::default() })
         .await
-        .unwrap()
-        .into_inner();
+        .unwrap();
     assert!(
         done.cached_tokens >= static_only.prompt_tokens,
         "{} cached of a {}-token static part",
@@ -71,7 +69,7 @@ async fn profile_extraction_returns_json_that_validates() {
     });
     let task = "Extract facts about the user from this message, as short sentences: \
                 'Hi, I am Ada, I live in London and I love astronomy.'";
-    let v = structured::run(&client, "tier3", task, &schema).await.unwrap();
+    let v = structured::run(&client, revis_client::Tier::Tier3, task, &schema).await.unwrap();
     let facts = v["facts"].as_array().unwrap_or_else(|| panic!("not the schema's shape: {v}"));
     assert!(facts.len() <= 5);
     assert!(facts.iter().all(|f| f.as_str().is_some_and(|s| s.chars().count() <= 80)), "{v}");
@@ -89,17 +87,17 @@ async fn a_conversation_persists_across_client_restarts() {
 
     let d = TestDaemon::new().start();
     let db = tempfile::tempdir().unwrap();
-    let greedy = Some(revis_client::v1::Sampling { temperature: Some(0.0), ..Default::default() });
+    let greedy = revis_client::Sampling { temperature: Some(0.0), ..Default::default() };
     let conversation = {
         let store = Store::open(db.path()).unwrap().store;
         let conv = store.create_conversation("test").unwrap();
         let mut chat = Chat::new(d.client().await, store.clone(), conv, Policies::default());
         chat.sampling = greedy;
-        chat.max_tokens = 32;
+        chat.max_tokens = Some(32);
         chat.send("Hi! My name is Ada and I live in London.", |_| {}).await.unwrap();
         // Turn 2: the user types first, so the static part is prefilled.
         chat.typing_started().unwrap();
-        let _ = chat.pre_prefill().watch().wait_for(|p| *p == Phase::Ready).await;
+        let _ = chat.pre_prefill().watch().wait_for(|p| *p == PrefillPhase::Ready).await;
         let static_len = client_prefill_len(&d, &chat).await;
         let done = chat.send("What is the capital of France?", |_| {}).await.unwrap();
         assert!(done.cached_tokens >= static_len, "turn 2 reused {} of a {static_len}-token static part", done.cached_tokens);
@@ -116,7 +114,7 @@ async fn a_conversation_persists_across_client_restarts() {
     let store = Store::open(db.path()).unwrap().store;
     let mut chat = Chat::new(d.client().await, store.clone(), conversation, Policies::default());
     chat.sampling = greedy;
-    chat.max_tokens = 32;
+    chat.max_tokens = Some(32);
     assert_eq!(chat.context().unwrap().turns.len(), 4, "both earlier turns are back");
     chat.send("Thank you!", |_| {}).await.unwrap();
     chat.background().idle().await;
@@ -132,14 +130,10 @@ async fn a_conversation_persists_across_client_restarts() {
 }
 
 /// How many tokens the static part of the chat's next prompt is.
-async fn client_prefill_len<D: Daemon>(d: &revis_testkit::Running, chat: &revis_orchestrator::conversation::Chat<D>) -> u32 {
-    let req = revis_client::v1::PrefillRequest {
-        tier: "tier2".into(),
-        messages: chat.context().unwrap().static_messages(),
-        ..Default::default()
-    };
+async fn client_prefill_len<D: Runner>(d: &revis_testkit::Running, chat: &revis_orchestrator::conversation::Chat<D>) -> u32 {
+    let req = revis_client::PrefillParams { tier: revis_client::Tier::Tier2, messages: chat.context().unwrap().static_messages(), ..Default::default() };
     // The cache already holds it, so this evaluates nothing new.
-    d.client().await.inference.prefill(req).await.unwrap().into_inner().prompt_tokens
+    d.client().await.prefill(&req).await.unwrap().prompt_tokens
 }
 
 /// `revis chat` with piped input: one message per line, each answer printed,
@@ -190,8 +184,8 @@ async fn chat_without_periodic_saves(
     let store = revis_store::Store::open(db).unwrap().store;
     let conv = store.create_conversation("cut").unwrap();
     let mut chat = Chat::new(d.client().await, store.clone(), conv, Policies::default());
-    chat.sampling = Some(revis_client::v1::Sampling { temperature: Some(0.0), ..Default::default() });
-    chat.max_tokens = 400;
+    chat.sampling = revis_client::Sampling { temperature: Some(0.0), ..Default::default() };
+    chat.max_tokens = Some(400);
     chat.partial_save_every = std::time::Duration::from_secs(3600);
     (chat, store)
 }

@@ -3,10 +3,12 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use revis_client::wire::v1 as pb;
+use revis_daemon::server::{SHUTDOWN_GRACE, SHUTDOWN_HARD};
 use revis_testkit::{TestDaemon, binary};
 use tonic_health::pb::health_check_response::ServingStatus;
 
-use crate::ask;
+use crate::{ask, generate};
 
 #[test]
 fn a_bad_config_exits_64_and_names_the_field() {
@@ -85,38 +87,130 @@ fn another_user_is_refused() {
             }))
             .await
             .unwrap();
-        revis_client::v1::admin_client::AdminClient::new(channel).status(revis_client::v1::StatusRequest {}).await.unwrap_err()
+        revis_client::wire::v1::admin_client::AdminClient::new(channel).status(revis_client::wire::v1::StatusRequest {}).await.unwrap_err()
     });
     assert_eq!(refused.code(), tonic::Code::PermissionDenied);
     assert!(refused.message().contains("uid 65534 may not use this revisd"), "{refused:?}");
 }
 
+/// A health Watch on the Inference service, open and reporting SERVING.
+async fn watch_health(c: &revis_client::Client) -> tonic::Streaming<tonic_health::pb::HealthCheckResponse> {
+    let mut health = tonic_health::pb::health_client::HealthClient::new(c.channel.clone());
+    let req = tonic_health::pb::HealthCheckRequest { service: "revis.v1.Inference".into() };
+    let mut watch = health.watch(req).await.unwrap().into_inner();
+    assert_eq!(watch.message().await.unwrap().unwrap().status, ServingStatus::Serving as i32);
+    watch
+}
+
+/// Waits (at most the grace period) for the watch to report NOT_SERVING.
+async fn not_serving(watch: &mut tonic::Streaming<tonic_health::pb::HealthCheckResponse>) {
+    let next = tokio::time::timeout(SHUTDOWN_GRACE, watch.message()).await.expect("a health change within the grace period");
+    assert_eq!(next.unwrap().expect("the watch goes on").status, ServingStatus::NotServing as i32);
+}
+
+/// Reads a Generate stream to its end, noting when each event arrived.
+async fn timed_events(
+    mut stream: tonic::Streaming<pb::GenerateEvent>,
+) -> (Vec<(Instant, pb::generate_event::Event)>, Option<tonic::Status>) {
+    let mut events = Vec::new();
+    loop {
+        match stream.message().await {
+            Ok(Some(e)) => events.push((Instant::now(), e.event.expect("an event"))),
+            Ok(None) => return (events, None),
+            Err(s) => return (events, Some(s)),
+        }
+    }
+}
+
+/// The shutdown contract (revis_daemon::server): on SIGTERM health goes
+/// NOT_SERVING and new work is refused with UNAVAILABLE at once; running
+/// work goes on for SHUTDOWN_GRACE and is then cut (UNAVAILABLE); a stream
+/// that stays open after that (here a health Watch, which nothing cancels)
+/// holds the exit back for SHUTDOWN_HARD at most.
 #[tokio::test]
-async fn sigterm_drains_and_exits_in_time() {
+async fn sigterm_refuses_new_work_cuts_running_work_after_the_grace_and_exits_by_the_deadline() {
     let mut d = TestDaemon::new().start();
     let mut c = d.client().await;
-    let mut health = tonic_health::pb::health_client::HealthClient::new(c.channel.clone());
-    let serving = health.check(tonic_health::pb::HealthCheckRequest { service: "revis.v1.Inference".into() }).await.unwrap();
-    assert_eq!(serving.into_inner().status, ServingStatus::Serving as i32);
-
-    let mut long = ask("Write a very long essay about mountains.");
-    long.max_tokens = 4000;
+    let mut watch = watch_health(&c).await;
+    let long = pb::GenerateRequest { max_tokens: 4000, ..ask("Count from 1 to 1000, separated by commas.") };
     let mut stream = c.inference.generate(long).await.unwrap().into_inner();
-    stream.message().await.unwrap();
+    // The answer is under way: its first text came.
+    loop {
+        match stream.message().await.unwrap().and_then(|e| e.event) {
+            Some(pb::generate_event::Event::Delta(_)) => break,
+            Some(pb::generate_event::Event::Started(_)) => {}
+            other => panic!("expected text, got {other:?}"),
+        }
+    }
     let t0 = Instant::now();
     d.signal(libc::SIGTERM);
-    // The running answer is cut after the grace period with a clear status.
-    let end = loop {
-        match stream.message().await {
-            Ok(Some(_)) => {}
-            Ok(None) => panic!("the 4000-token answer cannot finish within the grace period"),
-            Err(s) => break s,
-        }
-    };
+
+    not_serving(&mut watch).await;
+    // New work is refused, on the connection already open and on a new one.
+    let refused = tokio::time::timeout(SHUTDOWN_GRACE, c.inference.generate(ask("Hi"))).await.expect("refused, not held");
+    let refused = refused.expect_err("a new Generate during the drain is refused");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    match revis_client::Client::connect(&d.socket).await {
+        Err(revis_client::ClientError::NotRunning { .. }) => {}
+        Err(e) => panic!("a new connection during the drain: {e}"),
+        Ok(_) => panic!("a new connection was accepted during the drain"),
+    }
+    let refused_at = t0.elapsed();
+    assert!(refused_at < SHUTDOWN_GRACE, "the refusals came {refused_at:?} after SIGTERM, after the grace period");
+
+    // The running answer went on through the grace period, then was cut.
+    let (events, end) = timed_events(stream).await;
+    let cut_at = t0.elapsed();
+    assert!(events.iter().all(|(_, e)| !matches!(e, pb::generate_event::Event::Done(_))), "the 4000-token answer cannot finish");
+    let end = end.expect("the answer is cut with a status");
     assert_eq!(end.code(), tonic::Code::Unavailable, "{}", end.message());
-    let status = d.wait_exit(Duration::from_secs(10)).expect("exited within 10 s");
+    assert!(cut_at >= SHUTDOWN_GRACE, "running work was cut {cut_at:?} after SIGTERM, before the grace period ({SHUTDOWN_GRACE:?})");
+    assert!(cut_at < SHUTDOWN_GRACE + Duration::from_secs(1), "running work was cut only {cut_at:?} after SIGTERM");
+
+    // The watch is still open: the daemon waits for it until the hard deadline, no longer.
+    let status = d.wait_exit(SHUTDOWN_GRACE + SHUTDOWN_HARD + Duration::from_secs(5)).expect("the daemon exited");
+    let exit_at = t0.elapsed();
     assert!(status.success(), "{status:?}");
-    assert!(t0.elapsed() < Duration::from_secs(8), "took {:?}", t0.elapsed());
+    assert!(exit_at >= SHUTDOWN_GRACE + SHUTDOWN_HARD, "exited {exit_at:?} after SIGTERM although a stream was still open");
+    assert!(exit_at < SHUTDOWN_GRACE + SHUTDOWN_HARD + Duration::from_secs(1), "exited {exit_at:?} after SIGTERM");
+    assert!(d.log_text().contains("exiting anyway"), "{}", d.log_text());
+    assert!(!d.socket.exists(), "socket removed on exit");
+    drop(watch);
+}
+
+/// An answer under way when SIGTERM comes and short enough to end within
+/// the grace period ends normally; the daemon exits as soon as nothing is
+/// left, without waiting out the grace period.
+#[tokio::test]
+async fn sigterm_lets_running_work_finish_within_the_grace_and_exits_once_drained() {
+    let mut d = TestDaemon::new().start();
+    let mut c = d.client().await;
+    let mut watch = watch_health(&c).await;
+    // Warm: the model is loaded, so the answer below starts at once.
+    generate(&mut c, ask("Hi")).await.unwrap();
+    let req = pb::GenerateRequest { max_tokens: 48, ..ask("Count from 1 to 100, separated by commas.") };
+    let mut stream = c.inference.generate(req).await.unwrap().into_inner();
+    assert!(matches!(stream.message().await.unwrap().and_then(|e| e.event), Some(pb::generate_event::Event::Started(_))));
+    let reader = tokio::spawn(timed_events(stream));
+    let t0 = Instant::now();
+    d.signal(libc::SIGTERM);
+    not_serving(&mut watch).await;
+    let draining = Instant::now();
+    drop(watch);
+
+    let (events, end) = reader.await.unwrap();
+    assert!(end.is_none(), "the answer was cut: {end:?}");
+    let Some((done_at, pb::generate_event::Event::Done(done))) = events.last() else { panic!("the answer ended without Done") };
+    assert_eq!(done.generated_tokens, 48, "{done:?}");
+    assert!(done_at.duration_since(t0) < SHUTDOWN_GRACE);
+    assert!(
+        events.iter().any(|(at, e)| matches!(e, pb::generate_event::Event::Delta(_)) && *at > draining),
+        "no text came after the drain began: the answer was not running during it"
+    );
+    let status = d.wait_exit(SHUTDOWN_GRACE + SHUTDOWN_HARD + Duration::from_secs(5)).expect("the daemon exited");
+    let exit_at = t0.elapsed();
+    assert!(status.success(), "{status:?}");
+    assert!(exit_at < SHUTDOWN_GRACE, "exited {exit_at:?} after SIGTERM: it waited out the grace period with nothing running");
     assert!(!d.socket.exists(), "socket removed on exit");
 }
 

@@ -8,7 +8,9 @@ use std::process::Output;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use revis_client::{Client, ClientError, Keyring, Node, NodeError, v1 as pb};
+use revis_client::{Client, ClientError, Keyring, Node, NodeError};
+use revis_client::wire::v1 as pb;
+use revis_daemon::remote::HANDSHAKE_TIMEOUT;
 use revis_testkit::{Running, TestDaemon};
 use rustls::pki_types::CertificateDer;
 use rustls::sign::{CertifiedKey, SigningKey, SingleCertAndKey};
@@ -512,4 +514,151 @@ async fn one_paired_device_cannot_take_every_place_in_the_queue() {
         let r = call.await.unwrap();
         assert!(r.is_ok(), "the device's call {i} was refused instead of waiting on its connection: {:?}", r.err());
     }
+}
+
+/// A paired device's TLS connection (raw, no HTTP/2 from our side) that got
+/// the server's first frame: accepted and counted under
+/// `server.max_connections`. The error says how it was refused.
+async fn open_paired(
+    addr: SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(config).connect(revis_trust::server_name(), tcp).await.map_err(|e| e.to_string())?;
+    let mut buf = [0u8; 64];
+    match tokio::time::timeout(Duration::from_secs(10), tls.read(&mut buf)).await.expect("an answer within 10 s") {
+        Ok(0) => Err("closed".into()),
+        Ok(_) => Ok(tls),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// A TCP connection from `from` that sends nothing: a handshake that never
+/// finishes (it holds one of the daemon's handshake slots).
+async fn idle_from(from: std::net::IpAddr, addr: SocketAddr) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::new(from, 0)).unwrap();
+    socket.connect(addr).await.unwrap()
+}
+
+/// Whether the daemon closed `tcp` (EOF or reset) within `limit`; false if
+/// it still holds it open.
+async fn closed_within(tcp: &mut tokio::net::TcpStream, limit: Duration) -> bool {
+    let mut buf = [0u8; 64];
+    match tokio::time::timeout(limit, tcp.read(&mut buf)).await {
+        Ok(Ok(0) | Err(_)) => true,
+        Ok(Ok(n)) => panic!("the daemon sent {n} bytes to a connection that sent nothing"),
+        Err(_) => false,
+    }
+}
+
+/// Waits until the local Status shows `n` paired connections open.
+async fn wait_connections(local: &mut Client, n: u32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = local.status().await.unwrap().server.unwrap();
+        if s.remote_connections == n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{} paired connections open, waiting for {n}", s.remote_connections);
+        tokio::time::sleep(Duration::from_millis(20)).await; // a polling interval, not a wait for an event
+    }
+}
+
+/// `server.max_connections` bounds the paired connections open at once, and
+/// as many again in their handshake (from any addresses together); a slot
+/// given back is taken again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_max_connections_bounds_paired_connections_and_handshakes() {
+    let max = 2;
+    let d = TestDaemon::new()
+        .server(&format!("enabled = true\nlisten = \"127.0.0.1:0\"\nadvertise = false\nname = \"desk\"\nmax_connections = {max}"))
+        .start();
+    let mut local = d.client().await;
+    let addr = listen_addr(&mut local).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (keyring, _) = pair_keyring(&mut local, addr, dir.path()).await;
+    let paired = || raw_client(Some((keyring.identity.certificate().clone(), keyring.identity.signing_key().unwrap())));
+
+    // Paired connections: `max` are served, the next is closed before its handshake.
+    let mut open = Vec::new();
+    for _ in 0..max {
+        open.push(open_paired(addr, paired()).await.expect("a paired connection within the limit"));
+    }
+    wait_connections(&mut local, max).await;
+    let over = open_paired(addr, paired()).await;
+    assert!(over.is_err(), "a paired connection over server.max_connections = {max} was served");
+    d.wait_for_log("refusing a connection: server.max_connections paired connections are open", 1, Duration::from_secs(10));
+    // One closes: its slot is taken again.
+    drop(open.pop());
+    wait_connections(&mut local, max - 1).await;
+    open.push(open_paired(addr, paired()).await.expect("the freed slot is served"));
+    drop(open);
+    wait_connections(&mut local, 0).await;
+
+    // Handshakes: `max` under way from different addresses (each within its
+    // own per-address limit), the next, from yet another address, is closed at once.
+    let mut idle = Vec::new();
+    for n in 0..max {
+        idle.push(idle_from(std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2 + n as u8)), addr).await);
+    }
+    let fresh = std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 9));
+    let mut over = idle_from(fresh, addr).await;
+    // Well within revis_daemon::remote::HANDSHAKE_TIMEOUT: refused, not timed out.
+    assert!(closed_within(&mut over, HANDSHAKE_TIMEOUT / 2).await, "a handshake over server.max_connections = {max} was taken");
+    d.wait_for_log("refusing a connection: server.max_connections connections are in their handshake", 1, Duration::from_secs(10));
+    // One handshake ends (its peer went away): its slot is free again, for any address.
+    let ended = d.log_text().matches("TLS handshake refused").count() + 1;
+    drop(idle.pop());
+    d.wait_for_log("TLS handshake refused", ended, Duration::from_secs(10));
+    assert!(open_paired(addr, paired()).await.is_ok(), "a handshake after one ended was refused");
+}
+
+/// A handshake that does not finish (here: a ClientHello's record header,
+/// then nothing) is closed after `HANDSHAKE_TIMEOUT`, not held for ever.
+#[tokio::test]
+async fn a_handshake_that_stalls_is_closed_after_the_handshake_timeout() {
+    let d = server_daemon();
+    let mut local = d.client().await;
+    let addr = listen_addr(&mut local).await;
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let t0 = Instant::now();
+    // A TLS handshake record of 512 bytes begins; none of them follows.
+    tokio::io::AsyncWriteExt::write_all(&mut tcp, &[0x16, 0x03, 0x01, 0x02, 0x00]).await.unwrap();
+    assert!(closed_within(&mut tcp, HANDSHAKE_TIMEOUT + Duration::from_secs(3)).await, "the stalled handshake was still open");
+    let closed_at = t0.elapsed();
+    // The daemon's clock started when it accepted, a moment before t0 at most.
+    assert!(closed_at >= HANDSHAKE_TIMEOUT - Duration::from_millis(100), "closed after {closed_at:?}, before the handshake timeout");
+    d.wait_for_log("TLS handshake timed out", 1, Duration::from_secs(5));
+}
+
+/// Switching server mode off ends what is under way on the port, not only
+/// the listener: a handshake that has not finished is closed, and a pairing
+/// in the middle of its exchange is cut (the connection closed, not answered
+/// "window closed" after the peer's next message), its window reported closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_mode_off_ends_handshakes_and_pairings_under_way() {
+    let d = server_daemon();
+    let mut local = d.client().await;
+    let addr = listen_addr(&mut local).await;
+    let (code, mut events) = open_pairing(&mut local).await;
+    let mut handshaking = idle_from(STRANGER, addr).await;
+    let mut other = local.clone();
+    let off = async move {
+        let off = other.admin.set_server_mode(pb::SetServerModeRequest { enabled: false }).await.unwrap().into_inner();
+        assert!(!off.enabled);
+    };
+    let t0 = Instant::now();
+    match pair_from(OWNER, addr, &code, off).await {
+        Err(revis_trust::TrustError::Connection(_)) => {}
+        other => panic!("expected the pairing's connection to be cut, got {other:?}"),
+    }
+    match pairing_end(&mut events).await {
+        pb::pairing_event::Event::Closed(c) => assert!(c.reason.contains("server mode was turned off"), "{}", c.reason),
+        other => panic!("expected Closed, got {other:?}"),
+    }
+    // Well within HANDSHAKE_TIMEOUT from its start: ended by the switch, not timed out.
+    let left = HANDSHAKE_TIMEOUT.saturating_sub(t0.elapsed()) / 2;
+    assert!(closed_within(&mut handshaking, left).await, "a handshake under way outlived server mode");
+    assert!(local.admin.list_devices(pb::ListDevicesRequest {}).await.unwrap().into_inner().devices.is_empty());
 }

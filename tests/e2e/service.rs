@@ -1,31 +1,34 @@
 //! revisd as a background service: socket activation (the socket handed
 //! over the way systemd does it), a client that carries on after the daemon
-//! was killed and started again, and `revisd service install | status |
-//! uninstall | logs` against the real systemctl (no user manager answers
-//! here, as in CI) and against a stand-in that records what it is asked.
+//! was killed and started again, `revisd service install | status |
+//! uninstall | logs` against the real systemctl where no user manager
+//! answers (a container, CI) and against a stand-in that records what it is
+//! asked, and all of it under a real `systemd --user` the test starts.
 
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use revis_client::{Client, v1 as pb};
+use revis_client::Client;
 use revis_testkit::{HeldSocket, TestDaemon, activated_revisd, binary};
 
-use crate::ask;
+
+#[cfg(target_os = "linux")]
+mod user_manager;
 
 /// One whole answer through `Client::generate` (the retrying one).
 async fn answer(c: &mut Client, text: &str) -> String {
-    let mut stream = c.generate(ask(text)).await.expect("Generate starts");
+    let params = revis_client::GenerateParams {
+        messages: vec![revis_client::Message::user(text)],
+        sampling: revis_client::Sampling { temperature: Some(0.0), ..Default::default() },
+        max_tokens: Some(48),
+        ..Default::default()
+    };
+    let stream = c.generate(&params).await.expect("Generate starts");
     let mut out = String::new();
-    while let Some(ev) = stream.message().await.expect("the stream goes on") {
-        match ev.event.expect("an event") {
-            pb::generate_event::Event::Delta(d) => out.push_str(&d.text),
-            pb::generate_event::Event::Done(_) => return out,
-            pb::generate_event::Event::Started(_) => {}
-        }
-    }
-    panic!("the stream ended without Done")
+    stream.finish(|t| out.push_str(t)).await.expect("the stream goes on to Done");
+    out
 }
 
 const CAPITAL: &str = "What is the capital of France?";
@@ -336,4 +339,118 @@ fn service_install_refuses_a_bad_config() {
     assert_eq!(out.status.code(), Some(64), "{}", stdout(&out));
     assert!(stdout(&out).contains("daemon.queue_capacity"));
     assert!(!home.unit("revisd.service").exists(), "nothing was installed");
+}
+
+/// The PID of the revisd answering a Status call on `socket`.
+#[cfg(target_os = "linux")]
+fn answering_pid(socket: &Path) -> Result<u32, String> {
+    /// Long enough for a revisd started by this very connection.
+    const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let ask = async { Client::connect(socket).await?.status().await };
+        match tokio::time::timeout(ANSWER_TIMEOUT, ask).await {
+            Ok(r) => r.map(|s| s.pid).map_err(|e| e.to_string()),
+            Err(_) => Err(format!("no answer within {ANSWER_TIMEOUT:?}")),
+        }
+    })
+}
+
+/// Whether a process `pid` exists.
+#[cfg(target_os = "linux")]
+fn alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid as libc::pid_t, 0) == 0 }
+}
+
+/// The README's "To have `revisd` there after every login, and back when it
+/// crashes", under a real `systemd --user` (the test starts one of its own:
+/// containers and CI have none). `revisd service install` starts revisd
+/// there; with revisd stopped, the first connection starts it through the
+/// socket systemd holds; killed (-9), systemd starts it again by itself and
+/// it answers the next call, and a call made while it restarts waits for it;
+/// `uninstall` stops it all.
+#[cfg(target_os = "linux")]
+#[test]
+fn under_a_real_systemd_the_socket_starts_revisd_and_it_comes_back_after_a_crash() {
+    use std::os::unix::fs::PermissionsExt;
+    // The names the README and `revisd service logs` give the units.
+    const SERVICE_UNIT: &str = "revisd.service";
+    const SOCKET_UNIT: &str = "revisd.socket";
+    /// revisd.service restarts it after RestartSec=2; a start takes well under a second.
+    const BACK_TIMEOUT: Duration = Duration::from_secs(20);
+
+    let home = Home::new();
+    std::fs::set_permissions(home.p("run"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::create_dir(home.p("home")).unwrap();
+    let (user_home, config_home, runtime) = (home.p("home"), home.p("config"), home.p("run"));
+    let manager = user_manager::UserManager::start(
+        &[("HOME", &user_home), ("XDG_CONFIG_HOME", &config_home), ("XDG_RUNTIME_DIR", &runtime)],
+        home.p("systemd.log"),
+    );
+    let context = || format!("\nthe manager's log:\n{}", manager.log_text());
+    let main_pid = || manager.property(SERVICE_UNIT, "MainPID").parse::<u32>().expect("MainPID is a number");
+    let socket = runtime.join("revis/revisd.sock");
+
+    // Installed into the running manager: started at once.
+    let config = config(home.dir.path());
+    let out = home.service(&["install", "--config", config.to_str().unwrap()]);
+    let text = stdout(&out);
+    assert!(out.status.success() && text.contains("runs as a systemd user service now"), "{text}{}", context());
+    let installed = answering_pid(&socket).unwrap_or_else(|e| panic!("revisd answers after install: {e}{}", context()));
+    assert_eq!(installed, main_pid(), "the answer comes from the service's revisd");
+    assert!(manager.runs(installed), "revisd {installed} runs under the test's systemd");
+    let status = home.service(&["status", "--config", config.to_str().unwrap()]);
+    let text = stdout(&status);
+    assert!(status.status.success(), "{text}");
+    for unit in [SOCKET_UNIT, SERVICE_UNIT] {
+        assert!(text.contains(&format!("{unit}: installed\n")), "{text}");
+        assert!(text.contains(&format!("systemd: {unit}: enabled, active")), "{text}");
+    }
+    assert!(text.contains(&format!("answers (pid {installed},")), "{text}");
+
+    // Stopped: no revisd, and systemd still holds the socket.
+    let out = manager.systemctl(&["stop", SERVICE_UNIT]);
+    assert!(out.status.success(), "{}", stdout(&out));
+    assert_eq!(manager.property(SERVICE_UNIT, "ActiveState"), "inactive");
+    assert_eq!(main_pid(), 0);
+    assert!(!alive(installed), "revisd {installed} still runs after stop");
+    assert_eq!(manager.property(SOCKET_UNIT, "ActiveState"), "active");
+    assert!(socket.exists());
+    // The first connection starts it (socket activation).
+    let activated = answering_pid(&socket).unwrap_or_else(|e| panic!("a connection starts revisd: {e}{}", context()));
+    assert_ne!(activated, installed);
+    assert_eq!(activated, main_pid(), "the answer comes from the revisd systemd started");
+    assert_eq!(manager.property(SERVICE_UNIT, "NRestarts"), "0");
+
+    // Crashed (kill -9): systemd starts it again by itself, no call needed...
+    // SAFETY: a signal to the revisd this test's manager started.
+    assert_eq!(unsafe { libc::kill(activated as libc::pid_t, libc::SIGKILL) }, 0);
+    let deadline = std::time::Instant::now() + BACK_TIMEOUT;
+    let back = loop {
+        let pid = main_pid();
+        if pid != 0 && pid != activated && manager.property(SERVICE_UNIT, "ActiveState") == "active" {
+            break pid;
+        }
+        assert!(std::time::Instant::now() < deadline, "revisd is not back {BACK_TIMEOUT:?} after kill -9 (MainPID {pid}){}", context());
+        std::thread::sleep(user_manager::POLL);
+    };
+    assert_eq!(manager.property(SERVICE_UNIT, "NRestarts"), "1", "restarted by Restart=on-failure");
+    // ...and the next call is answered there.
+    assert_eq!(answering_pid(&socket).unwrap_or_else(|e| panic!("revisd answers after the crash: {e}{}", context())), back);
+
+    // A call made while it restarts waits for it (systemd holds the socket) instead of failing.
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(back as libc::pid_t, libc::SIGKILL) }, 0);
+    let waited = answering_pid(&socket).unwrap_or_else(|e| panic!("a call made during the restart fails: {e}{}", context()));
+    assert_ne!(waited, back);
+    assert_eq!(waited, main_pid());
+
+    // Uninstall stops the service and the socket.
+    let out = home.service(&["uninstall"]);
+    let text = stdout(&out);
+    assert!(out.status.success() && text.contains("stopped and disabled"), "{text}");
+    assert!(!alive(waited), "revisd {waited} still runs after uninstall");
+    assert!(!socket.exists(), "the socket is gone with its unit");
+    assert_eq!(manager.property(SOCKET_UNIT, "ActiveState"), "inactive");
 }

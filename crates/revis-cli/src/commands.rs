@@ -6,21 +6,19 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use revis_client::nodes::state_name;
-use revis_client::{Client, ClientError, SpawnOptions, default_socket_path, message, v1 as pb};
+use revis_client::{Client, ClientError, Done, Format, GenerateParams, Message, Runner, Sampling, SpawnOptions, Tier, default_socket_path};
 use serde_json::json;
 
 use crate::input::{Input, Terminal};
 use crate::{Cli, Cmd, HistoryCmd};
-use revis_orchestrator::Daemon;
 use revis_orchestrator::conversation::Chat;
 use revis_store::{ConversationId, MessageState, Role, Store};
 
 #[derive(Args)]
 pub struct RunArgs {
     /// tier1, tier2 (default) or tier3.
-    #[arg(long, default_value = "tier2")]
-    tier: String,
+    #[arg(long, default_value_t = Tier::DEFAULT)]
+    tier: Tier,
     /// 0 = greedy (same answer every time). Default 0.7.
     #[arg(long)]
     temperature: Option<f32>,
@@ -96,17 +94,16 @@ async fn command(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Cmd::Pull { name, verify } => pull(name, verify).await,
         Cmd::Models => models(),
-        Cmd::Status { json } => status(&mut target(cli.node.as_deref(), &socket, explicit_socket, true).await?, json).await,
+        Cmd::Status { json } => status(&target(cli.node.as_deref(), &socket, explicit_socket, true).await?, json).await,
         Cmd::Load { tier } => {
-            let r = target(cli.node.as_deref(), &socket, explicit_socket, true).await?.load_model(pb::LoadModelRequest { tier }).await?;
-            let t = r.tier.unwrap_or_default();
+            let r = target(cli.node.as_deref(), &socket, explicit_socket, true).await?.load_model(tier).await?;
+            let t = r.tier;
             println!("{}: {} ready in {} ms ({} MiB)", t.tier, t.model, r.elapsed_ms, t.memory_bytes >> 20);
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Unload { tier } => {
-            let r =
-                target(cli.node.as_deref(), &socket, explicit_socket, true).await?.unload_model(pb::UnloadModelRequest { tier }).await?;
-            let t = r.tier.unwrap_or_default();
+            let r = target(cli.node.as_deref(), &socket, explicit_socket, true).await?.unload_model(tier).await?;
+            let t = r.tier;
             println!("{}: {} unloaded; daemon memory {} MiB -> {} MiB", t.tier, t.model, r.rss_before_bytes >> 20, r.rss_after_bytes >> 20);
             Ok(ExitCode::SUCCESS)
         }
@@ -117,7 +114,7 @@ async fn command(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             // This machine's daemon, or a node for an offloaded tier.
             let offload = match open_store() {
-                Ok(store) => revis_orchestrator::dispatch::Offload::load_all(&store),
+                Ok(store) => revis_orchestrator::offload::load_all(&store),
                 Err(e) => {
                     tracing::warn!("the store is not available ({e:#}); running here");
                     Default::default()
@@ -132,7 +129,7 @@ async fn command(cli: Cli) -> anyhow::Result<ExitCode> {
             if cli.node.is_some() {
                 return chat(client, store, args).await;
             }
-            let dispatcher = crate::nodes::dispatcher(client, revis_orchestrator::dispatch::Offload::load_all(&store)).await;
+            let dispatcher = crate::nodes::dispatcher(client, revis_orchestrator::offload::load_all(&store)).await;
             // Keep the nodes' health current while the chat runs.
             let _supervisor = SupervisorGuard(dispatcher.spawn_supervisor(crate::nodes::HEALTH_EVERY));
             chat(dispatcher, store, args).await
@@ -208,7 +205,7 @@ fn models() -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn status(client: &mut Client, as_json: bool) -> anyhow::Result<ExitCode> {
+async fn status(client: &Client, as_json: bool) -> anyhow::Result<ExitCode> {
     let s = client.status().await?;
     if as_json {
         let tiers: Vec<_> = s
@@ -216,9 +213,9 @@ async fn status(client: &mut Client, as_json: bool) -> anyhow::Result<ExitCode> 
             .iter()
             .map(|t| {
                 json!({
-                    "tier": t.tier, "model": t.model, "model_path": t.model_path, "state": state_name(t.state),
+                    "tier": t.tier.as_str(), "model": t.model, "model_path": t.model_path, "state": t.state.as_str(),
                     "memory_bytes": t.memory_bytes, "cached_prefixes": t.cached_prefixes, "cache_bytes": t.cache_bytes,
-                    "context_tokens": t.context_tokens, "shared_with": t.shared_with,
+                    "context_tokens": t.context_tokens, "shared_with": t.shared_with.iter().map(|t| t.as_str()).collect::<Vec<_>>(),
                 })
             })
             .collect();
@@ -246,12 +243,12 @@ async fn status(client: &mut Client, as_json: bool) -> anyhow::Result<ExitCode> 
         }
     }
     for t in &s.tiers {
-        let shared = if t.shared_with.is_empty() { String::new() } else { format!(" (shared with {})", t.shared_with.join(", ")) };
+        let shared = if t.shared_with.is_empty() { String::new() } else { format!(" (shared with {})", t.shared_with.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(", ")) };
         println!(
             "  {}: {:<22} {:<9} {:>4} MiB, ctx {}, {} cached prefixes{shared}",
             t.tier,
             t.model,
-            state_name(t.state),
+            t.state.as_str(),
             t.memory_bytes >> 20,
             t.context_tokens,
             t.cached_prefixes
@@ -261,7 +258,7 @@ async fn status(client: &mut Client, as_json: bool) -> anyhow::Result<ExitCode> 
 }
 
 /// Streams one answer to stdout; returns the Done event.
-async fn stream_answer(daemon: &impl Daemon, req: pb::GenerateRequest) -> anyhow::Result<pb::Done> {
+async fn stream_answer(daemon: &impl Runner, req: GenerateParams) -> anyhow::Result<Done> {
     let mut out = std::io::stdout();
     let done = daemon
         .generate(req, |t| {
@@ -273,23 +270,22 @@ async fn stream_answer(daemon: &impl Daemon, req: pb::GenerateRequest) -> anyhow
     Ok(done)
 }
 
-async fn run_prompt(daemon: &impl Daemon, a: RunArgs) -> anyhow::Result<ExitCode> {
+async fn run_prompt(daemon: &impl Runner, a: RunArgs) -> anyhow::Result<ExitCode> {
     let schema = match &a.schema {
-        Some(p) => std::fs::read(p).with_context(|| format!("reading schema {}", p.display()))?,
-        None => Vec::new(),
+        Some(p) => Some(std::fs::read_to_string(p).with_context(|| format!("reading schema {}", p.display()))?),
+        None => None,
     };
     let mut messages = Vec::new();
     if let Some(s) = &a.system {
-        messages.push(message(pb::Role::System, s));
+        messages.push(Message::system(s.clone()));
     }
-    messages.push(message(pb::Role::User, &a.prompt));
-    let req = pb::GenerateRequest {
+    messages.push(Message::user(a.prompt));
+    let req = GenerateParams {
         tier: a.tier,
         messages,
-        sampling: Some(pb::Sampling { temperature: a.temperature, seed: a.seed, ..Default::default() }),
-        max_tokens: a.max_tokens.unwrap_or(0),
-        format: if a.json { pb::OutputFormat::Json } else { pb::OutputFormat::Text } as i32,
-        json_schema: schema.into(),
+        sampling: Sampling { temperature: a.temperature, seed: a.seed, ..Default::default() },
+        max_tokens: a.max_tokens,
+        format: if a.json { Format::Json { schema } } else { Format::Text },
         ..Default::default()
     };
     let d = stream_answer(daemon, req).await?;
@@ -299,7 +295,7 @@ async fn run_prompt(daemon: &impl Daemon, a: RunArgs) -> anyhow::Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_stats(d: &pb::Done) {
+fn print_stats(d: &Done) {
     eprintln!(
         "[{} prompt tokens ({} cached), {} generated, prompt {:.1} ms, {:.1} tokens/s, seed {}]",
         d.prompt_tokens,
@@ -361,7 +357,7 @@ fn profile() -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn chat<D: Daemon>(daemon: D, store: Store, a: ChatArgs) -> anyhow::Result<ExitCode> {
+async fn chat<D: Runner>(daemon: D, store: Store, a: ChatArgs) -> anyhow::Result<ExitCode> {
     let conversation = match (a.conversation, a.new) {
         (Some(id), _) => {
             let id = ConversationId(id);
@@ -372,8 +368,8 @@ async fn chat<D: Daemon>(daemon: D, store: Store, a: ChatArgs) -> anyhow::Result
         _ => store.create_conversation("")?,
     };
     let mut chat = Chat::new(daemon, store.clone(), conversation, revis_orchestrator::Policies::default());
-    chat.sampling = a.temperature.map(|t| pb::Sampling { temperature: Some(t), ..Default::default() });
-    chat.max_tokens = a.max_tokens.unwrap_or(0);
+    chat.sampling = Sampling { temperature: a.temperature, ..Default::default() };
+    chat.max_tokens = a.max_tokens;
     chat.partial_save_every = std::time::Duration::from_millis(a.save_every_ms);
     let interactive = std::io::stdin().is_terminal();
     let interrupt = Interrupt::install()?;

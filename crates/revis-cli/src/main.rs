@@ -42,9 +42,9 @@ pub enum Cmd {
         json: bool,
     },
     /// Load a tier's model now.
-    Load { tier: String },
+    Load { tier: revis_client::Tier },
     /// Unload a tier's model and free its memory.
-    Unload { tier: String },
+    Unload { tier: revis_client::Tier },
     /// Answer one prompt, streamed to stdout.
     Run(commands::RunArgs),
     /// Chat, remembered across runs (continues the latest conversation; --new starts one).
@@ -83,10 +83,7 @@ fn main() -> ExitCode {
     match runtime.block_on(commands::run(cli)) {
         Ok(code) => code,
         Err(e) => {
-            match e.downcast_ref::<tonic::Status>() {
-                Some(s) => eprintln!("revis: {} ({:?})", s.message(), s.code()),
-                None => eprintln!("revis: {e:#}"),
-            }
+            eprintln!("revis: {e:#}");
             ExitCode::FAILURE
         }
     }

@@ -8,8 +8,9 @@ use std::time::Duration;
 use anyhow::bail;
 use clap::Args;
 use revis_client::nodes::{Health, find_unpaired, names, node_rows, probe};
-use revis_client::{Client, Discovered, Keyring, PairingCode, interfaces_from_env, v1 as pb};
-use revis_orchestrator::dispatch::{Deadlines, Dispatcher, Offload, Placement, offload_key};
+use revis_client::{Client, Discovered, Keyring, PairingCode, interfaces_from_env};
+use revis_client::dispatch::{Deadlines, Dispatcher, Offload, Placement};
+use revis_client::{DaemonStatus, Tier};
 use serde_json::json;
 
 /// How often a running chat checks its nodes' health.
@@ -31,7 +32,7 @@ pub struct NodesArgs {
 #[derive(Args)]
 pub struct OffloadArgs {
     /// tier1, tier2 or tier3.
-    tier: String,
+    tier: Tier,
     #[arg(value_enum)]
     switch: OnOff,
     /// Only this paired node (default: any healthy node that serves the tier, least loaded first).
@@ -216,7 +217,7 @@ pub fn unpair(what: &str) -> anyhow::Result<ExitCode> {
 }
 
 /// Server mode as `revis status` shows it (local daemon only).
-pub fn server_line(s: &pb::StatusResponse) -> Option<String> {
+pub fn server_line(s: &DaemonStatus) -> Option<String> {
     let server = s.server.as_ref()?;
     Some(if server.enabled {
         format!(
@@ -234,7 +235,7 @@ pub fn server_line(s: &pb::StatusResponse) -> Option<String> {
 
 /// A dispatcher over this machine's daemon and the paired nodes, probed
 /// once when a tier is offloaded.
-pub async fn dispatcher(local: Client, offload: std::collections::BTreeMap<String, Offload>) -> Dispatcher {
+pub async fn dispatcher(local: Client, offload: std::collections::BTreeMap<Tier, Offload>) -> Dispatcher {
     let keyring = match Keyring::open_default() {
         Ok(k) => Some(std::sync::Arc::new(k)),
         Err(e) => {
@@ -251,9 +252,6 @@ pub async fn dispatcher(local: Client, offload: std::collections::BTreeMap<Strin
 }
 
 pub async fn offload(socket: &std::path::Path, explicit: bool, a: OffloadArgs) -> anyhow::Result<ExitCode> {
-    if !["tier1", "tier2", "tier3"].contains(&a.tier.as_str()) {
-        bail!("{:?} is not a tier; the tiers are tier1, tier2 and tier3", a.tier);
-    }
     let keyring = Keyring::open_default()?;
     if let Some(n) = &a.node
         && keyring.store.find(n)?.is_none()
@@ -266,13 +264,13 @@ pub async fn offload(socket: &std::path::Path, explicit: bool, a: OffloadArgs) -
     drop(keyring);
     let store = crate::commands::open_store()?;
     let setting = Offload { enabled: a.switch == OnOff::On, node: a.node.clone(), keep_local: a.keep_local };
-    store.set_setting(&offload_key(&a.tier), &setting.to_json())?;
+    revis_orchestrator::offload::save(&store, a.tier, &setting)?;
     let local = crate::commands::connect_or_start(socket, explicit).await?;
-    let d = dispatcher(local, Offload::load_all(&store)).await;
+    let d = dispatcher(local, revis_orchestrator::offload::load_all(&store)).await;
     d.refresh().await;
     if a.switch == OnOff::Off {
         // Home now: load its model here again (it was unloaded when it went away).
-        d.local().admin.clone().load_model(revis_client::v1::LoadModelRequest { tier: a.tier.clone() }).await?;
+        d.local().load_model(a.tier).await?;
     }
     match d.placements().get(&a.tier) {
         Some(Placement::Node(n)) => {
@@ -292,7 +290,7 @@ pub async fn placement_lines(local: &Client) -> Option<Vec<String>> {
         return None;
     }
     let store = crate::commands::open_store().ok()?;
-    let offload = Offload::load_all(&store);
+    let offload = revis_orchestrator::offload::load_all(&store);
     if !offload.values().any(|o| o.enabled) {
         return None;
     }
@@ -301,7 +299,7 @@ pub async fn placement_lines(local: &Client) -> Option<Vec<String>> {
     Some(
         d.placements()
             .into_iter()
-            .filter(|(t, _)| d.offload(t).enabled)
+            .filter(|(t, _)| d.offload(*t).enabled)
             .map(|(tier, p)| match p {
                 Placement::Node(name) => {
                     let n = nodes.iter().find(|n| n.name == name);

@@ -2,17 +2,20 @@
 //! (starting a daemon when none answers) and exposes its API. The `revis`
 //! CLI and the GUI both sit on top of this crate.
 
+pub mod api;
+pub mod dispatch;
 mod local;
 pub mod nodes;
 mod remote;
 mod spawn;
+pub mod wire;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
-use revis_proto::v1 as pb;
+use wire::v1 as pb;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 pub use local::LOCAL_CONNECT_TIMEOUT;
@@ -20,7 +23,7 @@ pub use remote::{
     CONNECT_TIMEOUT, Keyring, MAX_CANDIDATE_ADDRESSES, NODE_PING_INTERVAL, NODE_PING_TIMEOUT, NODE_TCP_PROBE_INTERVAL, NODE_TCP_PROBES,
     Node, NodeError, PAIR_TIMEOUT, interfaces_from_env, pair, resolve,
 };
-pub use revis_proto::v1;
+pub use api::*;
 pub use revis_trust::{DeviceId, Discovered, Interfaces, PairingCode, browse, host_name};
 pub use spawn::{SpawnOptions, check_config, end_daemon, readiness_pipe, spawn_daemon};
 
@@ -40,10 +43,9 @@ pub enum ClientError {
     NotDaemon { pid: u32, reason: String },
     #[error("could not start revisd: {0}")]
     Spawn(String),
-    /// A call failed. Its text is the status's message and code; the status
-    /// is not given as the error's source, whose text is tonic's debug dump.
-    #[error("{}", status_message(.0))]
-    Rpc(tonic::Status),
+    /// A call failed: the daemon refused it, or it could not be completed.
+    #[error(transparent)]
+    Call(#[from] CallError),
     #[error(transparent)]
     Models(#[from] revis_models::Error),
     #[error(transparent)]
@@ -56,13 +58,21 @@ pub enum ClientError {
     Pairing(String),
 }
 
-fn status_message(s: &tonic::Status) -> String {
-    format!("{} ({:?})", s.message(), s.code())
-}
-
 impl From<tonic::Status> for ClientError {
     fn from(s: tonic::Status) -> Self {
-        ClientError::Rpc(s)
+        ClientError::Call(s.into())
+    }
+}
+
+impl ClientError {
+    /// As a failed call: what is not a daemon's answer (no daemon, a
+    /// socket not to be trusted, a node that could not be reached) reads as
+    /// UNAVAILABLE, with its own words.
+    pub fn into_call(self) -> CallError {
+        match self {
+            ClientError::Call(c) => c,
+            other => CallError::new(Code::Unavailable, other.to_string()),
+        }
     }
 }
 
@@ -174,75 +184,116 @@ impl Client {
         &self.target
     }
 
-    // The calls below are safe to send twice, so each is retried once when
-    // the connection failed under it (see `retry`). The `admin` and
-    // `inference` fields are the raw stubs, without that retry.
+    // The calls below are safe to send twice, so each follows the client
+    // layer's one retry rule (`CallError::may_retry`): sent once more when
+    // the daemon could not take it or the connection broke under it. The
+    // `admin` and `inference` fields are the raw stubs, without that retry.
 
-    pub async fn status(&mut self) -> Result<pb::StatusResponse, ClientError> {
-        self.retry(|mut c| async move { c.admin.status(pb::StatusRequest {}).await }).await
+    pub async fn status(&self) -> Result<DaemonStatus, ClientError> {
+        self.retry(|mut c| async move { c.admin.status(pb::StatusRequest {}).await }).await.map(Into::into)
     }
 
-    pub async fn load_model(&mut self, req: pb::LoadModelRequest) -> Result<pb::LoadModelResponse, ClientError> {
+    /// Loads a tier's model now (it would load on first use anyway).
+    pub async fn load_model(&self, tier: Tier) -> Result<Loaded, ClientError> {
+        let req = pb::LoadModelRequest { tier: tier.to_string() };
         self.retry(|mut c| {
             let req = req.clone();
             async move { c.admin.load_model(req).await }
         })
         .await
+        .map(Into::into)
     }
 
-    pub async fn unload_model(&mut self, req: pb::UnloadModelRequest) -> Result<pb::UnloadModelResponse, ClientError> {
+    /// Unloads a tier's model (and so every tier that shares it) and gives its memory back.
+    pub async fn unload_model(&self, tier: Tier) -> Result<Unloaded, ClientError> {
+        let req = pb::UnloadModelRequest { tier: tier.to_string() };
         self.retry(|mut c| {
             let req = req.clone();
             async move { c.admin.unload_model(req).await }
         })
         .await
+        .map(Into::into)
     }
 
-    pub async fn purge(&mut self, req: pb::PurgeRequest) -> Result<pb::PurgeResponse, ClientError> {
+    /// Drops a tier's saved prefixes.
+    pub async fn purge(&self, tier: Tier) -> Result<Purged, ClientError> {
+        let req = pb::PurgeRequest { tier: tier.to_string() };
         self.retry(|mut c| {
             let req = req.clone();
             async move { c.admin.purge(req).await }
         })
         .await
+        .map(Into::into)
     }
 
-    pub async fn prefill(&mut self, req: pb::PrefillRequest) -> Result<pb::PrefillResponse, ClientError> {
+    pub async fn prefill(&self, params: &PrefillParams) -> Result<Prefilled, ClientError> {
+        let req = pb::PrefillRequest::from(params);
         self.retry(|mut c| {
             let req = req.clone();
             async move { c.inference.prefill(req).await }
         })
         .await
+        .map(Into::into)
     }
 
-    pub async fn score(&mut self, req: pb::ScoreRequest) -> Result<pb::ScoreResponse, ClientError> {
+    pub async fn score(&self, params: &ScoreParams) -> Result<Scored, ClientError> {
+        let req = pb::ScoreRequest::from(params);
         self.retry(|mut c| {
             let req = req.clone();
             async move { c.inference.score(req).await }
         })
         .await
+        .map(Into::into)
     }
 
-    /// Starts a generation; the stream yields Started, Deltas, then Done.
-    /// The request is sent again once if the connection fails before the
-    /// first event arrives (nothing has been shown to anyone yet); after
-    /// that, a failure ends the stream with its error.
-    pub async fn generate(&mut self, req: pb::GenerateRequest) -> Result<GenerateStream, ClientError> {
-        match self.inference.generate(req.clone()).await {
-            Ok(r) => Ok(GenerateStream { inner: r.into_inner(), retry: Some((self.clone(), req)) }),
-            Err(s) if is_retryable(&s) => {
+    /// Starts a generation; the stream yields `Started`, `Delta`s, then
+    /// `Done`. The request is sent again once if the connection fails
+    /// before the first event arrives (nothing has been shown to anyone
+    /// yet); after that, a failure ends the stream with its error.
+    pub async fn generate(&self, params: &GenerateParams) -> Result<GenerateStream, ClientError> {
+        let req = pb::GenerateRequest::from(params);
+        let first = self.inference.clone().generate(req.clone()).await;
+        match first {
+            Ok(r) => Ok(GenerateStream { inner: r.into_inner(), retry: Some((self.clone(), req)), delivered: 0 }),
+            Err(s) if CallError::from(s.clone()).may_retry() => {
                 tracing::debug!(status = %s, "Generate failed before it started; sending it again");
-                let inner = self.inference.generate(req).await.map_err(|s| self.failure(s))?.into_inner();
-                Ok(GenerateStream { inner, retry: None })
+                let inner = self.inference.clone().generate(req).await.map_err(|s| self.failure(s))?.into_inner();
+                Ok(GenerateStream { inner, retry: None, delivered: 0 })
             }
             Err(s) => Err(self.failure(s)),
         }
     }
 
-    /// Runs `call` on a clone of this client and, if the connection failed
-    /// under it, once more. The clones share one channel, and the channel
-    /// dials the socket again when its connection has gone (tonic's
-    /// reconnect), so the second try reaches a daemon that was restarted on
-    /// the same path in the meantime.
+    /// Switches server mode on or off; returns its state after.
+    pub async fn set_server_mode(&self, enabled: bool) -> Result<ServerMode, ClientError> {
+        self.admin.clone().set_server_mode(pb::SetServerModeRequest { enabled }).await.map(|r| r.into_inner().into()).map_err(|s| self.failure(s))
+    }
+
+    /// Opens a pairing window (`window_s` = 0: the daemon's default length)
+    /// and follows it: `Opened` (the code to type on the other machine),
+    /// then `Paired` or `Closed`.
+    pub async fn open_pairing(&self, window_s: u32) -> Result<PairingEvents, ClientError> {
+        let inner = self.admin.clone().open_pairing(pb::OpenPairingRequest { window_s }).await.map_err(|s| self.failure(s))?.into_inner();
+        Ok(PairingEvents { inner, client: self.clone() })
+    }
+
+    /// The devices paired with this daemon.
+    pub async fn list_devices(&self) -> Result<Vec<DeviceInfo>, ClientError> {
+        self.retry(|mut c| async move { c.admin.list_devices(pb::ListDevicesRequest {}).await })
+            .await
+            .map(|r| r.devices.into_iter().map(Into::into).collect())
+    }
+
+    /// Revokes a paired device (by name or device ID) and cuts its connections.
+    pub async fn revoke_device(&self, device: &str) -> Result<Revoked, ClientError> {
+        self.admin.clone().revoke_device(pb::RevokeDeviceRequest { device: device.to_owned() }).await.map(|r| r.into_inner().into()).map_err(|s| self.failure(s))
+    }
+
+    /// Runs `call` on a clone of this client and, when the failure may be
+    /// retried ([`CallError::may_retry`]), once more. The clones share one
+    /// channel, and the channel dials the socket again when its connection
+    /// has gone (tonic's reconnect), so the second try reaches a daemon
+    /// that was restarted on the same path in the meantime.
     async fn retry<T, F, Fut>(&self, call: F) -> Result<T, ClientError>
     where
         F: Fn(Client) -> Fut,
@@ -250,7 +301,7 @@ impl Client {
     {
         let failed = match call(self.clone()).await {
             Ok(r) => return Ok(r.into_inner()),
-            Err(s) if is_retryable(&s) => {
+            Err(s) if CallError::from(s.clone()).may_retry() => {
                 tracing::debug!(status = %s, "call failed on the connection; sending it again");
                 match call(self.clone()).await {
                     Ok(r) => return Ok(r.into_inner()),
@@ -269,8 +320,8 @@ impl Client {
     /// the same way.
     pub fn failure(&self, s: tonic::Status) -> ClientError {
         match &self.target {
-            Target::Socket(_) if s.code() == tonic::Code::Unavailable => local::undialled(&s).unwrap_or(ClientError::Rpc(s)),
-            _ => ClientError::Rpc(s),
+            Target::Socket(_) if s.code() == tonic::Code::Unavailable => local::undialled(&s).unwrap_or_else(|| ClientError::Call(s.into())),
+            _ => ClientError::Call(s.into()),
         }
     }
 }
@@ -280,36 +331,84 @@ pub struct GenerateStream {
     inner: tonic::Streaming<pb::GenerateEvent>,
     /// What it takes to send the request again: kept until the first event.
     retry: Option<(Client, pb::GenerateRequest)>,
+    /// Bytes of text delivered so far.
+    delivered: usize,
 }
 
 impl GenerateStream {
-    /// The next event; `Ok(None)` when the stream ended.
-    pub async fn message(&mut self) -> Result<Option<pb::GenerateEvent>, tonic::Status> {
+    /// The next event; `Ok(None)` when the stream ended. An error says how
+    /// much of the answer was delivered before it.
+    pub async fn next(&mut self) -> Result<Option<Event>, CallError> {
         loop {
             match self.inner.message().await {
-                Ok(ev) => {
+                Ok(None) => return Ok(None),
+                Ok(Some(ev)) => {
                     self.retry = None;
-                    return Ok(ev);
+                    let Some(ev) = wire::event(ev) else { continue };
+                    if let Event::Delta { text, .. } = &ev {
+                        self.delivered += text.len();
+                    }
+                    return Ok(Some(ev));
                 }
-                Err(s) if is_retryable(&s) => {
-                    let Some((mut client, req)) = self.retry.take() else { return Err(s) };
-                    tracing::debug!(status = %s, "Generate failed before its first event; sending it again");
-                    self.inner = client.inference.generate(req).await?.into_inner();
+                Err(s) => {
+                    let e = CallError::from(s).after(self.delivered);
+                    match self.retry.take() {
+                        Some((client, req)) if e.may_retry() => {
+                            tracing::debug!(error = %e, "Generate failed before its first event; sending it again");
+                            self.inner = client.inference.clone().generate(req).await.map_err(CallError::from)?.into_inner();
+                        }
+                        _ => return Err(e),
+                    }
                 }
-                Err(s) => return Err(s),
+            }
+        }
+    }
+
+    /// Reads the stream to its end, handing each piece of text to
+    /// `on_delta`; returns the finished answer.
+    pub async fn finish(mut self, mut on_delta: impl FnMut(&str)) -> Result<Done, CallError> {
+        while let Some(ev) = self.next().await? {
+            match ev {
+                Event::Delta { text, .. } => on_delta(&text),
+                Event::Done(done) => return Ok(done),
+                Event::Started { .. } => {}
+            }
+        }
+        Err(CallError::new(Code::Unavailable, "the daemon closed the stream before the answer was done").after(self.delivered))
+    }
+}
+
+/// The events of a pairing window (see [`Client::open_pairing`]).
+pub struct PairingEvents {
+    inner: tonic::Streaming<pb::PairingEvent>,
+    /// Says a failure as the client does ([`Client::failure`]).
+    client: Client,
+}
+
+impl PairingEvents {
+    /// The next event; `Ok(None)` when the window's stream ended.
+    pub async fn next(&mut self) -> Result<Option<PairingEvent>, ClientError> {
+        loop {
+            match self.inner.message().await.map_err(|s| self.client.failure(s))? {
+                None => return Ok(None),
+                Some(e) => {
+                    if let Some(e) = wire::pairing_event(e) {
+                        return Ok(Some(e));
+                    }
+                }
             }
         }
     }
 }
 
-/// Whether a failed call may be sent again: the daemon could not be reached
-/// (UNAVAILABLE, which is also what a daemon that is shutting down answers),
-/// or the connection broke under the call. A broken connection shows up as a
-/// status made here from the transport error (it has a `source`), with code
-/// UNKNOWN or CANCELLED; a status the daemon sent never has a source.
-fn is_retryable(s: &tonic::Status) -> bool {
-    s.code() == tonic::Code::Unavailable
-        || (std::error::Error::source(s).is_some() && matches!(s.code(), tonic::Code::Unknown | tonic::Code::Cancelled))
+impl Runner for Client {
+    async fn prefill(&self, req: PrefillParams) -> Result<Prefilled, CallError> {
+        Client::prefill(self, &req).await.map_err(ClientError::into_call)
+    }
+
+    async fn generate(&self, req: GenerateParams, on_delta: impl FnMut(&str) + Send) -> Result<Done, CallError> {
+        Client::generate(self, &req).await.map_err(ClientError::into_call)?.finish(on_delta).await
+    }
 }
 
 /// An error and its causes, `: `-joined; a cause that the text so far
@@ -326,11 +425,6 @@ fn source_chain(e: &dyn std::error::Error) -> String {
         cur = c.source();
     }
     s
-}
-
-/// A chat message with text content.
-pub fn message(role: pb::Role, text: &str) -> pb::ChatMessage {
-    pb::ChatMessage { role: role as i32, content: text.as_bytes().to_vec().into() }
 }
 
 #[cfg(test)]
@@ -438,9 +532,9 @@ mod tests {
         (client, calls)
     }
 
-    async fn events(stream: &mut GenerateStream) -> Result<usize, Status> {
+    async fn events(stream: &mut GenerateStream) -> Result<usize, CallError> {
         let mut n = 0;
-        while stream.message().await?.is_some() {
+        while stream.next().await?.is_some() {
             n += 1;
         }
         Ok(n)
@@ -449,8 +543,8 @@ mod tests {
     #[tokio::test]
     async fn generate_is_sent_again_when_it_fails_before_its_first_event() {
         let unavailable = Err(Status::unavailable("shutting down"));
-        let (mut c, calls) = scripted("before", vec![vec![unavailable], vec![started(), done()]]).await;
-        let mut stream = c.generate(pb::GenerateRequest::default()).await.unwrap();
+        let (c, calls) = scripted("before", vec![vec![unavailable], vec![started(), done()]]).await;
+        let mut stream = c.generate(&GenerateParams::default()).await.unwrap();
         assert_eq!(events(&mut stream).await.unwrap(), 2);
         assert_eq!(calls.load(Ordering::SeqCst), 2);
     }
@@ -458,19 +552,19 @@ mod tests {
     #[tokio::test]
     async fn generate_is_not_sent_again_after_an_event_arrived() {
         let unavailable = Err(Status::unavailable("shutting down"));
-        let (mut c, calls) = scripted("after", vec![vec![started(), unavailable], vec![started(), done()]]).await;
-        let mut stream = c.generate(pb::GenerateRequest::default()).await.unwrap();
-        assert!(stream.message().await.unwrap().is_some());
-        assert_eq!(stream.message().await.unwrap_err().code(), tonic::Code::Unavailable);
+        let (c, calls) = scripted("after", vec![vec![started(), unavailable], vec![started(), done()]]).await;
+        let mut stream = c.generate(&GenerateParams::default()).await.unwrap();
+        assert!(stream.next().await.unwrap().is_some());
+        assert_eq!(stream.next().await.unwrap_err().code, Code::Unavailable);
         assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]
     async fn an_answer_of_the_daemon_is_not_retried() {
         let refused = Err(Status::invalid_argument("empty"));
-        let (mut c, calls) = scripted("refused", vec![vec![refused], vec![started(), done()]]).await;
-        let mut stream = c.generate(pb::GenerateRequest::default()).await.unwrap();
-        assert_eq!(stream.message().await.unwrap_err().code(), tonic::Code::InvalidArgument);
+        let (c, calls) = scripted("refused", vec![vec![refused], vec![started(), done()]]).await;
+        let mut stream = c.generate(&GenerateParams::default()).await.unwrap();
+        assert_eq!(stream.next().await.unwrap_err().code, Code::InvalidArgument);
         assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
 }

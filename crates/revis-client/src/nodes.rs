@@ -6,7 +6,6 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use revis_proto::v1 as pb;
 use revis_trust::{DeviceId, Discovered};
 
 use crate::{Client, ClientError, Keyring, Node};
@@ -85,7 +84,7 @@ pub async fn probe(keyring: &Keyring, row: &NodeRow) -> Health {
     let Ok(device_id) = row.device_id.parse() else { return Health::Failed("a damaged device ID in the keyring".into()) };
     let node = Node { name: row.name.clone(), device_id, addr };
     let t0 = Instant::now();
-    let mut c = match Client::connect_node(keyring, &node).await {
+    let c = match Client::connect_node(keyring, &node).await {
         Ok(c) => c,
         Err(e) => return Health::Failed(words(&e)),
     };
@@ -95,7 +94,7 @@ pub async fn probe(keyring: &Keyring, row: &NodeRow) -> Health {
         Ok(s) => Health::Ok {
             connect_ms,
             latency_ms: t1.elapsed().as_secs_f64() * 1e3,
-            tiers: s.tiers.iter().map(|t| (t.tier.clone(), t.model.clone(), state_name(t.state).to_owned())).collect(),
+            tiers: s.tiers.iter().map(|t| (t.tier.to_string(), t.model.clone(), t.state.as_str().to_owned())).collect(),
             queue: format!("{}/{}", s.queue_depth, s.queue_capacity),
         },
         Err(e) => Health::Failed(words(&e)),
@@ -105,7 +104,7 @@ pub async fn probe(keyring: &Keyring, row: &NodeRow) -> Health {
 /// An error in words: a daemon's own message without its code.
 fn words(e: &ClientError) -> String {
     match e {
-        ClientError::Rpc(s) => s.message().to_owned(),
+        ClientError::Call(c) => c.message.clone(),
         other => other.to_string(),
     }
 }
@@ -137,14 +136,5 @@ pub fn find_unpaired(what: &str, seen: &[Discovered]) -> Result<(SocketAddr, Str
                 ids.join(", ")
             ))
         }
-    }
-}
-
-/// A tier's model state in words.
-pub fn state_name(s: i32) -> &'static str {
-    match pb::ModelState::try_from(s) {
-        Ok(pb::ModelState::Ready) => "ready",
-        Ok(pb::ModelState::Loading) => "loading",
-        _ => "unloaded",
     }
 }

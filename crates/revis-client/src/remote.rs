@@ -16,7 +16,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
-use revis_proto::v1 as pb;
+use crate::wire::v1 as pb;
 use revis_trust::{DeviceId, Discovered, Identity, Interfaces, PairingCode, TrustError, TrustStore};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -112,7 +112,7 @@ impl Client {
         let mut client = Client::over(channel, Target::Node(node.clone()));
         match client.admin.status(pb::StatusRequest {}).await {
             Ok(_) => Ok(client),
-            Err(s) => Err(node_error(&s, node).map_or(ClientError::Rpc(s), ClientError::Node)),
+            Err(s) => Err(node_error(&s, node).map_or_else(|| ClientError::Call(s.into()), ClientError::Node)),
         }
     }
 }

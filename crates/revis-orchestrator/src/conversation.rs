@@ -5,14 +5,14 @@
 //! facts are extracted and old turns summarised. Their results are stored
 //! and folded into the static part of later prompts.
 
-use revis_client::v1 as pb;
+use revis_client::{CallError, Done, Runner, Sampling};
 use revis_store::{ConversationId, MessageState, Role, Store};
 use serde_json::json;
 
 use crate::prompt::{PromptContext, Speaker, Turn};
 use crate::reply::{OpenReply, Writer};
 use crate::task::{Background, Policies, TaskKind};
-use crate::{Daemon, Gates, PrePrefill, structured};
+use crate::{Gates, PrePrefill, structured};
 
 /// The house rules every answer starts with.
 pub const RULES: &str = "You are revis, a private assistant running on the user's own computer. \
@@ -24,7 +24,7 @@ Answer helpfully, briefly and honestly. If you do not know, say so.";
 pub const PARTIAL_SAVE_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ChatError> + Send + 'static) -> Result<T, ChatError> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| ChatError::Daemon(format!("a store task failed: {e}")))?
+    tokio::task::spawn_blocking(f).await.map_err(|e| ChatError::Writer(format!("a store task failed: {e}")))?
 }
 
 /// Turns shown in full before older ones are summarised.
@@ -34,8 +34,12 @@ pub const TURN_BUDGET: usize = 12;
 pub enum ChatError {
     #[error(transparent)]
     Store(#[from] revis_store::StoreError),
-    #[error("the daemon failed: {0}")]
-    Daemon(String),
+    /// The answer could not be had (the daemon refused or failed it).
+    #[error("the daemon failed: {}", .0.message)]
+    Call(#[from] CallError),
+    /// The reply's writer thread (or a store task) ended unexpectedly.
+    #[error("{0}")]
+    Writer(String),
 }
 
 /// The settings key an answer's audit is stored under.
@@ -43,10 +47,10 @@ pub fn audit_key(reply: revis_store::MessageId) -> String {
     format!("audit/{reply}")
 }
 
-impl<D: Daemon> Chat<D> {
+impl<D: Runner> Chat<D> {
     /// Checks an answer after it was given; the verdict is stored under [`audit_key`].
     fn audit(&self, question: &str, reply: revis_store::MessageId, answer: &str) {
-        let policy = self.policies.get(TaskKind::Audit).clone();
+        let policy = *self.policies.get(TaskKind::Audit);
         let (daemon, store) = (self.daemon.clone(), self.store.clone());
         let task = format!("Check this answer for factual mistakes or unhelpfulness.\n\nQuestion: {question}\n\nAnswer: {answer}");
         let _done = self.background.submit(policy.rank, async move {
@@ -59,7 +63,7 @@ impl<D: Daemon> Chat<D> {
                 "required": ["ok", "problems"],
                 "additionalProperties": false
             });
-            match structured::run(&daemon, &policy.tier, &task, &schema).await {
+            match structured::run(&daemon, policy.tier, &task, &schema).await {
                 Ok(v) => {
                     if let Err(e) = blocking(move || Ok(store.set_setting(&audit_key(reply), &v)?)).await {
                         tracing::warn!("storing an audit failed: {e}");
@@ -100,7 +104,7 @@ pub fn grounded(fact: &str, said: &str) -> bool {
 }
 
 /// One conversation, driven by the orchestrator.
-pub struct Chat<D: Daemon> {
+pub struct Chat<D: Runner> {
     daemon: D,
     store: Store,
     gates: Gates,
@@ -110,13 +114,14 @@ pub struct Chat<D: Daemon> {
     writer: Writer,
     pub conversation: ConversationId,
     /// Sampling for answers (None = the daemon's defaults).
-    pub sampling: Option<pb::Sampling>,
-    pub max_tokens: u32,
+    pub sampling: Sampling,
+    /// `None`: the daemon's default.
+    pub max_tokens: Option<u32>,
     /// How often a streaming reply's text is saved while it grows ([`PARTIAL_SAVE_EVERY`]).
     pub partial_save_every: std::time::Duration,
 }
 
-impl<D: Daemon> Chat<D> {
+impl<D: Runner> Chat<D> {
     /// Starts a background runner on the current runtime.
     pub fn new(daemon: D, store: Store, conversation: ConversationId, policies: Policies) -> Self {
         let gates = Gates::new();
@@ -129,8 +134,8 @@ impl<D: Daemon> Chat<D> {
             policies,
             writer: Writer::start(),
             conversation,
-            sampling: None,
-            max_tokens: 0,
+            sampling: Sampling::default(),
+            max_tokens: None,
             partial_save_every: PARTIAL_SAVE_EVERY,
         }
     }
@@ -169,7 +174,7 @@ impl<D: Daemon> Chat<D> {
 
     /// The user started typing: warm the cache with the next prompt's static part.
     pub fn typing_started(&self) -> Result<(), ChatError> {
-        let tier = &self.policies.get(TaskKind::ChatAnswer).tier;
+        let tier = self.policies.get(TaskKind::ChatAnswer).tier;
         self.pre.typing_started(tier, self.context()?.static_messages());
         Ok(())
     }
@@ -191,18 +196,18 @@ impl<D: Daemon> Chat<D> {
     /// If the stream fails, or this future is dropped (Stop), exactly the
     /// text passed to `on_delta` is saved, still incomplete: on return for a
     /// failure, after [`Chat::saved`] for a drop.
-    pub async fn send(&self, text: &str, mut on_delta: impl FnMut(&str) + Send) -> Result<pb::Done, ChatError> {
-        let tier = self.policies.get(TaskKind::ChatAnswer).tier.clone();
+    pub async fn send(&self, text: &str, mut on_delta: impl FnMut(&str) + Send) -> Result<Done, ChatError> {
+        let tier = self.policies.get(TaskKind::ChatAnswer).tier;
         let ctx = self.context()?;
         let (store, conv, owned) = (self.store.clone(), self.conversation, text.to_owned());
-        let t = tier.clone();
+        let t = tier.as_str();
         // Store writes fsync: keep them off the async runtime.
-        let (user, reply) = blocking(move || Ok((store.append_user(conv, &owned)?, store.begin_reply(conv, &t)?))).await?;
+        let (user, reply) = blocking(move || Ok((store.append_user(conv, &owned)?, store.begin_reply(conv, t)?))).await?;
         // Take the pipeline lock before Enter releases the typing hold and the
         // prefill freeze, so no background job slips in ahead of the answer.
         let streaming = self.gates.streaming();
         self.pre.enter().await;
-        let mut req = ctx.request(&tier, text);
+        let mut req = ctx.request(tier, text);
         req.sampling = self.sampling;
         req.max_tokens = self.max_tokens;
         // From here on, however this turn ends, what was shown is saved.
@@ -219,11 +224,11 @@ impl<D: Daemon> Chat<D> {
         self.pre.consumed();
         let done = match result {
             Ok(done) => done,
-            Err(s) => {
+            Err(failed) => {
                 if let Err(e) = open.cut().await {
                     tracing::warn!("saving the cut reply failed: {e}");
                 }
-                return Err(ChatError::Daemon(s.message().to_owned()));
+                return Err(ChatError::Call(failed));
             }
         };
         open.complete(done.text.clone()).await?;
@@ -234,7 +239,7 @@ impl<D: Daemon> Chat<D> {
     /// Queues the background work a turn leaves behind.
     fn after_turn(&self, user_text: &str, user: revis_store::MessageId, reply: revis_store::MessageId, answer: &str) {
         self.audit(user_text, reply, answer);
-        let facts = self.policies.get(TaskKind::ExtractFacts).clone();
+        let facts = *self.policies.get(TaskKind::ExtractFacts);
         let (daemon, store) = (self.daemon.clone(), self.store.clone());
         let said = user_text.to_owned();
         let task = format!(
@@ -248,7 +253,7 @@ impl<D: Daemon> Chat<D> {
                 "required": ["facts"],
                 "additionalProperties": false
             });
-            match structured::run(&daemon, &facts.tier, &task, &schema).await {
+            match structured::run(&daemon, facts.tier, &task, &schema).await {
                 Ok(v) => {
                     // Store calls fsync: off the async runtime.
                     let _ = tokio::task::spawn_blocking(move || store_facts(&store, &v, &said, user)).await;
@@ -261,7 +266,7 @@ impl<D: Daemon> Chat<D> {
         if ctx.turns.len() <= TURN_BUDGET {
             return;
         }
-        let summarise = self.policies.get(TaskKind::Summarise).clone();
+        let summarise = *self.policies.get(TaskKind::Summarise);
         let (daemon, store, conversation) = (self.daemon.clone(), self.store.clone(), self.conversation);
         let _done = self.background.submit(summarise.rank, async move {
             // Summarise all but the last few turns, folding in the previous summary.
@@ -294,7 +299,7 @@ impl<D: Daemon> Chat<D> {
                 "additionalProperties": false
             });
             let task = format!("Summarise this conversation in a few sentences, keeping names and decisions.\n\n{text}");
-            match structured::run(&daemon, &summarise.tier, &task, &schema).await {
+            match structured::run(&daemon, summarise.tier, &task, &schema).await {
                 Ok(v) => {
                     if let (Some(s), Some(last)) = (v["summary"].as_str().map(str::to_owned), old.last().map(|m| m.id))
                         && let Err(e) = blocking(move || Ok(store.put_summary(conversation, last, &s)?)).await

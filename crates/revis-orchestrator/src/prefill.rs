@@ -10,14 +10,13 @@
 
 use std::sync::{Arc, Mutex};
 
-use revis_client::v1 as pb;
+use revis_client::{Message, PrefillParams, Priority, Runner, Tier};
 use tokio::sync::watch;
 
-use crate::Daemon;
 use crate::gates::Gates;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
+pub enum PrefillPhase {
     Idle,
     Queued,
     Computing,
@@ -39,32 +38,32 @@ pub enum EnterOutcome {
 
 struct Inner {
     /// The static messages being (or already) warmed.
-    key: Option<Vec<pb::ChatMessage>>,
-    tier: String,
-    phase: watch::Sender<Phase>,
+    key: Option<Vec<Message>>,
+    tier: Tier,
+    phase: watch::Sender<PrefillPhase>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// The pre-prefill state machine for one conversation.
 #[derive(Clone)]
-pub struct PrePrefill<D: Daemon> {
+pub struct PrePrefill<D: Runner> {
     daemon: D,
     gates: Gates,
     inner: Arc<Mutex<Inner>>,
 }
 
-impl<D: Daemon> PrePrefill<D> {
+impl<D: Runner> PrePrefill<D> {
     pub fn new(daemon: D, gates: Gates) -> Self {
-        let inner = Inner { key: None, tier: String::new(), phase: watch::Sender::new(Phase::Idle), task: None };
+        let inner = Inner { key: None, tier: Tier::DEFAULT, phase: watch::Sender::new(PrefillPhase::Idle), task: None };
         PrePrefill { daemon, gates, inner: Arc::new(Mutex::new(inner)) }
     }
 
-    pub fn phase(&self) -> Phase {
+    pub fn phase(&self) -> PrefillPhase {
         *self.lock().phase.borrow()
     }
 
     /// Watches the phase (for a UI, or to wait for Ready).
-    pub fn watch(&self) -> watch::Receiver<Phase> {
+    pub fn watch(&self) -> watch::Receiver<PrefillPhase> {
         self.lock().phase.subscribe()
     }
 
@@ -74,36 +73,36 @@ impl<D: Daemon> PrePrefill<D> {
 
     /// The user started typing the next message; `static_messages` is the
     /// static part of the prompt that will answer it.
-    pub fn typing_started(&self, tier: &str, static_messages: Vec<pb::ChatMessage>) {
+    pub fn typing_started(&self, tier: Tier, static_messages: Vec<Message>) {
         self.gates.set_typing(true);
         let mut inner = self.lock();
         let same = inner.key.as_ref() == Some(&static_messages) && inner.tier == tier;
-        if same && *inner.phase.borrow() != Phase::Idle {
+        if same && *inner.phase.borrow() != PrefillPhase::Idle {
             return; // already queued, computing or ready for exactly this
         }
         if let Some(t) = inner.task.take() {
             t.abort();
         }
         inner.key = Some(static_messages.clone());
-        inner.tier = tier.to_owned();
-        inner.phase.send_replace(Phase::Queued);
+        inner.tier = tier;
+        inner.phase.send_replace(PrefillPhase::Queued);
         let phase = inner.phase.clone();
         let (daemon, gates) = (self.daemon.clone(), self.gates.clone());
-        let req = pb::PrefillRequest { tier: tier.to_owned(), messages: static_messages, priority: pb::Priority::User as i32 };
+        let req = PrefillParams { tier, messages: static_messages, priority: Priority::User };
         inner.task = Some(tokio::spawn(async move {
             // Queued: never compete with an answer that is streaming.
             let mut rx = gates.subscribe();
             let _ = rx.wait_for(|g| g.streaming == 0).await;
-            phase.send_replace(Phase::Computing);
+            phase.send_replace(PrefillPhase::Computing);
             let _freeze = gates.prefilling();
             match daemon.prefill(req).await {
                 Ok(r) => {
                     tracing::debug!(tokens = r.prompt_tokens, cached = r.cached_tokens, "pre-prefill ready");
-                    phase.send_replace(Phase::Ready);
+                    phase.send_replace(PrefillPhase::Ready);
                 }
                 Err(e) => {
-                    tracing::warn!("pre-prefill failed (the answer will not wait for it): {}", e.message());
-                    phase.send_replace(Phase::Idle);
+                    tracing::warn!("pre-prefill failed (the answer will not wait for it): {}", e.message);
+                    phase.send_replace(PrefillPhase::Idle);
                 }
             }
         }));
@@ -123,20 +122,20 @@ impl<D: Daemon> PrePrefill<D> {
             let mut inner = self.lock();
             let phase = *inner.phase.borrow();
             match phase {
-                Phase::Idle => return EnterOutcome::Nothing,
-                Phase::Ready => return EnterOutcome::WasReady,
-                Phase::Queued => {
+                PrefillPhase::Idle => return EnterOutcome::Nothing,
+                PrefillPhase::Ready => return EnterOutcome::WasReady,
+                PrefillPhase::Queued => {
                     if let Some(t) = inner.task.take() {
                         t.abort();
                     }
                     inner.key = None;
-                    inner.phase.send_replace(Phase::Idle);
+                    inner.phase.send_replace(PrefillPhase::Idle);
                     return EnterOutcome::Cancelled;
                 }
-                Phase::Computing => inner.phase.subscribe(),
+                PrefillPhase::Computing => inner.phase.subscribe(),
             }
         };
-        let _ = rx.wait_for(|p| *p != Phase::Computing).await;
+        let _ = rx.wait_for(|p| *p != PrefillPhase::Computing).await;
         EnterOutcome::Waited
     }
 
@@ -144,13 +143,14 @@ impl<D: Daemon> PrePrefill<D> {
     pub fn consumed(&self) {
         let mut inner = self.lock();
         inner.key = None;
-        inner.phase.send_replace(Phase::Idle);
+        inner.phase.send_replace(PrefillPhase::Idle);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use revis_client::{CallError, Code, Done, GenerateParams, Prefilled};
     use std::time::Duration;
     use tokio::sync::Semaphore;
 
@@ -162,17 +162,17 @@ mod tests {
         calls: Arc<Semaphore>,
     }
 
-    impl Daemon for Scripted {
-        async fn prefill(&self, req: pb::PrefillRequest) -> Result<pb::PrefillResponse, tonic::Status> {
+    impl Runner for Scripted {
+        async fn prefill(&self, req: PrefillParams) -> Result<Prefilled, CallError> {
             self.calls.add_permits(1);
             tokio::time::sleep(self.prefill_time).await;
             if self.fail {
-                return Err(tonic::Status::unavailable("scripted failure"));
+                return Err(CallError::new(Code::Unavailable, "scripted failure"));
             }
-            Ok(pb::PrefillResponse { prompt_tokens: req.messages.len() as u32, ..Default::default() })
+            Ok(Prefilled { prompt_tokens: req.messages.len() as u32, ..Default::default() })
         }
-        async fn generate(&self, _: pb::GenerateRequest, _: impl FnMut(&str) + Send) -> Result<pb::Done, tonic::Status> {
-            Ok(pb::Done::default())
+        async fn generate(&self, _: GenerateParams, _: impl FnMut(&str) + Send) -> Result<Done, CallError> {
+            Ok(Done::default())
         }
     }
 
@@ -183,11 +183,11 @@ mod tests {
         (PrePrefill::new(d, gates.clone()), gates, calls)
     }
 
-    fn history() -> Vec<pb::ChatMessage> {
-        vec![revis_client::message(pb::Role::System, "rules")]
+    fn history() -> Vec<Message> {
+        vec![Message::system("rules")]
     }
 
-    async fn phase_becomes(p: &PrePrefill<Scripted>, want: Phase) {
+    async fn phase_becomes(p: &PrePrefill<Scripted>, want: PrefillPhase) {
         let mut rx = p.watch();
         let _ = rx.wait_for(|ph| *ph == want).await;
     }
@@ -196,37 +196,37 @@ mod tests {
     async fn enter_while_queued_cancels_and_runs_at_once() {
         let (p, gates, calls) = setup(500, false);
         let answer = gates.streaming(); // an answer still streams: the prefill queues
-        p.typing_started("tier2", history());
+        p.typing_started(Tier::Tier2, history());
         tokio::time::sleep(Duration::from_secs(5)).await;
-        assert_eq!(p.phase(), Phase::Queued);
+        assert_eq!(p.phase(), PrefillPhase::Queued);
         assert_eq!(p.enter().await, EnterOutcome::Cancelled);
         drop(answer);
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(calls.available_permits(), 0, "the cancelled prefill never reached the daemon");
-        assert_eq!(p.phase(), Phase::Idle);
+        assert_eq!(p.phase(), PrefillPhase::Idle);
     }
 
     #[tokio::test(start_paused = true)]
     async fn enter_while_computing_waits_for_it() {
         let (p, gates, _) = setup(800, false);
-        p.typing_started("tier2", history());
-        phase_becomes(&p, Phase::Computing).await;
+        p.typing_started(Tier::Tier2, history());
+        phase_becomes(&p, PrefillPhase::Computing).await;
         assert_eq!(gates.state().prefilling, 1, "the prefill freeze holds while it computes");
         let t0 = tokio::time::Instant::now();
         assert_eq!(p.enter().await, EnterOutcome::Waited);
         assert_eq!(t0.elapsed(), Duration::from_millis(800), "waited exactly until the prefill was done");
-        assert_eq!(p.phase(), Phase::Ready);
+        assert_eq!(p.phase(), PrefillPhase::Ready);
         assert_eq!(gates.state().prefilling, 0);
     }
 
     #[tokio::test(start_paused = true)]
     async fn enter_when_ready_runs_at_once_and_typing_again_does_not_refill() {
         let (p, gates, calls) = setup(100, false);
-        p.typing_started("tier2", history());
-        phase_becomes(&p, Phase::Ready).await;
+        p.typing_started(Tier::Tier2, history());
+        phase_becomes(&p, PrefillPhase::Ready).await;
         p.typing_stopped();
         assert!(!gates.state().typing);
-        p.typing_started("tier2", history());
+        p.typing_started(Tier::Tier2, history());
         assert_eq!(calls.available_permits(), 1, "the same static part is not prefilled twice");
         assert_eq!(p.enter().await, EnterOutcome::WasReady);
         assert!(!gates.state().typing, "Enter ends the typing hold");
@@ -235,10 +235,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_failed_prefill_does_not_block_the_answer() {
         let (p, _, _) = setup(50, true);
-        p.typing_started("tier2", history());
-        phase_becomes(&p, Phase::Computing).await;
+        p.typing_started(Tier::Tier2, history());
+        phase_becomes(&p, PrefillPhase::Computing).await;
         assert_eq!(p.enter().await, EnterOutcome::Waited);
-        assert_eq!(p.phase(), Phase::Idle);
+        assert_eq!(p.phase(), PrefillPhase::Idle);
         // Without anything under way Enter returns at once.
         assert_eq!(p.enter().await, EnterOutcome::Nothing);
     }

@@ -3,8 +3,7 @@
 //! built once from the context and used, byte for byte, both for the
 //! pre-prefill and for the real request.
 
-use revis_client::message;
-use revis_client::v1 as pb;
+use revis_client::{GenerateParams, Message, Priority, Role, Tier};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Speaker {
@@ -49,36 +48,30 @@ impl PromptContext {
     }
 
     /// The static part: what a pre-prefill sends and every answer starts with.
-    pub fn static_messages(&self) -> Vec<pb::ChatMessage> {
+    pub fn static_messages(&self) -> Vec<Message> {
         let mut out = Vec::with_capacity(self.turns.len() + 1);
         let system = self.system_text();
         if !system.is_empty() {
-            out.push(message(pb::Role::System, &system));
+            out.push(Message::system(system));
         }
         for t in &self.turns {
             let role = match t.speaker {
-                Speaker::User => pb::Role::User,
-                Speaker::Assistant => pb::Role::Assistant,
+                Speaker::User => Role::User,
+                Speaker::Assistant => Role::Assistant,
             };
             if !t.text.is_empty() {
-                out.push(message(role, &t.text));
+                out.push(Message::new(role, t.text.clone()));
             }
         }
         out
     }
 
     /// The request that answers `new_message`: static part + the new message.
-    pub fn request(&self, tier: &str, new_message: &str) -> pb::GenerateRequest {
+    pub fn request(&self, tier: Tier, new_message: &str) -> GenerateParams {
         let mut messages = self.static_messages();
         let static_count = messages.len() as u32;
-        messages.push(message(pb::Role::User, new_message));
-        pb::GenerateRequest {
-            tier: tier.to_owned(),
-            messages,
-            static_messages: Some(static_count),
-            priority: pb::Priority::User as i32,
-            ..Default::default()
-        }
+        messages.push(Message::user(new_message));
+        GenerateParams { tier, messages, static_messages: Some(static_count), priority: Priority::User, ..Default::default() }
     }
 }
 
@@ -88,12 +81,12 @@ mod tests {
     use proptest::prelude::*;
 
     /// Every byte the daemon sees of a list of messages: roles, lengths, contents.
-    fn bytes(m: &[pb::ChatMessage]) -> Vec<u8> {
+    fn bytes(m: &[Message]) -> Vec<u8> {
         let mut out = Vec::new();
         for m in m {
-            out.extend_from_slice(&m.role.to_le_bytes());
-            out.extend_from_slice(&(m.content.len() as u64).to_le_bytes());
-            out.extend_from_slice(&m.content);
+            out.push(m.role as u8);
+            out.extend_from_slice(&(m.text.len() as u64).to_le_bytes());
+            out.extend_from_slice(m.text.as_bytes());
         }
         out
     }
@@ -117,11 +110,11 @@ mod tests {
         #[test]
         fn the_static_part_is_byte_identical(ctx in context(), next in "\\PC{1,30}") {
             let prefill = ctx.static_messages();
-            let req = ctx.request("tier2", &next);
+            let req = ctx.request(Tier::Tier2, &next);
             let n = req.static_messages.unwrap() as usize;
             prop_assert_eq!(bytes(&req.messages[..n]), bytes(&prefill));
             prop_assert_eq!(req.messages.len(), n + 1);
-            prop_assert!(req.messages.iter().all(|m| !m.content.is_empty()), "the daemon refuses empty messages");
+            prop_assert!(req.messages.iter().all(|m| !m.text.is_empty()), "the daemon refuses empty messages");
         }
 
         /// Adding a turn extends the static part: an older prefill stays a prefix.

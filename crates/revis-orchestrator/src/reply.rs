@@ -92,7 +92,7 @@ impl Writer {
         match rx.await {
             Ok(None) => Ok(()),
             Ok(Some(e)) => Err(e.into()),
-            Err(_) => Err(ChatError::Daemon("the reply writer thread ended".into())),
+            Err(_) => Err(ChatError::Writer("the reply writer thread ended".into())),
         }
     }
 }
@@ -136,7 +136,7 @@ impl OpenReply {
         self.open = false;
         let (tx, rx) = oneshot::channel();
         self.writer.send(&self.store, Op::Complete { id: self.id, text: final_text, done: tx });
-        rx.await.map_err(|_| ChatError::Daemon("the reply writer thread ended".into()))??;
+        rx.await.map_err(|_| ChatError::Writer("the reply writer thread ended".into()))??;
         Ok(())
     }
 

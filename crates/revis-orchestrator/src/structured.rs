@@ -4,10 +4,7 @@
 //! schema, so it always validates; [`parse`] also takes a one-shot output
 //! apart robustly. Malformed output is logged and retried once.
 
-use revis_client::message;
-use revis_client::v1 as pb;
-
-use crate::Daemon;
+use revis_client::{Format, GenerateParams, Message, Priority, Runner, Sampling, Tier};
 
 /// The private reasoning tag. Not `<think>`, which models use for their own ends.
 pub const TAG_OPEN: &str = "<revis-notes>";
@@ -55,7 +52,7 @@ pub fn parse(output: &str) -> Result<(Option<String>, serde_json::Value), Struct
 
 /// Runs a structured task: reasoning in the private tag, then JSON matching
 /// `schema` (constrained by the daemon). Retried once on malformed output.
-pub async fn run<D: Daemon>(daemon: &D, tier: &str, task: &str, schema: &serde_json::Value) -> Result<serde_json::Value, StructuredError> {
+pub async fn run<D: Runner>(daemon: &D, tier: Tier, task: &str, schema: &serde_json::Value) -> Result<serde_json::Value, StructuredError> {
     let mut last = StructuredError::NoJson;
     for attempt in 0..2 {
         match run_once(daemon, tier, task, schema).await {
@@ -69,39 +66,38 @@ pub async fn run<D: Daemon>(daemon: &D, tier: &str, task: &str, schema: &serde_j
     Err(last)
 }
 
-async fn run_once<D: Daemon>(daemon: &D, tier: &str, task: &str, schema: &serde_json::Value) -> Result<serde_json::Value, StructuredError> {
-    let system = message(pb::Role::System, &instructions());
-    let user = message(pb::Role::User, task);
+async fn run_once<D: Runner>(daemon: &D, tier: Tier, task: &str, schema: &serde_json::Value) -> Result<serde_json::Value, StructuredError> {
+    let system = Message::system(instructions());
+    let user = Message::user(task);
     // 1: the reasoning, stopped at the closing tag.
-    let reasoning = pb::GenerateRequest {
-        tier: tier.to_owned(),
+    let reasoning = GenerateParams {
+        tier,
         messages: vec![system.clone(), user.clone()],
         static_messages: Some(1),
-        max_tokens: 256,
-        stop: vec![TAG_CLOSE.as_bytes().to_vec().into()],
-        priority: pb::Priority::Background as i32,
-        sampling: Some(pb::Sampling { temperature: Some(0.2), seed: Some(0), ..Default::default() }),
+        max_tokens: Some(256),
+        stop: vec![TAG_CLOSE.to_owned()],
+        priority: Priority::Background,
+        sampling: Sampling { temperature: Some(0.2), seed: Some(0), ..Default::default() },
         ..Default::default()
     };
-    let notes = daemon.generate(reasoning, |_| {}).await.map_err(|s| StructuredError::Daemon(s.message().to_owned()))?;
+    let notes = daemon.generate(reasoning, |_| {}).await.map_err(|e| StructuredError::Daemon(e.message))?;
     let mut notes_text = notes.text;
     if !notes_text.contains(TAG_OPEN) {
         notes_text.insert_str(0, TAG_OPEN);
     }
     notes_text.push_str(TAG_CLOSE);
     // 2: the JSON, constrained to the schema, after the reasoning.
-    let json = pb::GenerateRequest {
-        tier: tier.to_owned(),
-        messages: vec![system, user, message(pb::Role::Assistant, &notes_text), message(pb::Role::User, "Now give only the final JSON.")],
+    let json = GenerateParams {
+        tier,
+        messages: vec![system, user, Message::assistant(notes_text.clone()), Message::user("Now give only the final JSON.")],
         static_messages: Some(3),
-        max_tokens: 512,
-        format: pb::OutputFormat::Json as i32,
-        json_schema: schema.to_string().into_bytes().into(),
-        priority: pb::Priority::Background as i32,
-        sampling: Some(pb::Sampling { temperature: Some(0.0), ..Default::default() }),
+        max_tokens: Some(512),
+        format: Format::Json { schema: Some(schema.to_string()) },
+        priority: Priority::Background,
+        sampling: Sampling { temperature: Some(0.0), ..Default::default() },
         ..Default::default()
     };
-    let out = daemon.generate(json, |_| {}).await.map_err(|s| StructuredError::Daemon(s.message().to_owned()))?;
+    let out = daemon.generate(json, |_| {}).await.map_err(|e| StructuredError::Daemon(e.message))?;
     parse(&format!("{notes_text}{}", out.text)).map(|(_, v)| v)
 }
 

@@ -9,6 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
+use revis_client::Tier;
+
 use crate::gates::Gates;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -35,9 +37,9 @@ pub enum Urgency {
     User,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TaskPolicy {
-    pub tier: String,
+    pub tier: Tier,
     pub urgency: Urgency,
     /// Among background tasks, higher runs first.
     pub rank: u8,
@@ -56,16 +58,16 @@ impl TaskKind {
 
     pub fn default_policy(self) -> TaskPolicy {
         let (tier, urgency, rank) = match self {
-            TaskKind::ChatAnswer => ("tier2", Urgency::User, 0),
-            TaskKind::DeepAnswer => ("tier3", Urgency::User, 0),
-            TaskKind::Classify => ("tier1", Urgency::User, 0),
+            TaskKind::ChatAnswer => (Tier::Tier2, Urgency::User, 0),
+            TaskKind::DeepAnswer => (Tier::Tier3, Urgency::User, 0),
+            TaskKind::Classify => (Tier::Tier1, Urgency::User, 0),
             // A summary keeps the next prompt inside its budget: first.
-            TaskKind::Summarise => ("tier3", Urgency::Background, 3),
-            TaskKind::ExtractFacts => ("tier3", Urgency::Background, 2),
-            TaskKind::Audit => ("tier3", Urgency::Background, 1),
-            TaskKind::Consolidate => ("tier3", Urgency::Background, 0),
+            TaskKind::Summarise => (Tier::Tier3, Urgency::Background, 3),
+            TaskKind::ExtractFacts => (Tier::Tier3, Urgency::Background, 2),
+            TaskKind::Audit => (Tier::Tier3, Urgency::Background, 1),
+            TaskKind::Consolidate => (Tier::Tier3, Urgency::Background, 0),
         };
-        TaskPolicy { tier: tier.to_owned(), urgency, rank }
+        TaskPolicy { tier, urgency, rank }
     }
 }
 
@@ -264,9 +266,9 @@ mod tests {
     #[test]
     fn policies_default_and_override() {
         let mut p = Policies::default();
-        assert_eq!(p.get(TaskKind::ChatAnswer).tier, "tier2");
+        assert_eq!(p.get(TaskKind::ChatAnswer).tier, Tier::Tier2);
         assert_eq!(p.get(TaskKind::Summarise).urgency, Urgency::Background);
-        p.set(TaskKind::Summarise, TaskPolicy { tier: "tier2".into(), urgency: Urgency::Background, rank: 9 });
+        p.set(TaskKind::Summarise, TaskPolicy { tier: Tier::Tier2, urgency: Urgency::Background, rank: 9 });
         assert_eq!(p.get(TaskKind::Summarise).rank, 9);
     }
 }

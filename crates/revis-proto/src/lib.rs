@@ -4,6 +4,9 @@
 #![allow(clippy::all, missing_docs)]
 
 pub mod codec;
+mod tier;
+
+pub use tier::{Tier, UnknownTier};
 
 pub mod v1 {
     tonic::include_proto!("revis.v1");

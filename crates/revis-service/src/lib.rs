@@ -285,11 +285,11 @@ pub fn logs(layout: &Layout, opts: LogOptions) -> Result<i32, ServiceError> {
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Asks the daemon on `socket` for its status.
-fn probe(socket: &Path) -> Result<revis_client::v1::StatusResponse, String> {
+fn probe(socket: &Path) -> Result<revis_client::DaemonStatus, String> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
     rt.block_on(async {
         let ask = async {
-            let mut c = revis_client::Client::connect(socket).await?;
+            let c = revis_client::Client::connect(socket).await?;
             c.status().await
         };
         match tokio::time::timeout(PROBE_TIMEOUT, ask).await {

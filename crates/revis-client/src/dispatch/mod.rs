@@ -1,8 +1,9 @@
 //! Which daemon runs which task: this machine's, or a paired node's for
 //! tiers the user offloaded, with fallback the user never notices.
 //!
-//! The [`Dispatcher`] is a [`Daemon`], so everything above it (chat turns,
-//! pre-prefill, structured background tasks) runs unchanged. Per task it
+//! The [`Dispatcher`] is a [`Runner`], like a single [`Client`], so
+//! everything above it (chat turns, pre-prefill, structured background
+//! tasks) runs unchanged. Per task it
 //! picks a target:
 //!
 //! - a tier whose offload is off runs here;
@@ -30,22 +31,12 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use revis_client::{Client, DeviceId, Interfaces, Keyring, Node, v1 as pb};
+use revis_trust::{DeviceId, Interfaces};
 use tokio::sync::watch;
 
-use crate::Daemon;
-
-/// The tier of a request that names none (the daemon's default too).
-pub const DEFAULT_TIER: &str = "tier2";
-
-fn tier_of(tier: &str) -> &str {
-    if tier.is_empty() { DEFAULT_TIER } else { tier }
-}
-
-/// The settings key of a tier's offload in the store.
-pub fn offload_key(tier: &str) -> String {
-    format!("offload/{tier}")
-}
+use crate::api::{CallError, Code, DaemonStatus, Done, Event, Format, GenerateParams, ModelState, PrefillParams, Prefilled, Priority, Runner, Tier};
+use crate::wire::v1 as pb;
+use crate::{Client, Keyring, Node};
 
 /// A tier's offload, as the user set it (`revis offload`, the GUI).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -68,17 +59,6 @@ impl Offload {
             node: v["node"].as_str().map(str::to_owned),
             keep_local: v["keep_local"].as_bool().unwrap_or(false),
         }
-    }
-
-    /// The offload of every tier, from the store's settings.
-    pub fn load_all(store: &revis_store::Store) -> BTreeMap<String, Offload> {
-        ["tier1", "tier2", "tier3"]
-            .into_iter()
-            .filter_map(|t| {
-                let v = store.setting(&offload_key(t)).ok().flatten()?;
-                Some((t.to_owned(), Offload::from_json(&v)))
-            })
-            .collect()
     }
 }
 
@@ -107,9 +87,10 @@ impl Default for Deadlines {
     }
 }
 
-/// Where a task runs.
+/// Where a task runs (not to be confused with [`crate::Target`], which
+/// daemon a [`Client`] is connected to).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Target {
+pub enum Route {
     Local,
     Node(DeviceId),
 }
@@ -140,7 +121,7 @@ pub struct NodeView {
     pub tokens_per_s: f64,
     /// Round trip of the last health probe.
     pub latency_ms: f64,
-    pub tiers: Vec<String>,
+    pub tiers: Vec<Tier>,
     /// Tasks it finished for this dispatcher.
     pub completed: u64,
 }
@@ -169,11 +150,11 @@ const FALLBACKS_KEPT: usize = 32;
 
 struct State {
     nodes: Vec<Slot>,
-    offload: BTreeMap<String, Offload>,
+    offload: BTreeMap<Tier, Offload>,
     /// Tiers whose model this dispatcher unloaded here (to bring home later).
-    unloaded_here: HashSet<String>,
+    unloaded_here: HashSet<Tier>,
     /// The target the last pre-prefill of a tier went to.
-    sticky: HashMap<String, Target>,
+    sticky: HashMap<Tier, Route>,
     local_in_flight: usize,
     local_tokens_per_s: f64,
     local_completed: u64,
@@ -197,20 +178,6 @@ pub struct Dispatcher {
     parallelism: Arc<watch::Sender<usize>>,
 }
 
-/// Why a call failed: whether another daemon could do better.
-struct Failure {
-    status: tonic::Status,
-    /// The same request elsewhere cannot succeed (it is invalid).
-    final_: bool,
-}
-
-impl From<tonic::Status> for Failure {
-    fn from(status: tonic::Status) -> Failure {
-        let final_ = status.code() == tonic::Code::InvalidArgument;
-        Failure { status, final_ }
-    }
-}
-
 impl Dispatcher {
     /// A dispatcher over the local daemon and the nodes paired in `keyring`
     /// (None: this machine only). `discovery`: the interfaces mDNS may use
@@ -219,7 +186,7 @@ impl Dispatcher {
         local: Client,
         keyring: Option<Arc<Keyring>>,
         discovery: Option<Interfaces>,
-        offload: BTreeMap<String, Offload>,
+        offload: BTreeMap<Tier, Offload>,
         deadlines: Deadlines,
     ) -> Dispatcher {
         let nodes = keyring
@@ -277,12 +244,12 @@ impl Dispatcher {
     }
 
     /// Changes a tier's offload; call [`Dispatcher::refresh`] to apply it.
-    pub fn set_offload(&self, tier: &str, offload: Offload) {
-        self.lock().offload.insert(tier.to_owned(), offload);
+    pub fn set_offload(&self, tier: Tier, offload: Offload) {
+        self.lock().offload.insert(tier, offload);
     }
 
-    pub fn offload(&self, tier: &str) -> Offload {
-        self.lock().offload.get(tier).cloned().unwrap_or_default()
+    pub fn offload(&self, tier: Tier) -> Offload {
+        self.lock().offload.get(&tier).cloned().unwrap_or_default()
     }
 
     /// The paired nodes as last probed.
@@ -307,12 +274,12 @@ impl Dispatcher {
     }
 
     /// Where each tier runs now.
-    pub fn placements(&self) -> BTreeMap<String, Placement> {
+    pub fn placements(&self) -> BTreeMap<Tier, Placement> {
         let state = self.lock();
-        ["tier1", "tier2", "tier3"]
+        Tier::ALL
             .into_iter()
             .map(|tier| {
-                let offload = state.offload.get(tier).cloned().unwrap_or_default();
+                let offload = state.offload.get(&tier).cloned().unwrap_or_default();
                 let p = if !offload.enabled {
                     Placement::Local
                 } else {
@@ -321,7 +288,7 @@ impl Dispatcher {
                         None => Placement::FallenBack,
                     }
                 };
-                (tier.to_owned(), p)
+                (tier, p)
             })
             .collect()
     }
@@ -362,7 +329,7 @@ impl Dispatcher {
                     slot.view.last_error = None;
                     slot.view.queue_depth = status.queue_depth;
                     slot.view.latency_ms = rtt.as_secs_f64() * 1e3;
-                    slot.view.tiers = status.tiers.iter().map(|t| t.tier.clone()).collect();
+                    slot.view.tiers = status.tiers.iter().map(|t| t.tier).collect();
                     slot.client = Some(client);
                 }
                 Err(e) => {
@@ -407,8 +374,8 @@ impl Dispatcher {
             state.last_browse = Some(Instant::now());
             lost
         };
-        let done = |seen: &[revis_client::Discovered]| wanted.iter().all(|id| seen.iter().any(|d| d.device_id == *id));
-        match revis_client::browse(interfaces, Duration::from_millis(1500), done).await {
+        let done = |seen: &[revis_trust::Discovered]| wanted.iter().all(|id| seen.iter().any(|d| d.device_id == *id));
+        match revis_trust::browse(interfaces, Duration::from_millis(1500), done).await {
             Ok(seen) => {
                 let mut state = self.lock();
                 for d in seen {
@@ -425,15 +392,16 @@ impl Dispatcher {
         }
     }
 
-    async fn probe(&self, node: &Node, client: Option<Client>) -> Result<(Client, pb::StatusResponse, Duration), String> {
+    async fn probe(&self, node: &Node, client: Option<Client>) -> Result<(Client, DaemonStatus, Duration), String> {
         let keyring = self.keyring.as_ref().ok_or("no keyring")?;
         let run = async {
-            let mut client = match client {
+            let client = match client {
                 Some(c) => c,
                 None => Client::connect_node(keyring, node).await.map_err(|e| e.to_string())?,
             };
             let t0 = Instant::now();
-            let status = client.admin.status(pb::StatusRequest {}).await.map_err(|s| s.message().to_owned())?.into_inner();
+            // Once: a node that does not answer is what the probe is for.
+            let status = client.admin.clone().status(pb::StatusRequest {}).await.map_err(|s| s.message().to_owned())?.into_inner().into();
             Ok((client, status, t0.elapsed()))
         };
         tokio::time::timeout(self.deadlines.probe, run)
@@ -449,99 +417,98 @@ impl Dispatcher {
     /// Unloads here what runs elsewhere now; loads here what came home.
     async fn apply_placement(&self) {
         let placements = self.placements();
-        let Ok(local) = self.local.clone().status().await else { return };
-        let here = |tier: &str| {
+        let Ok(local) = self.local.status().await else { return };
+        let here = |tier: Tier| {
             let offload = self.offload(tier);
-            !matches!(placements.get(tier), Some(Placement::Node(_))) || offload.keep_local
+            !matches!(placements.get(&tier), Some(Placement::Node(_))) || offload.keep_local
         };
         for t in &local.tiers {
-            let runs_here = here(&t.tier);
+            let runs_here = here(t.tier);
             // Offloaded, but no node serves it now: it is home, and its
             // model (unloaded when it went away) comes back.
-            let stranded = matches!(placements.get(&t.tier), Some(Placement::FallenBack)) && t.state == pb::ModelState::Unloaded as i32;
+            let stranded = matches!(placements.get(&t.tier), Some(Placement::FallenBack)) && t.state == ModelState::Unloaded;
             let unloaded_by_us = self.lock().unloaded_here.contains(&t.tier) || stranded;
             if !runs_here {
                 // A model shared with a tier that still runs here stays.
-                let shared_here = t.shared_with.iter().any(|o| here(o));
-                if !shared_here && t.state != pb::ModelState::Unloaded as i32 {
-                    match self.local.admin.clone().unload_model(pb::UnloadModelRequest { tier: t.tier.clone() }).await {
+                let shared_here = t.shared_with.iter().any(|o| here(*o));
+                if !shared_here && t.state != ModelState::Unloaded {
+                    match self.local.unload_model(t.tier).await {
                         Ok(r) => {
-                            let r = r.into_inner();
                             tracing::info!(
                                 tier = %t.tier,
                                 freed_mib = r.rss_before_bytes.saturating_sub(r.rss_after_bytes) >> 20,
                                 "offloaded: model unloaded here"
                             );
-                            self.lock().unloaded_here.insert(t.tier.clone());
+                            self.lock().unloaded_here.insert(t.tier);
                         }
-                        Err(e) => tracing::warn!(tier = %t.tier, "unloading an offloaded tier failed: {}", e.message()),
+                        Err(e) => tracing::warn!(tier = %t.tier, "unloading an offloaded tier failed: {e}"),
                     }
                 }
             } else if unloaded_by_us {
-                match self.local.admin.clone().load_model(pb::LoadModelRequest { tier: t.tier.clone() }).await {
+                match self.local.load_model(t.tier).await {
                     Ok(_) => {
                         tracing::info!(tier = %t.tier, "tier came home: model loaded here again");
                         self.lock().unloaded_here.remove(&t.tier);
                     }
-                    Err(e) => tracing::warn!(tier = %t.tier, "loading a tier that came home failed: {}", e.message()),
+                    Err(e) => tracing::warn!(tier = %t.tier, "loading a tier that came home failed: {e}"),
                 }
             }
         }
     }
 
     /// Picks where a task of `tier` runs, never one of `exclude`.
-    pub fn choose(&self, tier: &str, background: bool, exclude: &[Target]) -> Target {
+    pub fn choose(&self, tier: Tier, background: bool, exclude: &[Route]) -> Route {
         let state = self.lock();
-        let offload = state.offload.get(tier).cloned().unwrap_or_default();
+        let offload = state.offload.get(&tier).cloned().unwrap_or_default();
         if !offload.enabled {
-            return Target::Local;
+            return Route::Local;
         }
-        let excluded: Vec<DeviceId> = exclude.iter().filter_map(|t| if let Target::Node(d) = t { Some(*d) } else { None }).collect();
+        let excluded: Vec<DeviceId> = exclude.iter().filter_map(|t| if let Route::Node(d) = t { Some(*d) } else { None }).collect();
         if !background
-            && let Some(Target::Node(id)) = state.sticky.get(tier)
+            && let Some(Route::Node(id)) = state.sticky.get(&tier)
             && !excluded.contains(id)
             && state.nodes.iter().any(|s| s.view.device_id == *id && serves(&s.view, tier, &offload))
         {
-            return Target::Node(*id);
+            return Route::Node(*id);
         }
         let best = best_node(&state, tier, &offload, &excluded);
         match best {
-            None => Target::Local,
+            None => Route::Local,
             Some(i) => {
                 let node = &state.nodes[i].view;
-                if background && offload.keep_local && !exclude.contains(&Target::Local) {
+                if background && offload.keep_local && !exclude.contains(&Route::Local) {
                     let here = cost(state.local_in_flight, 0, state.local_tokens_per_s);
                     if here <= cost(node.in_flight, node.queue_depth, node.tokens_per_s) {
-                        return Target::Local;
+                        return Route::Local;
                     }
                 }
-                Target::Node(node.device_id)
+                Route::Node(node.device_id)
             }
         }
     }
 
-    fn client(&self, target: &Target) -> Option<Client> {
+    fn client(&self, target: &Route) -> Option<Client> {
         match target {
-            Target::Local => Some(self.local.clone()),
-            Target::Node(id) => self.lock().nodes.iter().find(|s| s.view.device_id == *id).and_then(|s| s.client.clone()),
+            Route::Local => Some(self.local.clone()),
+            Route::Node(id) => self.lock().nodes.iter().find(|s| s.view.device_id == *id).and_then(|s| s.client.clone()),
         }
     }
 
-    fn name(&self, target: &Target) -> String {
+    fn name(&self, target: &Route) -> String {
         match target {
-            Target::Local => "this machine".into(),
-            Target::Node(id) => {
+            Route::Local => "this machine".into(),
+            Route::Node(id) => {
                 self.lock().nodes.iter().find(|s| s.view.device_id == *id).map_or_else(|| id.to_string(), |s| s.view.name.clone())
             }
         }
     }
 
     /// Counts a call on `target` (in flight), until the guard drops.
-    fn start(&self, target: &Target) -> InFlight {
+    fn start(&self, target: &Route) -> InFlight {
         let mut state = self.lock();
         match target {
-            Target::Local => state.local_in_flight += 1,
-            Target::Node(id) => {
+            Route::Local => state.local_in_flight += 1,
+            Route::Node(id) => {
                 if let Some(s) = state.nodes.iter_mut().find(|s| s.view.device_id == *id) {
                     s.view.in_flight += 1;
                 }
@@ -550,9 +517,8 @@ impl Dispatcher {
         InFlight { dispatcher: self.clone(), target: target.clone() }
     }
 
-    fn succeeded(&self, target: &Target, done: &pb::Done) {
-        let speed =
-            (done.generate_us > 0 && done.generated_tokens > 1).then(|| f64::from(done.generated_tokens) / (done.generate_us as f64 / 1e6));
+    fn succeeded(&self, target: &Route, done: &Done) {
+        let speed = done.tokens_per_s();
         let mut state = self.lock();
         let update = |avg: &mut f64| {
             if let Some(s) = speed {
@@ -560,11 +526,11 @@ impl Dispatcher {
             }
         };
         match target {
-            Target::Local => {
+            Route::Local => {
                 update(&mut state.local_tokens_per_s);
                 state.local_completed += 1;
             }
-            Target::Node(id) => {
+            Route::Node(id) => {
                 if let Some(s) = state.nodes.iter_mut().find(|s| s.view.device_id == *id) {
                     update(&mut s.view.tokens_per_s);
                     s.view.completed += 1;
@@ -574,8 +540,8 @@ impl Dispatcher {
     }
 
     /// Opens `target`'s breaker: no work until a probe succeeds.
-    fn failed(&self, target: &Target, why: &str) {
-        if let Target::Node(id) = target {
+    fn failed(&self, target: &Route, why: &str) {
+        if let Route::Node(id) = target {
             {
                 let mut state = self.lock();
                 if let Some(s) = state.nodes.iter_mut().find(|s| s.view.device_id == *id) {
@@ -592,26 +558,25 @@ impl Dispatcher {
     /// One streamed call with our deadlines; text goes to `on_text`. This
     /// machine's daemon gets only the total deadline: the others exist to
     /// move on to another daemon, and here there is none to move on to.
+    /// Sent once: a failure moves on to another daemon, never to this one
+    /// again (see [`crate::api::CallError`]).
     async fn stream_once(
         &self,
         client: Client,
-        req: pb::GenerateRequest,
+        req: &GenerateParams,
         remote: bool,
         on_text: &mut (dyn FnMut(&str, u32) + Send),
-    ) -> Result<pb::Done, Failure> {
+    ) -> Result<Done, CallError> {
         let mut d = self.deadlines;
         if !remote {
             (d.first_token, d.gap) = (d.total, d.total);
         }
         let t0 = Instant::now();
-        let deadline = |what: &str, limit: Duration| Failure {
-            status: tonic::Status::deadline_exceeded(format!("no {what} within {:.1}s", limit.as_secs_f64())),
-            final_: false,
-        };
+        let deadline = |what: &str, limit: Duration| CallError::new(Code::DeadlineExceeded, format!("no {what} within {:.1}s", limit.as_secs_f64()));
         let mut inference = client.inference.clone();
-        let mut stream = match tokio::time::timeout(d.first_token, inference.generate(req)).await {
+        let mut stream = match tokio::time::timeout(d.first_token, inference.generate(pb::GenerateRequest::from(req))).await {
             Err(_) => return Err(deadline("answer", d.first_token)),
-            Ok(r) => r?.into_inner(),
+            Ok(r) => r.map_err(CallError::from)?.into_inner(),
         };
         let mut first = true;
         loop {
@@ -622,18 +587,18 @@ impl Dispatcher {
                 Err(_) => {
                     return Err(deadline(if first { "first token" } else { "next token" }, if first { d.first_token } else { d.gap }));
                 }
-                Ok(r) => r?,
+                Ok(r) => r.map_err(CallError::from)?,
             };
-            match ev.and_then(|e| e.event) {
-                None => {
-                    return Err(tonic::Status::unavailable("the stream ended before the answer was done").into());
-                }
-                Some(pb::generate_event::Event::Started(_)) => {}
-                Some(pb::generate_event::Event::Delta(delta)) => {
+            let Some(ev) = ev else {
+                return Err(CallError::new(Code::Unavailable, "the stream ended before the answer was done"));
+            };
+            match crate::wire::event(ev) {
+                None | Some(Event::Started { .. }) => {}
+                Some(Event::Delta { text, tokens }) => {
                     first = false;
-                    on_text(&delta.text, delta.tokens);
+                    on_text(&text, tokens);
                 }
-                Some(pb::generate_event::Event::Done(done)) => return Ok(done),
+                Some(Event::Done(done)) => return Ok(done),
             }
         }
     }
@@ -642,15 +607,15 @@ impl Dispatcher {
 /// Decrements a target's in-flight count when a call ends.
 struct InFlight {
     dispatcher: Dispatcher,
-    target: Target,
+    target: Route,
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
         let mut state = self.dispatcher.lock();
         match &self.target {
-            Target::Local => state.local_in_flight = state.local_in_flight.saturating_sub(1),
-            Target::Node(id) => {
+            Route::Local => state.local_in_flight = state.local_in_flight.saturating_sub(1),
+            Route::Node(id) => {
                 if let Some(s) = state.nodes.iter_mut().find(|s| s.view.device_id == *id) {
                     s.view.in_flight = s.view.in_flight.saturating_sub(1);
                 }
@@ -666,14 +631,14 @@ fn cost(in_flight: usize, queue_depth: u32, tokens_per_s: f64) -> f64 {
     (in_flight as f64 + f64::from(queue_depth) + 1.0) / speed
 }
 
-fn serves(node: &NodeView, tier: &str, offload: &Offload) -> bool {
+fn serves(node: &NodeView, tier: Tier, offload: &Offload) -> bool {
     node.healthy
-        && node.tiers.iter().any(|t| t == tier)
+        && node.tiers.contains(&tier)
         && offload.node.as_deref().is_none_or(|want| node.name == want || node.device_id.to_string() == want)
 }
 
 /// The healthy node that serves `tier` with the least work ahead.
-fn best_node(state: &State, tier: &str, offload: &Offload, excluded: &[DeviceId]) -> Option<usize> {
+fn best_node(state: &State, tier: Tier, offload: &Offload, excluded: &[DeviceId]) -> Option<usize> {
     state
         .nodes
         .iter()
@@ -689,46 +654,43 @@ fn best_node(state: &State, tier: &str, offload: &Offload, excluded: &[DeviceId]
         .map(|(i, _)| i)
 }
 
-impl Daemon for Dispatcher {
-    async fn prefill(&self, req: pb::PrefillRequest) -> Result<pb::PrefillResponse, tonic::Status> {
+impl Runner for Dispatcher {
+    async fn prefill(&self, req: PrefillParams) -> Result<Prefilled, CallError> {
         // The pre-prefill goes where the answer will go, and the answer follows it there.
-        let background = req.priority == pb::Priority::Background as i32;
-        let tier = tier_of(&req.tier).to_owned();
-        let target = self.choose(&tier, background, &[]);
+        let background = req.priority == Priority::Background;
+        let target = self.choose(req.tier, background, &[]);
         if !background {
-            self.lock().sticky.insert(tier, target.clone());
+            self.lock().sticky.insert(req.tier, target.clone());
         }
         let Some(client) = self.client(&target) else {
-            return Err(tonic::Status::unavailable(format!("{} is not connected", self.name(&target))));
+            return Err(CallError::new(Code::Unavailable, format!("{} is not connected", self.name(&target))));
         };
         let _counted = self.start(&target);
-        match client.inference.clone().prefill(req).await {
-            Ok(r) => Ok(r.into_inner()),
+        match client.inference.clone().prefill(pb::PrefillRequest::from(&req)).await {
+            Ok(r) => Ok(r.into_inner().into()),
             Err(s) => {
                 self.failed(&target, s.message());
-                Err(s)
+                Err(s.into())
             }
         }
     }
 
-    async fn generate(&self, req: pb::GenerateRequest, mut on_delta: impl FnMut(&str) + Send) -> Result<pb::Done, tonic::Status> {
-        let background = req.priority == pb::Priority::Background as i32;
-        let json = req.format == pb::OutputFormat::Json as i32;
+    async fn generate(&self, req: GenerateParams, mut on_delta: impl FnMut(&str) + Send) -> Result<Done, CallError> {
+        let background = req.priority == Priority::Background;
+        let json = matches!(req.format, Format::Json { .. });
         let mut delivered = String::new();
         let mut tokens = 0u32;
-        let mut tried: Vec<Target> = Vec::new();
+        let mut tried: Vec<Route> = Vec::new();
         loop {
             // After text was shown, the answer continues here; before, anywhere else.
-            let target = if delivered.is_empty() { self.choose(tier_of(&req.tier), background, &tried) } else { Target::Local };
+            let target = if delivered.is_empty() { self.choose(req.tier, background, &tried) } else { Route::Local };
             let mut attempt = req.clone();
             if !delivered.is_empty() {
-                attempt.answer_prefix = delivered.clone().into_bytes().into();
-                if req.max_tokens > 0 {
-                    attempt.max_tokens = req.max_tokens.saturating_sub(tokens).max(1);
-                }
+                attempt.answer_prefix = delivered.clone();
+                attempt.max_tokens = req.max_tokens.map(|m| m.saturating_sub(tokens).max(1));
             }
             let result = match self.client(&target) {
-                None => Err(Failure { status: tonic::Status::unavailable("not connected"), final_: false }),
+                None => Err(CallError::new(Code::Unavailable, "not connected")),
                 Some(client) => {
                     let _counted = self.start(&target);
                     let mut on_text = |t: &str, n: u32| {
@@ -738,7 +700,7 @@ impl Daemon for Dispatcher {
                             on_delta(t);
                         }
                     };
-                    self.stream_once(client, attempt, target != Target::Local, &mut on_text).await
+                    self.stream_once(client, &attempt, target != Route::Local, &mut on_text).await
                 }
             };
             match result {
@@ -747,20 +709,20 @@ impl Daemon for Dispatcher {
                     if json {
                         on_delta(&delivered);
                     }
-                    return Ok(pb::Done { text: delivered, generated_tokens: tokens, ..done });
+                    return Ok(Done { text: delivered, generated_tokens: tokens, ..done });
                 }
-                Err(f) if f.final_ || target == Target::Local => return Err(f.status),
-                Err(f) => {
+                Err(e) if e.is_final() || target == Route::Local => return Err(e.after(if json { 0 } else { delivered.len() })),
+                Err(e) => {
                     let at = self.name(&target);
                     tracing::warn!(
                         node = %at,
                         shown = delivered.len(),
                         "{} failed: {}; {}",
                         at,
-                        f.status.message(),
+                        e.message,
                         if delivered.is_empty() || json { "sending it elsewhere" } else { "continuing here" }
                     );
-                    self.failed(&target, f.status.message());
+                    self.failed(&target, &e.message);
                     {
                         let mut state = self.lock();
                         if state.fallbacks.len() == FALLBACKS_KEPT {
@@ -768,7 +730,7 @@ impl Daemon for Dispatcher {
                         }
                         state.fallbacks.push_back(Fallback {
                             from: at.clone(),
-                            error: f.status.message().to_owned(),
+                            error: e.message.clone(),
                             shown_bytes: if json { 0 } else { delivered.len() },
                             shown_tokens: if json { 0 } else { tokens },
                             at: Instant::now(),

@@ -1,0 +1,412 @@
+//! The client's domain types: what the orchestrator, the CLI and the GUI
+//! say to a daemon and hear back, with no protobuf or gRPC type in sight.
+//! [`crate::wire`] converts them to and from `revis.v1`, once, at the edge;
+//! a call that fails is a [`CallError`], which says what went wrong, whether
+//! the same call may be sent again and how much of its answer was already
+//! delivered.
+//!
+//! [`Runner`] is the one interface the orchestrator runs tasks through. The
+//! single-daemon [`crate::Client`] implements it, and so does the
+//! [`crate::dispatch::Dispatcher`] (this machine's daemon and the paired
+//! nodes, with failover), so policy above it never knows where a task ran.
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+pub use revis_proto::{Tier, UnknownTier};
+
+/// Who says a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+}
+
+/// One message of a conversation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Message {
+    pub role: Role,
+    pub text: String,
+}
+
+impl Message {
+    pub fn new(role: Role, text: impl Into<String>) -> Message {
+        Message { role, text: text.into() }
+    }
+
+    pub fn system(text: impl Into<String>) -> Message {
+        Message::new(Role::System, text)
+    }
+
+    pub fn user(text: impl Into<String>) -> Message {
+        Message::new(Role::User, text)
+    }
+
+    pub fn assistant(text: impl Into<String>) -> Message {
+        Message::new(Role::Assistant, text)
+    }
+}
+
+/// Whose work a call is: the user's runs before any background work queued.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Priority {
+    #[default]
+    User,
+    Background,
+}
+
+/// How the next token is drawn; `None` leaves a setting to the daemon.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Sampling {
+    pub temperature: Option<f32>,
+    pub top_k: Option<u32>,
+    pub top_p: Option<f32>,
+    pub min_p: Option<f32>,
+    pub repeat_penalty: Option<f32>,
+    pub repeat_last_n: Option<u32>,
+    /// The same seed, prompt and settings give the same answer.
+    pub seed: Option<u64>,
+}
+
+/// What the answer is.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Format {
+    /// Free text, streamed as it comes.
+    #[default]
+    Text,
+    /// One JSON value, constrained by a grammar (from `schema`, a JSON
+    /// Schema, when given). Never shown in parts.
+    Json { schema: Option<String> },
+}
+
+/// One answer to generate.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GenerateParams {
+    pub tier: Tier,
+    pub messages: Vec<Message>,
+    /// How many leading messages are the static part of the prompt (kept
+    /// in the daemon's cache across turns); `None`: all but the last.
+    pub static_messages: Option<u32>,
+    pub sampling: Sampling,
+    /// `None`: the daemon's default.
+    pub max_tokens: Option<u32>,
+    /// The answer ends before any of these.
+    pub stop: Vec<String>,
+    pub format: Format,
+    pub priority: Priority,
+    /// Text the answer already begins with (shown before a failover): the
+    /// daemon continues from it and sends only what follows.
+    pub answer_prefix: String,
+}
+
+/// A prompt to evaluate ahead of its answer (pre-prefill while the user types).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PrefillParams {
+    pub tier: Tier,
+    pub messages: Vec<Message>,
+    pub priority: Priority,
+}
+
+/// How likely the model finds `continuation` after `messages` and `prefix`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScoreParams {
+    pub tier: Tier,
+    pub messages: Vec<Message>,
+    pub prefix: String,
+    pub continuation: String,
+}
+
+/// An event of a streamed answer: `Started`, `Delta`s, then `Done`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    Started { model: String, prompt_tokens: u32 },
+    Delta { text: String, tokens: u32 },
+    Done(Done),
+}
+
+/// Why an answer ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FinishReason {
+    /// The model ended it.
+    #[default]
+    End,
+    /// `max_tokens` or the context ran out.
+    Length,
+    /// A stop string.
+    Stop,
+}
+
+/// A finished answer and what it cost.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Done {
+    pub finish_reason: FinishReason,
+    pub prompt_tokens: u32,
+    /// Prompt tokens that came from the daemon's cache.
+    pub cached_tokens: u32,
+    pub generated_tokens: u32,
+    /// The seed used (the one given, or the one drawn).
+    pub seed: u64,
+    pub prompt_us: u64,
+    pub generate_us: u64,
+    /// The whole answer.
+    pub text: String,
+    /// Time spent waiting in the daemon's queue.
+    pub queue_ms: u64,
+}
+
+impl Done {
+    /// Decode speed, when enough tokens were made to say.
+    pub fn tokens_per_s(&self) -> Option<f64> {
+        (self.generate_us > 0 && self.generated_tokens > 1).then(|| f64::from(self.generated_tokens) / (self.generate_us as f64 / 1e6))
+    }
+}
+
+/// A prompt evaluated ahead of its answer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Prefilled {
+    pub prompt_tokens: u32,
+    pub cached_tokens: u32,
+    pub elapsed_us: u64,
+}
+
+/// The log-probability of a continuation.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Scored {
+    pub logprob: f64,
+    /// Each token of the continuation (its bytes, which may split a
+    /// character) and its log-probability.
+    pub tokens: Vec<(Vec<u8>, f64)>,
+    pub byte_length: u32,
+    pub prefix_tokens: u32,
+}
+
+/// Where a tier's model is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ModelState {
+    #[default]
+    Unloaded,
+    Loading,
+    Ready,
+}
+
+impl ModelState {
+    /// As the CLI and the GUI print it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModelState::Unloaded => "unloaded",
+            ModelState::Loading => "loading",
+            ModelState::Ready => "ready",
+        }
+    }
+}
+
+/// One tier of a daemon.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TierStatus {
+    pub tier: Tier,
+    pub model: String,
+    pub model_path: String,
+    pub state: ModelState,
+    pub memory_bytes: u64,
+    pub cached_prefixes: u32,
+    pub cache_bytes: u64,
+    pub context_tokens: u32,
+    /// Other tiers that use the same model (loaded once).
+    pub shared_with: Vec<Tier>,
+}
+
+/// A daemon's server mode (other machines reaching it over mutual TLS).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServerMode {
+    pub enabled: bool,
+    pub listen_address: String,
+    pub advertised: bool,
+    pub remote_connections: u32,
+    pub paired_devices: u32,
+    pub pairing_open: bool,
+}
+
+/// What a daemon says of itself.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DaemonStatus {
+    pub version: String,
+    pub tiers: Vec<TierStatus>,
+    pub queue_depth: u32,
+    pub queue_capacity: u32,
+    pub rss_bytes: u64,
+    pub busy: bool,
+    pub pid: u32,
+    pub uptime_s: u64,
+    pub device_id: String,
+    pub name: String,
+    pub server: Option<ServerMode>,
+}
+
+impl DaemonStatus {
+    pub fn tier(&self, tier: Tier) -> Option<&TierStatus> {
+        self.tiers.iter().find(|t| t.tier == tier)
+    }
+}
+
+/// A model loaded on request.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Loaded {
+    pub tier: TierStatus,
+    pub elapsed_ms: u64,
+}
+
+/// A model unloaded on request, and the memory that came back.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Unloaded {
+    pub tier: TierStatus,
+    pub rss_before_bytes: u64,
+    pub rss_after_bytes: u64,
+}
+
+/// A tier's saved prefixes dropped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Purged {
+    pub dropped_prefixes: u32,
+    pub freed_bytes: u64,
+}
+
+/// What happens in a pairing window the daemon opened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PairingEvent {
+    Opened { code: String, expires_in_s: u32, listen_address: String, device_id: String },
+    Paired { device_id: String, name: String },
+    Closed { reason: String },
+}
+
+/// A device paired with a daemon.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceInfo {
+    pub device_id: String,
+    pub name: String,
+    /// Unix seconds.
+    pub paired_at: u64,
+    /// Unix seconds; 0 = never.
+    pub last_seen: u64,
+    pub connections: u32,
+}
+
+/// A device revoked, and the connections cut with it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Revoked {
+    pub device: Option<DeviceInfo>,
+    pub cut_connections: u32,
+}
+
+/// What kind of failure a call met (gRPC's status codes, as the daemon and
+/// the transport report them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Code {
+    Cancelled,
+    Unknown,
+    InvalidArgument,
+    DeadlineExceeded,
+    NotFound,
+    AlreadyExists,
+    PermissionDenied,
+    ResourceExhausted,
+    FailedPrecondition,
+    Aborted,
+    OutOfRange,
+    Unimplemented,
+    Internal,
+    Unavailable,
+    DataLoss,
+    Unauthenticated,
+}
+
+/// A call that failed.
+///
+/// The one retry rule of the client layer (see [`CallError::may_retry`]): a
+/// call is sent again, at most once and to the same daemon, only when
+/// nothing of its answer was delivered and the daemon could not take it
+/// (UNAVAILABLE: unreachable, restarting or shutting down) or the
+/// connection broke under it. [`crate::Client`] applies it to every call;
+/// the dispatcher never resends to the same daemon, it fails over
+/// ([`crate::dispatch`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallError {
+    pub code: Code,
+    /// What the daemon (or the transport) said.
+    pub message: String,
+    /// The daemon's hint of when to try again (a full queue).
+    pub retry_after: Option<Duration>,
+    /// The connection broke under the call: the daemon did not answer it.
+    pub broken: bool,
+    /// Bytes of the answer delivered before it failed.
+    pub delivered: usize,
+}
+
+impl CallError {
+    pub fn new(code: Code, message: impl Into<String>) -> CallError {
+        CallError { code, message: message.into(), retry_after: None, broken: false, delivered: 0 }
+    }
+
+    /// The same call may be sent again to the same daemon (see the rule above).
+    pub fn may_retry(&self) -> bool {
+        self.delivered == 0 && (self.code == Code::Unavailable || (self.broken && matches!(self.code, Code::Unknown | Code::Cancelled)))
+    }
+
+    /// The same call cannot succeed anywhere: the request itself is refused.
+    pub fn is_final(&self) -> bool {
+        self.code == Code::InvalidArgument
+    }
+
+    /// The same error, after `bytes` of the answer were delivered.
+    pub fn after(mut self, bytes: usize) -> CallError {
+        self.delivered = bytes;
+        self
+    }
+}
+
+impl fmt::Display for CallError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({:?})", self.message, self.code)
+    }
+}
+
+impl std::error::Error for CallError {}
+
+/// What the orchestrator runs tasks through: one daemon ([`crate::Client`])
+/// or several ([`crate::dispatch::Dispatcher`]); unit tests script one.
+pub trait Runner: Clone + Send + Sync + 'static {
+    fn prefill(&self, req: PrefillParams) -> impl Future<Output = Result<Prefilled, CallError>> + Send;
+
+    /// Generates, calling `on_delta` with each piece of text as it is
+    /// shown (a JSON answer: once, whole); returns the finished answer.
+    fn generate(&self, req: GenerateParams, on_delta: impl FnMut(&str) + Send) -> impl Future<Output = Result<Done, CallError>> + Send;
+
+    /// How many background tasks may run at once (it may change); `None` = one.
+    fn parallelism(&self) -> Option<tokio::sync::watch::Receiver<usize>> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_unanswered_call_with_nothing_delivered_may_be_sent_again() {
+        let unavailable = CallError::new(Code::Unavailable, "shutting down");
+        assert!(unavailable.may_retry());
+        assert!(!unavailable.clone().after(3).may_retry(), "text was shown: sending again would repeat it");
+        assert!(!CallError::new(Code::Unknown, "the daemon said so").may_retry(), "an answer of the daemon is not retried");
+        let broken = CallError { broken: true, ..CallError::new(Code::Unknown, "connection reset") };
+        assert!(broken.may_retry());
+        assert!(!CallError::new(Code::InvalidArgument, "empty").may_retry());
+        assert!(CallError::new(Code::InvalidArgument, "empty").is_final());
+        assert!(!CallError::new(Code::ResourceExhausted, "queue full").may_retry(), "a full queue says when, the caller decides");
+    }
+
+    #[test]
+    fn an_error_reads_as_its_message_and_code() {
+        assert_eq!(CallError::new(Code::InvalidArgument, "messages is empty").to_string(), "messages is empty (InvalidArgument)");
+    }
+}

@@ -1,0 +1,334 @@
+//! The edge between the domain types ([`crate::api`]) and `revis.v1`: every
+//! conversion is here, once. Requests go out as protobuf messages; answers
+//! come back as domain types; a `tonic::Status` becomes a [`CallError`].
+//!
+//! `v1` is public for the programs that speak the wire itself (the
+//! end-to-end tests of the daemon's API, the benchmarks, `revisd`'s own
+//! commands); the orchestrator, the CLI and the GUI never use it (`cargo
+//! xtask layers` checks).
+
+use std::time::Duration;
+
+pub use revis_proto::v1;
+use v1 as pb;
+
+use crate::api::*;
+
+/// A message's role on the wire.
+fn role(r: Role) -> pb::Role {
+    match r {
+        Role::System => pb::Role::System,
+        Role::User => pb::Role::User,
+        Role::Assistant => pb::Role::Assistant,
+    }
+}
+
+fn priority(p: Priority) -> i32 {
+    let p = match p {
+        Priority::User => pb::Priority::User,
+        Priority::Background => pb::Priority::Background,
+    };
+    p as i32
+}
+
+/// A chat message with text content, for callers that build `revis.v1`
+/// requests themselves.
+pub fn message(role: pb::Role, text: &str) -> pb::ChatMessage {
+    pb::ChatMessage { role: role as i32, content: text.as_bytes().to_vec().into() }
+}
+
+pub(crate) fn messages(ms: &[Message]) -> Vec<pb::ChatMessage> {
+    ms.iter().map(|m| pb::ChatMessage { role: role(m.role) as i32, content: m.text.clone().into_bytes().into() }).collect()
+}
+
+fn sampling(s: &Sampling) -> pb::Sampling {
+    pb::Sampling {
+        temperature: s.temperature,
+        top_k: s.top_k,
+        top_p: s.top_p,
+        min_p: s.min_p,
+        repeat_penalty: s.repeat_penalty,
+        repeat_last_n: s.repeat_last_n,
+        seed: s.seed,
+    }
+}
+
+impl From<&GenerateParams> for pb::GenerateRequest {
+    fn from(g: &GenerateParams) -> pb::GenerateRequest {
+        let (format, schema) = match &g.format {
+            Format::Text => (pb::OutputFormat::Text, None),
+            Format::Json { schema } => (pb::OutputFormat::Json, schema.clone()),
+        };
+        pb::GenerateRequest {
+            tier: g.tier.as_str().to_owned(),
+            messages: messages(&g.messages),
+            static_messages: g.static_messages,
+            sampling: Some(sampling(&g.sampling)),
+            max_tokens: g.max_tokens.unwrap_or(0),
+            stop: g.stop.iter().map(|s| s.clone().into_bytes().into()).collect(),
+            format: format as i32,
+            json_schema: schema.unwrap_or_default().into_bytes().into(),
+            priority: priority(g.priority),
+            answer_prefix: g.answer_prefix.clone().into_bytes().into(),
+        }
+    }
+}
+
+impl From<&PrefillParams> for pb::PrefillRequest {
+    fn from(p: &PrefillParams) -> pb::PrefillRequest {
+        pb::PrefillRequest { tier: p.tier.as_str().to_owned(), messages: messages(&p.messages), priority: priority(p.priority) }
+    }
+}
+
+impl From<&ScoreParams> for pb::ScoreRequest {
+    fn from(s: &ScoreParams) -> pb::ScoreRequest {
+        pb::ScoreRequest {
+            tier: s.tier.as_str().to_owned(),
+            messages: messages(&s.messages),
+            prefix: s.prefix.clone().into_bytes().into(),
+            continuation: s.continuation.clone().into_bytes().into(),
+        }
+    }
+}
+
+/// A tier the daemon named; one this client does not know (a newer daemon)
+/// is left out of what it shows.
+fn tier(name: &str) -> Option<Tier> {
+    match Tier::from_wire(name) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            tracing::debug!("ignoring a tier of the daemon: {e}");
+            None
+        }
+    }
+}
+
+impl From<pb::Done> for Done {
+    fn from(d: pb::Done) -> Done {
+        Done {
+            finish_reason: match pb::FinishReason::try_from(d.finish_reason) {
+                Ok(pb::FinishReason::Length) => FinishReason::Length,
+                Ok(pb::FinishReason::Stop) => FinishReason::Stop,
+                _ => FinishReason::End,
+            },
+            prompt_tokens: d.prompt_tokens,
+            cached_tokens: d.cached_tokens,
+            generated_tokens: d.generated_tokens,
+            seed: d.seed,
+            prompt_us: d.prompt_us,
+            generate_us: d.generate_us,
+            text: d.text,
+            queue_ms: d.queue_ms,
+        }
+    }
+}
+
+/// A streamed event; `None` for an empty one (a newer daemon's event kind).
+pub(crate) fn event(e: pb::GenerateEvent) -> Option<Event> {
+    Some(match e.event? {
+        pb::generate_event::Event::Started(s) => Event::Started { model: s.model, prompt_tokens: s.prompt_tokens },
+        pb::generate_event::Event::Delta(d) => Event::Delta { text: d.text, tokens: d.tokens },
+        pb::generate_event::Event::Done(d) => Event::Done(d.into()),
+    })
+}
+
+impl From<pb::PrefillResponse> for Prefilled {
+    fn from(p: pb::PrefillResponse) -> Prefilled {
+        Prefilled { prompt_tokens: p.prompt_tokens, cached_tokens: p.cached_tokens, elapsed_us: p.elapsed_us }
+    }
+}
+
+impl From<pb::ScoreResponse> for Scored {
+    fn from(s: pb::ScoreResponse) -> Scored {
+        Scored {
+            logprob: s.logprob,
+            tokens: s.tokens.into_iter().map(|t| (t.piece.to_vec(), t.logprob)).collect(),
+            byte_length: s.byte_length,
+            prefix_tokens: s.prefix_tokens,
+        }
+    }
+}
+
+impl From<pb::TierStatus> for TierStatus {
+    fn from(t: pb::TierStatus) -> TierStatus {
+        TierStatus {
+            tier: tier(&t.tier).unwrap_or_default(),
+            model: t.model,
+            model_path: t.model_path,
+            state: match pb::ModelState::try_from(t.state) {
+                Ok(pb::ModelState::Loading) => ModelState::Loading,
+                Ok(pb::ModelState::Ready) => ModelState::Ready,
+                _ => ModelState::Unloaded,
+            },
+            memory_bytes: t.memory_bytes,
+            cached_prefixes: t.cached_prefixes,
+            cache_bytes: t.cache_bytes,
+            context_tokens: t.context_tokens,
+            shared_with: t.shared_with.iter().filter_map(|s| tier(s)).collect(),
+        }
+    }
+}
+
+impl From<pb::ServerModeStatus> for ServerMode {
+    fn from(s: pb::ServerModeStatus) -> ServerMode {
+        ServerMode {
+            enabled: s.enabled,
+            listen_address: s.listen_address,
+            advertised: s.advertised,
+            remote_connections: s.remote_connections,
+            paired_devices: s.paired_devices,
+            pairing_open: s.pairing_open,
+        }
+    }
+}
+
+impl From<pb::StatusResponse> for DaemonStatus {
+    fn from(s: pb::StatusResponse) -> DaemonStatus {
+        DaemonStatus {
+            version: s.version,
+            tiers: s.tiers.into_iter().filter(|t| tier(&t.tier).is_some()).map(Into::into).collect(),
+            queue_depth: s.queue_depth,
+            queue_capacity: s.queue_capacity,
+            rss_bytes: s.rss_bytes,
+            busy: s.busy,
+            pid: s.pid,
+            uptime_s: s.uptime_s,
+            device_id: s.device_id,
+            name: s.name,
+            server: s.server.map(Into::into),
+        }
+    }
+}
+
+impl From<pb::LoadModelResponse> for Loaded {
+    fn from(r: pb::LoadModelResponse) -> Loaded {
+        Loaded { tier: r.tier.map(Into::into).unwrap_or_default(), elapsed_ms: r.elapsed_ms }
+    }
+}
+
+impl From<pb::UnloadModelResponse> for Unloaded {
+    fn from(r: pb::UnloadModelResponse) -> Unloaded {
+        Unloaded { tier: r.tier.map(Into::into).unwrap_or_default(), rss_before_bytes: r.rss_before_bytes, rss_after_bytes: r.rss_after_bytes }
+    }
+}
+
+impl From<pb::PurgeResponse> for Purged {
+    fn from(r: pb::PurgeResponse) -> Purged {
+        Purged { dropped_prefixes: r.dropped_prefixes, freed_bytes: r.freed_bytes }
+    }
+}
+
+impl From<pb::PairedDeviceInfo> for DeviceInfo {
+    fn from(d: pb::PairedDeviceInfo) -> DeviceInfo {
+        DeviceInfo { device_id: d.device_id, name: d.name, paired_at: d.paired_at, last_seen: d.last_seen, connections: d.connections }
+    }
+}
+
+impl From<pb::RevokeDeviceResponse> for Revoked {
+    fn from(r: pb::RevokeDeviceResponse) -> Revoked {
+        Revoked { device: r.device.map(Into::into), cut_connections: r.cut_connections }
+    }
+}
+
+/// A pairing window's event; `None` for an empty one.
+pub(crate) fn pairing_event(e: pb::PairingEvent) -> Option<PairingEvent> {
+    Some(match e.event? {
+        pb::pairing_event::Event::Opened(o) => {
+            PairingEvent::Opened { code: o.code, expires_in_s: o.expires_in_s, listen_address: o.listen_address, device_id: o.device_id }
+        }
+        pb::pairing_event::Event::Paired(p) => PairingEvent::Paired { device_id: p.device_id, name: p.name },
+        pb::pairing_event::Event::Closed(c) => PairingEvent::Closed { reason: c.reason },
+    })
+}
+
+fn code(c: tonic::Code) -> Code {
+    use tonic::Code as T;
+    match c {
+        T::Ok | T::Unknown => Code::Unknown,
+        T::Cancelled => Code::Cancelled,
+        T::InvalidArgument => Code::InvalidArgument,
+        T::DeadlineExceeded => Code::DeadlineExceeded,
+        T::NotFound => Code::NotFound,
+        T::AlreadyExists => Code::AlreadyExists,
+        T::PermissionDenied => Code::PermissionDenied,
+        T::ResourceExhausted => Code::ResourceExhausted,
+        T::FailedPrecondition => Code::FailedPrecondition,
+        T::Aborted => Code::Aborted,
+        T::OutOfRange => Code::OutOfRange,
+        T::Unimplemented => Code::Unimplemented,
+        T::Internal => Code::Internal,
+        T::Unavailable => Code::Unavailable,
+        T::DataLoss => Code::DataLoss,
+        T::Unauthenticated => Code::Unauthenticated,
+    }
+}
+
+impl From<tonic::Status> for CallError {
+    /// A status the daemon sent never has a `source`; one made here from a
+    /// transport error (the connection broke under the call) does.
+    fn from(s: tonic::Status) -> CallError {
+        let retry_after = s
+            .metadata()
+            .get("grpc-retry-pushback-ms")
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+            .map(Duration::from_millis);
+        CallError {
+            code: code(s.code()),
+            message: s.message().to_owned(),
+            retry_after,
+            broken: std::error::Error::source(&s).is_some(),
+            delivered: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_generation_goes_out_as_the_daemon_reads_it() {
+        let g = GenerateParams {
+            tier: Tier::Tier1,
+            messages: vec![Message::system("be brief"), Message::user("hi")],
+            max_tokens: None,
+            format: Format::Json { schema: Some("{}".into()) },
+            priority: Priority::Background,
+            sampling: Sampling { seed: Some(7), ..Default::default() },
+            ..Default::default()
+        };
+        let w = pb::GenerateRequest::from(&g);
+        assert_eq!(w.tier, "tier1");
+        assert_eq!(w.messages[0].role, pb::Role::System as i32);
+        assert_eq!(&w.messages[1].content[..], b"hi");
+        assert_eq!(w.max_tokens, 0, "None is the daemon's default");
+        assert_eq!(w.format, pb::OutputFormat::Json as i32);
+        assert_eq!(&w.json_schema[..], b"{}");
+        assert_eq!(w.priority, pb::Priority::Background as i32);
+        assert_eq!(w.sampling.and_then(|s| s.seed), Some(7));
+    }
+
+    #[test]
+    fn a_status_keeps_its_pushback_and_whether_the_connection_broke() {
+        let mut s = tonic::Status::resource_exhausted("queue full");
+        s.metadata_mut().insert("grpc-retry-pushback-ms", "250".parse().unwrap());
+        let e = CallError::from(s);
+        assert_eq!((e.code, e.retry_after, e.broken), (Code::ResourceExhausted, Some(Duration::from_millis(250)), false));
+        let broken = tonic::Status::from_error(Box::new(std::io::Error::other("connection reset")));
+        assert!(CallError::from(broken).broken);
+    }
+
+    #[test]
+    fn tiers_the_client_does_not_know_are_left_out() {
+        let s = pb::StatusResponse {
+            tiers: vec![
+                pb::TierStatus { tier: "tier1".into(), shared_with: vec!["tier2".into(), "tier9".into()], ..Default::default() },
+                pb::TierStatus { tier: "tier9".into(), ..Default::default() },
+            ],
+            ..Default::default()
+        };
+        let d = DaemonStatus::from(s);
+        assert_eq!(d.tiers.len(), 1);
+        assert_eq!(d.tiers[0].shared_with, vec![Tier::Tier2]);
+    }
+}

@@ -1,0 +1,443 @@
+//! The `revis` command line as the README promises it, run as a user runs
+//! it: the real binary, a real revisd, a private `REVIS_DATA_DIR` (store,
+//! keyring, models dir), and each command checked by its effect (the
+//! daemon's Status, the store, the keyring, which daemon did the work), not
+//! only by its exit status. Nodes are paired on loopback, without mDNS.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use revis_client::{Client, Keyring};
+use revis_client::wire::v1 as pb;
+use revis_store::{MessageState, Role, Store};
+use revis_testkit::{Running, TestDaemon};
+
+use crate::server_mode::{listen_addr, open_pairing, pairing_end};
+use crate::{ask, generate};
+
+/// `revis` with a data directory of its own, one daemon's socket (or one
+/// where nothing listens, so no command can start a daemon), and no mDNS.
+struct Revis {
+    data: tempfile::TempDir,
+    socket: PathBuf,
+}
+
+impl Revis {
+    fn new(daemon: Option<&Running>) -> Revis {
+        let data = tempfile::Builder::new().prefix("revis-cli").tempdir().unwrap();
+        let socket = daemon.map_or_else(|| data.path().join("no-daemon.sock"), |d| d.socket.clone());
+        Revis { data, socket }
+    }
+
+    fn data(&self) -> &Path {
+        self.data.path()
+    }
+
+    fn output(&self, args: &[&str], stdin: &str) -> Output {
+        let mut child = Command::new(revis_testkit::binary("revis"))
+            .args(args)
+            .env("REVIS_DATA_DIR", self.data())
+            .env("REVIS_SOCKET", &self.socket)
+            .env("REVIS_MDNS_INTERFACES", "none")
+            .env_remove("REVIS_NODE")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start revis");
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin.as_bytes()).unwrap();
+        child.wait_with_output().expect("wait for revis")
+    }
+
+    /// Runs a command that must succeed; its stdout and stderr.
+    fn ok_with(&self, args: &[&str], stdin: &str) -> (String, String) {
+        let out = self.output(args, stdin);
+        let (stdout, stderr) = (String::from_utf8(out.stdout).unwrap(), String::from_utf8_lossy(&out.stderr).into_owned());
+        assert!(out.status.success(), "revis {args:?} failed ({}):\n{stdout}{stderr}", out.status);
+        (stdout, stderr)
+    }
+
+    /// Runs a command that must succeed; its stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        self.ok_with(args, "").0
+    }
+
+    /// Runs a command that must fail; what it printed.
+    fn fails(&self, args: &[&str]) -> String {
+        let out = self.output(args, "");
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(!out.status.success(), "revis {args:?} succeeded:\n{text}");
+        text
+    }
+
+    /// The store in the data directory; drop it before the next `revis`
+    /// command (sled allows one process at a time).
+    fn store(&self) -> Store {
+        Store::open(&self.data().join("db")).unwrap().store
+    }
+
+    /// Pairs with `node` (server mode on loopback) under `name`, as a user
+    /// would: `revis pair HOST:PORT --code CODE --as NAME`.
+    async fn pair(&self, node: &Running, name: &str) {
+        let mut admin = node.client().await;
+        let addr = listen_addr(&mut admin).await;
+        let (code, mut events) = open_pairing(&mut admin).await;
+        self.ok(&["pair", &addr.to_string(), "--code", &code, "--as", name, "--name", "laptop"]);
+        assert!(matches!(pairing_end(&mut events).await, pb::pairing_event::Event::Paired(_)));
+    }
+}
+
+/// A node in server mode on a free loopback port, not advertised, one thread.
+fn node(name: &str, model: PathBuf) -> Running {
+    TestDaemon::new()
+        .model(model)
+        .daemon("threads = 1")
+        .server(&format!("enabled = true\nlisten = \"127.0.0.1:0\"\nadvertise = false\nname = \"{name}\""))
+        .start()
+}
+
+/// This machine's daemon, tier2 on a model of its own (SmolLM2; the other
+/// tiers share Gemma 3), so offloading tier2 can unload it here.
+fn laptop() -> Running {
+    TestDaemon::new().model(revis_testkit::gemma3()).tier_model("tier2", revis_testkit::smollm2()).start()
+}
+
+async fn tier(client: &mut Client, name: &str) -> revis_client::TierStatus {
+    let s = client.status().await.unwrap();
+    s.tiers.into_iter().find(|t| t.tier == name).unwrap_or_else(|| panic!("no {name} in Status"))
+}
+
+fn state(t: &revis_client::TierStatus) -> revis_client::ModelState {
+    t.state
+}
+
+/// Whether a daemon's tier answered since it was loaded (its model holds a
+/// sequence: a Generate evaluated one there). Load and unload evaluate none.
+async fn worked(client: &mut Client, name: &str) -> bool {
+    let t = tier(client, name).await;
+    state(&t) == revis_client::ModelState::Ready && t.cached_prefixes > 0
+}
+
+/// Unloads a tier, so the next Generate there shows (see [`worked`]).
+async fn unload(client: &mut Client, name: &str) {
+    client.admin.unload_model(pb::UnloadModelRequest { tier: name.into() }).await.unwrap();
+    assert_eq!(state(&tier(client, name).await), revis_client::ModelState::Unloaded);
+}
+
+/// The line of `revis models` for a catalog entry.
+fn model_line<'a>(out: &'a str, name: &str) -> &'a str {
+    let lines: Vec<&str> = out.lines().filter(|l| l.split_whitespace().next() == Some(name)).collect();
+    assert_eq!(lines.len(), 1, "one line for {name}:\n{out}");
+    lines[0]
+}
+
+#[test]
+fn models_lists_the_catalog_and_what_is_downloaded() {
+    let revis = Revis::new(None);
+    let dir = revis.data().join("models");
+    std::fs::create_dir(&dir).unwrap();
+    let (smollm2, gemma3) = (revis_models::find("smollm2-135m-instruct").unwrap(), revis_models::find("gemma3-270m").unwrap());
+    // SmolLM2 is there (the file, by a link); Gemma 3 only in part.
+    std::os::unix::fs::symlink(revis_testkit::smollm2(), smollm2.path_in(&dir)).unwrap();
+    std::fs::write(gemma3.path_in(&dir), b"the first bytes of a download").unwrap();
+    let out = revis.ok(&["models"]);
+    for e in revis_models::catalog() {
+        model_line(&out, e.name);
+    }
+    let line = model_line(&out, smollm2.name);
+    assert!(line.contains(" downloaded") && !line.contains("not downloaded"), "{line}");
+    assert!(line.ends_with("(default)") == (smollm2.name == revis_models::DEFAULT_MODEL), "{line}");
+    assert!(model_line(&out, gemma3.name).contains("not downloaded"), "a partial file is not a model:\n{out}");
+    assert!(out.contains(&format!("models directory: {}", dir.display())), "{out}");
+
+    std::fs::remove_file(gemma3.path_in(&dir)).unwrap();
+    std::os::unix::fs::symlink(revis_testkit::gemma3(), gemma3.path_in(&dir)).unwrap();
+    let out = revis.ok(&["models"]);
+    assert!(!model_line(&out, gemma3.name).contains("not downloaded"), "{out}");
+}
+
+#[test]
+fn profile_shows_the_facts_revis_has_learned() {
+    let revis = Revis::new(None);
+    assert!(revis.ok(&["profile"]).contains("revis has not learned anything about you yet"));
+    let store = revis.store();
+    let facts = ["The user's name is Ada.", "The user lives in Lyon.", "The user plays the cello."];
+    let ids: Vec<_> = facts.iter().map(|f| store.add_fact(f, None).unwrap()).collect();
+    store.remove_fact(ids[1]).unwrap();
+    drop(store);
+    let out = revis.ok(&["profile"]);
+    let want: Vec<String> = [0, 2].iter().map(|&i| format!("{:>4}  {}", ids[i].0, facts[i])).collect();
+    assert_eq!(out.lines().collect::<Vec<_>>(), want, "the facts the store holds, oldest first, with their ids");
+}
+
+#[tokio::test]
+async fn unload_frees_the_tier_and_status_shows_it_unloaded() {
+    let d = TestDaemon::new().start();
+    let revis = Revis::new(Some(&d));
+    let mut c = d.client().await;
+    let out = revis.ok(&["load", "tier1"]);
+    let loaded = tier(&mut c, "tier1").await;
+    assert!(out.starts_with(&format!("tier1: {} ready in", loaded.model)), "{out}");
+    assert_eq!(state(&loaded), revis_client::ModelState::Ready);
+    assert!(loaded.memory_bytes > 0);
+
+    let out = revis.ok(&["unload", "tier1"]);
+    assert!(out.starts_with(&format!("tier1: {} unloaded; daemon memory ", loaded.model)), "{out}");
+    let t = tier(&mut c, "tier1").await;
+    assert_eq!((state(&t), t.memory_bytes), (revis_client::ModelState::Unloaded, 0));
+    // What it printed is the daemon's memory before and after: it fell.
+    let mib: Vec<u64> =
+        out.trim_end().trim_end_matches(" MiB").split(" MiB -> ").map(|s| s.rsplit(' ').next().unwrap().parse().unwrap()).collect();
+    assert!(mib[1] < mib[0], "{out}");
+    let json: serde_json::Value = serde_json::from_str(&revis.ok(&["status", "--json"])).unwrap();
+    assert_eq!(json["tiers"][0]["tier"], "tier1");
+    assert_eq!(json["tiers"][0]["state"], "unloaded", "{json}");
+
+    let out = revis.fails(&["unload", "tier9"]);
+    assert!(out.contains("tier9"), "{out}");
+}
+
+#[tokio::test]
+async fn run_with_a_seed_samples_the_same_answer_and_the_seed_decides_it() {
+    let d = TestDaemon::new().start();
+    let revis = Revis::new(Some(&d));
+    let run = |seed: u64| {
+        let seed = seed.to_string();
+        let args = ["run", "--temperature", "1.0", "--max-tokens", "24", "--seed", &seed, "--verbose", "Write a sentence about the sea."];
+        let (text, stats) = revis.ok_with(&args, "");
+        assert!(stats.contains(&format!("seed {seed}]")), "the daemon used the seed given: {stats}");
+        text
+    };
+    let first = run(42);
+    assert!(!first.trim().is_empty());
+    assert_eq!(run(42), first, "the same seed, the same answer");
+    // Sampled at temperature 1: some other seed gives another answer.
+    assert!((1..=5).any(|seed| run(seed) != first), "every seed gave {first:?}");
+}
+
+#[tokio::test]
+async fn run_json_with_a_schema_answers_json_that_matches_the_schema() {
+    let d = TestDaemon::new().start();
+    let revis = Revis::new(Some(&d));
+    // Keys the model would not choose on its own: only the schema names them.
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "harbour_name": {"type": "string", "minLength": 2, "maxLength": 24},
+            "ship_count": {"type": "integer", "minimum": 3, "maximum": 9},
+            "has_lighthouse": {"type": "boolean"},
+            "weather": {"enum": ["calm", "windy", "stormy"]}
+        },
+        "required": ["harbour_name", "ship_count", "has_lighthouse", "weather"],
+        "additionalProperties": false
+    });
+    let path = revis.data().join("harbour.json");
+    std::fs::write(&path, schema.to_string()).unwrap();
+    let path = path.to_str().unwrap();
+    for seed in ["1", "2"] {
+        let args = ["run", "--json", "--schema", path, "--seed", seed, "--max-tokens", "160", "Describe a small harbour."];
+        let out = revis.ok(&args);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"));
+        let o = v.as_object().unwrap_or_else(|| panic!("not an object: {v}"));
+        let mut keys: Vec<&str> = o.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["harbour_name", "has_lighthouse", "ship_count", "weather"], "{v}");
+        let name = o["harbour_name"].as_str().unwrap_or_else(|| panic!("{v}"));
+        assert!((2..=24).contains(&name.chars().count()), "{v}");
+        assert!(o["ship_count"].as_u64().is_some_and(|n| (3..=9).contains(&n)), "{v}");
+        assert!(o["has_lighthouse"].is_boolean(), "{v}");
+        assert!(["calm", "windy", "stormy"].iter().any(|w| o["weather"] == *w), "{v}");
+    }
+    // A schema that cannot be read is said so, by its path.
+    let missing = revis.data().join("missing.json");
+    let out = revis.fails(&["run", "--json", "--schema", missing.to_str().unwrap(), "Hi"]);
+    assert!(out.contains(&format!("reading schema {}", missing.display())), "{out}");
+}
+
+/// The prompt and generated token counts `--verbose` printed, one per answer.
+fn token_counts(stderr: &str) -> Vec<(u32, u32)> {
+    stderr
+        .lines()
+        .filter_map(|l| {
+            let l = l.strip_prefix('[')?;
+            let (prompt, rest) = l.split_once(" prompt tokens (")?;
+            let generated = rest.split_once(" generated")?.0.rsplit(' ').next()?;
+            Some((prompt.parse().ok()?, generated.parse().ok()?))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn chat_continues_the_latest_conversation_with_what_was_said_before() {
+    let d = TestDaemon::new().start();
+    let revis = Revis::new(Some(&d));
+    let line = "Name a colour.";
+    let chat = |extra: &[&str]| {
+        let mut args = vec!["chat", "--temperature", "0", "--max-tokens", "12", "--verbose"];
+        args.extend_from_slice(extra);
+        let (answer, stderr) = revis.ok_with(&args, &format!("{line}\n"));
+        let counts = token_counts(&stderr);
+        assert_eq!(counts.len(), 1, "one answer: {stderr}");
+        (answer, counts[0])
+    };
+    let (first, (prompt1, generated1)) = chat(&[]);
+    // Facts learned from the first turn would lengthen the next prompt as
+    // well: forget them, so only the earlier turn can.
+    let store = revis.store();
+    for f in store.facts().unwrap() {
+        store.remove_fact(f.id).unwrap();
+    }
+    drop(store);
+    let (second, (prompt2, _)) = chat(&[]);
+    assert!(
+        prompt2 >= prompt1 + generated1,
+        "the second chat's prompt ({prompt2} tokens) holds the first turn ({prompt1} + an answer of {generated1})"
+    );
+
+    let store = revis.store();
+    let conversations = store.conversations().unwrap();
+    assert_eq!(conversations.len(), 1, "the second chat continued the first: {conversations:?}");
+    let messages = store.messages(conversations[0].id).unwrap();
+    let turns: Vec<(Role, &str, MessageState)> = messages.iter().map(|m| (m.role, m.text.trim(), m.state)).collect();
+    use {MessageState::Complete, Role::*};
+    assert_eq!(
+        turns,
+        [(User, line, Complete), (Assistant, first.trim(), Complete), (User, line, Complete), (Assistant, second.trim(), Complete)]
+    );
+    drop(store);
+
+    // --new starts another, which is then the latest.
+    chat(&["--new"]);
+    let store = revis.store();
+    let conversations = store.conversations().unwrap();
+    assert_eq!(conversations.iter().map(|c| c.message_count).collect::<Vec<_>>(), [2, 4], "{conversations:?}");
+}
+
+#[tokio::test]
+async fn unpair_forgets_the_node_here() {
+    let desk = node("desk", revis_testkit::smollm2());
+    let revis = Revis::new(None);
+    revis.pair(&desk, "desk").await;
+    let status: serde_json::Value = serde_json::from_str(&revis.ok(&["--node", "desk", "status", "--json"])).unwrap();
+    assert_eq!(status["name"], "desk");
+    let id = status["device_id"].as_str().unwrap().to_owned();
+
+    let out = revis.ok(&["unpair", "desk"]);
+    assert!(out.starts_with(&format!("Forgot desk ({id})")), "{out}");
+    let keyring = Keyring::open(&revis.data().join("client")).unwrap();
+    assert!(keyring.store.devices().is_empty(), "the keyring still pins {:?}", keyring.store.devices());
+    drop(keyring);
+    assert!(revis.fails(&["--node", "desk", "status"]).contains("desk"));
+    assert!(revis.fails(&["unpair", "desk"]).contains("no paired node is called or has the ID \"desk\""));
+    assert!(revis.fails(&["offload", "tier2", "on"]).contains("no node is paired yet"));
+}
+
+/// `revis run`, greedy, of the prompt [`ask`] sends.
+fn run_greedy(revis: &Revis, prompt: &str) -> String {
+    revis.ok(&["run", "--temperature", "0", "--max-tokens", "48", prompt]).trim_end().to_owned()
+}
+
+#[tokio::test]
+async fn offload_on_sends_revis_run_to_the_node_and_off_brings_it_home() {
+    // Different models, so an answer tells which daemon wrote it.
+    let desk = node("desk", revis_testkit::gemma3());
+    let laptop = laptop();
+    let revis = Revis::new(Some(&laptop));
+    let (mut there, mut here) = (desk.client().await, laptop.client().await);
+    let prompt = "Name three rivers.";
+    let from_desk = generate(&mut there, ask(prompt)).await.unwrap().done.text;
+    let from_here = generate(&mut here, ask(prompt)).await.unwrap().done.text;
+    assert_ne!(from_desk.trim_end(), from_here.trim_end(), "the two models answer alike; pick another prompt");
+    unload(&mut there, "tier2").await;
+    revis.pair(&desk, "desk").await;
+
+    let out = revis.ok(&["offload", "tier2", "on"]);
+    assert_eq!(out.trim_end(), "tier2 runs on desk now; its model was unloaded here.");
+    assert_eq!(state(&tier(&mut here, "tier2").await), revis_client::ModelState::Unloaded);
+    let status = revis.ok(&["status"]);
+    assert!(status.contains("  tier2: offloaded to desk ("), "{status}");
+    assert_eq!(run_greedy(&revis, prompt), from_desk.trim_end(), "the node's answer");
+    assert!(worked(&mut there, "tier2").await, "the node ran it");
+    assert_eq!(state(&tier(&mut here, "tier2").await), revis_client::ModelState::Unloaded, "this machine's daemon got no Generate");
+
+    let out = revis.ok(&["offload", "tier2", "off"]);
+    assert_eq!(out.trim_end(), "tier2 runs here.");
+    assert!(!worked(&mut here, "tier2").await, "loaded again, nothing run yet");
+    assert_eq!(state(&tier(&mut here, "tier2").await), revis_client::ModelState::Ready, "the model was loaded here again");
+    assert!(!revis.ok(&["status"]).contains("offloaded"));
+    unload(&mut there, "tier2").await;
+    assert_eq!(run_greedy(&revis, prompt), from_here.trim_end(), "this machine's answer");
+    assert!(worked(&mut here, "tier2").await);
+    assert_eq!(state(&tier(&mut there, "tier2").await), revis_client::ModelState::Unloaded, "the node got no Generate");
+}
+
+#[tokio::test]
+async fn offload_to_a_named_node_runs_there_only() {
+    let desk = node("desk", revis_testkit::smollm2());
+    let mut attic = node("attic", revis_testkit::smollm2());
+    let laptop = laptop();
+    let revis = Revis::new(Some(&laptop));
+    revis.pair(&desk, "desk").await;
+    revis.pair(&attic, "attic").await;
+    let mut here = laptop.client().await;
+    let mut nodes = [("desk", desk.client().await), ("attic", attic.client().await)];
+    assert!(revis.fails(&["offload", "tier2", "on", "--node", "cellar"]).contains("no paired node is called or has the ID \"cellar\""));
+
+    // Each in turn, so one of them is not the node the dispatcher would pick by itself.
+    for chosen in ["attic", "desk"] {
+        let out = revis.ok(&["offload", "tier2", "on", "--node", chosen]);
+        assert_eq!(out.trim_end(), format!("tier2 runs on {chosen} now; its model was unloaded here."));
+        let status = revis.ok(&["status"]);
+        assert!(status.contains(&format!("  tier2: offloaded to {chosen} (")), "{status}");
+        for (_, c) in &mut nodes {
+            if state(&tier(c, "tier2").await) == revis_client::ModelState::Ready {
+                unload(c, "tier2").await;
+            }
+        }
+        assert!(!run_greedy(&revis, "Name a fruit.").is_empty());
+        for (name, c) in &mut nodes {
+            assert_eq!(worked(c, "tier2").await, *name == chosen, "{name} ran it: offload --node {chosen}");
+        }
+        assert_eq!(state(&tier(&mut here, "tier2").await), revis_client::ModelState::Unloaded, "nothing ran here");
+    }
+
+    // The named node gone, the other one healthy: the tier runs here, not there.
+    revis.ok(&["offload", "tier2", "on", "--node", "attic"]);
+    drop(nodes);
+    attic.signal(libc::SIGKILL);
+    assert!(attic.wait_exit(std::time::Duration::from_secs(5)).is_some());
+    let out = revis.ok(&["offload", "tier2", "on", "--node", "attic"]);
+    assert_eq!(out.trim_end(), "tier2 is offloaded, but no paired node that serves it answers now: it runs here until one does.");
+    let mut desk_admin = desk.client().await;
+    unload(&mut desk_admin, "tier2").await;
+    assert!(!run_greedy(&revis, "Name a fruit.").is_empty());
+    assert!(worked(&mut here, "tier2").await, "it ran here");
+    assert_eq!(state(&tier(&mut desk_admin, "tier2").await), revis_client::ModelState::Unloaded, "not on the node it was not offloaded to");
+}
+
+#[tokio::test]
+async fn offload_keep_local_keeps_the_model_here_and_answers_still_run_on_the_node() {
+    let desk = node("desk", revis_testkit::smollm2());
+    let laptop = laptop();
+    let revis = Revis::new(Some(&laptop));
+    revis.pair(&desk, "desk").await;
+    let (mut there, mut here) = (desk.client().await, laptop.client().await);
+    revis.ok(&["load", "tier2"]);
+
+    let out = revis.ok(&["offload", "tier2", "on", "--keep-local"]);
+    assert_eq!(out.trim_end(), "tier2 runs on desk now (and here).");
+    let status = revis.ok(&["status"]);
+    assert!(status.contains("  tier2: offloaded to desk ("), "{status}");
+    let model = tier(&mut here, "tier2").await.model;
+    let line = status.lines().find(|l| l.trim_start().starts_with(&format!("tier2: {model}"))).unwrap_or_else(|| panic!("{status}"));
+    assert!(line.contains(" ready "), "kept loaded here: {status}");
+    assert!(!run_greedy(&revis, "Name a fruit.").is_empty());
+    assert!(worked(&mut there, "tier2").await, "the node ran it");
+    let t = tier(&mut here, "tier2").await;
+    assert_eq!((state(&t), t.cached_prefixes), (revis_client::ModelState::Ready, 0), "loaded here, and it ran nothing here");
+
+    // Without --keep-local the same switch unloads it here.
+    let out = revis.ok(&["offload", "tier2", "on"]);
+    assert_eq!(out.trim_end(), "tier2 runs on desk now; its model was unloaded here.");
+    assert_eq!(state(&tier(&mut here, "tier2").await), revis_client::ModelState::Unloaded);
+}
