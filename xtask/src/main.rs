@@ -4,6 +4,8 @@
 //!   test  install what the tests need, build, pull both models, check
 //!         formatting and clippy (warnings are errors), run every test.
 //!   deps  install the system packages the build needs (Debian/Ubuntu, macOS).
+//!   layers  check the crate graph: no dependency points up a layer, and
+//!         the client's policy and apps never touch the wire (run by `test`).
 //!   screenshots  render the GUI's main views to docs/screenshots/ (real
 //!         daemon, SmolLM2, egui's headless wgpu renderer).
 
@@ -18,9 +20,10 @@ fn main() -> ExitCode {
         Some("chat") => chat(&args[1..]),
         Some("test") => test(&args[1..]),
         Some("deps") => deps(true),
+        Some("layers") => layers(),
         Some("screenshots") => screenshots(),
         _ => {
-            eprintln!("usage: cargo xtask chat [ARGS...] | test [NEXTEST ARGS...] | deps | screenshots");
+            eprintln!("usage: cargo xtask chat [ARGS...] | test [NEXTEST ARGS...] | deps | layers | screenshots");
             return ExitCode::from(2);
         }
     };
@@ -165,6 +168,135 @@ fn test(args: &[String]) -> anyhow::Result<()> {
 /// The lint gates the suite runs behind: rustfmt's layout and clippy with
 /// warnings as errors, tests included.
 fn lint() -> anyhow::Result<()> {
+    layers()?;
     run(cargo().args(["fmt", "--all", "--check"]))?;
     run(cargo().args(["clippy", "--release", "--workspace", "--all-targets", "--", "-D", "warnings"]))
+}
+
+/// The workspace's crates in layers, lowest first. A crate may depend only
+/// on crates of lower layers (dev-dependencies included), so no arrow in the
+/// graph points up or sideways.
+const LAYERS: &[&[&str]] = &[
+    // Foundations: the wire contract, the engine, storage, trust, models.
+    &["revis-proto", "revis-engine", "revis-store", "revis-trust", "revis-models"],
+    // The two sides of the wire: the daemon's core, the client layer.
+    &["revis-daemon", "revis-client"],
+    // Over the client layer: the brain (pure policy), the service units, test fixtures.
+    &["revis-orchestrator", "revis-service", "revis-testkit"],
+    // Programs and suites.
+    &["revis-cli", "revis-gui", "revisd", "revis-bench", "revis-tests", "xtask"],
+];
+
+/// Crates that speak only revis-client's domain API: no protobuf, no gRPC.
+const DOMAIN_ONLY: &[&str] = &["revis-orchestrator", "revis-cli", "revis-gui"];
+/// What they may not depend on (normal or build dependencies).
+const WIRE_CRATES: &[&str] = &["revis-proto", "tonic", "tonic-prost", "tonic-health", "tonic-reflection", "prost", "prost-types"];
+/// What their sources may not name: revis-client's wire module and its raw stubs.
+const WIRE_WORDS: &[&str] = &["revis_client::wire", "wire::v1", ".inference.", ".admin."];
+
+/// Checks [`LAYERS`] and [`DOMAIN_ONLY`] against `cargo metadata` and the sources.
+fn layers() -> anyhow::Result<()> {
+    let out = cargo().args(["metadata", "--format-version", "1", "--no-deps", "--offline"]).output().context("cargo metadata")?;
+    if !out.status.success() {
+        bail!("cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let problems = layer_problems(&meta, &root());
+    if problems.is_empty() {
+        eprintln!("xtask: crate layers hold");
+        return Ok(());
+    }
+    for p in &problems {
+        eprintln!("xtask layers: {p}");
+    }
+    bail!("{} layering problem(s)", problems.len())
+}
+
+fn layer_of(name: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&name))
+}
+
+fn layer_problems(meta: &serde_json::Value, root: &Path) -> Vec<String> {
+    let mut problems = Vec::new();
+    let empty = Vec::new();
+    for pkg in meta["packages"].as_array().unwrap_or(&empty) {
+        let name = pkg["name"].as_str().unwrap_or_default();
+        let Some(mine) = layer_of(name) else {
+            problems.push(format!("{name} is in no layer: add it to LAYERS in xtask/src/main.rs"));
+            continue;
+        };
+        for dep in pkg["dependencies"].as_array().unwrap_or(&empty) {
+            let dep_name = dep["name"].as_str().unwrap_or_default();
+            let kind = dep["kind"].as_str().unwrap_or("normal");
+            if let Some(theirs) = layer_of(dep_name)
+                && theirs >= mine
+            {
+                problems.push(format!("{name} (layer {mine}) depends on {dep_name} (layer {theirs}): dependencies point down only"));
+            }
+            if DOMAIN_ONLY.contains(&name) && kind != "dev" && WIRE_CRATES.contains(&dep_name) {
+                problems.push(format!("{name} depends on {dep_name}: it speaks revis-client's domain API only"));
+            }
+        }
+        if DOMAIN_ONLY.contains(&name) {
+            let manifest = Path::new(pkg["manifest_path"].as_str().unwrap_or_default());
+            let src = manifest.parent().unwrap_or(root).join("src");
+            for file in rust_files(&src) {
+                let text = std::fs::read_to_string(&file).unwrap_or_default();
+                for (n, line) in text.lines().enumerate() {
+                    if let Some(word) = WIRE_WORDS.iter().find(|w| line.contains(*w)) {
+                        problems.push(format!("{}:{}: `{word}`: {name} speaks revis-client's domain API only", file.display(), n + 1));
+                    }
+                }
+            }
+        }
+    }
+    problems
+}
+
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else { return out };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(rust_files(&p));
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(packages: serde_json::Value) -> serde_json::Value {
+        serde_json::json!({ "packages": packages })
+    }
+
+    #[test]
+    fn an_upward_or_wire_dependency_is_a_problem_and_a_downward_one_is_not() {
+        let dir = std::env::temp_dir().join(format!("revis-xtask-layers-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("src")).unwrap();
+        std::fs::write(dir.join("src/lib.rs"), "fn f(c: revis_client::Client) { c.admin.clone(); }\n").unwrap();
+        let manifest = dir.join("Cargo.toml").to_string_lossy().into_owned();
+        let ok = meta(serde_json::json!([
+            {"name": "revis-client", "manifest_path": "/nowhere/Cargo.toml", "dependencies": [{"name": "revis-proto", "kind": null}, {"name": "tonic", "kind": null}]},
+            {"name": "revis-proto", "manifest_path": "/nowhere/Cargo.toml", "dependencies": []},
+        ]));
+        assert!(layer_problems(&ok, &dir).is_empty(), "{:?}", layer_problems(&ok, &dir));
+        let bad = meta(serde_json::json!([
+            {"name": "revis-client", "manifest_path": "/nowhere/Cargo.toml", "dependencies": [{"name": "revis-orchestrator", "kind": null}]},
+            {"name": "revis-orchestrator", "manifest_path": manifest, "dependencies": [{"name": "tonic", "kind": null}, {"name": "prost", "kind": "dev"}]},
+            {"name": "revis-new", "manifest_path": "/nowhere/Cargo.toml", "dependencies": []},
+        ]));
+        let problems = layer_problems(&bad, &dir);
+        assert_eq!(problems.len(), 4, "{problems:#?}");
+        assert!(problems[0].contains("revis-client (layer 1) depends on revis-orchestrator (layer 2)"));
+        assert!(problems[1].contains("revis-orchestrator depends on tonic"));
+        assert!(problems[2].contains("`.admin.`"), "the raw stub in its source: {}", problems[2]);
+        assert!(problems[3].contains("revis-new is in no layer"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
