@@ -102,12 +102,10 @@ async fn a_conversation_persists_across_client_restarts() {
         let done = chat.send("What is the capital of France?", |_| {}).await.unwrap();
         assert!(done.cached_tokens >= static_len, "turn 2 reused {} of a {static_len}-token static part", done.cached_tokens);
         chat.background().idle().await;
-        let facts = store.facts().unwrap();
-        assert!(!facts.is_empty(), "the stated facts were extracted and stored");
-        assert!(facts.iter().all(|f| revis_orchestrator::conversation::grounded(
-            &f.text,
-            "Hi! My name is Ada and I live in London. What is the capital of France?"
-        )));
+        // What the user said of themselves, as the real model extracted it.
+        let facts: Vec<String> = store.facts().unwrap().into_iter().map(|f| f.text).collect();
+        assert!(facts.iter().any(|f| f.contains("Ada")), "the user's name was stored: {facts:?}");
+        assert!(facts.iter().any(|f| f.contains("London")), "the user's city was stored: {facts:?}");
         conv
     };
     // The client restarts: a new store handle on the same directory, a new Chat.

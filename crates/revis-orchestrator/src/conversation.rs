@@ -92,10 +92,16 @@ fn store_facts(store: &Store, v: &serde_json::Value, said: &str, source: revis_s
 
 /// A cheap guard against invented facts (small models make them up): most
 /// of a fact's longer words must appear, by their first four letters (so
-/// "lives" matches "live"), in what the user said.
+/// "lives" matches "live"), in what the user said. "User", the subject the
+/// extraction asks for ("The user's name is Ada"), is not one of them.
 pub fn grounded(fact: &str, said: &str) -> bool {
     let said = said.to_lowercase();
-    let words: Vec<String> = fact.split(|c: char| !c.is_alphanumeric()).filter(|w| w.chars().count() >= 4).map(str::to_lowercase).collect();
+    let words: Vec<String> = fact
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.chars().count() >= 4)
+        .map(str::to_lowercase)
+        .filter(|w| !matches!(w.as_str(), "user" | "users"))
+        .collect();
     if words.is_empty() {
         return false;
     }
@@ -315,13 +321,116 @@ impl<D: Runner> Chat<D> {
 
 #[cfg(test)]
 mod tests {
-    use super::grounded;
+    //! The turn's background work against a scripted runner: what the
+    //! model says is known, so what is stored can be checked exactly.
+
+    use std::sync::{Arc, Mutex};
+
+    use revis_client::{CallError, Done, Format, GenerateParams, PrefillParams, Prefilled, Priority, Runner};
+
+    use super::*;
+    use crate::task::Policies;
+
+    /// Answers the chat with a fixed text and each structured task (by its
+    /// schema) with a fixed verdict; records every request.
+    #[derive(Clone, Default)]
+    struct Scripted {
+        seen: Arc<Mutex<Vec<GenerateParams>>>,
+    }
+
+    const ANSWER: &str = "Nice to meet you.";
+    const VERDICT: &str = r#"{"ok":false,"problems":["scripted verdict"]}"#;
+    const FACTS: &str = r#"{"facts":["The user's name is Ada.","Ada lives in London.","Ada owns a red boat."]}"#;
+    const SUMMARY: &str = r#"{"summary":"Ada and revis counted turns."}"#;
+
+    impl Runner for Scripted {
+        async fn prefill(&self, _: PrefillParams) -> Result<Prefilled, CallError> {
+            Ok(Prefilled::default())
+        }
+
+        async fn generate(&self, req: GenerateParams, mut on_delta: impl FnMut(&str) + Send) -> Result<Done, CallError> {
+            self.seen.lock().unwrap().push(req.clone());
+            let text = match &req.format {
+                Format::Json { schema: Some(s) } if s.contains("problems") => VERDICT,
+                Format::Json { schema: Some(s) } if s.contains("facts") => FACTS,
+                Format::Json { schema: Some(s) } if s.contains("summary") => SUMMARY,
+                Format::Json { .. } => "{}",
+                // The structured task's private reasoning.
+                Format::Text if req.priority == Priority::Background => "<revis-notes>1. Read it.\nDraft: done",
+                Format::Text => ANSWER,
+            };
+            on_delta(text);
+            Ok(Done { text: text.to_owned(), ..Default::default() })
+        }
+    }
+
+    fn chat() -> (Chat<Scripted>, Store, Scripted, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap().store;
+        let conv = store.create_conversation("").unwrap();
+        let runner = Scripted::default();
+        (Chat::new(runner.clone(), store.clone(), conv, Policies::default()), store, runner, dir)
+    }
+
+    #[tokio::test]
+    async fn the_audits_verdict_is_stored_for_the_reply_it_judged() {
+        let (chat, store, runner, _dir) = chat();
+        chat.send("Hi! My name is Ada and I live in London.", |_| {}).await.unwrap();
+        chat.send("What is a boat?", |_| {}).await.unwrap();
+        chat.background().idle().await;
+        let replies: Vec<_> = store.messages(chat.conversation).unwrap().into_iter().filter(|m| m.role == Role::Assistant).collect();
+        assert_eq!(replies.len(), 2);
+        for reply in &replies {
+            let stored = store.setting(&audit_key(reply.id)).unwrap().expect("an audit for each reply");
+            assert_eq!(stored, serde_json::from_str::<serde_json::Value>(VERDICT).unwrap());
+        }
+        // Each audit was asked about its own question and answer.
+        let audits: Vec<String> = runner
+            .seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| matches!(&r.format, Format::Json { schema: Some(s) } if s.contains("problems")))
+            .map(|r| r.messages.iter().map(|m| m.text.clone()).collect::<Vec<_>>().join("\n"))
+            .collect();
+        assert_eq!(audits.len(), 2);
+        assert!(audits.iter().any(|a| a.contains("Question: What is a boat?") && a.contains(ANSWER)), "{audits:#?}");
+    }
+
+    #[tokio::test]
+    async fn the_facts_the_user_stated_are_stored_and_invented_ones_are_not() {
+        let (chat, store, _runner, _dir) = chat();
+        chat.send("Hi! My name is Ada and I live in London.", |_| {}).await.unwrap();
+        chat.background().idle().await;
+        let facts: Vec<String> = store.facts().unwrap().into_iter().map(|f| f.text).collect();
+        assert_eq!(facts, ["The user's name is Ada.", "Ada lives in London."], "the boat was never mentioned");
+        // The next prompt carries them.
+        let system = chat.context().unwrap().system_text();
+        assert!(system.contains("- The user's name is Ada.") && system.contains("- Ada lives in London."), "{system}");
+    }
+
+    #[tokio::test]
+    async fn past_the_turn_budget_old_turns_are_summarised_and_the_summary_is_used() {
+        let (chat, store, _runner, _dir) = chat();
+        // Each send is two turns; one past the budget starts a summary.
+        for i in 0..=TURN_BUDGET / 2 {
+            chat.send(&format!("Message number {i}."), |_| {}).await.unwrap();
+            chat.background().idle().await;
+        }
+        let summary = store.summary(chat.conversation).unwrap().expect("a summary past the budget");
+        assert_eq!(summary.text, "Ada and revis counted turns.");
+        let ctx = chat.context().unwrap();
+        assert_eq!(ctx.summary.as_deref(), Some("Ada and revis counted turns."));
+        assert!(ctx.turns.len() <= TURN_BUDGET, "the summarised turns are no longer shown in full: {}", ctx.turns.len());
+    }
 
     #[test]
     fn facts_must_come_from_what_the_user_said() {
         let said = "Hi! My name is Ada and I live in London.";
         assert!(grounded("The user's name is Ada and she lives in London.", said) || grounded("Ada lives in London.", said));
         assert!(grounded("Ada lives in London.", said));
+        assert!(grounded("The user's name is Ada.", said), "the third person the extraction asks for");
+        assert!(!grounded("The user owns a red boat.", said));
         assert!(!grounded("I love to travel and love to eat.", said));
         assert!(!grounded("", said));
     }
