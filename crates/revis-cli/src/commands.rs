@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use revis_client::{Client, ClientError, Done, Format, GenerateParams, Message, Runner, Sampling, SpawnOptions, Tier, default_socket_path};
+use revis_client::{Client, ClientError, Done, Format, GenerateParams, Message, Runner, Sampling, Tier, default_socket_path};
 use serde_json::json;
 
 use crate::input::{Input, Terminal};
@@ -113,7 +113,7 @@ async fn command(cli: Cli) -> anyhow::Result<ExitCode> {
                 return run_prompt(&client, args).await;
             }
             // This machine's daemon, or a node for an offloaded tier.
-            let offload = match open_store() {
+            let offload = match crate::session::open_store() {
                 Ok(store) => revis_orchestrator::offload::load_all(&store),
                 Err(e) => {
                     tracing::warn!("the store is not available ({e:#}); running here");
@@ -125,7 +125,7 @@ async fn command(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Cmd::Chat(args) => {
             let client = target(cli.node.as_deref(), &socket, explicit_socket, false).await?;
-            let store = open_store()?;
+            let store = crate::session::open_store()?;
             if cli.node.is_some() {
                 return chat(client, store, args).await;
             }
@@ -157,25 +157,9 @@ impl Drop for SupervisorGuard {
 async fn target(node: Option<&str>, socket: &std::path::Path, explicit: bool, only_connect: bool) -> anyhow::Result<Client> {
     match node {
         Some(n) => crate::nodes::connect(n).await,
-        None if only_connect => connect(socket).await,
-        None => connect_or_start(socket, explicit).await,
+        None if only_connect => crate::session::connect(socket).await,
+        None => crate::session::connect_or_start(socket, explicit).await,
     }
-}
-
-/// The daemon on `socket`, never started here (a socket the user chose is
-/// theirs to run; `advise` says how).
-async fn connect(socket: &std::path::Path) -> anyhow::Result<Client> {
-    Ok(Client::connect(socket).await?)
-}
-
-/// The first command of a new user just works: with no daemon on the
-/// default socket, start one (pulling the default model first).
-pub async fn connect_or_start(socket: &std::path::Path, explicit: bool) -> anyhow::Result<Client> {
-    if explicit {
-        return connect(socket).await;
-    }
-    let opts = SpawnOptions { pull_default_model: true, progress: std::io::stderr().is_terminal(), ..Default::default() };
-    Ok(Client::connect_or_start(socket, &opts).await?)
 }
 
 async fn pull(name: Option<String>, verify: bool) -> anyhow::Result<ExitCode> {
@@ -243,7 +227,11 @@ async fn status(client: &Client, as_json: bool) -> anyhow::Result<ExitCode> {
         }
     }
     for t in &s.tiers {
-        let shared = if t.shared_with.is_empty() { String::new() } else { format!(" (shared with {})", t.shared_with.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(", ")) };
+        let shared = if t.shared_with.is_empty() {
+            String::new()
+        } else {
+            format!(" (shared with {})", t.shared_with.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(", "))
+        };
         println!(
             "  {}: {:<22} {:<9} {:>4} MiB, ctx {}, {} cached prefixes{shared}",
             t.tier,
@@ -307,17 +295,8 @@ fn print_stats(d: &Done) {
     );
 }
 
-pub fn open_store() -> anyhow::Result<Store> {
-    let dir = Store::default_dir()?;
-    let opened = Store::open(&dir)?;
-    if let Some(r) = &opened.recovered {
-        eprintln!("revis: {r}");
-    }
-    Ok(opened.store)
-}
-
 fn history(show: Option<HistoryCmd>) -> anyhow::Result<ExitCode> {
-    let store = open_store()?;
+    let store = crate::session::open_store()?;
     match show {
         None => {
             let list = store.conversations()?;
@@ -346,7 +325,7 @@ fn history(show: Option<HistoryCmd>) -> anyhow::Result<ExitCode> {
 }
 
 fn profile() -> anyhow::Result<ExitCode> {
-    let store = open_store()?;
+    let store = crate::session::open_store()?;
     let facts = store.facts()?;
     if facts.is_empty() {
         println!("revis has not learned anything about you yet");

@@ -4,6 +4,7 @@
 mod commands;
 mod input;
 mod nodes;
+mod session;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use anyhow::bail;
 use clap::Args;
+use revis_client::dispatch::{Deadlines, Dispatcher, Offload, Placement};
 use revis_client::nodes::{Health, find_unpaired, names, node_rows, probe};
 use revis_client::{Client, Discovered, Keyring, PairingCode, interfaces_from_env};
-use revis_client::dispatch::{Deadlines, Dispatcher, Offload, Placement};
 use revis_client::{DaemonStatus, Tier};
 use serde_json::json;
 
@@ -262,10 +262,10 @@ pub async fn offload(socket: &std::path::Path, explicit: bool, a: OffloadArgs) -
         bail!("no node is paired yet; pair one first (`revis pair NODE`)");
     }
     drop(keyring);
-    let store = crate::commands::open_store()?;
+    let store = crate::session::open_store()?;
     let setting = Offload { enabled: a.switch == OnOff::On, node: a.node.clone(), keep_local: a.keep_local };
     revis_orchestrator::offload::save(&store, a.tier, &setting)?;
-    let local = crate::commands::connect_or_start(socket, explicit).await?;
+    let local = crate::session::connect_or_start(socket, explicit).await?;
     let d = dispatcher(local, revis_orchestrator::offload::load_all(&store)).await;
     d.refresh().await;
     if a.switch == OnOff::Off {
@@ -289,7 +289,7 @@ pub async fn placement_lines(local: &Client) -> Option<Vec<String>> {
     if !matches!(local.target(), revis_client::Target::Socket(_)) {
         return None;
     }
-    let store = crate::commands::open_store().ok()?;
+    let store = crate::session::open_store().ok()?;
     let offload = revis_orchestrator::offload::load_all(&store);
     if !offload.values().any(|o| o.enabled) {
         return None;

@@ -14,7 +14,6 @@ use ureq::tls::{RootCerts, TlsConfig};
 use crate::error::{Error, Result};
 use crate::hash::{self, BUF_SIZE};
 use crate::progress::{Meter, Progress};
-use crate::pull::PullOptions;
 
 /// Index pages larger than this are refused (pypi.org's largest are a few MB).
 const MAX_PAGE_BYTES: u64 = 32 * 1024 * 1024;
@@ -27,16 +26,16 @@ const MAX_PAGE_BYTES: u64 = 32 * 1024 * 1024;
 /// quickly, and each read is bounded by `read_timeout` so a stalled transfer
 /// fails rather than hangs. HTTP error statuses are returned, not raised, so
 /// the caller can name the URL.
-pub(crate) fn agent(opts: &PullOptions) -> Agent {
+pub(crate) fn agent(connect_timeout: Duration, read_timeout: Duration) -> Agent {
     let tls = TlsConfig::builder().root_certs(RootCerts::PlatformVerifier).build();
     Agent::config_builder()
         .tls_config(tls)
         .http_status_as_error(false)
         .user_agent(concat!("revis/", env!("CARGO_PKG_VERSION")))
-        .timeout_resolve(Some(opts.connect_timeout))
-        .timeout_connect(Some(opts.connect_timeout))
-        .timeout_recv_response(Some(opts.read_timeout))
-        .timeout_per_read(Some(opts.read_timeout))
+        .timeout_resolve(Some(connect_timeout))
+        .timeout_connect(Some(connect_timeout))
+        .timeout_recv_response(Some(read_timeout))
+        .timeout_per_read(Some(read_timeout))
         .build()
         .new_agent()
 }

@@ -82,7 +82,7 @@ pub fn pull(entry: &CatalogEntry, models_dir: &Path, opts: &PullOptions) -> Resu
     }
     fs::create_dir_all(models_dir).map_err(|e| Error::io("create", models_dir, e))?;
 
-    let agent = http::agent(opts);
+    let agent = http::agent(opts.connect_timeout, opts.read_timeout);
     let mut failures = Vec::new();
     for source in entry.sources {
         tracing::info!(model = entry.name, %source, "fetching");

@@ -1,0 +1,34 @@
+//! What the commands share: the client's store, and the way to this
+//! machine's daemon (connect, or start one on the default socket). Both
+//! `commands` and `nodes` use it; neither uses the other's internals.
+
+use std::io::IsTerminal;
+
+use revis_client::{Client, SpawnOptions};
+use revis_store::Store;
+
+/// The daemon on `socket`, never started here (a socket the user chose is
+/// theirs to run; `advise` says how).
+pub async fn connect(socket: &std::path::Path) -> anyhow::Result<Client> {
+    Ok(Client::connect(socket).await?)
+}
+
+/// The first command of a new user just works: with no daemon on the
+/// default socket, start one (pulling the default model first).
+pub async fn connect_or_start(socket: &std::path::Path, explicit: bool) -> anyhow::Result<Client> {
+    if explicit {
+        return connect(socket).await;
+    }
+    let opts = SpawnOptions { pull_default_model: true, progress: std::io::stderr().is_terminal(), ..Default::default() };
+    Ok(Client::connect_or_start(socket, &opts).await?)
+}
+
+/// The client's database in its default place; a recovered one is reported.
+pub fn open_store() -> anyhow::Result<Store> {
+    let dir = Store::default_dir()?;
+    let opened = Store::open(&dir)?;
+    if let Some(r) = &opened.recovered {
+        eprintln!("revis: {r}");
+    }
+    Ok(opened.store)
+}
