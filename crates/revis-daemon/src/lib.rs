@@ -8,9 +8,9 @@ pub mod config;
 pub mod error;
 pub mod registry;
 pub mod remote;
+pub mod rpc;
 pub mod scheduler;
 pub mod server;
-pub mod service;
 pub mod socket;
 pub mod validate;
 

@@ -21,8 +21,8 @@ use crate::authority::AuthorityFix;
 use crate::config::Config;
 use crate::registry::Registry;
 use crate::remote::Remote;
+use crate::rpc::{Core, run_queue};
 use crate::scheduler::Queue;
-use crate::service::{Daemon, run_queue};
 use crate::validate::GRPC_MAX_MESSAGE_BYTES;
 
 /// How long running work may go on after a shutdown signal before it is cancelled.
@@ -73,13 +73,13 @@ pub async fn run(
     // all of them: a finished job gives its place back a moment before the
     // worker takes the next one off the queue, and the call admitted in that
     // moment must not find the queue full.
-    let queue = Arc::new(Queue::new(config.queue_capacity + 1, |t: &crate::service::Task| t.job.abandoned()));
+    let queue = Arc::new(Queue::new(config.queue_capacity + 1, |t: &crate::rpc::Task| t.job.abandoned()));
     let closing = Arc::new(AtomicBool::new(false));
     let remote = Remote::new(config.server.clone(), config.tiers.keys().cloned().collect())?;
     let admission = Admission::new(config.queue_capacity);
-    let daemon = Daemon {
+    let daemon = Core {
         admission: admission.clone(),
-        tokenizers: Arc::new(crate::service::tokenizer_pool()),
+        tokenizers: Arc::new(crate::rpc::tokenizer_pool()),
         remote: remote.clone(),
         registry: registry.clone(),
         queue: queue.clone(),
@@ -91,8 +91,8 @@ pub async fn run(
     tokio::spawn(registry.clone().unload_idle_models());
 
     let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_serving::<pb::inference_server::InferenceServer<Daemon>>().await;
-    health.set_serving::<pb::admin_server::AdminServer<Daemon>>().await;
+    health.set_serving::<pb::inference_server::InferenceServer<Core>>().await;
+    health.set_serving::<pb::admin_server::AdminServer<Core>>().await;
     // Reflection v1, and v1alpha for the tools that speak only that
     // (grpcio-reflection, older grpcurl).
     let reflection_builder = || {
@@ -124,8 +124,8 @@ pub async fn run(
         let health = health.clone();
         async move {
             let _ = stop_rx.await;
-            health.set_not_serving::<pb::inference_server::InferenceServer<Daemon>>().await;
-            health.set_not_serving::<pb::admin_server::AdminServer<Daemon>>().await;
+            health.set_not_serving::<pb::inference_server::InferenceServer<Core>>().await;
+            health.set_not_serving::<pb::admin_server::AdminServer<Core>>().await;
             health.set_service_status("", tonic_health::ServingStatus::NotServing).await;
         }
     };

@@ -75,7 +75,7 @@ pub struct Advertisement {
 /// (goodbye packets, so browsers drop it within about a second) and stops
 /// the mDNS daemon; dropping it does the same without waiting.
 pub struct Advertiser {
-    daemon: Daemon,
+    daemon: Mdns,
     fullname: String,
 }
 
@@ -106,7 +106,7 @@ impl Advertiser {
     pub fn start(ad: &Advertisement, interfaces: &Interfaces) -> Result<Advertiser> {
         let info = service_info(ad, interfaces)?;
         let fullname = info.get_fullname().to_owned();
-        let daemon = Daemon::start(interfaces)?;
+        let daemon = Mdns::start(interfaces)?;
         daemon.inner.register(info).map_err(mdns("registering the advertisement"))?;
         Ok(Advertiser { daemon, fullname })
     }
@@ -140,7 +140,7 @@ impl Advertiser {
 /// `id`, without a valid `name`, or without an IPv4 address.
 pub async fn browse(interfaces: &Interfaces, wait: Duration, mut done: impl FnMut(&[Discovered]) -> bool) -> Result<Vec<Discovered>> {
     let deadline = tokio::time::Instant::now() + wait;
-    let daemon = Daemon::start(interfaces)?;
+    let daemon = Mdns::start(interfaces)?;
     let events = daemon.inner.browse(SERVICE_TYPE).map_err(mdns("browsing"))?;
     let mut found = Found::default();
     loop {
@@ -216,17 +216,17 @@ fn interface_exists(name: &str) -> bool {
 
 /// An mDNS daemon (mdns-sd runs it on a thread of its own), stopped when
 /// dropped.
-struct Daemon {
+struct Mdns {
     inner: ServiceDaemon,
     stopped: bool,
 }
 
-impl Daemon {
+impl Mdns {
     /// Checks the interfaces, then starts a daemon restricted to them.
-    fn start(interfaces: &Interfaces) -> Result<Daemon> {
+    fn start(interfaces: &Interfaces) -> Result<Mdns> {
         interfaces.check()?;
         let inner = ServiceDaemon::new().map_err(mdns("starting mDNS"))?;
-        let daemon = Daemon { inner, stopped: false };
+        let daemon = Mdns { inner, stopped: false };
         interfaces.restrict(&daemon.inner)?;
         Ok(daemon)
     }
@@ -244,7 +244,7 @@ impl Daemon {
     }
 }
 
-impl Drop for Daemon {
+impl Drop for Mdns {
     fn drop(&mut self) {
         if !self.stopped {
             // Best effort: it fails only if the thread is gone already.

@@ -52,8 +52,10 @@ pub async fn run_queue(queue: Arc<Queue<Task>>, registry: Arc<Registry>) {
     }
 }
 
+/// What the daemon's gRPC services share: its models, queue, config,
+/// server mode and admission. Cloned into each service.
 #[derive(Clone)]
-pub struct Daemon {
+pub struct Core {
     pub registry: Arc<Registry>,
     pub queue: Arc<Queue<Task>>,
     pub config: Arc<Config>,
@@ -83,7 +85,7 @@ pub fn tokenizer_pool() -> rayon::ThreadPool {
         .expect("start the tokenizer threads")
 }
 
-impl Daemon {
+impl Core {
     /// Refuses new work once shutdown began, before any model is loaded for it.
     fn open(&self) -> Result<(), DaemonError> {
         if self.closing.load(Ordering::SeqCst) {
@@ -160,7 +162,7 @@ async fn blocking<T: Send + 'static>(
 }
 
 #[tonic::async_trait]
-impl pb::inference_server::Inference for Daemon {
+impl pb::inference_server::Inference for Core {
     type GenerateStream = EventStream;
 
     async fn generate(&self, req: Request<pb::GenerateRequest>) -> Result<Response<EventStream>, Status> {
@@ -271,7 +273,7 @@ impl pb::inference_server::Inference for Daemon {
 }
 
 #[tonic::async_trait]
-impl pb::admin_server::Admin for Daemon {
+impl pb::admin_server::Admin for Core {
     async fn status(&self, req: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
         // Paired devices see the tiers and the load, not this machine's
         // pairings, file paths or process ID.
