@@ -6,12 +6,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use revis_proto::Tier;
 use serde::Deserialize;
-
-/// The three tiers, in order.
-pub const TIERS: [&str; 3] = ["tier1", "tier2", "tier3"];
-/// The tier a request without one goes to.
-pub const DEFAULT_TIER: &str = "tier2";
 
 /// The file as written. Unknown keys are errors, so a typo is not ignored.
 #[derive(Debug, Default, Deserialize)]
@@ -82,7 +78,7 @@ pub struct Config {
     pub max_tokens_limit: u32,
     pub default_max_tokens: u32,
     /// tier name → the model it uses.
-    pub tiers: BTreeMap<String, TierModel>,
+    pub tiers: BTreeMap<Tier, TierModel>,
     pub server: ServerConfig,
 }
 
@@ -182,13 +178,13 @@ impl Config {
         let keep_alive_s = range("daemon.keep_alive_s", d.keep_alive_s, 300, 0, 30 * 86_400)?;
 
         for name in raw.tiers.keys() {
-            if !TIERS.contains(&name.as_str()) {
+            if name.parse::<Tier>().is_err() {
                 return Err(field(&format!("tiers.{name}"), "is not a tier; the tiers are tier1, tier2 and tier3".into()));
             }
         }
         let mut tiers = BTreeMap::new();
-        for tier in TIERS {
-            let t = raw.tiers.get(tier);
+        for tier in Tier::ALL {
+            let t = raw.tiers.get(tier.as_str());
             let f = |k: &str| format!("tiers.{tier}.{k}");
             let name = t.and_then(|t| t.model.clone()).unwrap_or_else(|| revis_models::DEFAULT_MODEL.to_owned());
             let path = resolve_model(&name, models_dir).map_err(|m| field(&f("model"), m))?;
@@ -201,11 +197,11 @@ impl Config {
                 cache_slots,
                 cache_budget_bytes: (range(&f("cache_budget_mb"), t.and_then(|t| t.cache_budget_mb), cache_mb, 0, 1 << 20)? << 20) as usize,
             };
-            tiers.insert(tier.to_owned(), model);
+            tiers.insert(tier, model);
         }
         // Tiers that share a model load it once, so they must agree on how.
         for (a, ma) in &tiers {
-            for (b, mb) in tiers.range::<String, _>((std::ops::Bound::Excluded(a.clone()), std::ops::Bound::Unbounded)) {
+            for (b, mb) in tiers.range((std::ops::Bound::Excluded(*a), std::ops::Bound::Unbounded)) {
                 if ma.path == mb.path && ma != mb {
                     return Err(field(
                         &format!("tiers.{b}"),

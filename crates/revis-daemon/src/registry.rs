@@ -2,6 +2,7 @@
 //! several tiers is loaded once), each model's state (unloaded, loading,
 //! ready), loading on first use, and unloading after an idle time.
 
+use revis_proto::Tier;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -100,7 +101,7 @@ impl Model {
 pub struct Registry {
     engine: Engine,
     /// tier → model
-    tiers: BTreeMap<String, Arc<Model>>,
+    tiers: BTreeMap<Tier, Arc<Model>>,
     keep_alive: Option<Duration>,
 }
 
@@ -110,7 +111,7 @@ impl Registry {
         let mut tiers = BTreeMap::new();
         for (tier, m) in &config.tiers {
             let model = by_path.entry(m.path.clone()).or_insert_with(|| Arc::new(Model::new(m))).clone();
-            tiers.insert(tier.clone(), model);
+            tiers.insert(*tier, model);
         }
         Registry { engine, tiers, keep_alive: config.keep_alive }
     }
@@ -119,18 +120,18 @@ impl Registry {
         &self.engine
     }
 
-    pub fn tier(&self, tier: &str) -> Option<&Arc<Model>> {
-        self.tiers.get(tier)
+    pub fn tier(&self, tier: Tier) -> Option<&Arc<Model>> {
+        self.tiers.get(&tier)
     }
 
-    pub fn tiers(&self) -> impl Iterator<Item = (&String, &Arc<Model>)> {
-        self.tiers.iter()
+    pub fn tiers(&self) -> impl Iterator<Item = (Tier, &Arc<Model>)> {
+        self.tiers.iter().map(|(t, m)| (*t, m))
     }
 
     /// Tiers other than `tier` served by the same model.
-    pub fn shared_with(&self, tier: &str) -> Vec<String> {
-        let Some(m) = self.tiers.get(tier) else { return Vec::new() };
-        self.tiers.iter().filter(|(t, o)| *t != tier && Arc::ptr_eq(o, m)).map(|(t, _)| t.clone()).collect()
+    pub fn shared_with(&self, tier: Tier) -> Vec<Tier> {
+        let Some(m) = self.tiers.get(&tier) else { return Vec::new() };
+        self.tiers.iter().filter(|(t, o)| **t != tier && Arc::ptr_eq(o, m)).map(|(t, _)| *t).collect()
     }
 
     /// Every distinct model once.

@@ -2,6 +2,7 @@
 //! (Status, LoadModel, UnloadModel, Purge), over the registry and the queue.
 
 use std::path::Path;
+
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,6 +13,7 @@ use revis_engine::{
     Delta, EngineError, FinishReason, Finished, GenerateJob, Job, PrefillJob, ScoreJob, build_prompt, build_score_prefix,
     build_static_prompt,
 };
+use revis_proto::Tier;
 use revis_proto::v1 as pb;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::Stream;
@@ -112,13 +114,13 @@ impl Core {
     /// A tier as Status shows it. Over the network (`remote`) without local
     /// file paths, which name this machine's user: the model is its catalog
     /// name, or only the file's name when the config gave a path.
-    fn tier_status(&self, tier: &str, remote: bool) -> pb::TierStatus {
+    fn tier_status(&self, tier: Tier, remote: bool) -> pb::TierStatus {
         let Some(model) = self.registry.tier(tier) else { return pb::TierStatus::default() };
         let view = model.view();
         let stats = self.registry.engine().stats().remove(&model.key).unwrap_or_default();
         let ready = view.phase == Phase::Ready;
         pb::TierStatus {
-            tier: tier.to_owned(),
+            tier: tier.to_string(),
             model: if remote {
                 Path::new(&model.name).file_name().map_or_else(|| model.name.clone(), |f| f.to_string_lossy().into_owned())
             } else {
@@ -134,12 +136,12 @@ impl Core {
             cached_prefixes: if ready { stats.cached_prefixes } else { 0 },
             cache_bytes: if ready { stats.cache_bytes } else { 0 },
             context_tokens: view.n_ctx.unwrap_or(model.spec.n_ctx),
-            shared_with: self.registry.shared_with(tier),
+            shared_with: self.registry.shared_with(tier).iter().map(Tier::to_string).collect(),
         }
     }
 }
 
-fn too_long(tokens: usize, n_ctx: u32, tier: &str) -> DaemonError {
+fn too_long(tokens: usize, n_ctx: u32, tier: Tier) -> DaemonError {
     DaemonError::Invalid(format!(
         "the prompt is {tokens} tokens; {tier}'s context holds {n_ctx} tokens (config daemon.context), so shorten the conversation"
     ))
@@ -187,7 +189,7 @@ impl pb::inference_server::Inference for Core {
         .await?;
         let n_ctx = lease.tokenizer.n_ctx();
         if prompt.tokens.len() >= n_ctx as usize {
-            return Err(too_long(prompt.tokens.len(), n_ctx, &v.tier).into());
+            return Err(too_long(prompt.tokens.len(), n_ctx, v.tier).into());
         }
         let started = pb::Started { model: v.model.name.clone(), prompt_tokens: prompt.tokens.len() as u32 };
         let (engine_tx, engine_rx) = mpsc::unbounded_channel();
@@ -225,7 +227,7 @@ impl pb::inference_server::Inference for Core {
         let prompt = blocking(&self.tokenizers, move || build_static_prompt(tok.as_ref(), &messages)).await?;
         let n_ctx = lease.tokenizer.n_ctx();
         if prompt.tokens.len() >= n_ctx as usize {
-            return Err(too_long(prompt.tokens.len(), n_ctx, &v.tier).into());
+            return Err(too_long(prompt.tokens.len(), n_ctx, v.tier).into());
         }
         let (done_tx, done) = oneshot::channel();
         let task = Task {
@@ -252,7 +254,7 @@ impl pb::inference_server::Inference for Core {
         .await?;
         let n_ctx = lease.tokenizer.n_ctx();
         if prefix.len() + continuation.len() >= n_ctx as usize {
-            return Err(too_long(prefix.len() + continuation.len(), n_ctx, &v.tier).into());
+            return Err(too_long(prefix.len() + continuation.len(), n_ctx, v.tier).into());
         }
         let (done_tx, done) = oneshot::channel();
         let task = Task {
@@ -299,7 +301,7 @@ impl pb::admin_server::Admin for Core {
         let (tier, model) = validate::tier(&self.registry, &req.get_ref().tier)?;
         let t0 = Instant::now();
         self.registry.load(model).await.map_err(DaemonError::from)?;
-        Ok(Response::new(pb::LoadModelResponse { tier: Some(self.tier_status(&tier, false)), elapsed_ms: t0.elapsed().as_millis() as u64 }))
+        Ok(Response::new(pb::LoadModelResponse { tier: Some(self.tier_status(tier, false)), elapsed_ms: t0.elapsed().as_millis() as u64 }))
     }
 
     async fn unload_model(&self, req: Request<pb::UnloadModelRequest>) -> Result<Response<pb::UnloadModelResponse>, Status> {
@@ -308,7 +310,7 @@ impl pb::admin_server::Admin for Core {
         let rss_before_bytes = revis_engine::rss_bytes();
         self.registry.unload(model).await.map_err(DaemonError::from)?;
         Ok(Response::new(pb::UnloadModelResponse {
-            tier: Some(self.tier_status(&tier, false)),
+            tier: Some(self.tier_status(tier, false)),
             rss_before_bytes,
             rss_after_bytes: revis_engine::rss_bytes(),
         }))

@@ -75,7 +75,7 @@ pub async fn run(
     // moment must not find the queue full.
     let queue = Arc::new(Queue::new(config.queue_capacity + 1, |t: &crate::rpc::Task| t.job.abandoned()));
     let closing = Arc::new(AtomicBool::new(false));
-    let remote = Remote::new(config.server.clone(), config.tiers.keys().cloned().collect())?;
+    let remote = Remote::new(config.server.clone(), config.tiers.keys().map(|t| t.to_string()).collect())?;
     let admission = Admission::new(config.queue_capacity);
     let daemon = Core {
         admission: admission.clone(),

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use revis_engine::{Message, Role, Sampling};
 use revis_proto::v1 as pb;
 
-use crate::config::{Config, DEFAULT_TIER};
+use revis_proto::Tier;
+
+use crate::config::Config;
 use crate::error::DaemonError;
 use crate::registry::{Model, Registry};
 use crate::scheduler::Priority;
@@ -27,7 +29,7 @@ fn invalid(msg: impl Into<String>) -> DaemonError {
 }
 
 pub struct ValidGenerate {
-    pub tier: String,
+    pub tier: Tier,
     pub model: Arc<Model>,
     pub messages: Vec<Message>,
     pub static_count: usize,
@@ -42,26 +44,24 @@ pub struct ValidGenerate {
 }
 
 pub struct ValidPrefill {
-    pub tier: String,
+    pub tier: Tier,
     pub model: Arc<Model>,
     pub messages: Vec<Message>,
     pub priority: Priority,
 }
 
 pub struct ValidScore {
-    pub tier: String,
+    pub tier: Tier,
     pub model: Arc<Model>,
     pub messages: Vec<Message>,
     pub prefix: String,
     pub continuation: String,
 }
 
-pub fn tier<'a>(registry: &'a Registry, tier: &str) -> Result<(String, &'a Arc<Model>), DaemonError> {
-    let name = if tier.is_empty() { DEFAULT_TIER } else { tier };
-    registry
-        .tier(name)
-        .map(|m| (name.to_owned(), m))
-        .ok_or_else(|| invalid(format!("unknown tier {name:?}; the tiers are tier1, tier2 and tier3")))
+pub fn tier<'a>(registry: &'a Registry, tier: &str) -> Result<(Tier, &'a Arc<Model>), DaemonError> {
+    let unknown = || invalid(format!("unknown tier {tier:?}; the tiers are tier1, tier2 and tier3"));
+    let tier = Tier::from_wire(tier).map_err(|_| unknown())?;
+    registry.tier(tier).map(|m| (tier, m)).ok_or_else(unknown)
 }
 
 fn utf8(field: &str, bytes: &[u8]) -> Result<String, DaemonError> {
