@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use revis_client::v1 as pb;
+use revis_client::{Done, Sampling, Tier};
 use revis_orchestrator::Policies;
 use revis_orchestrator::conversation::Chat;
 use revis_store::Store;
@@ -39,12 +39,12 @@ fn seed(store: &Store, words: usize) -> anyhow::Result<revis_store::Conversation
     Ok(conv)
 }
 
-async fn one_turn(d: &Daemon, store: &Store, words: usize, warm: bool) -> anyhow::Result<(f64, pb::Done)> {
-    d.client.clone().admin.purge(pb::PurgeRequest::default()).await?;
+async fn one_turn(d: &Daemon, store: &Store, words: usize, warm: bool) -> anyhow::Result<(f64, Done)> {
+    d.client.purge(Tier::DEFAULT).await?;
     let conv = seed(store, words)?;
     let mut chat = Chat::new(d.client.clone(), store.clone(), conv, Policies::default());
-    chat.sampling = Some(pb::Sampling { temperature: Some(0.0), ..Default::default() });
-    chat.max_tokens = 4;
+    chat.sampling = Sampling { temperature: Some(0.0), ..Default::default() };
+    chat.max_tokens = Some(4);
     if warm {
         chat.typing_started()?;
         // The user types for two seconds (that is the scenario, not a synchronisation).

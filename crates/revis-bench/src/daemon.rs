@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use revis_client::Client;
-use revis_client::v1 as pb;
+use revis_client::wire::v1 as pb;
 
 use crate::proc::{set_parent_death_signal, wait_timeout};
 
@@ -211,9 +211,10 @@ pub async fn generate(
         max_tokens,
         ..Default::default()
     };
+    // The raw stub: this measures the wire, one call, no retry.
     let run = async move {
         let sent = Instant::now();
-        let mut stream = client.generate(req).await?;
+        let mut stream = client.inference.generate(req).await?.into_inner();
         let mut first = None;
         while let Some(ev) = stream.message().await? {
             match ev.event {

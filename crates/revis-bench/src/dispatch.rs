@@ -21,9 +21,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use revis_client::v1 as pb;
-use revis_orchestrator::dispatch::{Deadlines, Dispatcher, Offload, Placement};
-use revis_orchestrator::{Background, Daemon as _, Gates};
+use revis_client::dispatch::{Deadlines, Dispatcher, Offload, Placement};
+use revis_client::{GenerateParams, Message, Priority, Runner as _, Sampling, Tier};
+use revis_orchestrator::{Background, Gates};
 use revis_testkit::netns::NetnsPair;
 use serde_json::json;
 
@@ -76,14 +76,14 @@ async fn port(node: &Daemon) -> anyhow::Result<u16> {
     Ok(addr.port())
 }
 
-fn task(i: usize, max_tokens: u32) -> pb::GenerateRequest {
+fn task(i: usize, max_tokens: u32) -> GenerateParams {
     let topics = ["rivers", "bread", "clocks", "owls", "bridges", "tea", "maps", "snow", "bees", "ships"];
-    pb::GenerateRequest {
-        tier: "tier2".into(),
-        messages: vec![revis_client::message(pb::Role::User, &format!("Write three sentences about {}.", topics[i % topics.len()]))],
-        sampling: Some(pb::Sampling { temperature: Some(0.0), ..Default::default() }),
-        max_tokens,
-        priority: pb::Priority::Background as i32,
+    GenerateParams {
+        tier: Tier::Tier2,
+        messages: vec![Message::user(format!("Write three sentences about {}.", topics[i % topics.len()]))],
+        sampling: Sampling { temperature: Some(0.0), ..Default::default() },
+        max_tokens: Some(max_tokens),
+        priority: Priority::Background,
         ..Default::default()
     }
 }
@@ -100,7 +100,7 @@ async fn burst(d: &Dispatcher, n: usize, max_tokens: u32) -> anyhow::Result<f64>
         .collect();
     let mut tokens = 0u64;
     for j in jobs {
-        tokens += u64::from(j.await?.map_err(|s| anyhow::anyhow!("a task failed: {}", s.message()))?.generated_tokens);
+        tokens += u64::from(j.await?.map_err(|e| anyhow::anyhow!("a task failed: {}", e.message))?.generated_tokens);
     }
     Ok(tokens as f64 / t0.elapsed().as_secs_f64())
 }
@@ -115,10 +115,10 @@ pub async fn run(revisd: &Path, model: &Path, s: &Settings) -> anyhow::Result<Re
     let addr = SocketAddr::from(([127, 0, 0, 1], port(&node).await?));
     let keyring = Arc::new(pair(&mut node, keys.path(), addr).await?.0);
     let one = Dispatcher::new(here.client.clone(), None, None, BTreeMap::new(), Deadlines::default());
-    let offload = BTreeMap::from([("tier2".to_owned(), Offload { enabled: true, node: None, keep_local: true })]);
+    let offload = BTreeMap::from([(Tier::Tier2, Offload { enabled: true, node: None, keep_local: true })]);
     let two = Dispatcher::new(here.client.clone(), Some(keyring), None, offload, Deadlines::default());
     two.refresh().await;
-    if two.placements()["tier2"] != Placement::Node(NODE_NAME.into()) {
+    if two.placements()[&Tier::Tier2] != Placement::Node(NODE_NAME.into()) {
         bail!("the node is not healthy: {:?}", two.nodes());
     }
     // Warm-up: both models loaded, speeds measured.
@@ -178,17 +178,17 @@ fn fallback_trials(revisd: &Path, model: &Path, trials: u32, context: u32, batch
             let keys = tempfile::tempdir()?;
             let addr = SocketAddr::from((net.a.addr, port(&node).await?));
             let (keyring, _) = pair(&mut node, keys.path(), addr).await?;
-            let offload = BTreeMap::from([("tier2".to_owned(), Offload { enabled: true, node: None, keep_local: false })]);
+            let offload = BTreeMap::from([(Tier::Tier2, Offload { enabled: true, node: None, keep_local: false })]);
             let deadlines = Deadlines { gap: GAP, ..Deadlines::default() };
             let d = Dispatcher::new(here.client.clone(), Some(Arc::new(keyring)), None, offload, deadlines);
             d.refresh().await;
-            if d.placements()["tier2"] != Placement::Node(NODE_NAME.into()) {
+            if d.placements()[&Tier::Tier2] != Placement::Node(NODE_NAME.into()) {
                 bail!("the node is not healthy: {:?}", d.nodes());
             }
             let pid = node.pid().context("the node is running")?;
             let mut req = task(trial as usize, 300);
-            req.priority = pb::Priority::User as i32;
-            req.messages = vec![revis_client::message(pb::Role::User, "Write a long story about a dragon who learns to fly.")];
+            req.priority = Priority::User;
+            req.messages = vec![Message::user("Write a long story about a dragon who learns to fly.")];
             let (mut deltas, mut failed_at, mut resumed) = (0, None::<Instant>, None::<Instant>);
             let d2 = d.clone();
             d.generate(req, |_| {
@@ -209,7 +209,7 @@ fn fallback_trials(revisd: &Path, model: &Path, trials: u32, context: u32, batch
                 }
             })
             .await
-            .map_err(|s| anyhow::anyhow!("the answer failed: {}", s.message()))?;
+            .map_err(|e| anyhow::anyhow!("the answer failed: {}", e.message))?;
             if kind == Failure::Cut {
                 net.set_link(true);
             }

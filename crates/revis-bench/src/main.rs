@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use revis_client::v1 as pb;
+use revis_client::wire::v1 as pb;
 
 use crate::report::{Combo, Run, Samples};
 
@@ -482,7 +482,7 @@ async fn measure(setup: &Setup, model: &report::Model, threads: u32, s: &mut Sam
 }
 
 async fn measure_daemon(setup: &Setup, model: &report::Model, d: &mut daemon::Daemon, s: &mut Samples) -> anyhow::Result<()> {
-    let msg = revis_client::message;
+    let msg = revis_client::wire::message;
     let user = pb::Role::User;
     d.generate(vec![msg(user, prompts::WARMUP_PROMPT)], None, 8).await?;
 
@@ -535,5 +535,5 @@ fn to_pb(m: &revis_engine::Message) -> pb::ChatMessage {
         revis_engine::Role::User => pb::Role::User,
         revis_engine::Role::Assistant => pb::Role::Assistant,
     };
-    revis_client::message(role, &m.content)
+    revis_client::wire::message(role, &m.content)
 }

@@ -10,7 +10,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use revis_client::{Client, Keyring, Node, v1 as pb};
+use revis_client::wire::v1 as pb;
+use revis_client::{Client, Keyring, Node};
 use serde_json::json;
 
 use crate::daemon::{self, Daemon};
@@ -162,7 +163,7 @@ async fn measure(d: &mut Daemon, s: &Settings) -> anyhow::Result<RemoteRun> {
     out.loads.extend(machine::load_average().map(|l| l[0]));
 
     // 1. Decode: the same greedy request, after a Purge each time.
-    let decode = vec![revis_client::message(pb::Role::User, prompts::DECODE_PROMPT)];
+    let decode = vec![revis_client::wire::message(pb::Role::User, prompts::DECODE_PROMPT)];
     for tr in Transport::ALL {
         d.purge().await?;
         let client = if tr == Transport::Socket { &mut d.client } else { &mut tls };
@@ -193,7 +194,8 @@ async fn measure(d: &mut Daemon, s: &Settings) -> anyhow::Result<RemoteRun> {
 
     // 2. New connections: connect, then a short Generate on a cached prefix.
     out.loads.extend(machine::load_average().map(|l| l[0]));
-    let short = vec![revis_client::message(pb::Role::System, SHORT_SYSTEM), revis_client::message(pb::Role::User, SHORT_PROMPT)];
+    let short =
+        vec![revis_client::wire::message(pb::Role::System, SHORT_SYSTEM), revis_client::wire::message(pb::Role::User, SHORT_PROMPT)];
     daemon::generate(&mut d.client, short.clone(), Some(1), SHORT_MAX_TOKENS).await?;
     for i in 0..s.connections {
         eprintln!("revis-bench: new connections {}/{}", i + 1, s.connections);

@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use revis_client::{Client, v1 as pb};
+use revis_client::{CallError, Client, Code, Event, GenerateParams, Message, Tier};
 use revis_testkit::{HeldSocket, activated_revisd};
 
-use super::{CallError, Tally, code_name, is_transport, status_detail};
+use super::{Failure, Tally, code_name, status_detail};
 use crate::daemon::{Launch, log_tail, write_config};
 use crate::proc::set_parent_death_signal;
 
@@ -162,7 +162,7 @@ pub async fn run(model: &Path, launch: Launch<'_>, s: &Settings, seed: u64) -> a
         Err(e) => Err(format!("{e:#}")),
         Ok(()) => match Client::connect(&held.path).await {
             Err(e) => Err(e.to_string()),
-            Ok(mut c) => match tokio::time::timeout(s.deadline, generate(&mut c)).await {
+            Ok(c) => match tokio::time::timeout(s.deadline, generate(&c)).await {
                 Ok(Ok(_)) => Ok(()),
                 Ok(Err((e, _))) => Err(e.detail()),
                 Err(_) => Err(format!("no answer within {} s", s.deadline.as_secs())),
@@ -183,24 +183,24 @@ pub async fn run(model: &Path, launch: Launch<'_>, s: &Settings, seed: u64) -> a
 /// A Generate through the client library (which sends it again once when
 /// the connection failed before its first event), read to Done. Returns
 /// whether any text had come.
-async fn generate(c: &mut Client) -> std::result::Result<(), (CallError, bool)> {
-    let req = pb::GenerateRequest {
-        tier: "tier2".into(),
-        messages: vec![revis_client::message(pb::Role::User, "Count from one to ten.")],
-        max_tokens: CLIENT_TOKENS,
+async fn generate(c: &Client) -> std::result::Result<(), (Failure, bool)> {
+    let req = GenerateParams {
+        tier: Tier::Tier2,
+        messages: vec![Message::user("Count from one to ten.")],
+        max_tokens: Some(CLIENT_TOKENS),
         ..Default::default()
     };
-    let mut stream = c.generate(req).await.map_err(|e| (e.into(), false))?;
+    let mut stream = c.generate(&req).await.map_err(|e| (e.into(), false))?;
     let mut text = false;
     loop {
-        match stream.message().await {
-            Ok(Some(ev)) => match ev.event {
-                Some(pb::generate_event::Event::Delta(d)) if !d.text.is_empty() => text = true,
-                Some(pb::generate_event::Event::Done(_)) => return Ok(()),
+        match stream.next().await {
+            Ok(Some(ev)) => match ev {
+                Event::Delta { text: t, .. } if !t.is_empty() => text = true,
+                Event::Done(_) => return Ok(()),
                 _ => {}
             },
-            Ok(None) => return Err((CallError::Other("the stream ended without Done".into()), text)),
-            Err(s) => return Err((s.into(), text)),
+            Ok(None) => return Err((Failure::Other("the stream ended without Done".into()), text)),
+            Err(e) => return Err((e.into(), text)),
         }
     }
 }
@@ -208,7 +208,7 @@ async fn generate(c: &mut Client) -> std::result::Result<(), (CallError, bool)> 
 /// Generate after Generate until told to stop, each bounded by `deadline`.
 async fn client_loop(socket: PathBuf, stop: Arc<AtomicBool>, deadline: Duration) -> Tally {
     let mut tally = Tally::default();
-    let mut client = match Client::connect(&socket).await {
+    let client = match Client::connect(&socket).await {
         Ok(c) => c,
         Err(e) => {
             tally.fail("connect", "error", e.to_string());
@@ -217,7 +217,7 @@ async fn client_loop(socket: PathBuf, stop: Arc<AtomicBool>, deadline: Duration)
     };
     while !stop.load(Ordering::Relaxed) {
         let kind = "Generate";
-        match tokio::time::timeout(deadline, generate(&mut client)).await {
+        match tokio::time::timeout(deadline, generate(&client)).await {
             Ok(Ok(())) => tally.ok(kind, "answered"),
             Ok(Err((e, mid))) => record(&mut tally, kind, e, mid),
             Err(_) => tally.fail(kind, "hang", format!("no end within {} s", deadline.as_secs())),
@@ -227,33 +227,32 @@ async fn client_loop(socket: PathBuf, stop: Arc<AtomicBool>, deadline: Duration)
 }
 
 /// A failed call, counted: clean and retryable, or a failure (see [`classify`]).
-fn record(tally: &mut Tally, kind: &str, e: CallError, mid_answer: bool) {
+fn record(tally: &mut Tally, kind: &str, e: Failure, mid_answer: bool) {
     match e {
-        CallError::Status(st) => classify(tally, kind, &st, mid_answer),
-        CallError::NotRunning(_) => tally.ok(kind, NOT_RUNNING),
-        CallError::Other(t) => tally.fail(kind, "error", t),
+        Failure::Call(e) => classify(tally, kind, &e, mid_answer),
+        Failure::NotRunning(_) => tally.ok(kind, NOT_RUNNING),
+        Failure::Other(t) => tally.fail(kind, "error", t),
     }
 }
 
 /// A clean retryable error: the daemon could not be reached or said it
 /// cannot serve now (UNAVAILABLE, RESOURCE_EXHAUSTED, ABORTED), or the
-/// connection broke under the call (a transport error, UNKNOWN or
-/// CANCELLED with a source: the client library's own rule for sending a call
+/// connection broke under the call (UNKNOWN or CANCELLED with
+/// [`CallError::broken`]: the client library's own rule for sending a call
 /// again). Anything else is a failure.
-fn classify(tally: &mut Tally, kind: &str, st: &tonic::Status, mid_answer: bool) {
-    let transport = is_transport(st);
-    let retryable = matches!(st.code(), tonic::Code::Unavailable | tonic::Code::ResourceExhausted | tonic::Code::Aborted)
-        || (transport && matches!(st.code(), tonic::Code::Unknown | tonic::Code::Cancelled));
+fn classify(tally: &mut Tally, kind: &str, e: &CallError, mid_answer: bool) {
+    let retryable = matches!(e.code, Code::Unavailable | Code::ResourceExhausted | Code::Aborted)
+        || (e.broken && matches!(e.code, Code::Unknown | Code::Cancelled));
     let label = format!(
         "{}{}{}",
-        code_name(st.code()),
-        if transport { " (connection broke)" } else { "" },
+        code_name(e.code),
+        if e.broken { " (connection broke)" } else { "" },
         if mid_answer { " mid-answer" } else { "" }
     );
     if retryable {
         tally.ok(kind, &label);
     } else {
-        tally.fail(kind, &label, status_detail(st));
+        tally.fail(kind, &label, status_detail(e));
     }
 }
 
@@ -296,5 +295,23 @@ mod tests {
         assert_eq!(tally.counts.get(&("Generate".into(), NOT_RUNNING.into())), Some(&1));
         record(&mut tally, "Generate", ClientError::Spawn("no".into()).into(), false);
         assert_eq!(tally.failures(), 1, "any other client error is a failure");
+    }
+
+    #[test]
+    fn a_connection_broken_under_the_call_is_clean_an_unknown_answer_is_not() {
+        let mut tally = Tally::default();
+        // As tonic says a connection reset: a status with a source.
+        let reset: CallError = tonic::Status::from_error(Box::new(std::io::Error::other("connection reset"))).into();
+        let reset = CallError { code: Code::Unknown, ..reset };
+        record(&mut tally, "Generate", reset.into(), true);
+        assert_eq!(tally.failures(), 0, "{:?}", tally.examples);
+        assert_eq!(tally.counts.get(&("Generate".into(), "UNKNOWN (connection broke) mid-answer".into())), Some(&1));
+        record(&mut tally, "Generate", CallError::new(Code::ResourceExhausted, "queue full").into(), false);
+        assert_eq!(tally.failures(), 0, "a full queue is retryable");
+        record(&mut tally, "Generate", CallError::new(Code::Unknown, "the daemon said so").into(), false);
+        record(&mut tally, "Generate", CallError::new(Code::InvalidArgument, "empty").into(), false);
+        assert_eq!(tally.failures(), 2, "an UNKNOWN the daemon sent, and a refusal, are failures");
+        assert_eq!(tally.failing.get(&("Generate".into(), "UNKNOWN".into())), Some(&1));
+        assert!(tally.examples.iter().any(|e| e == "Generate: INVALID_ARGUMENT: INVALID_ARGUMENT: empty"), "{:?}", tally.examples);
     }
 }

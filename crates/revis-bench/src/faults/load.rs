@@ -10,11 +10,12 @@ use std::time::{Duration, Instant};
 use hyper_util::rt::TokioIo;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use revis_client::{Client, ClientError, v1 as pb};
+use revis_client::wire::v1 as pb;
+use revis_client::{CallError, Client, ClientError, Code, Event, GenerateParams, Message, PrefillParams, ScoreParams, Tier};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::{Endpoint, Uri};
 
-use super::{CallError, Tally, is_transport, percentile, rss_kib, status_detail, status_label};
+use super::{Failure, Tally, percentile, rss_kib, status_detail, status_label};
 use crate::daemon::{Daemon, Launch};
 
 /// How long a stream that is never read is held open before it is dropped
@@ -103,7 +104,7 @@ impl Result {
 pub async fn run(revisd: &Path, model: &Path, launch: Launch<'_>, s: &Settings, seed: u64) -> anyhow::Result<Result> {
     let mut d = Daemon::start_wrapped(revisd, model, launch).await?;
     let pid = d.pid().unwrap_or(0);
-    d.generate(vec![revis_client::message(pb::Role::User, QUESTIONS[0])], None, 8).await?;
+    d.generate(vec![revis_client::wire::message(pb::Role::User, QUESTIONS[0])], None, 8).await?;
     let rss_start = rss_kib(pid).map(|r| r.0);
     let started = Instant::now();
     let end = started + s.duration;
@@ -131,7 +132,7 @@ pub async fn run(revisd: &Path, model: &Path, launch: Launch<'_>, s: &Settings, 
     }
     let elapsed = started.elapsed();
     let rss = rss_kib(pid);
-    let after = match tokio::time::timeout(s.deadline, well_behaved(&mut d.client, QUESTIONS[0])).await {
+    let after = match tokio::time::timeout(s.deadline, well_behaved(&d.client, QUESTIONS[0])).await {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(e.into()),
         Err(_) => Err(format!("no answer within {} s", s.deadline.as_secs())),
@@ -164,7 +165,7 @@ async fn client_loop(
 ) -> (Tally, Vec<f64>) {
     let mut tally = Tally::default();
     let mut ttft = Vec::new();
-    let mut client = match Client::connect(&socket).await {
+    let client = match Client::connect(&socket).await {
         Ok(c) => c,
         Err(e) => {
             tally.fail("connect", "error", e.to_string());
@@ -177,7 +178,7 @@ async fn client_loop(
             Action::Generate => {
                 let kind = "Generate (reads to the end)";
                 let q = QUESTIONS[rng.random_range(0..QUESTIONS.len())];
-                match tokio::time::timeout(s.deadline, well_behaved(&mut client, q)).await {
+                match tokio::time::timeout(s.deadline, well_behaved(&client, q)).await {
                     Ok(Ok(ms)) => {
                         tally.ok(kind, "OK");
                         if let Some(ms) = ms {
@@ -189,29 +190,25 @@ async fn client_loop(
                 }
             }
             Action::Score => {
-                let req = pb::ScoreRequest {
-                    tier: "tier2".into(),
-                    prefix: "The capital of France is".as_bytes().to_vec().into(),
-                    continuation: " Paris.".as_bytes().to_vec().into(),
+                let req = ScoreParams {
+                    tier: Tier::Tier2,
+                    prefix: "The capital of France is".into(),
+                    continuation: " Paris.".into(),
                     ..Default::default()
                 };
-                let r = tokio::time::timeout(s.deadline, client.score(req)).await;
+                let r = tokio::time::timeout(s.deadline, client.score(&req)).await;
                 record(&mut tally, "Score", r, s.deadline);
             }
             Action::Prefill => {
                 let rules = "You are a helpful assistant. Answer briefly. ".repeat(rng.random_range(1..40));
-                let req = pb::PrefillRequest {
-                    tier: "tier2".into(),
-                    messages: vec![revis_client::message(pb::Role::System, &rules)],
-                    priority: 0,
-                };
-                let r = tokio::time::timeout(s.deadline, client.prefill(req)).await;
+                let req = PrefillParams { tier: Tier::Tier2, messages: vec![Message::system(rules)], ..Default::default() };
+                let r = tokio::time::timeout(s.deadline, client.prefill(&req)).await;
                 record(&mut tally, "Prefill", r, s.deadline);
             }
             Action::Cancel => {
                 let after = rng.random_range(1..=CANCEL_AFTER_MAX);
                 let kind = "Generate (cancelled mid-stream)";
-                match tokio::time::timeout(s.deadline, cancelled(&mut client, after)).await {
+                match tokio::time::timeout(s.deadline, cancelled(&client, after)).await {
                     Ok(Ok(outcome)) => tally.ok(kind, outcome),
                     Ok(Err(e)) => classify_text(&mut tally, kind, e),
                     Err(_) => tally.fail(kind, "hang", format!("no {after} deltas within {} s", s.deadline.as_secs())),
@@ -227,7 +224,7 @@ async fn client_loop(
                         drop(stream);
                         tally.ok(kind, "held unread, then dropped");
                     }
-                    Ok(Err(Opened::Status(st))) => classify(&mut tally, kind, &st),
+                    Ok(Err(Opened::Call(e))) => classify(&mut tally, kind, &e),
                     Ok(Err(Opened::Connect(e))) => tally.fail(kind, "connect error", e),
                     Err(_) => tally.fail(kind, "hang", format!("no response headers within {} s", s.deadline.as_secs())),
                 }
@@ -250,12 +247,12 @@ async fn client_loop(
     (tally, ttft)
 }
 
-/// A status as a load outcome: the codes that mean the daemon or the
+/// A failed call as a load outcome: the codes that mean the daemon or the
 /// connection broke (UNKNOWN, INTERNAL, DATA_LOSS, a transport error) are failures.
-fn classify(tally: &mut Tally, kind: &str, st: &tonic::Status) {
-    let label = status_label(st);
-    if is_transport(st) || matches!(st.code(), tonic::Code::Unknown | tonic::Code::Internal | tonic::Code::DataLoss) {
-        tally.fail(kind, &label, status_detail(st));
+fn classify(tally: &mut Tally, kind: &str, e: &CallError) {
+    let label = status_label(e);
+    if e.broken || matches!(e.code, Code::Unknown | Code::Internal | Code::DataLoss) {
+        tally.fail(kind, &label, status_detail(e));
     } else {
         tally.ok(kind, &label);
     }
@@ -269,67 +266,62 @@ fn record<T>(
 ) {
     match r {
         Ok(Ok(_)) => tally.ok(kind, "OK"),
-        Ok(Err(ClientError::Rpc(st))) => classify(tally, kind, &st),
+        Ok(Err(ClientError::Call(e))) => classify(tally, kind, &e),
         Ok(Err(e)) => tally.fail(kind, "client error", e.to_string()),
         Err(_) => tally.fail(kind, "hang", format!("no answer within {} s", deadline.as_secs())),
     }
 }
 
-fn classify_text(tally: &mut Tally, kind: &str, e: CallError) {
+fn classify_text(tally: &mut Tally, kind: &str, e: Failure) {
     match e {
-        CallError::Status(st) => classify(tally, kind, &st),
+        Failure::Call(e) => classify(tally, kind, &e),
         // The daemon must stay up through the load: no daemon is a failure here.
-        CallError::NotRunning(text) | CallError::Other(text) => tally.fail(kind, "error", text),
+        Failure::NotRunning(text) | Failure::Other(text) => tally.fail(kind, "error", text),
     }
 }
 
-fn generate_request(question: &str, max_tokens: u32) -> pb::GenerateRequest {
-    pb::GenerateRequest {
-        tier: "tier2".into(),
-        messages: vec![revis_client::message(pb::Role::User, question)],
-        max_tokens,
-        ..Default::default()
-    }
+fn generate_params(question: &str, max_tokens: u32) -> GenerateParams {
+    GenerateParams { tier: Tier::Tier2, messages: vec![Message::user(question)], max_tokens: Some(max_tokens), ..Default::default() }
 }
 
 /// A Generate read to its Done; returns the time to its first text (ms), if any came.
-async fn well_behaved(client: &mut Client, q: &str) -> std::result::Result<Option<f64>, CallError> {
+async fn well_behaved(client: &Client, q: &str) -> std::result::Result<Option<f64>, Failure> {
     let sent = Instant::now();
-    let mut stream = client.generate(generate_request(q, WELL_BEHAVED_TOKENS)).await?;
+    let mut stream = client.generate(&generate_params(q, WELL_BEHAVED_TOKENS)).await?;
     let mut first = None;
-    while let Some(ev) = stream.message().await? {
-        match ev.event {
-            Some(pb::generate_event::Event::Delta(d)) if !d.text.is_empty() => {
+    while let Some(ev) = stream.next().await? {
+        match ev {
+            Event::Delta { text, .. } if !text.is_empty() => {
                 first.get_or_insert_with(|| sent.elapsed().as_secs_f64() * 1e3);
             }
-            Some(pb::generate_event::Event::Done(_)) => return Ok(first),
+            Event::Done(_) => return Ok(first),
             _ => {}
         }
     }
-    Err(CallError::Other("the stream ended without Done".into()))
+    Err(Failure::Other("the stream ended without Done".into()))
 }
 
 /// A Generate dropped after `after` deltas.
-async fn cancelled(client: &mut Client, after: u32) -> std::result::Result<&'static str, CallError> {
-    let mut stream = client.generate(generate_request("Tell me a long story about a dragon.", CANCELLED_TOKENS)).await?;
+async fn cancelled(client: &Client, after: u32) -> std::result::Result<&'static str, Failure> {
+    let mut stream = client.generate(&generate_params("Tell me a long story about a dragon.", CANCELLED_TOKENS)).await?;
     let mut seen = 0;
-    while let Some(ev) = stream.message().await? {
-        match ev.event {
-            Some(pb::generate_event::Event::Delta(d)) if !d.text.is_empty() => {
+    while let Some(ev) = stream.next().await? {
+        match ev {
+            Event::Delta { text, .. } if !text.is_empty() => {
                 seen += 1;
                 if seen >= after {
                     return Ok("cancelled by the client");
                 }
             }
-            Some(pb::generate_event::Event::Done(_)) => return Ok("OK (ended before the cancel)"),
+            Event::Done(_) => return Ok("OK (ended before the cancel)"),
             _ => {}
         }
     }
-    Err(CallError::Other("the stream ended without Done".into()))
+    Err(Failure::Other("the stream ended without Done".into()))
 }
 
 enum Opened {
-    Status(tonic::Status),
+    Call(CallError),
     Connect(String),
 }
 
@@ -346,10 +338,10 @@ async fn open_never_read(socket: &Path) -> std::result::Result<tonic::Streaming<
         .await
         .map_err(|e| Opened::Connect(e.to_string()))?;
     let mut stub = pb::inference_client::InferenceClient::new(channel);
-    let req = generate_request("Write a very long essay about the history of the world.", NEVER_READ_TOKENS);
+    let req = pb::GenerateRequest::from(&generate_params("Write a very long essay about the history of the world.", NEVER_READ_TOKENS));
     match stub.generate(req).await {
         Ok(r) => Ok(r.into_inner()),
-        Err(s) => Err(Opened::Status(s)),
+        Err(s) => Err(Opened::Call(s.into())),
     }
 }
 
@@ -416,4 +408,30 @@ pub fn report(r: &Result, s: &Settings) -> String {
         &r.log_tail,
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_transport_error_or_a_broken_daemon_is_a_failure_a_refusal_is_not() {
+        let mut tally = Tally::default();
+        // As tonic says a connection reset: a status with a source.
+        let reset: CallError = tonic::Status::from_error(Box::new(std::io::Error::other("connection reset"))).into();
+        classify(&mut tally, "Score", &reset);
+        assert_eq!(tally.failures(), 1, "a transport error is a failure whatever its code");
+        assert!(tally.failing.keys().all(|(_, o)| o.ends_with(" (transport)")), "{:?}", tally.failing);
+        classify(&mut tally, "Score", &CallError::new(Code::Internal, "boom"));
+        classify(&mut tally, "Score", &CallError::new(Code::ResourceExhausted, "queue full"));
+        let refused = ClientError::Call(CallError::new(Code::InvalidArgument, "empty"));
+        record::<()>(&mut tally, "Score", Ok(Err(refused)), Duration::from_secs(1));
+        assert_eq!(tally.failures(), 2, "{:?}", tally.examples);
+        assert_eq!(tally.failing.get(&("Score".into(), "INTERNAL".into())), Some(&1));
+        assert_eq!(tally.counts.get(&("Score".into(), "RESOURCE_EXHAUSTED".into())), Some(&1));
+        assert_eq!(tally.counts.get(&("Score".into(), "INVALID_ARGUMENT".into())), Some(&1));
+        let gone = ClientError::NotRunning { path: "/run/revisd.sock".into(), reason: "nothing listens on it".into() };
+        classify_text(&mut tally, "Generate", gone.into());
+        assert_eq!(tally.failures(), 3, "the daemon must stay up through the load");
+    }
 }

@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use revis_client::ClientError;
+use revis_client::{CallError, ClientError, Code};
 
 use crate::machine::Machine;
 
@@ -234,91 +234,78 @@ impl Tally {
 }
 
 /// The canonical name of a gRPC status code.
-pub fn code_name(code: tonic::Code) -> &'static str {
-    use tonic::Code::*;
+pub fn code_name(code: Code) -> &'static str {
     match code {
-        Ok => "OK",
-        Cancelled => "CANCELLED",
-        Unknown => "UNKNOWN",
-        InvalidArgument => "INVALID_ARGUMENT",
-        DeadlineExceeded => "DEADLINE_EXCEEDED",
-        NotFound => "NOT_FOUND",
-        AlreadyExists => "ALREADY_EXISTS",
-        PermissionDenied => "PERMISSION_DENIED",
-        ResourceExhausted => "RESOURCE_EXHAUSTED",
-        FailedPrecondition => "FAILED_PRECONDITION",
-        Aborted => "ABORTED",
-        OutOfRange => "OUT_OF_RANGE",
-        Unimplemented => "UNIMPLEMENTED",
-        Internal => "INTERNAL",
-        Unavailable => "UNAVAILABLE",
-        DataLoss => "DATA_LOSS",
-        Unauthenticated => "UNAUTHENTICATED",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
     }
 }
 
-/// Whether a status was made on this side from a transport error (the
-/// connection broke, or never was) rather than sent by the daemon: tonic
-/// gives those a `source`, a status the daemon sent has none.
-pub fn is_transport(s: &tonic::Status) -> bool {
-    std::error::Error::source(s).is_some()
+/// A failed call as the report names it: the code, and "(transport)" when
+/// the connection failed ([`CallError::broken`]) rather than the daemon
+/// answering.
+pub fn status_label(e: &CallError) -> String {
+    if e.broken { format!("{} (transport)", code_name(e.code)) } else { code_name(e.code).to_owned() }
 }
 
-/// A status as the report names it: the code, and "(transport)" when the
-/// connection failed rather than the daemon answering.
-pub fn status_label(s: &tonic::Status) -> String {
-    if is_transport(s) { format!("{} (transport)", code_name(s.code())) } else { code_name(s.code()).to_owned() }
+/// A failed call with its message, for the examples of failures.
+pub fn status_detail(e: &CallError) -> String {
+    format!("{}: {}", code_name(e.code), e.message)
 }
 
 /// How a call of the fault parts failed.
-pub enum CallError {
-    Status(tonic::Status),
+pub enum Failure {
+    /// The daemon refused it, or the connection failed under it.
+    Call(CallError),
     /// No daemon on the socket when the call (or its one retry) dialled it:
     /// a killed revisd not started again yet. Clean and retryable.
     NotRunning(String),
     Other(String),
 }
 
-impl CallError {
+impl Failure {
     pub fn detail(&self) -> String {
         match self {
-            CallError::Status(s) => status_detail(s),
-            CallError::NotRunning(t) | CallError::Other(t) => t.clone(),
+            Failure::Call(e) => status_detail(e),
+            Failure::NotRunning(t) | Failure::Other(t) => t.clone(),
         }
     }
 }
 
-impl From<tonic::Status> for CallError {
-    fn from(s: tonic::Status) -> Self {
-        CallError::Status(s)
+impl From<CallError> for Failure {
+    fn from(e: CallError) -> Self {
+        Failure::Call(e)
     }
 }
 
-impl From<ClientError> for CallError {
+impl From<ClientError> for Failure {
     fn from(e: ClientError) -> Self {
         match e {
-            ClientError::Rpc(s) => CallError::Status(s),
-            e @ ClientError::NotRunning { .. } => CallError::NotRunning(e.to_string()),
-            e => CallError::Other(e.to_string()),
+            ClientError::Call(c) => Failure::Call(c),
+            e @ ClientError::NotRunning { .. } => Failure::NotRunning(e.to_string()),
+            e => Failure::Other(e.to_string()),
         }
     }
 }
 
-impl From<CallError> for String {
-    fn from(e: CallError) -> String {
+impl From<Failure> for String {
+    fn from(e: Failure) -> String {
         e.detail()
     }
-}
-
-/// A status with its message, for the examples of failures.
-pub fn status_detail(s: &tonic::Status) -> String {
-    let mut d = format!("{}: {}", code_name(s.code()), s.message());
-    let mut cur = std::error::Error::source(s);
-    while let Some(c) = cur {
-        let _ = write!(d, ": {c}");
-        cur = c.source();
-    }
-    d
 }
 
 /// A process's resident memory (VmRSS) and its peak (VmHWM), in KiB, from
