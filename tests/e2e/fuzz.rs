@@ -55,7 +55,8 @@ impl Codec for Raw {
 
 /// The fuzzed methods, each with a valid request to mangle.
 fn methods() -> Vec<(&'static str, bool, Vec<u8>)> {
-    let conversation = vec![system("Be brief."), user("Hi"), revis_client::wire::message(pb::Role::Assistant, "Hello."), user("Name a colour.")];
+    let conversation =
+        vec![system("Be brief."), user("Hi"), revis_client::wire::message(pb::Role::Assistant, "Hello."), user("Name a colour.")];
     let generate = pb::GenerateRequest {
         messages: conversation.clone(),
         static_messages: Some(3),

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use revis_client::{Client, Keyring, Node};
 use revis_client::wire::v1 as pb;
+use revis_client::{Client, Keyring, Node};
 use revis_testkit::netns::{Netns, NetnsPair};
 use revis_testkit::{Running, TestDaemon};
 use serde_json::Value;

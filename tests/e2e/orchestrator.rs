@@ -2,8 +2,8 @@
 //! answer start from a warm cache, and structured tasks return JSON that
 //! validates.
 
-use revis_orchestrator::prompt::{PromptContext, Speaker, Turn};
 use revis_client::Runner;
+use revis_orchestrator::prompt::{PromptContext, Speaker, Turn};
 use revis_orchestrator::{EnterOutcome, Gates, PrePrefill, PrefillPhase, structured};
 use revis_testkit::TestDaemon;
 use serde_json::json;
@@ -129,7 +129,11 @@ async fn a_conversation_persists_across_client_restarts() {
 
 /// How many tokens the static part of the chat's next prompt is.
 async fn client_prefill_len<D: Runner>(d: &revis_testkit::Running, chat: &revis_orchestrator::conversation::Chat<D>) -> u32 {
-    let req = revis_client::PrefillParams { tier: revis_client::Tier::Tier2, messages: chat.context().unwrap().static_messages(), ..Default::default() };
+    let req = revis_client::PrefillParams {
+        tier: revis_client::Tier::Tier2,
+        messages: chat.context().unwrap().static_messages(),
+        ..Default::default()
+    };
     // The cache already holds it, so this evaluates nothing new.
     d.client().await.prefill(&req).await.unwrap().prompt_tokens
 }
