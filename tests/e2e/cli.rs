@@ -7,8 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use revis_client::{Client, Keyring};
 use revis_client::wire::v1 as pb;
+use revis_client::{Client, Keyring};
 use revis_store::{MessageState, Role, Store};
 use revis_testkit::{Running, TestDaemon};
 
@@ -203,7 +203,7 @@ async fn run_with_a_seed_samples_the_same_answer_and_the_seed_decides_it() {
     let revis = Revis::new(Some(&d));
     let run = |seed: u64| {
         let seed = seed.to_string();
-        let args = ["run", "--temperature", "1.0", "--max-tokens", "24", "--seed", &seed, "--verbose", "Write a sentence about the sea."];
+        let args = ["run", "--temperature", "1.0", "--max-tokens", "16", "--seed", &seed, "--verbose", "Write a sentence about the sea."];
         let (text, stats) = revis.ok_with(&args, "");
         assert!(stats.contains(&format!("seed {seed}]")), "the daemon used the seed given: {stats}");
         text
@@ -212,7 +212,7 @@ async fn run_with_a_seed_samples_the_same_answer_and_the_seed_decides_it() {
     assert!(!first.trim().is_empty());
     assert_eq!(run(42), first, "the same seed, the same answer");
     // Sampled at temperature 1: some other seed gives another answer.
-    assert!((1..=5).any(|seed| run(seed) != first), "every seed gave {first:?}");
+    assert!((1..=3).any(|seed| run(seed) != first), "every seed gave {first:?}");
 }
 
 #[tokio::test]
@@ -234,20 +234,17 @@ async fn run_json_with_a_schema_answers_json_that_matches_the_schema() {
     let path = revis.data().join("harbour.json");
     std::fs::write(&path, schema.to_string()).unwrap();
     let path = path.to_str().unwrap();
-    for seed in ["1", "2"] {
-        let args = ["run", "--json", "--schema", path, "--seed", seed, "--max-tokens", "160", "Describe a small harbour."];
-        let out = revis.ok(&args);
-        let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"));
-        let o = v.as_object().unwrap_or_else(|| panic!("not an object: {v}"));
-        let mut keys: Vec<&str> = o.keys().map(String::as_str).collect();
-        keys.sort_unstable();
-        assert_eq!(keys, ["harbour_name", "has_lighthouse", "ship_count", "weather"], "{v}");
-        let name = o["harbour_name"].as_str().unwrap_or_else(|| panic!("{v}"));
-        assert!((2..=24).contains(&name.chars().count()), "{v}");
-        assert!(o["ship_count"].as_u64().is_some_and(|n| (3..=9).contains(&n)), "{v}");
-        assert!(o["has_lighthouse"].is_boolean(), "{v}");
-        assert!(["calm", "windy", "stormy"].iter().any(|w| o["weather"] == *w), "{v}");
-    }
+    let out = revis.ok(&["run", "--json", "--schema", path, "--temperature", "0", "--max-tokens", "160", "Describe a small harbour."]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"));
+    let o = v.as_object().unwrap_or_else(|| panic!("not an object: {v}"));
+    let mut keys: Vec<&str> = o.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["harbour_name", "has_lighthouse", "ship_count", "weather"], "{v}");
+    let name = o["harbour_name"].as_str().unwrap_or_else(|| panic!("{v}"));
+    assert!((2..=24).contains(&name.chars().count()), "{v}");
+    assert!(o["ship_count"].as_u64().is_some_and(|n| (3..=9).contains(&n)), "{v}");
+    assert!(o["has_lighthouse"].is_boolean(), "{v}");
+    assert!(["calm", "windy", "stormy"].iter().any(|w| o["weather"] == *w), "{v}");
     // A schema that cannot be read is said so, by its path.
     let missing = revis.data().join("missing.json");
     let out = revis.fails(&["run", "--json", "--schema", missing.to_str().unwrap(), "Hi"]);
@@ -267,50 +264,55 @@ fn token_counts(stderr: &str) -> Vec<(u32, u32)> {
         .collect()
 }
 
+/// The daemon's largest `max_tokens` in the chat test: the answers ask for
+/// fewer, the turn's background tasks (facts and audit: 256 and 512 tokens)
+/// for more, so the daemon refuses those at once and each `revis chat` ends
+/// with its answer (they take about 20 s a turn on SmolLM2 here). So no fact
+/// is learned either, and only earlier turns lengthen a prompt.
+const CHAT_TOKEN_LIMIT: &str = "max_tokens_limit = 64\ndefault_max_tokens = 64";
+
 #[tokio::test]
 async fn chat_continues_the_latest_conversation_with_what_was_said_before() {
-    let d = TestDaemon::new().start();
+    let d = TestDaemon::new().daemon(CHAT_TOKEN_LIMIT).start();
     let revis = Revis::new(Some(&d));
     let line = "Name a colour.";
+    // One piped message; its answer, and the prompt and generated token counts.
     let chat = |extra: &[&str]| {
         let mut args = vec!["chat", "--temperature", "0", "--max-tokens", "12", "--verbose"];
         args.extend_from_slice(extra);
         let (answer, stderr) = revis.ok_with(&args, &format!("{line}\n"));
         let counts = token_counts(&stderr);
         assert_eq!(counts.len(), 1, "one answer: {stderr}");
-        (answer, counts[0])
+        (answer.trim().to_owned(), counts[0])
     };
+    use {MessageState::Complete, Role::*};
+    // The conversations, most recently updated first: each one's messages.
+    let conversations = || {
+        let store = revis.store();
+        assert!(store.facts().unwrap().is_empty(), "no fact was learned");
+        let all = store.conversations().unwrap();
+        all.iter()
+            .map(|c| store.messages(c.id).unwrap().into_iter().map(|m| (m.role, m.text.trim().to_owned(), m.state)).collect())
+            .collect::<Vec<Vec<_>>>()
+    };
+    let turn = |role, text: &str| (role, text.to_owned(), Complete);
+
     let (first, (prompt1, generated1)) = chat(&[]);
-    // Facts learned from the first turn would lengthen the next prompt as
-    // well: forget them, so only the earlier turn can.
-    let store = revis.store();
-    for f in store.facts().unwrap() {
-        store.remove_fact(f.id).unwrap();
-    }
-    drop(store);
     let (second, (prompt2, _)) = chat(&[]);
     assert!(
         prompt2 >= prompt1 + generated1,
         "the second chat's prompt ({prompt2} tokens) holds the first turn ({prompt1} + an answer of {generated1})"
     );
+    let one = vec![turn(User, line), turn(Assistant, &first), turn(User, line), turn(Assistant, &second)];
+    assert_eq!(conversations(), std::slice::from_ref(&one), "the second chat continued the first");
 
-    let store = revis.store();
-    let conversations = store.conversations().unwrap();
-    assert_eq!(conversations.len(), 1, "the second chat continued the first: {conversations:?}");
-    let messages = store.messages(conversations[0].id).unwrap();
-    let turns: Vec<(Role, &str, MessageState)> = messages.iter().map(|m| (m.role, m.text.trim(), m.state)).collect();
-    use {MessageState::Complete, Role::*};
-    assert_eq!(
-        turns,
-        [(User, line, Complete), (Assistant, first.trim(), Complete), (User, line, Complete), (Assistant, second.trim(), Complete)]
-    );
-    drop(store);
-
-    // --new starts another, which is then the latest.
-    chat(&["--new"]);
-    let store = revis.store();
-    let conversations = store.conversations().unwrap();
-    assert_eq!(conversations.iter().map(|c| c.message_count).collect::<Vec<_>>(), [2, 4], "{conversations:?}");
+    // --new starts another; then the latest is that one, not the first.
+    let (third, (prompt3, _)) = chat(&["--new"]);
+    assert_eq!(prompt3, prompt1, "a new conversation starts from nothing");
+    let (fourth, (prompt4, _)) = chat(&[]);
+    assert_eq!(prompt4, prompt2, "the same history, as long");
+    let two = vec![turn(User, line), turn(Assistant, &third), turn(User, line), turn(Assistant, &fourth)];
+    assert_eq!(conversations(), [two, one]);
 }
 
 #[tokio::test]
@@ -332,9 +334,12 @@ async fn unpair_forgets_the_node_here() {
     assert!(revis.fails(&["offload", "tier2", "on"]).contains("no node is paired yet"));
 }
 
-/// `revis run`, greedy, of the prompt [`ask`] sends.
+/// Tokens of the short answers of the offload tests.
+const SHORT: u32 = 16;
+
+/// `revis run`, greedy, [`SHORT`]; what it printed.
 fn run_greedy(revis: &Revis, prompt: &str) -> String {
-    revis.ok(&["run", "--temperature", "0", "--max-tokens", "48", prompt]).trim_end().to_owned()
+    revis.ok(&["run", "--temperature", "0", "--max-tokens", &SHORT.to_string(), prompt]).trim_end().to_owned()
 }
 
 #[tokio::test]
@@ -345,8 +350,8 @@ async fn offload_on_sends_revis_run_to_the_node_and_off_brings_it_home() {
     let revis = Revis::new(Some(&laptop));
     let (mut there, mut here) = (desk.client().await, laptop.client().await);
     let prompt = "Name three rivers.";
-    let from_desk = generate(&mut there, ask(prompt)).await.unwrap().done.text;
-    let from_here = generate(&mut here, ask(prompt)).await.unwrap().done.text;
+    let from_desk = generate(&mut there, pb::GenerateRequest { max_tokens: SHORT, ..ask(prompt) }).await.unwrap().done.text;
+    let from_here = generate(&mut here, pb::GenerateRequest { max_tokens: SHORT, ..ask(prompt) }).await.unwrap().done.text;
     assert_ne!(from_desk.trim_end(), from_here.trim_end(), "the two models answer alike; pick another prompt");
     unload(&mut there, "tier2").await;
     revis.pair(&desk, "desk").await;
