@@ -5,10 +5,13 @@
 use std::time::{Duration, Instant};
 
 use eframe::egui::{self, Key, KeyboardShortcut, Modifiers, RichText};
-use revis_orchestrator::Phase;
+use revis_client::nodes::Health;
+use revis_client::{ModelState, Tier};
+use revis_orchestrator::PrefillPhase;
 
-use crate::backend::{Backend, Command, Health, Options, PairingEvent, state_name};
-use crate::settings::TIERS;
+use crate::backend::Backend;
+use crate::options::Options;
+use crate::protocol::{Command, PairingEvent};
 use crate::state::{Connection, Shown, State, View};
 
 pub struct App {
@@ -189,9 +192,9 @@ impl App {
     fn input(&mut self, ui: &mut egui::Ui) {
         ui.add_space(4.0);
         let phase = match self.state.phase {
-            Some(Phase::Queued) => "The answer will be warmed up when the current one ends.",
-            Some(Phase::Computing) => "Warming up the answer while you type…",
-            Some(Phase::Ready) => "Ready: the answer starts from a warm cache.",
+            Some(PrefillPhase::Queued) => "The answer will be warmed up when the current one ends.",
+            Some(PrefillPhase::Computing) => "Warming up the answer while you type…",
+            Some(PrefillPhase::Ready) => "Ready: the answer starts from a warm cache.",
             _ => "",
         };
         ui.horizontal(|ui| {
@@ -252,23 +255,24 @@ impl App {
             }
             ui.end_row();
             for t in &status.tiers {
-                ui.label(&t.tier);
+                ui.label(t.tier.as_str());
                 // A model given by path shows its file name; the whole path on hover.
                 let short = std::path::Path::new(&t.model).file_name().map_or(t.model.clone(), |f| f.to_string_lossy().into_owned());
-                let shared = if t.shared_with.is_empty() { String::new() } else { format!("\nloaded once, shared with {}", t.shared_with.join(", ")) };
+                let shared: Vec<&str> = t.shared_with.iter().map(|t| t.as_str()).collect();
+                let shared = if shared.is_empty() { String::new() } else { format!("\nloaded once, shared with {}", shared.join(", ")) };
                 ui.label(short).on_hover_text(format!("{}{shared}", t.model_path));
                 let placement = self.state.placements.get(&t.tier);
                 match placement.map(|p| p.runs_on.as_str()) {
                     None | Some("this machine") => ui.label(&here),
                     Some(elsewhere) => ui.label(elsewhere),
                 };
-                let busy = self.state.tier_busy.contains_key(&t.tier);
-                ui.label(if busy { "working…" } else { state_name(t.state) });
+                let busy = self.state.tier_busy.contains(&t.tier);
+                ui.label(if busy { "working…" } else { t.state.as_str() });
                 ui.label(if t.memory_bytes > 0 { format!("{} MiB", t.memory_bytes >> 20) } else { "–".into() });
-                let loaded = state_name(t.state) != "unloaded";
-                let (verb, cmd) = if loaded { ("Unload", Command::Unload(t.tier.clone())) } else { ("Load", Command::Load(t.tier.clone())) };
+                let loaded = t.state != ModelState::Unloaded;
+                let (verb, cmd) = if loaded { ("Unload", Command::Unload(t.tier)) } else { ("Load", Command::Load(t.tier)) };
                 if ui.add_enabled(!busy, egui::Button::new(format!("{verb} {}", t.tier))).clicked() {
-                    self.state.tier_busy.insert(t.tier.clone(), true);
+                    self.state.tier_busy.insert(t.tier);
                     self.send(cmd);
                 }
                 // Offload: run this tier on a paired node; its model leaves this machine.
@@ -280,7 +284,7 @@ impl App {
                     if let Some(p) = self.state.placements.get_mut(&t.tier) {
                         p.offloaded = on;
                     }
-                    self.send(Command::SetOffload { tier: t.tier.clone(), on });
+                    self.send(Command::SetOffload { tier: t.tier, on });
                 }
                 ui.end_row();
             }
@@ -480,9 +484,9 @@ impl App {
         let names: Vec<&str> = revis_models::catalog().iter().map(|e| e.name).collect();
         ui.weak(format!("A catalog model ({}) or the path of a .gguf file; empty = the default.", names.join(", ")));
         egui::Grid::new("models").num_columns(2).spacing([8.0, 6.0]).show(ui, |ui| {
-            for tier in TIERS {
+            for tier in Tier::ALL {
                 let l = ui.label(format!("{tier} model:"));
-                let v = draft.tiers.entry(tier.to_owned()).or_default();
+                let v = draft.tiers.entry(tier).or_default();
                 ui.add(egui::TextEdit::singleline(v).hint_text(revis_models::DEFAULT_MODEL).desired_width(320.0)).labelled_by(l.id);
                 ui.end_row();
             }
@@ -525,7 +529,7 @@ impl App {
 /// Equal, counting an empty model as no model.
 fn same(a: &crate::settings::Settings, b: &crate::settings::Settings) -> bool {
     let set = |s: &crate::settings::Settings| {
-        s.tiers.iter().filter(|(_, m)| !m.trim().is_empty()).map(|(t, m)| (t.clone(), m.trim().to_owned())).collect::<Vec<_>>()
+        s.tiers.iter().filter(|(_, m)| !m.trim().is_empty()).map(|(t, m)| (*t, m.trim().to_owned())).collect::<Vec<_>>()
     };
     set(a) == set(b) && a.next_data_dir.trim() == b.next_data_dir.trim()
 }

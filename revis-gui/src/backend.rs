@@ -9,15 +9,16 @@ use std::sync::Arc;
 use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 
-pub use revis_client::nodes::{Health, NodeRow, state_name};
+use revis_client::dispatch::{Deadlines, Dispatcher, Offload, Placement};
+pub use revis_client::nodes::{Health, NodeRow};
 use revis_client::nodes::{find_unpaired, node_rows, probe};
-use revis_client::{Client, ClientError, Discovered, Keyring, SpawnOptions, interfaces_from_env, v1 as pb};
-use revis_orchestrator::conversation::ChatError;
-use revis_orchestrator::dispatch::{Deadlines, Dispatcher, Offload, Placement, offload_key};
-use revis_orchestrator::{GateState, Phase};
-use revis_store::{Conversation, ConversationId, Store, StoredMessage};
+use revis_client::{Client, ClientError, Discovered, Keyring, Tier};
+use revis_store::Store;
 use tokio::sync::mpsc;
 
+pub use crate::options::Options;
+pub use crate::protocol::{Command, Event, PairingEvent, TierPlacement};
+use crate::protocol::{Sink, plain};
 use crate::settings::Settings;
 
 /// How long the app listens for other machines' advertisements.
@@ -25,192 +26,15 @@ pub const BROWSE_WAIT: Duration = Duration::from_millis(1500);
 /// How often the daemon's status is read while connected.
 pub const STATUS_EVERY: Duration = Duration::from_secs(3);
 
-/// Where the app finds its daemon, data and settings.
-#[derive(Clone, Debug)]
-pub struct Options {
-    /// The local daemon's socket.
-    pub socket: PathBuf,
-    /// Start a daemon on `socket` when none answers.
-    pub start_daemon: bool,
-    /// How a daemon is started (the revisd binary, its log).
-    pub spawn: SpawnOptions,
-    /// revis's data directory: the database (`db/`) and the keyring (`client/`).
-    pub data_dir: PathBuf,
-    /// revisd's configuration file (models per tier); the app's own
-    /// settings (`gui.toml`) sit beside it.
-    pub config: PathBuf,
-    /// Without a keystroke for this long, typing counts as stopped.
-    pub typing_idle: Duration,
-    /// Where mDNS looks for other machines; None = discovery off
-    /// (`REVIS_MDNS_INTERFACES=none`: nodes only at their last address).
-    pub discovery: Option<revis_client::Interfaces>,
-    /// Sampling for answers (None = the daemon's defaults).
-    pub sampling: Option<pb::Sampling>,
-    /// 0 = the daemon's default.
-    pub max_tokens: u32,
-}
-
-impl Options {
-    /// What the CLI uses: `$REVIS_SOCKET`, `$REVIS_DATA_DIR`, `$REVIS_CONFIG`
-    /// and `$REVIS_MDNS_INTERFACES`, else the platform's defaults.
-    pub fn from_env() -> anyhow::Result<Options> {
-        Ok(Options {
-            socket: std::env::var_os("REVIS_SOCKET")
-                .filter(|s| !s.is_empty())
-                .map_or_else(revis_client::default_socket_path, PathBuf::from),
-            start_daemon: true,
-            spawn: SpawnOptions { pull_default_model: true, config: Some(crate::settings::config_path()?), ..Default::default() },
-            data_dir: revis_models::data_dir()?,
-            config: crate::settings::config_path()?,
-            typing_idle: Duration::from_secs(5),
-            discovery: interfaces_from_env(),
-            sampling: None,
-            max_tokens: 0,
-        })
-    }
-}
-
-/// What the UI asks for.
-#[derive(Debug)]
-pub enum Command {
-    /// Connect to the daemon (starting one if allowed), then read everything.
-    Connect,
-    RefreshStatus,
-    NewConversation,
-    OpenConversation(ConversationId),
-    /// A key was pressed in the message box; `first` = the box was empty.
-    Keystroke {
-        first: bool,
-    },
-    /// The message box was emptied without sending.
-    InputCleared,
-    Send(String),
-    Stop,
-    Load(String),
-    Unload(String),
-    RefreshNodes,
-    /// Pair with a node (a discovered name or device ID, or HOST:PORT) using the code it shows.
-    Pair {
-        node: String,
-        code: String,
-    },
-    /// Forget a paired node here.
-    Forget(String),
-    SetServerMode(bool),
-    OpenPairing,
-    ClosePairing,
-    Revoke(String),
-    SaveSettings(Settings),
-    /// End this machine's revisd and start it again, so it reads the saved settings.
-    RestartDaemon,
-    /// Run a tier on paired nodes (its model unloaded here), or bring it home.
-    SetOffload {
-        tier: String,
-        on: bool,
-    },
-}
-
-/// Where a tier runs, as the Tiers panel shows it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TierPlacement {
-    /// The user's switch: offload on for this tier.
-    pub offloaded: bool,
-    /// In words: "this machine", a node's name, or why it is here after all.
-    pub runs_on: String,
-}
-
-/// A pairing window on this daemon, as the Server panel shows it.
-#[derive(Clone, Debug, PartialEq)]
-pub enum PairingEvent {
-    Opened { code: String, expires_at: Instant, listen_address: String, device_id: String },
-    Paired { name: String, device_id: String },
-    Closed { reason: String },
-}
-
-/// What the I/O side tells the UI.
-#[derive(Debug)]
-pub enum Event {
-    Connecting {
-        starting: bool,
-    },
-    Connected {
-        target: String,
-    },
-    /// The daemon cannot be reached (and could not be started), in words.
-    Disconnected(String),
-    Status(Box<pb::StatusResponse>),
-    /// The database, once open (the UI thread never reads it; tests do).
-    StoreOpened(Store),
-    Conversations(Vec<Conversation>),
-    Opened {
-        id: ConversationId,
-        messages: Vec<StoredMessage>,
-    },
-    Delta(String),
-    AnswerDone {
-        text: String,
-        stats: String,
-    },
-    /// The answer was stopped; `text` is what had arrived (stored, flagged incomplete).
-    AnswerStopped {
-        text: String,
-    },
-    AnswerFailed(String),
-    Phase(Phase),
-    Gates(GateState),
-    /// A tier's load or unload finished (either way).
-    TierDone {
-        tier: String,
-        message: Result<String, String>,
-    },
-    Nodes {
-        rows: Vec<NodeRow>,
-        note: Option<String>,
-    },
-    PairResult(Result<String, String>),
-    ServerMode(pb::ServerModeStatus),
-    Pairing(PairingEvent),
-    Devices(Vec<pb::PairedDeviceInfo>),
-    Settings(Settings),
-    SettingsSaved(Result<String, String>),
-    /// Restarting revisd: started, then how it went.
-    Restarting,
-    Restarted(Result<String, String>),
-    /// Where each tier runs now, in words ("this machine", "desk", ...), and whether it is offloaded.
-    Placements(BTreeMap<String, TierPlacement>),
-    /// Something failed; `what` says what was being done.
-    Error {
-        what: &'static str,
-        message: String,
-    },
-}
-
 /// How often the nodes are probed and the tiers' placement applied.
 const PLACEMENT_EVERY: Duration = Duration::from_secs(3);
 
-/// How long a restart waits for the old revisd to go.
-const RESTART_WAIT: Duration = Duration::from_secs(15);
-
-/// Whether process `pid` is still running. An exited child of this process
-/// that nobody has reaped yet (a zombie) counts as gone: it holds nothing.
-fn running(pid: u32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
-    if unsafe { libc::kill(pid as i32, 0) } != 0 {
-        return false;
-    }
-    // Linux says so in /proc; elsewhere revis reaps the daemons it starts.
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
-        Err(_) => true,
-    }
-}
-
 /// Where each tier runs, for the Tiers panel.
-fn placements(d: &Dispatcher) -> BTreeMap<String, TierPlacement> {
+fn placements(d: &Dispatcher) -> BTreeMap<Tier, TierPlacement> {
     d.placements()
         .into_iter()
         .map(|(tier, p)| {
-            let offloaded = d.offload(&tier).enabled;
+            let offloaded = d.offload(tier).enabled;
             let runs_on = match p {
                 Placement::Local => "this machine".to_owned(),
                 Placement::Node(name) => name,
@@ -219,24 +43,6 @@ fn placements(d: &Dispatcher) -> BTreeMap<String, TierPlacement> {
             (tier, TierPlacement { offloaded, runs_on })
         })
         .collect()
-}
-
-/// Sends events to the UI and wakes it.
-#[derive(Clone)]
-pub(crate) struct Sink {
-    tx: std_mpsc::Sender<Event>,
-    wake: Arc<dyn Fn() + Send + Sync>,
-}
-
-impl Sink {
-    pub(crate) fn send(&self, e: Event) {
-        let _ = self.tx.send(e);
-        (self.wake)();
-    }
-
-    pub(crate) fn error(&self, what: &'static str, message: impl Into<String>) {
-        self.send(Event::Error { what, message: message.into() });
-    }
 }
 
 /// The handle the UI holds: commands in, events out. Dropping it stops the
@@ -252,7 +58,7 @@ impl Backend {
     pub fn start(opts: Options, wake: impl Fn() + Send + Sync + 'static) -> Backend {
         let (tx, cmds) = mpsc::unbounded_channel();
         let (etx, rx) = std_mpsc::channel();
-        let sink = Sink { tx: etx, wake: Arc::new(wake) };
+        let sink = Sink::new(etx, Arc::new(wake));
         let thread = std::thread::Builder::new()
             .name("revis-gui-io".into())
             .spawn(move || {
@@ -294,21 +100,6 @@ impl Drop for Backend {
     }
 }
 
-/// A failure in words a person can act on.
-fn plain(e: &ClientError) -> String {
-    match e {
-        ClientError::Rpc(s) => s.message().to_owned(),
-        other => other.to_string(),
-    }
-}
-
-pub(crate) fn plain_chat(e: &ChatError) -> String {
-    match e {
-        ChatError::Daemon(m) => format!("revisd could not answer: {m}"),
-        ChatError::Store(s) => format!("the conversation could not be saved: {s}"),
-    }
-}
-
 /// The state of the I/O side.
 struct Io {
     opts: Options,
@@ -325,7 +116,8 @@ struct Io {
 
 impl Io {
     fn new(opts: Options, sink: Sink) -> Io {
-        Io { opts, sink, client: None, store: None, chat: None, dispatcher: None, pairing: None, seen: Default::default() }
+        let store = opts.store.clone();
+        Io { opts, sink, client: None, store, chat: None, dispatcher: None, pairing: None, seen: Default::default() }
     }
 
     async fn run(mut self, mut cmds: mpsc::UnboundedReceiver<Command>) {
@@ -396,50 +188,33 @@ impl Io {
         }
     }
 
-    /// Ends this machine's revisd (SIGTERM, by the PID it reports on its own
-    /// user's socket), waits for that process to exit, and starts revisd
-    /// again, so it reads its configuration again. The configuration is
-    /// checked first: a typo in a model leaves the running daemon alone. A
-    /// service manager or socket activation may start the new daemon
-    /// first; then that one is used. The chat keeps its connection: it
+    /// Ends this machine's revisd and starts it again, so it reads its
+    /// configuration again ([`revis_client::restart_daemon`]: the
+    /// configuration is checked first). The chat keeps its connection: it
     /// reconnects to the new daemon on its next call.
     async fn restart_daemon(&mut self) -> Result<String, String> {
-        let Some(mut client) = self.client.clone() else { return Err("not connected to revisd yet".into()) };
-        if !matches!(client.target(), revis_client::Target::Socket(_)) {
-            return Err("only this machine's revisd can be restarted from here".into());
-        }
-        revis_client::check_config(&self.opts.spawn).await.map_err(|e| format!("revisd was not restarted: {e}"))?;
-        let old = client.status().await.map_err(|e| plain(&e))?.pid;
-        if old == 0 {
-            return Err("revisd did not say its process ID, so it was not restarted".into());
-        }
-        // The PID is only what the daemon said: end_daemon signals it only if it is this user's revisd.
-        revis_client::end_daemon(old).map_err(|e| format!("revisd was not restarted: {e}"))?;
-        self.sink.send(Event::Connecting { starting: true });
-        let result = self.start_again(old).await;
-        match &result {
-            Ok(_) => {}
-            Err(e) => self.sink.send(Event::Disconnected(e.clone())),
-        }
-        result
-    }
-
-    /// After SIGTERM to `old`: waits for it to exit (revisd exits within 5 s
-    /// of SIGTERM), then connects to revisd, starting it if none answers.
-    async fn start_again(&mut self, old: u32) -> Result<String, String> {
-        let deadline = Instant::now() + RESTART_WAIT;
-        while running(old) {
-            if Instant::now() >= deadline {
-                return Err(format!("revisd (pid {old}) did not stop within {}s", RESTART_WAIT.as_secs()));
+        let Some(client) = self.client.clone() else { return Err("not connected to revisd yet".into()) };
+        let sink = self.sink.clone();
+        let mut ended = false;
+        let restarted = revis_client::restart_daemon(&client, &self.opts.spawn, || {
+            ended = true;
+            sink.send(Event::Connecting { starting: true });
+        })
+        .await;
+        match restarted {
+            Ok(new) => {
+                self.sink.send(Event::Connected { target: new.client.target().to_string() });
+                self.client = Some(new.client);
+                self.status();
+                Ok(format!("revisd restarted (pid {}) with the saved settings.", new.pid))
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            Err(e) => {
+                if ended {
+                    self.sink.send(Event::Disconnected(e.clone()));
+                }
+                Err(e)
+            }
         }
-        let mut client = Client::connect_or_start(&self.opts.socket, &self.opts.spawn).await.map_err(|e| plain(&e))?;
-        let new = client.status().await.map_err(|e| plain(&e))?.pid;
-        self.sink.send(Event::Connected { target: client.target().to_string() });
-        self.client = Some(client);
-        self.status();
-        Ok(format!("revisd restarted (pid {new}) with the saved settings."))
     }
 
     /// Opens the store, connects to (or starts) the daemon, and starts the chat.
@@ -451,7 +226,6 @@ impl Io {
                     if let Some(r) = &opened.recovered {
                         self.sink.error("opening your conversations", r.to_string());
                     }
-                    self.sink.send(Event::StoreOpened(opened.store.clone()));
                     self.store = Some(opened.store);
                 }
                 Ok(Err(e)) => self.sink.error("opening your conversations", e.to_string()),
@@ -507,7 +281,7 @@ impl Io {
                     None
                 }
             };
-            let offload = Offload::load_all(store);
+            let offload = revis_orchestrator::offload::load_all(store);
             let dispatcher = Dispatcher::new(client.clone(), keyring, self.opts.discovery.clone(), offload, Deadlines::default());
             // Nodes' health, breakers and the tiers' placement stay current on their own.
             let supervisor = dispatcher.spawn_supervisor(PLACEMENT_EVERY);
@@ -532,34 +306,33 @@ impl Io {
 
     /// Switches a tier's offload: saved in the store, applied now (the
     /// model unloaded here, or loaded again when it comes home).
-    fn offload(&self, tier: String, on: bool) {
+    fn offload(&self, tier: Tier, on: bool) {
         let (Some(d), Some(store)) = (self.dispatcher.clone(), self.store.clone()) else {
             return self.sink.error("switching offload", "not connected to revisd yet");
         };
         let sink = self.sink.clone();
         tokio::spawn(async move {
-            let setting = Offload { enabled: on, ..d.offload(&tier) };
-            let json = setting.to_json();
-            let key = offload_key(&tier);
-            match tokio::task::spawn_blocking(move || store.set_setting(&key, &json)).await {
+            let setting = Offload { enabled: on, ..d.offload(tier) };
+            let saved = setting.clone();
+            match tokio::task::spawn_blocking(move || revis_orchestrator::offload::save(&store, tier, &saved)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => return sink.error("saving the offload setting", e.to_string()),
                 Err(e) => return sink.error("saving the offload setting", e.to_string()),
             }
-            d.set_offload(&tier, setting);
+            d.set_offload(tier, setting);
             d.refresh().await;
-            if !on && let Err(e) = d.local().admin.clone().load_model(pb::LoadModelRequest { tier: tier.clone() }).await {
-                sink.error("loading the tier here again", e.message());
+            if !on && let Err(e) = d.local().load_model(tier).await {
+                sink.error("loading the tier here again", plain(&e));
             }
             sink.send(Event::Placements(placements(&d)));
-            if let Ok(s) = d.local().clone().status().await {
+            if let Ok(s) = d.local().status().await {
                 sink.send(Event::Status(Box::new(s)));
             }
         });
     }
 
     fn status(&self) {
-        let Some(mut c) = self.client.clone() else { return };
+        let Some(c) = self.client.clone() else { return };
         let sink = self.sink.clone();
         tokio::spawn(async move {
             match c.status().await {
@@ -575,31 +348,34 @@ impl Io {
     }
 
     fn devices(&self) {
-        let Some(mut c) = self.client.clone() else { return };
+        let Some(c) = self.client.clone() else { return };
         let sink = self.sink.clone();
         tokio::spawn(async move {
-            match c.admin.list_devices(pb::ListDevicesRequest {}).await {
-                Ok(r) => sink.send(Event::Devices(r.into_inner().devices)),
-                Err(s) => sink.error("listing paired devices", s.message()),
+            match c.list_devices().await {
+                Ok(d) => sink.send(Event::Devices(d)),
+                Err(e) => sink.error("listing paired devices", plain(&e)),
             }
         });
     }
 
-    fn tier(&self, tier: String, load: bool) {
-        let Some(mut c) = self.client.clone() else {
+    fn tier(&self, tier: Tier, load: bool) {
+        let Some(c) = self.client.clone() else {
             return self.sink.send(Event::TierDone { tier, message: Err("not connected to revisd".into()) });
         };
         let sink = self.sink.clone();
         tokio::spawn(async move {
             let message = if load {
-                c.load_model(pb::LoadModelRequest { tier: tier.clone() }).await.map(|r| {
-                    let t = r.tier.unwrap_or_default();
-                    format!("{} ready in {} ms ({} MiB)", t.model, r.elapsed_ms, t.memory_bytes >> 20)
-                })
+                c.load_model(tier)
+                    .await
+                    .map(|r| format!("{} ready in {} ms ({} MiB)", r.tier.model, r.elapsed_ms, r.tier.memory_bytes >> 20))
             } else {
-                c.unload_model(pb::UnloadModelRequest { tier: tier.clone() }).await.map(|r| {
-                    let t = r.tier.unwrap_or_default();
-                    format!("{} unloaded; revisd now uses {} MiB (was {} MiB)", t.model, r.rss_after_bytes >> 20, r.rss_before_bytes >> 20)
+                c.unload_model(tier).await.map(|r| {
+                    format!(
+                        "{} unloaded; revisd now uses {} MiB (was {} MiB)",
+                        r.tier.model,
+                        r.rss_after_bytes >> 20,
+                        r.rss_before_bytes >> 20
+                    )
                 })
             };
             sink.send(Event::TierDone { tier, message: message.map_err(|e| plain(&e)) });
@@ -658,12 +434,12 @@ impl Io {
     }
 
     fn server_mode(&self, on: bool) {
-        let Some(mut c) = self.client.clone() else { return self.sink.error("switching server mode", "not connected to revisd") };
+        let Some(c) = self.client.clone() else { return self.sink.error("switching server mode", "not connected to revisd") };
         let sink = self.sink.clone();
         tokio::spawn(async move {
-            match c.admin.set_server_mode(pb::SetServerModeRequest { enabled: on }).await {
-                Ok(r) => sink.send(Event::ServerMode(r.into_inner())),
-                Err(s) => sink.error(if on { "turning server mode on" } else { "turning server mode off" }, s.message()),
+            match c.set_server_mode(on).await {
+                Ok(m) => sink.send(Event::ServerMode(m)),
+                Err(e) => sink.error(if on { "turning server mode on" } else { "turning server mode off" }, plain(&e)),
             }
             if let Ok(s) = c.status().await {
                 sink.send(Event::Status(Box::new(s)));
@@ -672,63 +448,54 @@ impl Io {
     }
 
     fn open_pairing(&mut self) {
-        let Some(mut c) = self.client.clone() else { return self.sink.error("opening pairing", "not connected to revisd") };
+        let Some(c) = self.client.clone() else { return self.sink.error("opening pairing", "not connected to revisd") };
         if let Some(p) = self.pairing.take() {
             p.abort();
         }
         let sink = self.sink.clone();
         let task = tokio::spawn(async move {
-            let mut events = match c.admin.open_pairing(pb::OpenPairingRequest { window_s: 0 }).await {
-                Ok(r) => r.into_inner(),
-                Err(s) => return sink.error("opening pairing", s.message()),
+            let mut events = match c.open_pairing(0).await {
+                Ok(events) => events,
+                Err(e) => return sink.error("opening pairing", plain(&e)),
             };
             loop {
-                match events.message().await {
-                    Ok(Some(pb::PairingEvent { event: Some(e) })) => {
-                        let ev = match e {
-                            pb::pairing_event::Event::Opened(o) => PairingEvent::Opened {
-                                code: o.code,
-                                expires_at: Instant::now() + Duration::from_secs(o.expires_in_s.into()),
-                                listen_address: o.listen_address,
-                                device_id: o.device_id,
-                            },
-                            pb::pairing_event::Event::Paired(p) => PairingEvent::Paired { name: p.name, device_id: p.device_id },
-                            pb::pairing_event::Event::Closed(c) => PairingEvent::Closed { reason: c.reason },
-                        };
-                        let end = !matches!(ev, PairingEvent::Opened { .. });
-                        sink.send(Event::Pairing(ev));
-                        if end {
-                            break;
-                        }
-                    }
-                    Ok(Some(_)) => {}
-                    Ok(None) => {
-                        sink.send(Event::Pairing(PairingEvent::Closed { reason: "revisd closed the window".into() }));
-                        break;
-                    }
-                    Err(s) => {
-                        sink.send(Event::Pairing(PairingEvent::Closed { reason: s.message().to_owned() }));
-                        break;
-                    }
+                let ev = match events.next().await {
+                    Ok(Some(e)) => match e {
+                        revis_client::PairingEvent::Opened { code, expires_in_s, listen_address, device_id } => PairingEvent::Opened {
+                            code,
+                            expires_at: Instant::now() + Duration::from_secs(expires_in_s.into()),
+                            listen_address,
+                            device_id,
+                        },
+                        revis_client::PairingEvent::Paired { name, device_id } => PairingEvent::Paired { name, device_id },
+                        revis_client::PairingEvent::Closed { reason } => PairingEvent::Closed { reason },
+                    },
+                    Ok(None) => PairingEvent::Closed { reason: "revisd closed the window".into() },
+                    Err(e) => PairingEvent::Closed { reason: plain(&e) },
+                };
+                let end = !matches!(ev, PairingEvent::Opened { .. });
+                sink.send(Event::Pairing(ev));
+                if end {
+                    break;
                 }
             }
-            if let Ok(r) = c.admin.list_devices(pb::ListDevicesRequest {}).await {
-                sink.send(Event::Devices(r.into_inner().devices));
+            if let Ok(d) = c.list_devices().await {
+                sink.send(Event::Devices(d));
             }
         });
         self.pairing = Some(task.abort_handle());
     }
 
     fn revoke(&self, device: String) {
-        let Some(mut c) = self.client.clone() else { return };
+        let Some(c) = self.client.clone() else { return };
         let sink = self.sink.clone();
         tokio::spawn(async move {
-            if let Err(s) = c.admin.revoke_device(pb::RevokeDeviceRequest { device }).await {
-                sink.error("revoking a device", s.message());
+            if let Err(e) = c.revoke_device(&device).await {
+                sink.error("revoking a device", plain(&e));
             }
-            match c.admin.list_devices(pb::ListDevicesRequest {}).await {
-                Ok(r) => sink.send(Event::Devices(r.into_inner().devices)),
-                Err(s) => sink.error("listing paired devices", s.message()),
+            match c.list_devices().await {
+                Ok(d) => sink.send(Event::Devices(d)),
+                Err(e) => sink.error("listing paired devices", plain(&e)),
             }
         });
     }

@@ -3,14 +3,15 @@
 //! the app's), turns keystrokes into the typing signal, runs a turn and
 //! stops it on request.
 
+use revis_client::dispatch::Dispatcher;
 use revis_orchestrator::Policies;
 use revis_orchestrator::conversation::Chat;
-use revis_orchestrator::dispatch::Dispatcher;
 use revis_store::{ConversationId, Store};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::backend::{Command, Event, Options, Sink, plain_chat};
+use crate::options::Options;
+use crate::protocol::{Command, Event, Sink, plain_chat};
 
 /// How long a conversation title may be (the first message, cut).
 const TITLE_CHARS: usize = 60;
@@ -151,7 +152,7 @@ fn describe(c: &Command) -> &'static str {
     }
 }
 
-fn stats(d: &revis_client::v1::Done) -> String {
+fn stats(d: &revis_client::Done) -> String {
     format!(
         "{} prompt tokens ({} from the warm cache), {} generated at {:.1} tokens/s",
         d.prompt_tokens,

@@ -4,14 +4,18 @@
 //! Two threads: the UI thread ([`App`]: draw [`State`], turn clicks and keys
 //! into [`Command`]s) and the I/O thread ([`backend`]: a tokio runtime that
 //! owns the client, the store and the orchestrator's `Chat`, and answers
-//! with [`Event`]s). The UI never waits on I/O; each event wakes it.
+//! with [`Event`]s, defined in [`protocol`]). The UI never waits on I/O; each
+//! event wakes it. [`Options`] holds every path, resolved once at start-up.
 
 pub mod app;
 pub mod backend;
 mod chat_actor;
+pub mod options;
+pub mod protocol;
 pub mod settings;
 pub mod state;
 
 pub use app::App;
-pub use backend::{Command, Event, Options};
+pub use options::Options;
+pub use protocol::{Command, Event};
 pub use state::{State, View};

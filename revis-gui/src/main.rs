@@ -1,4 +1,4 @@
-//! `revis-gui`: logging, the data folder chosen in the settings, the window.
+//! `revis-gui`: logging, the paths and settings ([`revis_gui::Options`]), the window.
 
 use eframe::egui;
 
@@ -7,13 +7,7 @@ fn main() -> anyhow::Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("REVIS_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         .init();
-    let config = revis_gui::settings::config_path()?;
-    if std::env::var_os("REVIS_DATA_DIR").is_none_or(|v| v.is_empty())
-        && let Some(dir) = revis_gui::settings::saved_data_dir(&config)
-    {
-        // SAFETY: no other thread exists yet; the daemon this app starts inherits it too.
-        unsafe { std::env::set_var("REVIS_DATA_DIR", dir) };
-    }
+    // Every path (the data folder chosen in the settings among them) is resolved here and passed down.
     let opts = revis_gui::Options::from_env()?;
     let native = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default().with_title("revis").with_inner_size([980.0, 680.0]).with_min_inner_size([640.0, 420.0]),

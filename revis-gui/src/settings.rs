@@ -3,18 +3,17 @@
 //! user's config directory), edited in place so the user's comments stay;
 //! revisd reads it when it starts. Where revis keeps its data lives in
 //! `gui.toml` beside it and applies from the app's next start
-//! (`$REVIS_DATA_DIR` still wins).
+//! (`$REVIS_DATA_DIR` still wins; see [`crate::options::data_dir`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// The tiers, in order.
-pub const TIERS: [&str; 3] = ["tier1", "tier2", "tier3"];
+use revis_client::Tier;
 
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Settings {
     /// tier → model (a catalog name or a .gguf path); a tier not listed uses revisd's default.
-    pub tiers: BTreeMap<String, String>,
+    pub tiers: BTreeMap<Tier, String>,
     /// The data folder in use now.
     pub data_dir: PathBuf,
     /// The data folder to use from the next start ("" = the default).
@@ -77,9 +76,10 @@ impl Settings {
         let doc = read(config)?;
         let mut tiers = BTreeMap::new();
         if let Some(t) = doc.get("tiers").and_then(|t| t.as_table_like()) {
+            // A table that names no tier is revisd's to refuse; it stays in the file as it is.
             for (name, tier) in t.iter() {
-                if let Some(model) = tier.get("model").and_then(|m| m.as_str()) {
-                    tiers.insert(name.to_owned(), model.to_owned());
+                if let (Ok(name), Some(model)) = (name.parse::<Tier>(), tier.get("model").and_then(|m| m.as_str())) {
+                    tiers.insert(name, model.to_owned());
                 }
             }
         }
@@ -99,6 +99,7 @@ impl Settings {
         });
         let tiers = tiers.as_table_like_mut().ok_or_else(|| not_table("tiers"))?;
         for (tier, model) in &self.tiers {
+            let tier = tier.as_str();
             let model = model.trim();
             if model.is_empty() {
                 if let Some(t) = tiers.get_mut(tier).and_then(|t| t.as_table_like_mut()) {
@@ -137,29 +138,31 @@ mod tests {
         let config = dir.path().join("revisd.toml");
         std::fs::write(
             &config,
-            "# my notes\n[daemon]\nthreads = 2 # two cores\n\n[tiers.tier3]\nmodel = \"gemma3-270m\"\ncontext = 8192\n",
+            "# my notes\n[daemon]\nthreads = 2 # two cores\n\n[tiers.tier3]\nmodel = \"gemma3-270m\"\ncontext = 8192\n\n[tiers.fast]\nmodel = \"x\"\n",
         )
         .unwrap();
         let mut s = Settings::load(&config, dir.path()).unwrap();
-        assert_eq!(s.tiers.get("tier3").map(String::as_str), Some("gemma3-270m"));
-        s.tiers.insert("tier1".into(), "smollm2-135m-instruct".into());
-        s.tiers.insert("tier3".into(), "/models/big.gguf".into());
+        assert_eq!(s.tiers.get(&Tier::Tier3).map(String::as_str), Some("gemma3-270m"));
+        s.tiers.insert(Tier::Tier1, "smollm2-135m-instruct".into());
+        s.tiers.insert(Tier::Tier3, "/models/big.gguf".into());
         s.next_data_dir = "/srv/revis".into();
         s.save(&config).unwrap();
         let text = std::fs::read_to_string(&config).unwrap();
         assert!(text.contains("# my notes") && text.contains("threads = 2 # two cores"), "{text}");
         assert!(text.contains("context = 8192"), "{text}");
+        // A table that names no tier is left as it is, for revisd to refuse.
+        assert!(text.contains("[tiers.fast]\nmodel = \"x\""), "{text}");
         let back = Settings::load(&config, dir.path()).unwrap();
-        assert_eq!(back.tiers.get("tier1").map(String::as_str), Some("smollm2-135m-instruct"));
-        assert_eq!(back.tiers.get("tier3").map(String::as_str), Some("/models/big.gguf"));
+        assert_eq!(back.tiers.get(&Tier::Tier1).map(String::as_str), Some("smollm2-135m-instruct"));
+        assert_eq!(back.tiers.get(&Tier::Tier3).map(String::as_str), Some("/models/big.gguf"));
         assert_eq!(saved_data_dir(&config), Some(PathBuf::from("/srv/revis")));
         // Cleared: revisd's default again, and no data folder.
         let mut cleared = back.clone();
-        cleared.tiers.insert("tier1".into(), String::new());
+        cleared.tiers.insert(Tier::Tier1, String::new());
         cleared.next_data_dir.clear();
         cleared.save(&config).unwrap();
         let back = Settings::load(&config, dir.path()).unwrap();
-        assert!(!back.tiers.contains_key("tier1"));
+        assert!(!back.tiers.contains_key(&Tier::Tier1));
         assert_eq!(saved_data_dir(&config), None);
     }
 

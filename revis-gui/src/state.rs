@@ -1,13 +1,14 @@
 //! What the UI shows, built only from the I/O side's [`Event`]s. Pure data:
 //! applying an event never blocks.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use revis_client::v1 as pb;
-use revis_orchestrator::{GateState, Phase};
-use revis_store::{Conversation, ConversationId, MessageState, Role, Store};
+use revis_client::nodes::NodeRow;
+use revis_client::{DaemonStatus, DeviceInfo, ServerMode, Tier};
+use revis_orchestrator::{GateState, PrefillPhase};
+use revis_store::{Conversation, ConversationId, MessageState, Role};
 
-use crate::backend::{Event, NodeRow, PairingEvent};
+use crate::protocol::{Event, PairingEvent, TierPlacement};
 use crate::settings::Settings;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,23 +69,22 @@ pub struct State {
     pub connection: Option<Connection>,
     /// Failures to show, in words, newest last.
     pub errors: Vec<String>,
-    pub store: Option<Store>,
 
     pub conversations: Vec<Conversation>,
     pub current: Option<ConversationId>,
     pub messages: Vec<Message>,
     pub input: String,
     pub streaming: bool,
-    pub phase: Option<Phase>,
+    pub phase: Option<PrefillPhase>,
     pub gates: GateState,
     pub last_stats: Option<String>,
 
-    pub status: Option<pb::StatusResponse>,
+    pub status: Option<DaemonStatus>,
     /// Tiers with a load or unload in flight.
-    pub tier_busy: BTreeMap<String, bool>,
-    pub tier_notes: BTreeMap<String, Result<String, String>>,
+    pub tier_busy: BTreeSet<Tier>,
+    pub tier_notes: BTreeMap<Tier, Result<String, String>>,
     /// Where each tier runs (from the dispatcher).
-    pub placements: BTreeMap<String, crate::backend::TierPlacement>,
+    pub placements: BTreeMap<Tier, TierPlacement>,
 
     pub nodes: Vec<NodeRow>,
     pub nodes_note: Option<String>,
@@ -94,11 +94,11 @@ pub struct State {
     pub pairing_with: bool,
     pub pair_result: Option<Result<String, String>>,
 
-    pub server: Option<pb::ServerModeStatus>,
+    pub server: Option<ServerMode>,
     /// The switch's position while a change is on its way.
     pub server_wanted: Option<bool>,
     pub pairing: Option<PairingEvent>,
-    pub devices: Vec<pb::PairedDeviceInfo>,
+    pub devices: Vec<DeviceInfo>,
 
     pub settings: Option<Settings>,
     pub settings_draft: Option<Settings>,
@@ -124,7 +124,6 @@ impl State {
                 }
                 self.status = Some(*s);
             }
-            Event::StoreOpened(s) => self.store = Some(s),
             Event::Conversations(c) => self.conversations = c,
             Event::Opened { id, messages } => {
                 self.current = Some(id);

@@ -25,7 +25,7 @@ pub use remote::{
 };
 pub use api::*;
 pub use revis_trust::{DeviceId, Discovered, Interfaces, PairingCode, browse, host_name};
-pub use spawn::{SpawnOptions, check_config, end_daemon, readiness_pipe, spawn_daemon};
+pub use spawn::{RESTART_WAIT, Restarted, SpawnOptions, check_config, end_daemon, readiness_pipe, restart_daemon, spawn_daemon};
 
 /// How long to wait for a freshly started daemon to answer.
 pub const START_TIMEOUT: Duration = Duration::from_secs(60);

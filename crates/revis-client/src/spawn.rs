@@ -1,13 +1,21 @@
 //! Starting revisd in the background for a user whose first command finds
 //! no daemon: pull the default model if missing, start `revisd`, and wait
-//! until it says it serves (a readiness pipe, not a guess).
+//! until it says it serves (a readiness pipe, not a guess). Ending it, and
+//! restarting it so it reads its configuration again.
 
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
-use crate::{ClientError, START_TIMEOUT};
+use crate::{Client, ClientError, START_TIMEOUT, Target};
+
+/// How long [`restart_daemon`] waits for the old revisd to exit after its
+/// SIGTERM (revisd itself exits within 5 s of it).
+pub const RESTART_WAIT: Duration = Duration::from_secs(15);
+/// How often [`restart_daemon`] looks whether the old revisd has exited.
+const EXIT_POLL: Duration = Duration::from_millis(50);
 
 #[derive(Clone, Debug, Default)]
 pub struct SpawnOptions {
@@ -22,6 +30,19 @@ pub struct SpawnOptions {
     /// revisd's configuration file, passed as `--config` when it exists
     /// (else revisd reads its default one, if any).
     pub config: Option<PathBuf>,
+    /// revis's data directory (the models, the daemon's state, its log),
+    /// passed to revisd as `REVIS_DATA_DIR`; None = the one
+    /// [`revis_models::data_dir`] finds (and revisd inherits this process's
+    /// environment).
+    pub data_dir: Option<PathBuf>,
+}
+
+/// The data directory a daemon started with `opts` uses.
+fn data_dir(opts: &SpawnOptions) -> Result<PathBuf, ClientError> {
+    match &opts.data_dir {
+        Some(d) => Ok(d.clone()),
+        None => Ok(revis_models::data_dir()?),
+    }
 }
 
 fn revisd_binary(opts: &SpawnOptions) -> PathBuf {
@@ -40,8 +61,8 @@ fn revisd_binary(opts: &SpawnOptions) -> PathBuf {
 pub async fn spawn_daemon(socket: &Path, opts: &SpawnOptions) -> Result<u32, ClientError> {
     if opts.pull_default_model {
         let progress = opts.progress;
+        let dir = data_dir(opts)?.join("models");
         tokio::task::spawn_blocking(move || -> Result<(), ClientError> {
-            let dir = revis_models::models_dir()?;
             let entry = revis_models::find(revis_models::DEFAULT_MODEL).expect("the default model is in the catalog");
             if !entry.is_present(&dir) {
                 eprintln!("revis: the default model {} is not here yet; downloading it once", entry.name);
@@ -55,7 +76,7 @@ pub async fn spawn_daemon(socket: &Path, opts: &SpawnOptions) -> Result<u32, Cli
     }
     let log_path = match &opts.log {
         Some(p) => p.clone(),
-        None => revis_models::data_dir()?.join("revisd.log"),
+        None => data_dir(opts)?.join("revisd.log"),
     };
     if let Some(dir) = log_path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| ClientError::Spawn(format!("{}: {e}", dir.display())))?;
@@ -70,6 +91,9 @@ pub async fn spawn_daemon(socket: &Path, opts: &SpawnOptions) -> Result<u32, Cli
     let mut cmd = Command::new(&binary);
     if let Some(config) = opts.config.as_ref().filter(|c| c.is_file()) {
         cmd.arg("--config").arg(config);
+    }
+    if let Some(dir) = &opts.data_dir {
+        cmd.env("REVIS_DATA_DIR", dir);
     }
     cmd.arg("--socket")
         .arg(socket)
@@ -109,6 +133,9 @@ pub async fn check_config(opts: &SpawnOptions) -> Result<(), String> {
     if let Some(config) = opts.config.as_ref().filter(|c| c.is_file()) {
         cmd.arg("--config").arg(config);
     }
+    if let Some(dir) = &opts.data_dir {
+        cmd.env("REVIS_DATA_DIR", dir);
+    }
     let out = cmd.stdin(Stdio::null()).output().await.map_err(|e| format!("{}: {e}", revisd_binary(opts).display()))?;
     if out.status.success() {
         return Ok(());
@@ -147,6 +174,70 @@ pub fn end_daemon(pid: u32) -> Result<(), ClientError> {
         return Err(refuse(format!("it could not be signalled: {}", std::io::Error::last_os_error())));
     }
     Ok(())
+}
+
+/// A daemon started again by [`restart_daemon`].
+pub struct Restarted {
+    /// Connected to the new daemon.
+    pub client: Client,
+    /// Its process ID, as it says.
+    pub pid: u32,
+}
+
+/// Ends the revisd `client` talks to on this machine's socket (SIGTERM, by
+/// the PID it reports), waits up to [`RESTART_WAIT`] for that process to
+/// exit, and connects to revisd on the same socket again, starting it with
+/// `opts` when none answers, so it reads its configuration again. The
+/// configuration is checked first (`revisd --check-config`): a typo in a
+/// model leaves the running daemon alone. A service manager or socket
+/// activation may start the new daemon first; then that one is used.
+///
+/// `ended` is called once the old daemon was told to stop: a failure after
+/// it leaves no daemon answering. Err holds what went wrong, in words a
+/// person can act on.
+pub async fn restart_daemon(client: &Client, opts: &SpawnOptions, ended: impl FnOnce()) -> Result<Restarted, String> {
+    let Target::Socket(socket) = client.target() else { return Err("only this machine's revisd can be restarted from here".into()) };
+    check_config(opts).await.map_err(|e| format!("revisd was not restarted: {e}"))?;
+    let old = client.status().await.map_err(|e| words(&e))?.pid;
+    if old == 0 {
+        return Err("revisd did not say its process ID, so it was not restarted".into());
+    }
+    // The PID is only what the daemon said: end_daemon signals it only if it is this user's revisd.
+    end_daemon(old).map_err(|e| format!("revisd was not restarted: {e}"))?;
+    ended();
+    let deadline = Instant::now() + RESTART_WAIT;
+    while running(old) {
+        if Instant::now() >= deadline {
+            return Err(format!("revisd (pid {old}) did not stop within {}s", RESTART_WAIT.as_secs()));
+        }
+        tokio::time::sleep(EXIT_POLL).await;
+    }
+    let client = Client::connect_or_start(socket, opts).await.map_err(|e| words(&e))?;
+    let pid = client.status().await.map_err(|e| words(&e))?.pid;
+    Ok(Restarted { client, pid })
+}
+
+/// An error in words: a daemon's own message without its code.
+fn words(e: &ClientError) -> String {
+    match e {
+        ClientError::Call(c) => c.message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Whether process `pid` is still running. An exited child of this process
+/// that nobody has reaped yet (a zombie) counts as gone: it holds nothing.
+fn running(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    // SAFETY: signal 0 only checks that the process exists.
+    if unsafe { libc::kill(pid, 0) } != 0 {
+        return false;
+    }
+    // Linux says so in /proc; elsewhere revis reaps the daemons it starts.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => true,
+    }
 }
 
 /// `pid` as a `pid_t` when it is a process of this user running revisd;
@@ -294,6 +385,48 @@ mod tests {
         let me = unsafe { libc::getuid() };
         assert!(said.ends_with(&format!("that process belongs to uid 65534, not to you ({me})")), "{said}");
         assert_eq!(kill_and_reap(child), Some(libc::SIGKILL), "the refused process got no SIGTERM");
+    }
+
+    #[tokio::test]
+    async fn revisd_gets_the_data_dir_it_is_given() {
+        // A stand-in for revisd that says which data dir it was given, then that it is ready.
+        let dir = tempfile::tempdir().unwrap();
+        let (data, seen) = (dir.path().join("data"), dir.path().join("seen"));
+        let fake = dir.path().join("revisd");
+        let script = format!(
+            "#!/bin/sh\nprintf '%s' \"$REVIS_DATA_DIR\" > '{}'\n\
+             [ \"$1\" = --check-config ] && exit 0\n\
+             echo ready > /proc/self/fd/$REVIS_READY_FD\n",
+            seen.display()
+        );
+        std::fs::write(&fake, script).unwrap();
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let opts = SpawnOptions { revisd: Some(fake), data_dir: Some(data.clone()), ..Default::default() };
+        let said = || std::fs::read_to_string(&seen).unwrap();
+
+        check_config(&opts).await.unwrap();
+        assert_eq!(said(), data.display().to_string(), "revisd --check-config reads the same data dir");
+        spawn_daemon(&dir.path().join("revisd.sock"), &opts).await.unwrap();
+        assert_eq!(said(), data.display().to_string());
+        assert!(data.join("revisd.log").is_file(), "its log is in that data dir");
+    }
+
+    #[test]
+    fn an_exited_child_not_yet_reaped_is_not_running() {
+        let (mut child, _) = sleeper(None, None);
+        let pid = child.id();
+        assert!(running(pid));
+        // SAFETY: signals our own child.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        // Not reaped: it stays a zombie, which holds nothing.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while running(pid) {
+            assert!(Instant::now() < deadline, "pid {pid} still counts as running after SIGKILL");
+            std::thread::yield_now();
+        }
+        assert!(std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok(), "the zombie is still there");
+        child.wait().unwrap();
+        assert!(!running(pid));
     }
 
     #[test]
