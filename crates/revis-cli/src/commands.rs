@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use revis_client::{Client, ClientError, Done, Format, GenerateParams, Message, Runner, Sampling, Tier, default_socket_path};
+use revis_client::{Client, ClientError, Done, Format, GenerateParams, Message, Paths, Runner, Sampling, Tier};
 use serde_json::json;
 
 use crate::input::{Input, Terminal};
@@ -90,56 +90,60 @@ fn advise(e: anyhow::Error, explicit: bool) -> anyhow::Error {
 
 async fn command(cli: Cli) -> anyhow::Result<ExitCode> {
     let explicit_socket = cli.socket.is_some();
-    let socket = cli.socket.unwrap_or_else(default_socket_path);
+    let mut paths = Paths::from_env()?;
+    if let Some(s) = cli.socket {
+        paths.socket = s;
+    }
+    let paths = &paths;
     match cli.command {
-        Cmd::Pull { name, verify } => pull(name, verify).await,
-        Cmd::Models => models(),
-        Cmd::Status { json } => status(&target(cli.node.as_deref(), &socket, explicit_socket, true).await?, json).await,
+        Cmd::Pull { name, verify } => pull(paths, name, verify).await,
+        Cmd::Models => models(paths),
+        Cmd::Status { json } => status(paths, &target(paths, cli.node.as_deref(), explicit_socket, true).await?, json).await,
         Cmd::Load { tier } => {
-            let r = target(cli.node.as_deref(), &socket, explicit_socket, true).await?.load_model(tier).await?;
+            let r = target(paths, cli.node.as_deref(), explicit_socket, true).await?.load_model(tier).await?;
             let t = r.tier;
             println!("{}: {} ready in {} ms ({} MiB)", t.tier, t.model, r.elapsed_ms, t.memory_bytes >> 20);
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Unload { tier } => {
-            let r = target(cli.node.as_deref(), &socket, explicit_socket, true).await?.unload_model(tier).await?;
+            let r = target(paths, cli.node.as_deref(), explicit_socket, true).await?.unload_model(tier).await?;
             let t = r.tier;
             println!("{}: {} unloaded; daemon memory {} MiB -> {} MiB", t.tier, t.model, r.rss_before_bytes >> 20, r.rss_after_bytes >> 20);
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Run(args) => {
-            let client = target(cli.node.as_deref(), &socket, explicit_socket, false).await?;
+            let client = target(paths, cli.node.as_deref(), explicit_socket, false).await?;
             if cli.node.is_some() {
                 return run_prompt(&client, args).await;
             }
             // This machine's daemon, or a node for an offloaded tier.
-            let offload = match crate::session::open_store() {
+            let offload = match crate::session::open_store(paths) {
                 Ok(store) => revis_orchestrator::offload::load_all(&store),
                 Err(e) => {
                     tracing::warn!("the store is not available ({e:#}); running here");
                     Default::default()
                 }
             };
-            let dispatcher = crate::nodes::dispatcher(client, offload).await;
+            let dispatcher = crate::nodes::dispatcher(paths, client, offload).await;
             run_prompt(&dispatcher, args).await
         }
         Cmd::Chat(args) => {
-            let client = target(cli.node.as_deref(), &socket, explicit_socket, false).await?;
-            let store = crate::session::open_store()?;
+            let client = target(paths, cli.node.as_deref(), explicit_socket, false).await?;
+            let store = crate::session::open_store(paths)?;
             if cli.node.is_some() {
                 return chat(client, store, args).await;
             }
-            let dispatcher = crate::nodes::dispatcher(client, revis_orchestrator::offload::load_all(&store)).await;
+            let dispatcher = crate::nodes::dispatcher(paths, client, revis_orchestrator::offload::load_all(&store)).await;
             // Keep the nodes' health current while the chat runs.
             let _supervisor = SupervisorGuard(dispatcher.spawn_supervisor(crate::nodes::HEALTH_EVERY));
             chat(dispatcher, store, args).await
         }
-        Cmd::Offload(a) => crate::nodes::offload(&socket, explicit_socket, a).await,
-        Cmd::History { show } => history(show),
-        Cmd::Profile => profile(),
-        Cmd::Nodes(a) => crate::nodes::nodes(a).await,
-        Cmd::Pair(a) => crate::nodes::pair(a).await,
-        Cmd::Unpair { node } => crate::nodes::unpair(&node),
+        Cmd::Offload(a) => crate::nodes::offload(paths, explicit_socket, a).await,
+        Cmd::History { show } => history(paths, show),
+        Cmd::Profile => profile(paths),
+        Cmd::Nodes(a) => crate::nodes::nodes(paths, a).await,
+        Cmd::Pair(a) => crate::nodes::pair(paths, a).await,
+        Cmd::Unpair { node } => crate::nodes::unpair(paths, &node),
     }
 }
 
@@ -154,21 +158,21 @@ impl Drop for SupervisorGuard {
 
 /// The daemon a command talks to: a paired node (`--node`), else the local
 /// one (started when none answers, unless `only_connect`).
-async fn target(node: Option<&str>, socket: &std::path::Path, explicit: bool, only_connect: bool) -> anyhow::Result<Client> {
+async fn target(paths: &Paths, node: Option<&str>, explicit: bool, only_connect: bool) -> anyhow::Result<Client> {
     match node {
-        Some(n) => crate::nodes::connect(n).await,
-        None if only_connect => crate::session::connect(socket).await,
-        None => crate::session::connect_or_start(socket, explicit).await,
+        Some(n) => crate::nodes::connect(paths, n).await,
+        None if only_connect => crate::session::connect(&paths.socket).await,
+        None => crate::session::connect_or_start(&paths.socket, explicit).await,
     }
 }
 
-async fn pull(name: Option<String>, verify: bool) -> anyhow::Result<ExitCode> {
+async fn pull(paths: &Paths, name: Option<String>, verify: bool) -> anyhow::Result<ExitCode> {
     let name = name.unwrap_or_else(|| revis_models::DEFAULT_MODEL.to_owned());
     let Some(entry) = revis_models::find(&name) else {
         let known: Vec<&str> = revis_models::catalog().iter().map(|e| e.name).collect();
         bail!("unknown model {name:?}; the catalog has: {}", known.join(", "));
     };
-    let dir = revis_models::models_dir()?;
+    let dir = paths.models();
     let path = tokio::task::spawn_blocking(move || {
         let opts = revis_models::PullOptions { verify, ..Default::default() };
         revis_models::pull(entry, &dir, &opts)
@@ -178,8 +182,8 @@ async fn pull(name: Option<String>, verify: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn models() -> anyhow::Result<ExitCode> {
-    let dir = revis_models::models_dir()?;
+fn models(paths: &Paths) -> anyhow::Result<ExitCode> {
+    let dir = paths.models();
     for e in revis_models::catalog() {
         let mark = if e.is_present(&dir) { "downloaded" } else { "not downloaded" };
         let default = if e.name == revis_models::DEFAULT_MODEL { " (default)" } else { "" };
@@ -189,7 +193,7 @@ fn models() -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn status(client: &Client, as_json: bool) -> anyhow::Result<ExitCode> {
+async fn status(paths: &Paths, client: &Client, as_json: bool) -> anyhow::Result<ExitCode> {
     let s = client.status().await?;
     if as_json {
         let tiers: Vec<_> = s
@@ -221,7 +225,7 @@ async fn status(client: &Client, as_json: bool) -> anyhow::Result<ExitCode> {
     if let Some(line) = crate::nodes::server_line(&s) {
         println!("{line}");
     }
-    if let Some(lines) = crate::nodes::placement_lines(client).await {
+    if let Some(lines) = crate::nodes::placement_lines(paths, client).await {
         for l in lines {
             println!("{l}");
         }
@@ -295,8 +299,8 @@ fn print_stats(d: &Done) {
     );
 }
 
-fn history(show: Option<HistoryCmd>) -> anyhow::Result<ExitCode> {
-    let store = crate::session::open_store()?;
+fn history(paths: &Paths, show: Option<HistoryCmd>) -> anyhow::Result<ExitCode> {
+    let store = crate::session::open_store(paths)?;
     match show {
         None => {
             let list = store.conversations()?;
@@ -324,8 +328,8 @@ fn history(show: Option<HistoryCmd>) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn profile() -> anyhow::Result<ExitCode> {
-    let store = crate::session::open_store()?;
+fn profile(paths: &Paths) -> anyhow::Result<ExitCode> {
+    let store = crate::session::open_store(paths)?;
     let facts = store.facts()?;
     if facts.is_empty() {
         println!("revis has not learned anything about you yet");

@@ -10,7 +10,7 @@ use clap::Args;
 use revis_client::dispatch::{Deadlines, Dispatcher, Offload, Placement};
 use revis_client::nodes::{Health, find_unpaired, names, node_rows, probe};
 use revis_client::{Client, Discovered, Keyring, PairingCode, interfaces_from_env};
-use revis_client::{DaemonStatus, Tier};
+use revis_client::{DaemonStatus, Paths, Tier};
 use serde_json::json;
 
 /// How often a running chat checks its nodes' health.
@@ -65,14 +65,14 @@ pub struct PairArgs {
 }
 
 /// Connects to the paired node a person named.
-pub async fn connect(what: &str) -> anyhow::Result<Client> {
-    let keyring = Keyring::open_default()?;
+pub async fn connect(paths: &Paths, what: &str) -> anyhow::Result<Client> {
+    let keyring = Keyring::open(&paths.keyring())?;
     let node = revis_client::resolve(&keyring, what, interfaces_from_env().as_ref(), RESOLVE_WAIT).await?;
     Ok(Client::connect_node(&keyring, &node).await?)
 }
 
-pub async fn nodes(a: NodesArgs) -> anyhow::Result<ExitCode> {
-    let keyring = Keyring::open_default()?;
+pub async fn nodes(paths: &Paths, a: NodesArgs) -> anyhow::Result<ExitCode> {
+    let keyring = Keyring::open(&paths.keyring())?;
     let seen = browse(Duration::from_millis(a.wait_ms), |_| false).await;
     let (seen, browse_error) = match seen {
         Ok(s) => (s, None),
@@ -173,8 +173,8 @@ async fn browse(wait: Duration, done: impl FnMut(&[Discovered]) -> bool) -> anyh
     Ok(revis_client::browse(&interfaces, wait, done).await?)
 }
 
-pub async fn pair(a: PairArgs) -> anyhow::Result<ExitCode> {
-    let mut keyring = Keyring::open_default()?;
+pub async fn pair(paths: &Paths, a: PairArgs) -> anyhow::Result<ExitCode> {
+    let mut keyring = Keyring::open(&paths.keyring())?;
     let (addr, server_name) = find(&a.node, a.as_name.as_deref()).await?;
     let code: PairingCode = match a.code {
         Some(c) => c.parse()?,
@@ -208,8 +208,8 @@ fn ask_code(server: &str) -> anyhow::Result<PairingCode> {
 
 /// Forgets a paired node here (the node itself still lists this machine
 /// until it revokes it with `revisd revoke`).
-pub fn unpair(what: &str) -> anyhow::Result<ExitCode> {
-    let mut keyring = Keyring::open_default()?;
+pub fn unpair(paths: &Paths, what: &str) -> anyhow::Result<ExitCode> {
+    let mut keyring = Keyring::open(&paths.keyring())?;
     let Some(d) = keyring.store.find(what)?.cloned() else { bail!("no paired node is called or has the ID {what:?}") };
     keyring.store.revoke(&d.device_id)?;
     println!("Forgot {} ({}). It may still list this machine: run `revisd revoke` there too.", d.name, d.device_id);
@@ -235,8 +235,8 @@ pub fn server_line(s: &DaemonStatus) -> Option<String> {
 
 /// A dispatcher over this machine's daemon and the paired nodes, probed
 /// once when a tier is offloaded.
-pub async fn dispatcher(local: Client, offload: std::collections::BTreeMap<Tier, Offload>) -> Dispatcher {
-    let keyring = match Keyring::open_default() {
+pub async fn dispatcher(paths: &Paths, local: Client, offload: std::collections::BTreeMap<Tier, Offload>) -> Dispatcher {
+    let keyring = match Keyring::open(&paths.keyring()) {
         Ok(k) => Some(std::sync::Arc::new(k)),
         Err(e) => {
             tracing::warn!("no keyring ({e}); running here");
@@ -251,8 +251,8 @@ pub async fn dispatcher(local: Client, offload: std::collections::BTreeMap<Tier,
     d
 }
 
-pub async fn offload(socket: &std::path::Path, explicit: bool, a: OffloadArgs) -> anyhow::Result<ExitCode> {
-    let keyring = Keyring::open_default()?;
+pub async fn offload(paths: &Paths, explicit: bool, a: OffloadArgs) -> anyhow::Result<ExitCode> {
+    let keyring = Keyring::open(&paths.keyring())?;
     if let Some(n) = &a.node
         && keyring.store.find(n)?.is_none()
     {
@@ -262,11 +262,11 @@ pub async fn offload(socket: &std::path::Path, explicit: bool, a: OffloadArgs) -
         bail!("no node is paired yet; pair one first (`revis pair NODE`)");
     }
     drop(keyring);
-    let store = crate::session::open_store()?;
+    let store = crate::session::open_store(paths)?;
     let setting = Offload { enabled: a.switch == OnOff::On, node: a.node.clone(), keep_local: a.keep_local };
     revis_orchestrator::offload::save(&store, a.tier, &setting)?;
-    let local = crate::session::connect_or_start(socket, explicit).await?;
-    let d = dispatcher(local, revis_orchestrator::offload::load_all(&store)).await;
+    let local = crate::session::connect_or_start(&paths.socket, explicit).await?;
+    let d = dispatcher(paths, local, revis_orchestrator::offload::load_all(&store)).await;
     d.refresh().await;
     if a.switch == OnOff::Off {
         // Home now: load its model here again (it was unloaded when it went away).
@@ -285,16 +285,16 @@ pub async fn offload(socket: &std::path::Path, explicit: bool, a: OffloadArgs) -
 }
 
 /// Where each offloaded tier runs, for `revis status`; None when nothing is offloaded.
-pub async fn placement_lines(local: &Client) -> Option<Vec<String>> {
+pub async fn placement_lines(paths: &Paths, local: &Client) -> Option<Vec<String>> {
     if !matches!(local.target(), revis_client::Target::Socket(_)) {
         return None;
     }
-    let store = crate::session::open_store().ok()?;
+    let store = crate::session::open_store(paths).ok()?;
     let offload = revis_orchestrator::offload::load_all(&store);
     if !offload.values().any(|o| o.enabled) {
         return None;
     }
-    let d = dispatcher(local.clone(), offload).await;
+    let d = dispatcher(paths, local.clone(), offload).await;
     let nodes = d.nodes();
     Some(
         d.placements()

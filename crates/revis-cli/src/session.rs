@@ -4,7 +4,7 @@
 
 use std::io::IsTerminal;
 
-use revis_client::{Client, SpawnOptions};
+use revis_client::{Client, Paths, SpawnOptions};
 use revis_store::Store;
 
 /// The daemon on `socket`, never started here (a socket the user chose is
@@ -23,10 +23,9 @@ pub async fn connect_or_start(socket: &std::path::Path, explicit: bool) -> anyho
     Ok(Client::connect_or_start(socket, &opts).await?)
 }
 
-/// The client's database in its default place; a recovered one is reported.
-pub fn open_store() -> anyhow::Result<Store> {
-    let dir = Store::default_dir()?;
-    let opened = Store::open(&dir)?;
+/// The client's database; one that had to be recovered is reported.
+pub fn open_store(paths: &Paths) -> anyhow::Result<Store> {
+    let opened = Store::open(&paths.store())?;
     if let Some(r) = &opened.recovered {
         eprintln!("revis: {r}");
     }
