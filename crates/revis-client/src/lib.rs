@@ -6,6 +6,7 @@ pub mod api;
 pub mod dispatch;
 mod local;
 pub mod nodes;
+pub mod paths;
 mod remote;
 mod spawn;
 pub mod wire;
@@ -24,6 +25,7 @@ pub use remote::{
     Node, NodeError, PAIR_TIMEOUT, interfaces_from_env, pair, resolve,
 };
 pub use api::*;
+pub use paths::Paths;
 pub use revis_trust::{DeviceId, Discovered, Interfaces, PairingCode, browse, host_name};
 pub use spawn::{RESTART_WAIT, Restarted, SpawnOptions, check_config, end_daemon, readiness_pipe, restart_daemon, spawn_daemon};
 
