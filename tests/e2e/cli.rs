@@ -441,8 +441,31 @@ async fn offload_keep_local_keeps_the_model_here_and_answers_still_run_on_the_no
     let t = tier(&mut here, "tier2").await;
     assert_eq!((state(&t), t.cached_prefixes), (revis_client::ModelState::Ready, 0), "loaded here, and it ran nothing here");
 
-    // Without --keep-local the same switch unloads it here.
+    // Without --keep-local the same switch unloads it here...
     let out = revis.ok(&["offload", "tier2", "on"]);
     assert_eq!(out.trim_end(), "tier2 runs on desk now; its model was unloaded here.");
     assert_eq!(state(&tier(&mut here, "tier2").await), revis_client::ModelState::Unloaded);
+    // ...and with it again the model is here again, as it says.
+    let out = revis.ok(&["offload", "tier2", "on", "--keep-local"]);
+    assert_eq!(out.trim_end(), "tier2 runs on desk now (and here).");
+    assert_eq!(state(&tier(&mut here, "tier2").await), revis_client::ModelState::Ready, "--keep-local loads it here");
+}
+
+#[tokio::test]
+async fn offloading_a_tier_whose_model_another_tier_uses_here_says_the_model_stays() {
+    let desk = node("desk", revis_testkit::smollm2());
+    // Every tier on one model here: tier1 and tier3 still run here.
+    let laptop = TestDaemon::new().start();
+    let revis = Revis::new(Some(&laptop));
+    revis.pair(&desk, "desk").await;
+    let (mut there, mut here) = (desk.client().await, laptop.client().await);
+    revis.ok(&["load", "tier2"]);
+
+    let out = revis.ok(&["offload", "tier2", "on"]);
+    let t = tier(&mut here, "tier2").await;
+    assert_eq!(state(&t), revis_client::ModelState::Ready, "tier1 and tier3 still use the model here");
+    assert_eq!(out.trim_end(), "tier2 runs on desk now; its model stays loaded here for tier1 and tier3.");
+    assert!(!run_greedy(&revis, "Name a fruit.").is_empty());
+    assert!(worked(&mut there, "tier2").await, "the node ran it");
+    assert_eq!(tier(&mut here, "tier2").await.cached_prefixes, 0, "nothing ran here");
 }

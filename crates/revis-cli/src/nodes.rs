@@ -268,13 +268,27 @@ pub async fn offload(paths: &Paths, explicit: bool, a: OffloadArgs) -> anyhow::R
     let local = crate::session::connect_or_start(&paths.socket, explicit).await?;
     let d = dispatcher(paths, local, revis_orchestrator::offload::load_all(&store)).await;
     d.refresh().await;
-    if a.switch == OnOff::Off {
-        // Home now: load its model here again (it was unloaded when it went away).
+    if a.switch == OnOff::Off || a.keep_local {
+        // Home now, or kept here too: its model is loaded here (again, if an offload unloaded it).
         d.local().load_model(a.tier).await?;
     }
-    match d.placements().get(&a.tier) {
+    let placements = d.placements();
+    match placements.get(&a.tier) {
         Some(Placement::Node(n)) => {
-            println!("{} runs on {n} now{}.", a.tier, if a.keep_local { " (and here)" } else { "; its model was unloaded here" })
+            // Placement keeps a model here that a tier still running here uses: say which.
+            let runs_here = |t: &Tier| !matches!(placements.get(t), Some(Placement::Node(_))) || d.offload(*t).keep_local;
+            let users: Vec<String> = match d.local().status().await?.tier(a.tier) {
+                Some(t) if t.state != revis_client::ModelState::Unloaded => {
+                    t.shared_with.iter().filter(|o| runs_here(o)).map(Tier::to_string).collect()
+                }
+                _ => Vec::new(),
+            };
+            let here = match (a.keep_local, users.is_empty()) {
+                (true, _) => " (and here)".to_owned(),
+                (false, true) => "; its model was unloaded here".to_owned(),
+                (false, false) => format!("; its model stays loaded here for {}", users.join(" and ")),
+            };
+            println!("{} runs on {n} now{here}.", a.tier)
         }
         Some(Placement::FallenBack) => {
             println!("{} is offloaded, but no paired node that serves it answers now: it runs here until one does.", a.tier)
