@@ -220,7 +220,7 @@ impl Io {
     /// Opens the store, connects to (or starts) the daemon, and starts the chat.
     async fn connect(&mut self) {
         if self.store.is_none() {
-            let dir = self.opts.data_dir.join("db");
+            let dir = self.opts.paths().store();
             match tokio::task::spawn_blocking(move || Store::open(&dir)).await {
                 Ok(Ok(opened)) => {
                     if let Some(r) = &opened.recovered {
@@ -386,7 +386,7 @@ impl Io {
     }
 
     fn keyring_dir(&self) -> PathBuf {
-        self.opts.data_dir.join("client")
+        self.opts.paths().keyring()
     }
 
     fn nodes(&self) {

@@ -41,6 +41,11 @@ pub struct Options {
 }
 
 impl Options {
+    /// The client's paths under this app's data folder.
+    pub fn paths(&self) -> revis_client::Paths {
+        revis_client::Paths::with_data(&self.data_dir, self.socket.clone())
+    }
+
     /// What the CLI uses: `$REVIS_SOCKET`, `$REVIS_CONFIG` and
     /// `$REVIS_MDNS_INTERFACES`, else the platform's defaults; the data
     /// folder as [`data_dir`] finds it.
@@ -48,9 +53,7 @@ impl Options {
         let config = settings::config_path()?;
         let data_dir = data_dir(&config)?;
         Ok(Options {
-            socket: std::env::var_os("REVIS_SOCKET")
-                .filter(|s| !s.is_empty())
-                .map_or_else(revis_client::default_socket_path, PathBuf::from),
+            socket: revis_client::default_socket_path(),
             start_daemon: true,
             spawn: SpawnOptions {
                 pull_default_model: true,

@@ -44,8 +44,7 @@ pub const NODE_TCP_PROBE_INTERVAL: Duration = Duration::from_secs(2);
 pub const NODE_TCP_PROBES: u32 = 3;
 
 /// This client's identity (created on first use) and the daemons it has
-/// paired with, in one directory: by default `client/` in revis's data
-/// directory (`$REVIS_DATA_DIR/client`).
+/// paired with, in one directory: [`crate::Paths::keyring`].
 pub struct Keyring {
     pub identity: Identity,
     pub store: TrustStore,
@@ -56,11 +55,6 @@ impl Keyring {
     /// The keyring in `dir`, created on first use (0700 directory, 0600 files).
     pub fn open(dir: &Path) -> Result<Keyring, ClientError> {
         Ok(Keyring { identity: Identity::load_or_create(dir)?, store: TrustStore::open(dir)?, dir: dir.into() })
-    }
-
-    /// The keyring in revis's data directory.
-    pub fn open_default() -> Result<Keyring, ClientError> {
-        Self::open(&revis_models::data_dir()?.join("client"))
     }
 
     pub fn dir(&self) -> &Path {

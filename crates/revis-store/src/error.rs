@@ -87,9 +87,6 @@ pub enum StoreError {
         /// The conversation it was given for.
         conversation: ConversationId,
     },
-    /// Neither `$REVIS_DATA_DIR` nor a platform data directory is available.
-    #[error("no data directory: set REVIS_DATA_DIR")]
-    NoDataDir,
 }
 
 /// sled's error, opaque: its message and source chain are all callers need.

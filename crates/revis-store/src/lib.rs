@@ -6,7 +6,8 @@
 //! # fn main() -> Result<(), revis_store::StoreError> {
 //! use revis_store::Store;
 //!
-//! let opened = Store::open(&Store::default_dir()?)?;
+//! // Where: the client resolves it (`revis_client::Paths::store`, DATA/db).
+//! let opened = Store::open(std::path::Path::new("/home/ada/.local/share/revis/db"))?;
 //! if let Some(recovered) = &opened.recovered {
 //!     eprintln!("warning: {recovered}"); // the damaged database was kept aside
 //! }
@@ -21,7 +22,7 @@
 //!
 //! # API
 //!
-//! - [`Store::open`] → [`Opened`] `{ store, recovered }`; [`Store::default_dir`].
+//! - [`Store::open`] → [`Opened`] `{ store, recovered }`.
 //! - Conversations: [`create_conversation`](Store::create_conversation),
 //!   [`conversations`](Store::conversations) (most recently updated first),
 //!   [`conversation`](Store::conversation), [`set_title`](Store::set_title),

@@ -101,21 +101,6 @@ impl Store {
             }
         }
     }
-
-    /// Where the database lives by default: `$REVIS_DATA_DIR/db`, else the
-    /// platform data directory's `revis/db` (the same data directory as
-    /// `revis_models::data_dir`).
-    pub fn default_dir() -> Result<PathBuf> {
-        default_dir_from(std::env::var_os("REVIS_DATA_DIR"))
-    }
-}
-
-fn default_dir_from(env_value: Option<OsString>) -> Result<PathBuf> {
-    let data = match env_value {
-        Some(v) if !v.is_empty() => PathBuf::from(v),
-        _ => directories::ProjectDirs::from("", "", "revis").map(|dirs| dirs.data_dir().to_path_buf()).ok_or(StoreError::NoDataDir)?,
-    };
-    Ok(data.join("db"))
 }
 
 /// [`try_open`], waiting up to [`LOCK_WAIT`] for a lock to be released.
@@ -317,15 +302,6 @@ fn move_aside(dir: &Path) -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn default_dir_is_the_data_dir_then_db() {
-        assert_eq!(default_dir_from(Some("/srv/revis".into())).unwrap(), PathBuf::from("/srv/revis/db"));
-        // Empty means unset; the platform directory ends in "revis/db" wherever it is.
-        let platform = default_dir_from(Some(OsString::new())).unwrap();
-        assert!(platform.ends_with("revis/db"), "{}", platform.display());
-        assert_eq!(default_dir_from(None).unwrap(), platform);
-    }
 
     #[test]
     fn moving_aside_never_overwrites() {
