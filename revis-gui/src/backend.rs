@@ -17,8 +17,8 @@ use revis_store::Store;
 use tokio::sync::mpsc;
 
 pub use crate::options::Options;
+use crate::protocol::Sink;
 pub use crate::protocol::{Command, Event, PairingEvent, TierPlacement};
-use crate::protocol::{Sink, plain};
 use crate::settings::Settings;
 
 /// How long the app listens for other machines' advertisements.
@@ -259,7 +259,7 @@ impl Io {
                     self.client = Some(c);
                 }
                 Err(e) => {
-                    self.sink.send(Event::Disconnected(plain(&e)));
+                    self.sink.send(Event::Disconnected(e.words()));
                     return;
                 }
             }
@@ -273,7 +273,7 @@ impl Io {
             let keyring = match tokio::task::spawn_blocking(move || Keyring::open(&dir)).await {
                 Ok(Ok(k)) => Some(Arc::new(k)),
                 Ok(Err(e)) => {
-                    self.sink.error("opening this machine's keyring", plain(&e));
+                    self.sink.error("opening this machine's keyring", e.words());
                     None
                 }
                 Err(e) => {
@@ -322,7 +322,7 @@ impl Io {
             d.set_offload(tier, setting);
             d.refresh().await;
             if !on && let Err(e) = d.local().load_model(tier).await {
-                sink.error("loading the tier here again", plain(&e));
+                sink.error("loading the tier here again", e.words());
             }
             sink.send(Event::Placements(placements(&d)));
             if let Ok(s) = d.local().status().await {
@@ -342,7 +342,7 @@ impl Io {
                     }
                     sink.send(Event::Status(Box::new(s)));
                 }
-                Err(e) => sink.send(Event::Disconnected(plain(&e))),
+                Err(e) => sink.send(Event::Disconnected(e.words())),
             }
         });
     }
@@ -353,7 +353,7 @@ impl Io {
         tokio::spawn(async move {
             match c.list_devices().await {
                 Ok(d) => sink.send(Event::Devices(d)),
-                Err(e) => sink.error("listing paired devices", plain(&e)),
+                Err(e) => sink.error("listing paired devices", e.words()),
             }
         });
     }
@@ -378,7 +378,7 @@ impl Io {
                     )
                 })
             };
-            sink.send(Event::TierDone { tier, message: message.map_err(|e| plain(&e)) });
+            sink.send(Event::TierDone { tier, message: message.map_err(|e| e.words()) });
             if let Ok(s) = c.status().await {
                 sink.send(Event::Status(Box::new(s)));
             }
@@ -402,9 +402,9 @@ impl Io {
                 let code: revis_client::PairingCode = code.trim().parse().map_err(|e| format!("{e}"))?;
                 let (addr, name) = find_unpaired(what.trim(), &found)?;
                 let mut keyring =
-                    tokio::task::spawn_blocking(move || Keyring::open(&d)).await.map_err(|e| e.to_string())?.map_err(|e| plain(&e))?;
+                    tokio::task::spawn_blocking(move || Keyring::open(&d)).await.map_err(|e| e.to_string())?.map_err(|e| e.words())?;
                 let me = revis_client::host_name("revis-client");
-                let id = revis_client::pair(&mut keyring, addr, &name, &code, &me).await.map_err(|e| plain(&e))?;
+                let id = revis_client::pair(&mut keyring, addr, &name, &code, &me).await.map_err(|e| e.words())?;
                 Ok::<_, String>(format!("Paired with {name} ({id}) at {addr}."))
             }
             .await;
@@ -418,7 +418,7 @@ impl Io {
         tokio::spawn(async move {
             let d = dir.clone();
             let r = tokio::task::spawn_blocking(move || {
-                let mut keyring = Keyring::open(&d).map_err(|e| plain(&e))?;
+                let mut keyring = Keyring::open(&d).map_err(|e| e.words())?;
                 let dev =
                     keyring.store.find(&id).map_err(|e| e.to_string())?.cloned().ok_or_else(|| format!("no paired node is called {id}"))?;
                 keyring.store.revoke(&dev.device_id).map_err(|e| e.to_string())?;
@@ -439,7 +439,7 @@ impl Io {
         tokio::spawn(async move {
             match c.set_server_mode(on).await {
                 Ok(m) => sink.send(Event::ServerMode(m)),
-                Err(e) => sink.error(if on { "turning server mode on" } else { "turning server mode off" }, plain(&e)),
+                Err(e) => sink.error(if on { "turning server mode on" } else { "turning server mode off" }, e.words()),
             }
             if let Ok(s) = c.status().await {
                 sink.send(Event::Status(Box::new(s)));
@@ -456,7 +456,7 @@ impl Io {
         let task = tokio::spawn(async move {
             let mut events = match c.open_pairing(0).await {
                 Ok(events) => events,
-                Err(e) => return sink.error("opening pairing", plain(&e)),
+                Err(e) => return sink.error("opening pairing", e.words()),
             };
             loop {
                 let ev = match events.next().await {
@@ -471,7 +471,7 @@ impl Io {
                         revis_client::PairingEvent::Closed { reason } => PairingEvent::Closed { reason },
                     },
                     Ok(None) => PairingEvent::Closed { reason: "revisd closed the window".into() },
-                    Err(e) => PairingEvent::Closed { reason: plain(&e) },
+                    Err(e) => PairingEvent::Closed { reason: e.words() },
                 };
                 let end = !matches!(ev, PairingEvent::Opened { .. });
                 sink.send(Event::Pairing(ev));
@@ -491,11 +491,11 @@ impl Io {
         let sink = self.sink.clone();
         tokio::spawn(async move {
             if let Err(e) = c.revoke_device(&device).await {
-                sink.error("revoking a device", plain(&e));
+                sink.error("revoking a device", e.words());
             }
             match c.list_devices().await {
                 Ok(d) => sink.send(Event::Devices(d)),
-                Err(e) => sink.error("listing paired devices", plain(&e)),
+                Err(e) => sink.error("listing paired devices", e.words()),
             }
         });
     }
@@ -511,7 +511,7 @@ async fn list_nodes(
 ) {
     let keyring = match tokio::task::spawn_blocking(move || Keyring::open(&dir)).await {
         Ok(Ok(k)) => k,
-        Ok(Err(e)) => return sink.error("reading your paired nodes", plain(&e)),
+        Ok(Err(e)) => return sink.error("reading your paired nodes", e.words()),
         Err(e) => return sink.error("reading your paired nodes", e.to_string()),
     };
     // Discovery off (REVIS_MDNS_INTERFACES=none): no multicast at all.

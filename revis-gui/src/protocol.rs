@@ -9,7 +9,7 @@ use std::sync::mpsc as std_mpsc;
 use std::time::Instant;
 
 use revis_client::nodes::NodeRow;
-use revis_client::{ClientError, DaemonStatus, DeviceInfo, ServerMode, Tier};
+use revis_client::{DaemonStatus, DeviceInfo, ServerMode, Tier};
 use revis_orchestrator::conversation::ChatError;
 use revis_orchestrator::{GateState, PrefillPhase};
 use revis_store::{Conversation, ConversationId, StoredMessage};
@@ -148,14 +148,6 @@ impl Sink {
 
     pub(crate) fn error(&self, what: &'static str, message: impl Into<String>) {
         self.send(Event::Error { what, message: message.into() });
-    }
-}
-
-/// A failure in words a person can act on.
-pub(crate) fn plain(e: &ClientError) -> String {
-    match e {
-        ClientError::Call(c) => c.message.clone(),
-        other => other.to_string(),
     }
 }
 

@@ -16,16 +16,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
-use wire::v1 as pb;
 use tonic::transport::{Channel, Endpoint, Uri};
+use wire::v1 as pb;
 
+pub use api::*;
 pub use local::LOCAL_CONNECT_TIMEOUT;
+pub use paths::Paths;
 pub use remote::{
     CONNECT_TIMEOUT, Keyring, MAX_CANDIDATE_ADDRESSES, NODE_PING_INTERVAL, NODE_PING_TIMEOUT, NODE_TCP_PROBE_INTERVAL, NODE_TCP_PROBES,
     Node, NodeError, PAIR_TIMEOUT, interfaces_from_env, pair, resolve,
 };
-pub use api::*;
-pub use paths::Paths;
 pub use revis_trust::{DeviceId, Discovered, Interfaces, PairingCode, browse, host_name};
 pub use spawn::{RESTART_WAIT, Restarted, SpawnOptions, check_config, end_daemon, readiness_pipe, restart_daemon, spawn_daemon};
 
@@ -67,6 +67,15 @@ impl From<tonic::Status> for ClientError {
 }
 
 impl ClientError {
+    /// The error in words for a person: a daemon's own message without its
+    /// gRPC code, anything else as it reads.
+    pub fn words(&self) -> String {
+        match self {
+            ClientError::Call(c) => c.message.clone(),
+            other => other.to_string(),
+        }
+    }
+
     /// As a failed call: what is not a daemon's answer (no daemon, a
     /// socket not to be trusted, a node that could not be reached) reads as
     /// UNAVAILABLE, with its own words.
@@ -268,7 +277,12 @@ impl Client {
 
     /// Switches server mode on or off; returns its state after.
     pub async fn set_server_mode(&self, enabled: bool) -> Result<ServerMode, ClientError> {
-        self.admin.clone().set_server_mode(pb::SetServerModeRequest { enabled }).await.map(|r| r.into_inner().into()).map_err(|s| self.failure(s))
+        self.admin
+            .clone()
+            .set_server_mode(pb::SetServerModeRequest { enabled })
+            .await
+            .map(|r| r.into_inner().into())
+            .map_err(|s| self.failure(s))
     }
 
     /// Opens a pairing window (`window_s` = 0: the daemon's default length)
@@ -288,7 +302,12 @@ impl Client {
 
     /// Revokes a paired device (by name or device ID) and cuts its connections.
     pub async fn revoke_device(&self, device: &str) -> Result<Revoked, ClientError> {
-        self.admin.clone().revoke_device(pb::RevokeDeviceRequest { device: device.to_owned() }).await.map(|r| r.into_inner().into()).map_err(|s| self.failure(s))
+        self.admin
+            .clone()
+            .revoke_device(pb::RevokeDeviceRequest { device: device.to_owned() })
+            .await
+            .map(|r| r.into_inner().into())
+            .map_err(|s| self.failure(s))
     }
 
     /// Runs `call` on a clone of this client and, when the failure may be
@@ -322,7 +341,9 @@ impl Client {
     /// the same way.
     pub fn failure(&self, s: tonic::Status) -> ClientError {
         match &self.target {
-            Target::Socket(_) if s.code() == tonic::Code::Unavailable => local::undialled(&s).unwrap_or_else(|| ClientError::Call(s.into())),
+            Target::Socket(_) if s.code() == tonic::Code::Unavailable => {
+                local::undialled(&s).unwrap_or_else(|| ClientError::Call(s.into()))
+            }
             _ => ClientError::Call(s.into()),
         }
     }

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use revis_trust::{DeviceId, Discovered};
 
-use crate::{Client, ClientError, Keyring, Node};
+use crate::{Client, Keyring, Node};
 
 /// A node as the lists show it.
 #[derive(Clone, Debug, PartialEq)]
@@ -86,7 +86,7 @@ pub async fn probe(keyring: &Keyring, row: &NodeRow) -> Health {
     let t0 = Instant::now();
     let c = match Client::connect_node(keyring, &node).await {
         Ok(c) => c,
-        Err(e) => return Health::Failed(words(&e)),
+        Err(e) => return Health::Failed(e.words()),
     };
     let connect_ms = t0.elapsed().as_secs_f64() * 1e3;
     let t1 = Instant::now();
@@ -97,15 +97,7 @@ pub async fn probe(keyring: &Keyring, row: &NodeRow) -> Health {
             tiers: s.tiers.iter().map(|t| (t.tier.to_string(), t.model.clone(), t.state.as_str().to_owned())).collect(),
             queue: format!("{}/{}", s.queue_depth, s.queue_capacity),
         },
-        Err(e) => Health::Failed(words(&e)),
-    }
-}
-
-/// An error in words: a daemon's own message without its code.
-fn words(e: &ClientError) -> String {
-    match e {
-        ClientError::Call(c) => c.message.clone(),
-        other => other.to_string(),
+        Err(e) => Health::Failed(e.words()),
     }
 }
 

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
 use crate::wire::v1 as pb;
+use hyper_util::rt::TokioIo;
 use revis_trust::{DeviceId, Discovered, Identity, Interfaces, PairingCode, TrustError, TrustStore};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;

@@ -198,7 +198,7 @@ pub struct Restarted {
 pub async fn restart_daemon(client: &Client, opts: &SpawnOptions, ended: impl FnOnce()) -> Result<Restarted, String> {
     let Target::Socket(socket) = client.target() else { return Err("only this machine's revisd can be restarted from here".into()) };
     check_config(opts).await.map_err(|e| format!("revisd was not restarted: {e}"))?;
-    let old = client.status().await.map_err(|e| words(&e))?.pid;
+    let old = client.status().await.map_err(|e| e.words())?.pid;
     if old == 0 {
         return Err("revisd did not say its process ID, so it was not restarted".into());
     }
@@ -212,17 +212,9 @@ pub async fn restart_daemon(client: &Client, opts: &SpawnOptions, ended: impl Fn
         }
         tokio::time::sleep(EXIT_POLL).await;
     }
-    let client = Client::connect_or_start(socket, opts).await.map_err(|e| words(&e))?;
-    let pid = client.status().await.map_err(|e| words(&e))?.pid;
+    let client = Client::connect_or_start(socket, opts).await.map_err(|e| e.words())?;
+    let pid = client.status().await.map_err(|e| e.words())?.pid;
     Ok(Restarted { client, pid })
-}
-
-/// An error in words: a daemon's own message without its code.
-fn words(e: &ClientError) -> String {
-    match e {
-        ClientError::Call(c) => c.message.clone(),
-        other => other.to_string(),
-    }
 }
 
 /// Whether process `pid` is still running. An exited child of this process

@@ -208,7 +208,11 @@ impl From<pb::LoadModelResponse> for Loaded {
 
 impl From<pb::UnloadModelResponse> for Unloaded {
     fn from(r: pb::UnloadModelResponse) -> Unloaded {
-        Unloaded { tier: r.tier.map(Into::into).unwrap_or_default(), rss_before_bytes: r.rss_before_bytes, rss_after_bytes: r.rss_after_bytes }
+        Unloaded {
+            tier: r.tier.map(Into::into).unwrap_or_default(),
+            rss_before_bytes: r.rss_before_bytes,
+            rss_after_bytes: r.rss_after_bytes,
+        }
     }
 }
 
@@ -267,11 +271,8 @@ impl From<tonic::Status> for CallError {
     /// A status the daemon sent never has a `source`; one made here from a
     /// transport error (the connection broke under the call) does.
     fn from(s: tonic::Status) -> CallError {
-        let retry_after = s
-            .metadata()
-            .get("grpc-retry-pushback-ms")
-            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-            .map(Duration::from_millis);
+        let retry_after =
+            s.metadata().get("grpc-retry-pushback-ms").and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).map(Duration::from_millis);
         CallError {
             code: code(s.code()),
             message: s.message().to_owned(),
