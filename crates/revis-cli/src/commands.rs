@@ -438,6 +438,9 @@ async fn chat<D: Runner>(daemon: D, store: Store, a: ChatArgs) -> anyhow::Result
                 Input::End => break,
             }
         }
+        // The key that ended the input (Ctrl-D on an empty line) was reported as the start of typing, which holds
+        // background work: release it, or the wait below never ends.
+        chat.typing_stopped();
     } else {
         for line in std::io::stdin().lock().lines() {
             let line = line?;

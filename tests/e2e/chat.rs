@@ -1,0 +1,315 @@
+//! `revis chat` as a person uses it, against a real revisd: typed at a
+//! terminal (a pseudo-terminal the test drives), killed with SIGKILL
+//! mid-answer, and a conversation long enough to be summarised.
+
+use std::io::{Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use revis_client::{CallError, Client, Done, GenerateParams, PrefillParams, Prefilled, Role as Speaker, Runner, Tier};
+use revis_orchestrator::conversation::{Chat, PARTIAL_SAVE_EVERY, RULES, TURN_BUDGET};
+use revis_orchestrator::prompt::PromptContext;
+use revis_store::{MessageState, Role, Store};
+use revis_testkit::TestDaemon;
+
+/// How long one step may take on a busy 2-core machine (a model load, a short answer).
+const STEP: Duration = Duration::from_secs(60);
+
+/// What a process wrote to one output, and when each piece came.
+#[derive(Default)]
+struct Seen {
+    bytes: Vec<u8>,
+    /// (when, how many bytes had come by then), one per read.
+    at: Vec<(Instant, usize)>,
+    ended: bool,
+}
+
+impl Seen {
+    /// How many bytes had come by `t`.
+    fn len_at(&self, t: Instant) -> usize {
+        self.at.iter().take_while(|(when, _)| *when <= t).last().map_or(0, |(_, n)| *n)
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes).into_owned()
+    }
+}
+
+/// Reads a process's output on a thread of its own, so the test can wait on
+/// what it printed.
+struct Transcript(Arc<(Mutex<Seen>, Condvar)>);
+
+impl Transcript {
+    fn start(mut from: impl Read + Send + 'static) -> Transcript {
+        let shared = Arc::new((Mutex::new(Seen::default()), Condvar::new()));
+        let t = shared.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            loop {
+                let n = from.read(&mut buf).unwrap_or(0); // a pseudo-terminal whose side closed reads EIO
+                let mut seen = t.0.lock().unwrap();
+                if n == 0 {
+                    seen.ended = true;
+                } else {
+                    seen.bytes.extend_from_slice(&buf[..n]);
+                    let total = seen.bytes.len();
+                    seen.at.push((Instant::now(), total));
+                }
+                t.1.notify_all();
+                if n == 0 {
+                    return;
+                }
+            }
+        });
+        Transcript(shared)
+    }
+
+    /// Waits until `done` holds of what came so far (checked at each new
+    /// piece, and every 10 ms for conditions on time); panics naming `what`
+    /// with the output after `limit`.
+    fn wait_until(&self, what: &str, limit: Duration, done: impl Fn(&Seen) -> bool) -> String {
+        let deadline = Instant::now() + limit;
+        let mut seen = self.0.0.lock().unwrap();
+        while !done(&seen) {
+            let now = Instant::now();
+            assert!(now < deadline && !seen.ended, "{what}: not within {limit:?}; the output was:\n{}", seen.text());
+            seen = self.0.1.wait_timeout(seen, (deadline - now).min(Duration::from_millis(10))).unwrap().0;
+        }
+        seen.text()
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&Seen) -> T) -> T {
+        f(&self.0.0.lock().unwrap())
+    }
+}
+
+/// Waits for a child's exit; SIGKILL and a panic showing `screen` after `limit`.
+fn wait_exit(child: &mut Child, limit: Duration, screen: &Transcript) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("revis did not exit within {limit:?}; the screen:\n{}", screen.with(Seen::text));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `revis chat` on a pseudo-terminal: stdin, stdout and stderr, its
+/// controlling terminal in a session of its own. Returns the child and the
+/// terminal's other side (what the user types into, what the screen shows).
+fn spawn_on_a_terminal(mut cmd: Command) -> (Child, std::fs::File) {
+    use std::os::unix::process::CommandExt;
+    let size = nix::pty::Winsize { ws_row: 24, ws_col: 120, ws_xpixel: 0, ws_ypixel: 0 };
+    let pty = nix::pty::openpty(&size, None).expect("a pseudo-terminal");
+    cmd.stdin(Stdio::from(pty.slave.try_clone().unwrap()))
+        .stdout(Stdio::from(pty.slave.try_clone().unwrap()))
+        .stderr(Stdio::from(pty.slave))
+        // rustyline edits lines only on a terminal it knows (not "dumb").
+        .env("TERM", "xterm");
+    // SAFETY: setsid and ioctl are async-signal-safe; they run in the child between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() == -1 || libc::ioctl(0, libc::TIOCSCTTY as _, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().expect("start revis chat");
+    // The command held the terminal's slave side: dropped, so reads end when revis exits.
+    drop(cmd);
+    (child, std::fs::File::from(pty.master))
+}
+
+/// Whether the line editor's prompt (`> `, among its escape sequences) was shown after `mark`.
+fn prompt_after(screen: &str, mark: &str) -> bool {
+    screen.split_once(mark).is_some_and(|(_, rest)| rest.contains("> "))
+}
+
+/// The daemon's count of cached prefixes for tier2 (0 while its model is not loaded).
+async fn tier2_prefixes(socket: &std::path::Path) -> u32 {
+    let s = Client::connect(socket).await.unwrap().status().await.unwrap();
+    s.tier(Tier::Tier2).expect("a tier2").cached_prefixes
+}
+
+/// Interactive `revis chat`: the first keystroke on an empty line sends the
+/// static part of the next prompt to the daemon (a Prefill), before Enter;
+/// the answer then reuses all of it, and is shown and stored.
+#[test]
+fn the_first_keystroke_prefills_before_enter() {
+    let d = TestDaemon::new().start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(revis_testkit::binary("revis"));
+    cmd.args(["chat", "--new", "--temperature", "0", "--max-tokens", "16", "--verbose", "--socket"])
+        .arg(&d.socket)
+        .env("REVIS_DATA_DIR", data.path());
+    let (mut child, mut terminal) = spawn_on_a_terminal(cmd);
+    let screen = Transcript::start(terminal.try_clone().unwrap());
+    screen.wait_until("the prompt", STEP, |s| prompt_after(&s.text(), "(Ctrl-D ends)"));
+    assert_eq!(rt.block_on(tier2_prefixes(&d.socket)), 0, "nothing is cached before the user types");
+
+    // One key, no Enter: the daemon gets the prefill.
+    terminal.write_all(b"W").unwrap();
+    let deadline = Instant::now() + STEP;
+    while rt.block_on(tier2_prefixes(&d.socket)) == 0 {
+        assert!(Instant::now() < deadline, "one keystroke sent no prefill within {STEP:?}; the screen:\n{}", screen.with(Seen::text));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(child.try_wait().unwrap().is_none(), "revis chat is still waiting for the line");
+
+    // The rest of the line, then Enter (a carriage return, as a terminal sends it).
+    let question = "What is the capital of France?";
+    terminal.write_all(format!("{}\r", &question[1..]).as_bytes()).unwrap();
+    let shown = screen.wait_until("the answer's numbers (--verbose)", STEP, |s| s.text().contains("generated, prompt"));
+    let stats = shown.split(" prompt tokens (").nth(1).expect("the numbers");
+    let cached: u32 = stats.split(' ').next().unwrap().parse().expect("the cached token count");
+    // The static part (rules; nothing else yet in a new conversation) as the daemon counts it.
+    let static_part = PromptContext { rules: RULES.to_owned(), ..Default::default() }.static_messages();
+    let static_len = rt.block_on(async {
+        let req = PrefillParams { tier: Tier::Tier2, messages: static_part, ..Default::default() };
+        Client::connect(&d.socket).await.unwrap().prefill(&req).await.unwrap().prompt_tokens
+    });
+    assert!(cached >= static_len, "the answer reused {cached} tokens of a {static_len}-token static part: {shown}");
+
+    // Ctrl-D on the empty line: revis finishes its background work and exits.
+    screen.wait_until("the next prompt", STEP, |s| prompt_after(&s.text(), "generated, prompt"));
+    terminal.write_all(b"\x04").unwrap();
+    let status = wait_exit(&mut child, STEP, &screen);
+    let screen = screen.wait_until("the terminal's end", STEP, |s| s.ended).replace("\r\n", "\n");
+    assert!(status.success(), "{status:?}; the screen:\n{screen}");
+
+    let store = Store::open(&data.path().join("db")).unwrap().store;
+    let conv = store.conversations().unwrap()[0].id;
+    let messages = store.messages(conv).unwrap();
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert_eq!(messages[0].text, question, "the first key went into the line too");
+    let answer = &messages[1];
+    assert_eq!(answer.state, MessageState::Complete);
+    assert!(!answer.text.is_empty() && screen.contains(&format!("{}\n", answer.text)), "the stored answer {answer:?} was shown:\n{screen}");
+}
+
+/// A prompt whose answer runs long (hundreds of tokens at greedy sampling).
+const LONG: &str = "Write a long story about a dragon who learns to bake bread, with many details.";
+
+/// What `revis chat` may have printed and not saved when it is killed: the
+/// partial-save interval, sled's own write-out of unflushed writes (every
+/// 500 ms, see `Store::update_reply`), and room for a busy machine.
+const MAY_LOSE: Duration = PARTIAL_SAVE_EVERY.saturating_add(Duration::from_millis(500 + 1000));
+
+/// `revis chat` killed with SIGKILL mid-answer (no handler runs): the
+/// store holds the reply incomplete, its text a prefix of what was printed,
+/// and everything printed more than [`MAY_LOSE`] before the kill is in it.
+#[test]
+fn revis_chat_killed_mid_answer_has_saved_what_it_printed() {
+    let d = TestDaemon::new().start();
+    let data = tempfile::tempdir().unwrap();
+    let mut child = Command::new(revis_testkit::binary("revis"))
+        .args(["chat", "--new", "--temperature", "0", "--max-tokens", "1000", "--socket"])
+        .arg(&d.socket)
+        .env("REVIS_DATA_DIR", data.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(format!("{LONG}\n").as_bytes()).unwrap();
+    let out = Transcript::start(child.stdout.take().unwrap());
+    // Enough text printed long enough ago that the periodic saves must hold it.
+    out.wait_until("200 bytes printed, MAY_LOSE ago", STEP, |s| s.len_at(Instant::now() - MAY_LOSE) >= 200);
+    assert!(child.try_wait().unwrap().is_none(), "the answer ended before the kill:\n{}", out.with(Seen::text));
+    let killed_at = Instant::now();
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let printed = out.wait_until("stdout's end", STEP, |s| s.ended);
+    let must_hold = out.with(|s| s.len_at(killed_at - MAY_LOSE));
+
+    let store = Store::open(&data.path().join("db")).unwrap().store;
+    let conv = store.conversations().unwrap()[0].id;
+    let messages = store.messages(conv).unwrap();
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    let reply = &messages[1];
+    assert_eq!((reply.role, reply.state), (Role::Assistant, MessageState::Incomplete), "a cut reply is flagged");
+    assert!(printed.starts_with(&reply.text), "the stored reply is not what was printed:\n{:?}\n{printed:?}", reply.text);
+    assert!(
+        reply.text.len() >= must_hold,
+        "{} bytes saved, but {must_hold} were printed {MAY_LOSE:?} before the kill (of {} in all)",
+        reply.text.len(),
+        printed.len()
+    );
+}
+
+/// A real daemon, with each Generate request it is asked kept for the test.
+#[derive(Clone)]
+struct Recording {
+    client: Client,
+    asked: Arc<Mutex<Vec<GenerateParams>>>,
+}
+
+impl Runner for Recording {
+    async fn prefill(&self, req: PrefillParams) -> Result<Prefilled, CallError> {
+        Runner::prefill(&self.client, req).await
+    }
+
+    async fn generate(&self, req: GenerateParams, on_delta: impl FnMut(&str) + Send) -> Result<Done, CallError> {
+        self.asked.lock().unwrap().push(req.clone());
+        Runner::generate(&self.client, req, on_delta).await
+    }
+}
+
+/// A conversation that outgrows [`TURN_BUDGET`]: after its next turn the
+/// older messages are summarised in the background by the real model, the
+/// summary is stored, and the prompt of the turn after carries it in place
+/// of the messages it covers.
+#[tokio::test]
+async fn a_long_conversation_is_summarised_and_the_summary_is_used() {
+    let d = TestDaemon::new().start();
+    let db = tempfile::tempdir().unwrap();
+    let store = Store::open(db.path()).unwrap().store;
+    // Earlier sessions: TURN_BUDGET messages, complete. One more turn goes over the budget.
+    let conv = store.create_conversation("cats").unwrap();
+    for i in 1..=TURN_BUDGET / 2 {
+        store.append_user(conv, &format!("Note {i}: my cat number {i} is called Tom{i}.")).unwrap();
+        let reply = store.begin_reply(conv, "tier2").unwrap();
+        store.complete_reply(reply, &format!("Noted: cat {i} is Tom{i}.")).unwrap();
+    }
+    let daemon = Recording { client: d.client().await, asked: Default::default() };
+    let mut chat = Chat::new(daemon.clone(), store.clone(), conv, revis_orchestrator::Policies::default());
+    chat.sampling.temperature = Some(0.0);
+    chat.max_tokens = Some(16);
+    chat.send("How many cats do I have?", |_| {}).await.unwrap();
+
+    // The turn's background work: the summary (first by rank) is stored.
+    let deadline = Instant::now() + STEP;
+    let summary = loop {
+        if let Some(s) = store.summary(conv).unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "no summary within {STEP:?} of a turn over the budget");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let messages = store.messages(conv).unwrap();
+    assert_eq!(messages.len(), TURN_BUDGET + 2);
+    assert!(messages.iter().all(|m| m.state == MessageState::Complete), "{messages:?}");
+    // All but the last TURN_BUDGET / 2 messages are summarised.
+    let covered = messages.len() - TURN_BUDGET / 2;
+    assert_eq!(summary.covers_up_to, messages[covered - 1].id);
+    assert!(!summary.text.is_empty());
+
+    // The next turn: the summary in the system message, only the messages after it in full.
+    chat.send("Thanks!", |_| {}).await.unwrap();
+    let asked = daemon.asked.lock().unwrap().iter().rfind(|r| r.messages.last().is_some_and(|m| m.text == "Thanks!")).cloned();
+    let asked = asked.expect("the answer's request");
+    let texts: Vec<&str> = asked.messages.iter().map(|m| m.text.as_str()).collect();
+    assert_eq!(asked.messages[0].role, Speaker::System);
+    assert!(texts[0].ends_with(&format!("Summary of the conversation so far:\n{}", summary.text)), "{texts:?}");
+    let mut expected: Vec<&str> = messages[covered..].iter().map(|m| m.text.as_str()).collect();
+    expected.push("Thanks!");
+    assert_eq!(texts[1..], expected, "the covered messages are left out, the rest shown in full");
+}
