@@ -13,7 +13,6 @@ use std::time::Duration;
 use revis_client::Client;
 use revis_testkit::{HeldSocket, TestDaemon, activated_revisd, binary};
 
-
 #[cfg(target_os = "linux")]
 mod user_manager;
 
@@ -228,6 +227,15 @@ fn service_install_is_idempotent_and_uninstall_leaves_the_data() {
     assert_eq!(status.status.code(), Some(3), "{text}");
     assert!(text.contains("revisd.service: installed") && text.contains("revisd.service: enabled"), "{text}");
     assert!(text.contains("no revisd answers"), "{text}");
+    // Asked with another --config than it was installed with: what the
+    // installed unit runs is shown, not only that it differs (a bare
+    // `install`, once advised here, drops the --config it was installed with).
+    let other = config(home.dir.path());
+    let text = stdout(&home.service(&["status", "--config", other.to_str().unwrap()]));
+    let unit = home.unit("revisd.service");
+    assert!(text.contains(&format!("{}: installed, but not as this command would write it", unit.display())), "{text}");
+    assert!(text.contains(&format!("    {exec}")), "the installed ExecStart is shown:\n{text}");
+    assert!(text.contains(&format!("{}: installed\n", home.unit("revisd.socket").display())), "{text}");
 
     // A daemon on the socket the units name (%t/revis/revisd.sock), handed
     // over as systemd would: status sees it answer.
@@ -388,7 +396,10 @@ fn under_a_real_systemd_the_socket_starts_revisd_and_it_comes_back_after_a_crash
         &[("HOME", &user_home), ("XDG_CONFIG_HOME", &config_home), ("XDG_RUNTIME_DIR", &runtime)],
         home.p("systemd.log"),
     );
-    let context = || format!("\nthe manager's log:\n{}", manager.log_text());
+    let context = || {
+        let units = manager.systemctl(&["status", "--no-pager", SOCKET_UNIT, SERVICE_UNIT]);
+        format!("\n{}\nthe manager's log:\n{}", stdout(&units), manager.log_text())
+    };
     let main_pid = || manager.property(SERVICE_UNIT, "MainPID").parse::<u32>().expect("MainPID is a number");
     let socket = runtime.join("revis/revisd.sock");
 

@@ -220,13 +220,22 @@ pub fn uninstall(layout: &Layout, dry_run: bool, out: &mut dyn Write) -> Result<
 /// Returns whether it answers.
 pub fn status(layout: &Layout, out: &mut dyn Write) -> Result<bool, ServiceError> {
     for (path, content) in layout.files()? {
-        let state = match std::fs::read(&path) {
-            Ok(old) if old == content.as_bytes() => "installed",
-            Ok(_) => "installed, but not as this revisd would write it: run `revisd service install` to update it",
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => "not installed",
+        match std::fs::read(&path) {
+            Ok(old) if old == content.as_bytes() => say!(out, "{}: installed", path.display()),
+            // Usually installed with another binary, --config or REVIS_DATA_DIR than
+            // this command has: the lines that differ say which, and an install with
+            // this command's would drop them.
+            Ok(old) => {
+                let old = String::from_utf8_lossy(&old);
+                say!(out, "{}: installed, but not as this command would write it; the file has:", path.display());
+                for line in old.lines().filter(|l| !content.lines().any(|c| c == *l)) {
+                    say!(out, "    {line}");
+                }
+                say!(out, "  `revisd service install` rewrites it with this command's revisd, --config and REVIS_DATA_DIR");
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => say!(out, "{}: not installed", path.display()),
             Err(e) => return Err(io_error(&path)(e)),
-        };
-        say!(out, "{}: {state}", path.display());
+        }
     }
     match layout.manager {
         Manager::Systemd => systemd::report(out),
