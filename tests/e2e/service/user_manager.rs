@@ -5,13 +5,21 @@
 //! (`/run/systemd/system` exists), and takes the cgroup it starts in as the
 //! root of its tree, moving every process it finds there into its
 //! `init.scope`. So it starts in namespaces of its own: a mount namespace
-//! where a tmpfs on `/run/systemd` holds that marker (the machine's own
-//! `/run/systemd` is left alone), and a cgroup namespace rooted at a new,
+//! where a directory of the test's, mounted on `/run/systemd`, holds that
+//! marker (the machine's own `/run/systemd` is left alone), and a cgroup
+//! namespace rooted at a new,
 //! empty cgroup below the test's own, with the cgroup file systems mounted
 //! again there, so all it creates and moves stays in that cgroup. Only the
 //! hierarchies systemd tracks processes with (cgroup2, and v1's
 //! `name=systemd` on a hybrid layout) are joined and mounted; the resource
 //! controllers stay the test's. Needs root, as the network namespace tests.
+//!
+//! A user manager logs to `/dev/console` (or, asked to, `/dev/kmsg`): in
+//! its mount namespace a file of the test's is mounted on `/dev/kmsg`, so
+//! its log lands there and not on the machine's console or kernel log. No
+//! journald runs, so the units' output goes to /dev/null (a drop-in in
+//! `/run/systemd/user.conf.d` says so: otherwise each start would log a
+//! warning from a process that opens that file anew, over its first lines).
 //!
 //! Dropping it stops the manager by its PID (SIGTERM: it stops its units
 //! and exits; SIGKILL after [`STOP_TIMEOUT`], then any process left in its
@@ -44,7 +52,10 @@ pub struct UserManager {
     /// Its cgroup in each hierarchy it joined, as the test sees them.
     cgroups: Vec<PathBuf>,
     runtime: PathBuf,
-    log: PathBuf,
+    /// What it sees as `/run/systemd`.
+    _run_systemd: tempfile::TempDir,
+    /// Its standard output and error, then what it logged (through `/dev/kmsg`).
+    logs: [PathBuf; 2],
 }
 
 /// One cgroup hierarchy systemd tracks processes with.
@@ -62,8 +73,9 @@ struct Hierarchy {
 impl UserManager {
     /// Starts `systemd --user` with exactly the variables in `env` (they
     /// must include `HOME` and `XDG_RUNTIME_DIR`, an existing directory)
-    /// and waits until it answers `systemctl --user`. Its own log goes to
-    /// `log`. Panics saying why when it cannot run here.
+    /// and waits until it answers `systemctl --user`. Its output goes to
+    /// `log`, what it logs to `log` with the extension `kmsg`. Panics
+    /// saying why when it cannot run here.
     pub fn start(env: &[(&str, &Path)], log: PathBuf) -> UserManager {
         let systemd = SYSTEMD.iter().map(Path::new).find(|p| p.exists()).unwrap_or_else(|| {
             panic!("no systemd binary at {SYSTEMD:?}: this test runs a real `systemd --user` (Debian: apt-get install systemd)")
@@ -92,19 +104,31 @@ impl UserManager {
         let procs: Vec<CString> = cgroups.iter().map(|d| cpath(&d.join("cgroup.procs"))).collect();
         let unified_root = hierarchies.iter().any(|h| h.mount == Path::new(CGROUP_ROOT));
         let remounts: Vec<(CString, CString, CString)> = hierarchies.iter().map(|h| (cpath(&h.mount), c(h.fstype), c(h.data))).collect();
-        let (tmpfs, run_systemd, marker, cgroup_root, empty) =
-            (c("tmpfs"), c("/run/systemd"), c("/run/systemd/system"), c(CGROUP_ROOT), c(""));
-        let mode = c("mode=0755");
+        let (tmpfs, cgroup_root, empty, mode) = (c("tmpfs"), c(CGROUP_ROOT), c(""), c("mode=0755"));
+        let run_systemd = tempfile::tempdir().expect("a directory for /run/systemd");
+        std::fs::create_dir(run_systemd.path().join("system")).unwrap();
+        std::fs::create_dir(run_systemd.path().join("user.conf.d")).unwrap();
+        std::fs::write(
+            run_systemd.path().join("user.conf.d/revis-test.conf"),
+            "[Manager]\nDefaultStandardOutput=null\nDefaultStandardError=null\n",
+        )
+        .unwrap();
+        let (run_systemd_source, run_systemd_target) = (cpath(run_systemd.path()), c("/run/systemd"));
         // systemd's own packages create /run/systemd; where it is missing, so is the mount point.
         std::fs::create_dir_all("/run/systemd").expect("creating /run/systemd");
 
         let log_file = std::fs::File::create(&log).expect("the manager's log file");
+        let kmsg_log = log.with_extension("kmsg");
+        std::fs::File::create(&kmsg_log).expect("the manager's kmsg file");
+        // Where there is no /dev/kmsg to mount over (some containers), it logs nothing.
+        let kmsg = Path::new("/dev/kmsg").exists();
+        let (kmsg_source, kmsg_target) = (cpath(&kmsg_log), c("/dev/kmsg"));
         let mut cmd = Command::new(systemd);
         cmd.arg("--user")
             .env_clear()
             .envs(env.iter().map(|(k, v)| (k, v.as_os_str())))
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("SYSTEMD_LOG_TARGET", "console")
+            .env("SYSTEMD_LOG_TARGET", if kmsg { "kmsg" } else { "null" })
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().expect("log"))
             .stderr(log_file);
@@ -134,12 +158,13 @@ impl UserManager {
                 if libc::mount(none, c"/".as_ptr(), none, libc::MS_REC | libc::MS_PRIVATE, none.cast()) != 0 {
                     return Err(fail("revis test: making the mounts private failed\n"));
                 }
-                let fs_flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-                if libc::mount(tmpfs.as_ptr(), run_systemd.as_ptr(), tmpfs.as_ptr(), fs_flags, mode.as_ptr().cast()) != 0
-                    || libc::mkdir(marker.as_ptr(), 0o755) != 0
-                {
-                    return Err(fail("revis test: mounting a tmpfs on /run/systemd failed\n"));
+                if kmsg && libc::mount(kmsg_source.as_ptr(), kmsg_target.as_ptr(), none, libc::MS_BIND, none.cast()) != 0 {
+                    return Err(fail("revis test: mounting the log file on /dev/kmsg failed\n"));
                 }
+                if libc::mount(run_systemd_source.as_ptr(), run_systemd_target.as_ptr(), none, libc::MS_BIND, none.cast()) != 0 {
+                    return Err(fail("revis test: mounting a directory on /run/systemd failed\n"));
+                }
+                let fs_flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
                 // A hybrid or v1 layout: the hierarchies are mounted in a tmpfs at /sys/fs/cgroup.
                 if !unified_root && libc::mount(tmpfs.as_ptr(), cgroup_root.as_ptr(), tmpfs.as_ptr(), fs_flags, mode.as_ptr().cast()) != 0 {
                     return Err(fail("revis test: mounting a tmpfs on /sys/fs/cgroup failed\n"));
@@ -168,7 +193,7 @@ impl UserManager {
                 );
             }
         };
-        let mut manager = UserManager { child, cgroups, runtime, log };
+        let mut manager = UserManager { child, cgroups, runtime, _run_systemd: run_systemd, logs: [log, kmsg_log] };
         manager.wait_ready();
         manager
     }
@@ -212,9 +237,9 @@ impl UserManager {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
-    /// What the manager itself logged.
+    /// What the manager wrote and logged.
     pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.logs.iter().map(|p| std::fs::read_to_string(p).unwrap_or_default()).collect()
     }
 
     /// Whether `pid` lives in the manager's cgroup (one of its units' processes).
