@@ -59,7 +59,8 @@ fn deps(for_tests: bool) -> anyhow::Result<()> {
     let libclang = ["/usr/lib/llvm-14/lib", "/usr/lib/llvm-15/lib", "/usr/lib/llvm-16/lib", "/usr/lib/x86_64-linux-gnu"].iter().any(|d| {
         std::fs::read_dir(d).is_ok_and(|mut r| r.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("libclang"))))
     });
-    // systemd-analyze (Linux) verifies the service units in the tests; systemd need not run.
+    // systemd-analyze (Linux) verifies the service units in the tests, and one test starts a
+    // `systemd --user` of its own (tests/e2e/service.rs); systemd need not be PID 1.
     let systemd = !for_tests || cfg!(target_os = "macos") || have("systemd-analyze");
     // The GUI's headless tests render with Mesa's CPU drivers (EGL + llvmpipe,
     // or lavapipe); the multi-machine tests make network namespaces with `ip`.
