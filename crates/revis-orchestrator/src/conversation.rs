@@ -2,8 +2,9 @@
 //! the answer streams from tier2 on top of the warm prefix and is stored
 //! (incomplete until its stream ends; cut short, exactly the text shown is
 //! kept, see [`crate::reply`]), and then, in the background, profile
-//! facts are extracted and old turns summarised. Their results are stored
-//! and folded into the static part of later prompts.
+//! facts are extracted, old turns summarised and, once it outgrows its
+//! budget, the profile consolidated. Their results are stored and folded
+//! into the static part of later prompts.
 
 use revis_client::{CallError, Done, Runner, Sampling};
 use revis_store::{ConversationId, MessageState, Role, Store};
@@ -107,6 +108,37 @@ pub fn grounded(fact: &str, said: &str) -> bool {
     }
     let found = words.iter().filter(|w| said.contains(&w.chars().take(4).collect::<String>())).count();
     found * 5 >= words.len() * 3
+}
+
+/// Facts kept in the profile before they are consolidated: merged, with
+/// duplicates dropped, so the static part of every prompt stays short.
+pub const PROFILE_BUDGET: usize = 12;
+
+/// Replaces `old` facts by the model's merged list, losing nothing: a
+/// merged fact is kept only if it is grounded in the old facts (nothing
+/// invented), and an old fact is removed only if the merged list covers
+/// its words (nothing dropped). Returns how many facts there are after.
+fn replace_facts(store: &Store, old: &[revis_store::Fact], merged: &serde_json::Value) -> Result<usize, ChatError> {
+    let old_text = old.iter().map(|f| f.text.as_str()).collect::<Vec<_>>().join("\n");
+    let mut kept: Vec<String> = Vec::new();
+    for fact in merged["facts"].as_array().into_iter().flatten().filter_map(|f| f.as_str()).map(str::trim) {
+        if grounded(fact, &old_text) && !kept.iter().any(|k| k.eq_ignore_ascii_case(fact)) {
+            kept.push(fact.to_owned());
+        }
+    }
+    let merged_text = kept.join("\n");
+    let covered: Vec<&revis_store::Fact> = old.iter().filter(|f| grounded(&f.text, &merged_text)).collect();
+    if kept.is_empty() || kept.len() >= covered.len() {
+        // Nothing merged (or nothing fewer): leave the profile as it is.
+        return Ok(old.len());
+    }
+    for fact in &kept {
+        store.add_fact(fact, None)?;
+    }
+    for f in &covered {
+        store.remove_fact(f.id)?;
+    }
+    Ok(old.len() - covered.len() + kept.len())
 }
 
 /// One conversation, driven by the orchestrator.
@@ -242,6 +274,38 @@ impl<D: Runner> Chat<D> {
         Ok(done)
     }
 
+    /// Queues a consolidation of the profile, which runs (after the turn's
+    /// fact extraction, by rank) only if the profile outgrew [`PROFILE_BUDGET`].
+    fn consolidate(&self) {
+        let policy = *self.policies.get(TaskKind::Consolidate);
+        let (daemon, store) = (self.daemon.clone(), self.store.clone());
+        let _done = self.background.submit(policy.rank, async move {
+            let read = store.clone();
+            let Ok(old) = blocking(move || Ok(read.facts()?)).await else { return };
+            if old.len() <= PROFILE_BUDGET {
+                return;
+            }
+            let list: String = old.iter().map(|f| format!("\n- {}", f.text)).collect();
+            let task = format!(
+                "Merge these facts about the user into a shorter list: combine facts that say the same thing, \
+                 keep every distinct fact, add nothing new. Short sentences in the third person.\n\nFacts:{list}"
+            );
+            let schema = json!({
+                "type": "object",
+                "properties": {"facts": {"type": "array", "items": {"type": "string", "minLength": 3, "maxLength": 120}, "maxItems": PROFILE_BUDGET}},
+                "required": ["facts"],
+                "additionalProperties": false
+            });
+            match structured::run(&daemon, policy.tier, &task, &schema).await {
+                Ok(v) => match blocking(move || replace_facts(&store, &old, &v)).await {
+                    Ok(n) => tracing::debug!(facts = n, "profile consolidated"),
+                    Err(e) => tracing::warn!("storing the consolidated profile failed: {e}"),
+                },
+                Err(e) => tracing::warn!("profile consolidation failed: {e}"),
+            }
+        });
+    }
+
     /// Queues the background work a turn leaves behind.
     fn after_turn(&self, user_text: &str, user: revis_store::MessageId, reply: revis_store::MessageId, answer: &str) {
         self.audit(user_text, reply, answer);
@@ -267,6 +331,7 @@ impl<D: Runner> Chat<D> {
                 Err(e) => tracing::warn!("profile extraction failed: {e}"),
             }
         });
+        self.consolidate();
 
         let Ok(ctx) = self.context() else { return };
         if ctx.turns.len() <= TURN_BUDGET {
@@ -342,6 +407,8 @@ mod tests {
     const VERDICT: &str = r#"{"ok":false,"problems":["scripted verdict"]}"#;
     const FACTS: &str = r#"{"facts":["The user's name is Ada.","Ada lives in London.","Ada owns a red boat."]}"#;
     const SUMMARY: &str = r#"{"summary":"Ada and revis counted turns."}"#;
+    /// The merged profile: two duplicates folded, one fact invented.
+    const MERGED: &str = r#"{"facts":["Ada lives in London.","Ada likes tea.","Ada flies to Mars."]}"#;
 
     impl Runner for Scripted {
         async fn prefill(&self, _: PrefillParams) -> Result<Prefilled, CallError> {
@@ -351,6 +418,7 @@ mod tests {
         async fn generate(&self, req: GenerateParams, mut on_delta: impl FnMut(&str) + Send) -> Result<Done, CallError> {
             self.seen.lock().unwrap().push(req.clone());
             let text = match &req.format {
+                Format::Json { .. } if req.messages.iter().any(|m| m.text.contains("Merge these facts")) => MERGED,
                 Format::Json { schema: Some(s) } if s.contains("problems") => VERDICT,
                 Format::Json { schema: Some(s) } if s.contains("facts") => FACTS,
                 Format::Json { schema: Some(s) } if s.contains("summary") => SUMMARY,
@@ -407,6 +475,44 @@ mod tests {
         // The next prompt carries them.
         let system = chat.context().unwrap().system_text();
         assert!(system.contains("- The user's name is Ada.") && system.contains("- Ada lives in London."), "{system}");
+    }
+
+    #[tokio::test]
+    async fn a_profile_past_its_budget_is_merged_without_losing_or_inventing_a_fact() {
+        let (chat, store, _runner, _dir) = chat();
+        let mut facts = vec!["Ada lives in London.", "Ada lives in London now.", "Ada likes tea.", "Ada likes tea a lot."];
+        let distinct: Vec<String> = (0..PROFILE_BUDGET - 3).map(|i| format!("Ada owns {} bicycles number{i}.", i + 2)).collect();
+        facts.extend(distinct.iter().map(String::as_str));
+        for f in &facts {
+            store.add_fact(f, None).unwrap();
+        }
+        assert!(facts.len() > PROFILE_BUDGET);
+        chat.send("Hello.", |_| {}).await.unwrap();
+        chat.background().idle().await;
+        let after: Vec<String> = store.facts().unwrap().into_iter().map(|f| f.text).collect();
+        // The duplicates are merged into the model's wording...
+        for merged in ["Ada lives in London.", "Ada likes tea."] {
+            assert_eq!(after.iter().filter(|f| f.as_str() == merged).count(), 1, "{after:#?}");
+        }
+        assert!(!after.iter().any(|f| f.contains("now") || f.contains("a lot")), "the duplicates are gone: {after:#?}");
+        // ...nothing the user never said comes in, and no distinct fact is lost.
+        assert!(!after.iter().any(|f| f.contains("Mars")), "{after:#?}");
+        for d in &distinct {
+            assert!(after.contains(d), "{d} was lost: {after:#?}");
+        }
+        assert_eq!(after.len(), facts.len() - 2);
+    }
+
+    #[tokio::test]
+    async fn a_profile_within_its_budget_is_left_alone() {
+        let (chat, store, runner, _dir) = chat();
+        store.add_fact("Ada lives in London.", None).unwrap();
+        store.add_fact("Ada lives in London now.", None).unwrap();
+        chat.send("Hello.", |_| {}).await.unwrap();
+        chat.background().idle().await;
+        assert_eq!(store.facts().unwrap().len(), 2);
+        let asked = runner.seen.lock().unwrap().iter().any(|r| r.messages.iter().any(|m| m.text.contains("Merge these facts")));
+        assert!(!asked, "no consolidation below the budget");
     }
 
     #[tokio::test]

@@ -27,7 +27,7 @@ pub enum TaskKind {
     ExtractFacts,
     /// Check an answer after it was given.
     Audit,
-    /// Fold older summaries together.
+    /// Merge the profile's facts once they outgrow their budget.
     Consolidate,
 }
 
