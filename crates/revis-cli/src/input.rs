@@ -5,7 +5,7 @@
 use std::sync::mpsc as std_mpsc;
 
 use rustyline::error::ReadlineError;
-use rustyline::{Cmd, ConditionalEventHandler, Event, EventContext, EventHandler, RepeatCount};
+use rustyline::{Cmd, ConditionalEventHandler, Event, EventContext, EventHandler, KeyCode, KeyEvent, Modifiers, RepeatCount};
 use tokio::sync::mpsc;
 
 #[derive(Debug, PartialEq, Eq)]
@@ -25,9 +25,48 @@ pub enum Input {
 struct FirstKey(mpsc::UnboundedSender<Input>);
 
 impl ConditionalEventHandler for FirstKey {
-    fn handle(&self, _: &Event, _: RepeatCount, _: bool, ctx: &EventContext) -> Option<Cmd> {
-        let _ = self.0.send(if ctx.line().is_empty() { Input::TypingStarted } else { Input::Typing });
+    fn handle(&self, event: &Event, _: RepeatCount, _: bool, ctx: &EventContext) -> Option<Cmd> {
+        if !ctx.line().is_empty() {
+            let _ = self.0.send(Input::Typing);
+        } else if starts_message(event) {
+            let _ = self.0.send(Input::TypingStarted);
+        }
         None
+    }
+}
+
+/// Whether a key pressed on an empty line begins a message: a character, a
+/// paste, or a line recalled from history. Enter on nothing, Ctrl-D and
+/// Ctrl-C (which end the chat), Esc, Tab and the like do not, so they start
+/// no pre-prefill and hold no background work.
+fn starts_message(event: &Event) -> bool {
+    let Event::KeySeq(keys) = event else { return false };
+    match keys.first() {
+        Some(KeyEvent(KeyCode::Char(_), m)) => !m.intersects(Modifiers::CTRL | Modifiers::ALT),
+        Some(KeyEvent(KeyCode::BracketedPasteStart | KeyCode::Up | KeyCode::Down, _)) => true,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(code: KeyCode, m: Modifiers) -> Event {
+        Event::KeySeq(vec![KeyEvent(code, m)])
+    }
+
+    #[test]
+    fn only_keys_that_begin_a_message_start_typing() {
+        assert!(starts_message(&key(KeyCode::Char('W'), Modifiers::SHIFT)));
+        assert!(starts_message(&key(KeyCode::Char('w'), Modifiers::NONE)));
+        assert!(starts_message(&key(KeyCode::BracketedPasteStart, Modifiers::NONE)));
+        assert!(starts_message(&key(KeyCode::Up, Modifiers::NONE)), "a line recalled from history");
+        assert!(!starts_message(&KeyEvent::ctrl('D').into()), "Ctrl-D ends the chat");
+        assert!(!starts_message(&KeyEvent::ctrl('C').into()));
+        assert!(!starts_message(&key(KeyCode::Enter, Modifiers::NONE)), "Enter on nothing sends nothing");
+        assert!(!starts_message(&key(KeyCode::Esc, Modifiers::NONE)));
+        assert!(!starts_message(&key(KeyCode::Char('x'), Modifiers::ALT)));
     }
 }
 
