@@ -48,28 +48,6 @@ fn starts_message(event: &Event) -> bool {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn key(code: KeyCode, m: Modifiers) -> Event {
-        Event::KeySeq(vec![KeyEvent(code, m)])
-    }
-
-    #[test]
-    fn only_keys_that_begin_a_message_start_typing() {
-        assert!(starts_message(&key(KeyCode::Char('W'), Modifiers::SHIFT)));
-        assert!(starts_message(&key(KeyCode::Char('w'), Modifiers::NONE)));
-        assert!(starts_message(&key(KeyCode::BracketedPasteStart, Modifiers::NONE)));
-        assert!(starts_message(&key(KeyCode::Up, Modifiers::NONE)), "a line recalled from history");
-        assert!(!starts_message(&KeyEvent::ctrl('D').into()), "Ctrl-D ends the chat");
-        assert!(!starts_message(&KeyEvent::ctrl('C').into()));
-        assert!(!starts_message(&key(KeyCode::Enter, Modifiers::NONE)), "Enter on nothing sends nothing");
-        assert!(!starts_message(&key(KeyCode::Esc, Modifiers::NONE)));
-        assert!(!starts_message(&key(KeyCode::Char('x'), Modifiers::ALT)));
-    }
-}
-
 /// Reads lines on a thread. After each `Line`, the thread waits for a
 /// `next()` before showing the prompt again, so answers print undisturbed.
 pub struct Terminal {
@@ -115,5 +93,27 @@ impl Terminal {
     /// Shows the prompt for the next line.
     pub fn next(&self) {
         let _ = self.next.send(());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(code: KeyCode, m: Modifiers) -> Event {
+        Event::KeySeq(vec![KeyEvent(code, m)])
+    }
+
+    #[test]
+    fn only_keys_that_begin_a_message_start_typing() {
+        assert!(starts_message(&key(KeyCode::Char('W'), Modifiers::SHIFT)));
+        assert!(starts_message(&key(KeyCode::Char('w'), Modifiers::NONE)));
+        assert!(starts_message(&key(KeyCode::BracketedPasteStart, Modifiers::NONE)));
+        assert!(starts_message(&key(KeyCode::Up, Modifiers::NONE)), "a line recalled from history");
+        assert!(!starts_message(&KeyEvent::ctrl('D').into()), "Ctrl-D ends the chat");
+        assert!(!starts_message(&KeyEvent::ctrl('C').into()));
+        assert!(!starts_message(&key(KeyCode::Enter, Modifiers::NONE)), "Enter on nothing sends nothing");
+        assert!(!starts_message(&key(KeyCode::Esc, Modifiers::NONE)));
+        assert!(!starts_message(&key(KeyCode::Char('x'), Modifiers::ALT)));
     }
 }
