@@ -84,6 +84,30 @@ impl Transcript {
     }
 }
 
+/// A `revis chat` of a test, killed (SIGKILL) and reaped when dropped, so a
+/// test that fails half way leaves no process behind.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl std::ops::Deref for Reaped {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
 /// Waits for a child's exit; SIGKILL and a panic showing `screen` after `limit`.
 fn wait_exit(child: &mut Child, limit: Duration, screen: &Transcript) -> std::process::ExitStatus {
     let deadline = Instant::now() + limit;
@@ -103,7 +127,7 @@ fn wait_exit(child: &mut Child, limit: Duration, screen: &Transcript) -> std::pr
 /// `revis chat` on a pseudo-terminal: stdin, stdout and stderr, its
 /// controlling terminal in a session of its own. Returns the child and the
 /// terminal's other side (what the user types into, what the screen shows).
-fn spawn_on_a_terminal(mut cmd: Command) -> (Child, std::fs::File) {
+fn spawn_on_a_terminal(mut cmd: Command) -> (Reaped, std::fs::File) {
     use std::os::unix::process::CommandExt;
     let size = nix::pty::Winsize { ws_row: 24, ws_col: 120, ws_xpixel: 0, ws_ypixel: 0 };
     let pty = nix::pty::openpty(&size, None).expect("a pseudo-terminal");
@@ -121,7 +145,7 @@ fn spawn_on_a_terminal(mut cmd: Command) -> (Child, std::fs::File) {
             Ok(())
         });
     }
-    let child = cmd.spawn().expect("start revis chat");
+    let child = Reaped(cmd.spawn().expect("start revis chat"));
     // The command held the terminal's slave side: dropped, so reads end when revis exits.
     drop(cmd);
     (child, std::fs::File::from(pty.master))
@@ -210,15 +234,17 @@ const MAY_LOSE: Duration = PARTIAL_SAVE_EVERY.saturating_add(Duration::from_mill
 fn revis_chat_killed_mid_answer_has_saved_what_it_printed() {
     let d = TestDaemon::new().start();
     let data = tempfile::tempdir().unwrap();
-    let mut child = Command::new(revis_testkit::binary("revis"))
-        .args(["chat", "--new", "--temperature", "0", "--max-tokens", "1000", "--socket"])
-        .arg(&d.socket)
-        .env("REVIS_DATA_DIR", data.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = Reaped(
+        Command::new(revis_testkit::binary("revis"))
+            .args(["chat", "--new", "--temperature", "0", "--max-tokens", "1000", "--socket"])
+            .arg(&d.socket)
+            .env("REVIS_DATA_DIR", data.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     child.stdin.take().unwrap().write_all(format!("{LONG}\n").as_bytes()).unwrap();
     let out = Transcript::start(child.stdout.take().unwrap());
     // Enough text printed long enough ago that the periodic saves must hold it.
