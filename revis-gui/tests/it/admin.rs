@@ -3,14 +3,14 @@
 
 use eframe::egui::accesskit::Role;
 use egui_kittest::kittest::Queryable;
-use revis_client::v1 as pb;
+use revis_client::Tier;
 use revis_gui::backend::{Health, PairingEvent};
 use revis_testkit::TestDaemon;
 
 use crate::{Reaper, block_on, daemon_status, harness, options, ready, revisd_in, wait_until};
 
-fn tier_state(s: &pb::StatusResponse, tier: &str) -> &'static str {
-    revis_gui::backend::state_name(s.tiers.iter().find(|t| t.tier == tier).unwrap().state)
+fn tier_state(s: &revis_client::DaemonStatus, tier: &str) -> &'static str {
+    s.tiers.iter().find(|t| t.tier == tier).unwrap().state.as_str()
 }
 
 #[test]
@@ -25,8 +25,10 @@ fn load_and_unload_change_the_daemons_tiers() {
     assert_eq!(h.query_all_by_label_contains("this machine").count(), 3, "where each tier runs");
 
     h.get_by_label("Load tier1").click();
-    wait_until(&mut h, "tier1 to load", |h| h.state().state.tier_notes.contains_key("tier1") && h.query_by_label("Unload tier1").is_some());
-    assert!(h.state().state.tier_notes["tier1"].is_ok(), "{:?}", h.state().state.tier_notes);
+    wait_until(&mut h, "tier1 to load", |h| {
+        h.state().state.tier_notes.contains_key(&Tier::Tier1) && h.query_by_label("Unload tier1").is_some()
+    });
+    assert!(h.state().state.tier_notes[&Tier::Tier1].is_ok(), "{:?}", h.state().state.tier_notes);
     let s = daemon_status(&d.socket);
     assert_eq!(tier_state(&s, "tier1"), "ready");
     let mib = s.tiers.iter().find(|t| t.tier == "tier1").unwrap().memory_bytes >> 20;
@@ -92,8 +94,25 @@ fn server_mode_pairing_nodes_and_revocation() {
         h.state().state.nodes.iter().any(|n| n.paired && matches!(n.health, Health::Ok { .. }))
     });
     let node = h.state().state.nodes[0].clone();
-    let Health::Ok { latency_ms, .. } = node.health else { unreachable!() };
-    assert!(h.query_by_label(&format!("ok, {latency_ms:.1} ms")).is_some() || h.query_by_label_contains("ok, ").is_some());
+    // The row as drawn in this very frame (the state is applied at the start
+    // of each frame and nothing has run since): the name, the address it was
+    // paired at, and the probe's health line, each label exactly.
+    let Health::Ok { connect_ms, latency_ms, tiers, queue } = node.health.clone() else { unreachable!() };
+    assert_eq!((node.address.as_deref(), node.discovered), (Some(addr.as_str()), false), "{node:?}");
+    for label in [node.name.as_str(), &addr, "paired"] {
+        h.get_by_label(label);
+    }
+    assert!(latency_ms > 0.0 && connect_ms > 0.0, "{:?}", node.health);
+    h.get_by_label(&format!("ok, {latency_ms:.1} ms (connect {connect_ms:.0} ms), queue {queue}"));
+    // What the probe read is the node's own status: its queue and its tiers
+    // (a paired device sees a model given by path by its file name only).
+    let desk = daemon_status(&d.socket);
+    assert_eq!(queue, format!("{}/{}", desk.queue_depth, desk.queue_capacity));
+    let file_name = |m: &str| std::path::Path::new(m).file_name().unwrap().to_string_lossy().into_owned();
+    let want: Vec<String> =
+        desk.tiers.iter().map(|t| format!("{}: {} ({})", t.tier, file_name(&t.model), tier_state(&desk, t.tier.as_str()))).collect();
+    assert_eq!(tiers.len(), 3, "{tiers:?}");
+    h.get_by_label(&want.join(" · "));
 
     // The daemon lists this app's machine; Revoke unpairs it there.
     h.get_by_label("Server mode").click();
@@ -101,17 +120,11 @@ fn server_mode_pairing_nodes_and_revocation() {
         h.state().state.devices.len() == 1 && matches!(h.state().state.pairing, Some(PairingEvent::Paired { .. }))
     });
     let name = h.state().state.devices[0].name.clone();
-    let listed = block_on(async {
-        let mut c = revis_client::Client::connect(&d.socket).await.unwrap();
-        c.admin.list_devices(pb::ListDevicesRequest {}).await.unwrap().into_inner().devices
-    });
+    let listed = block_on(async { revis_client::Client::connect(&d.socket).await.unwrap().list_devices().await.unwrap() });
     assert_eq!(listed.len(), 1);
     h.get_by_label(&format!("Revoke {name}")).click();
     wait_until(&mut h, "the device revoked", |h| h.state().state.devices.is_empty());
-    let listed = block_on(async {
-        let mut c = revis_client::Client::connect(&d.socket).await.unwrap();
-        c.admin.list_devices(pb::ListDevicesRequest {}).await.unwrap().into_inner().devices
-    });
+    let listed = block_on(async { revis_client::Client::connect(&d.socket).await.unwrap().list_devices().await.unwrap() });
     assert!(listed.is_empty());
 
     // Revoked there: the node now refuses this machine; Forget drops it here.
@@ -229,7 +242,9 @@ fn saved_models_take_effect_when_revisd_is_restarted_from_the_settings() {
 fn the_offload_switch_is_saved_and_a_tier_with_no_node_stays_here() {
     let d = TestDaemon::new().start();
     let data = tempfile::tempdir().unwrap();
-    let mut h = harness(options(&d.socket, data.path(), 16));
+    let opts = options(&d.socket, data.path(), 16);
+    let store = opts.store.clone().unwrap();
+    let mut h = harness(opts);
     ready(&mut h);
     h.get_by_label("Tiers").click();
     wait_until(&mut h, "the placements", |h| h.state().state.placements.len() == 3);
@@ -237,10 +252,9 @@ fn the_offload_switch_is_saved_and_a_tier_with_no_node_stays_here() {
     h.get_by_role_and_label(Role::CheckBox, switch).click();
     // No node is paired: offloaded, but it runs here, and says why.
     wait_until(&mut h, "tier3 offloaded", |h| {
-        h.state().state.placements.get("tier3").is_some_and(|p| p.offloaded && p.runs_on.contains("no node answers"))
+        h.state().state.placements.get(&Tier::Tier3).is_some_and(|p| p.offloaded && p.runs_on.contains("no node answers"))
     });
     assert!(h.query_by_label("this machine (no node answers)").is_some(), "the Tiers table says so");
-    let store = h.state().state.store.clone().expect("the store is open");
     let saved = store.setting("offload/tier3").unwrap().expect("saved");
     assert_eq!(saved["enabled"], true);
     // tier3 shares its model with tier1 and tier2, which run here: it stays loaded.
@@ -248,7 +262,7 @@ fn the_offload_switch_is_saved_and_a_tier_with_no_node_stays_here() {
 
     h.get_by_role_and_label(Role::CheckBox, switch).click();
     wait_until(&mut h, "tier3 home", |h| {
-        h.state().state.placements.get("tier3").is_some_and(|p| !p.offloaded && p.runs_on == "this machine")
+        h.state().state.placements.get(&Tier::Tier3).is_some_and(|p| !p.offloaded && p.runs_on == "this machine")
     });
     assert_eq!(store.setting("offload/tier3").unwrap().unwrap()["enabled"], false);
 }

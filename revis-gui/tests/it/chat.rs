@@ -1,16 +1,19 @@
 //! Chat: typing is the typing signal, Enter sends, the answer streams in
 //! piece by piece and is stored; Stop stops it, in the daemon too.
 
-use eframe::egui::Key;
+use std::time::{Duration, Instant};
+
 use eframe::egui::accesskit::Role;
+use eframe::egui::{Key, Modifiers, OutputCommand};
 use egui_kittest::kittest::Queryable;
-use revis_client::v1 as pb;
 use revis_gui::state::Shown;
-use revis_orchestrator::Phase;
+use revis_orchestrator::conversation::RULES;
+use revis_orchestrator::prompt::PromptContext;
+use revis_orchestrator::{Policies, PrefillPhase, TaskKind};
 use revis_store::{MessageState, Role as StoreRole};
 use revis_testkit::TestDaemon;
 
-use crate::{block_on, harness, options, ready, wait_until};
+use crate::{block_on, daemon_status, harness, options, ready, wait_until};
 
 /// Types `text` into the message box (the first key is the typing signal).
 fn type_message(h: &mut egui_kittest::Harness<'static, revis_gui::App>, text: &str) {
@@ -20,20 +23,50 @@ fn type_message(h: &mut egui_kittest::Harness<'static, revis_gui::App>, text: &s
     h.run_ok();
 }
 
+/// What the last frame put on the clipboard.
+fn copied(h: &egui_kittest::Harness<'static, revis_gui::App>) -> Vec<String> {
+    h.output()
+        .platform_output
+        .commands
+        .iter()
+        .filter_map(|c| match c {
+            OutputCommand::CopyText(t) => Some(t.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Streams `req` to the end with a client of the test's own.
+fn generate(socket: &std::path::Path, req: revis_client::GenerateParams) -> revis_client::Done {
+    block_on(async {
+        let c = revis_client::Client::connect(socket).await.unwrap();
+        let mut stream = c.generate(&req).await.unwrap();
+        loop {
+            match stream.next().await.unwrap() {
+                Some(revis_client::Event::Done(d)) => break d,
+                Some(_) => {}
+                None => panic!("no Done"),
+            }
+        }
+    })
+}
+
 #[test]
 fn a_typed_question_streams_its_answer_and_is_stored() {
     let d = TestDaemon::new().start();
     let data = tempfile::tempdir().unwrap();
-    let mut h = harness(options(&d.socket, data.path(), 48));
+    let opts = options(&d.socket, data.path(), 48);
+    let store = opts.store.clone().unwrap();
+    let mut h = harness(opts);
     ready(&mut h);
 
     type_message(&mut h, "What is the capital of France?");
     // The first keystroke holds background work and starts the pre-prefill.
     wait_until(&mut h, "the typing hold and a pre-prefill", |h| {
         let s = &h.state().state;
-        s.gates.typing && matches!(s.phase, Some(Phase::Queued | Phase::Computing | Phase::Ready))
+        s.gates.typing && matches!(s.phase, Some(PrefillPhase::Queued | PrefillPhase::Computing | PrefillPhase::Ready))
     });
-    wait_until(&mut h, "the pre-prefill to finish", |h| h.state().state.phase == Some(Phase::Ready));
+    wait_until(&mut h, "the pre-prefill to finish", |h| h.state().state.phase == Some(PrefillPhase::Ready));
 
     h.key_press(Key::Enter);
     h.run_ok();
@@ -62,10 +95,8 @@ fn a_typed_question_streams_its_answer_and_is_stored() {
     assert!(answer.text.contains("Paris"), "{}", answer.text);
     assert!(h.query_by_label(&answer.text).is_some(), "the whole answer is on screen");
     assert!(s.last_stats.as_deref().is_some_and(|t| t.contains("from the warm cache")), "{:?}", s.last_stats);
-    assert!(h.query_by_label("Copy").is_some(), "the answer can be copied");
 
     // The history is the store's: both messages, complete, and the title.
-    let store = s.store.clone().unwrap();
     let conv = s.current.unwrap();
     let stored = store.messages(conv).unwrap();
     assert_eq!(stored.len(), 2);
@@ -73,6 +104,11 @@ fn a_typed_question_streams_its_answer_and_is_stored() {
     assert_eq!((stored[1].role, stored[1].state), (StoreRole::Assistant, MessageState::Complete));
     assert_eq!(stored[1].text, answer.text);
     assert_eq!(store.conversation(conv).unwrap().unwrap().title, "What is the capital of France?");
+    // Copy puts exactly the answer on the clipboard (egui's CopyText command, in
+    // the frame that sees the click; the window hands it to the platform).
+    h.get_by_label("Copy").click();
+    h.step();
+    assert_eq!(copied(&h), std::slice::from_ref(&answer.text), "what Copy copied");
     wait_until(&mut h, "the conversation list to show the title", |h| {
         h.query_by_role_and_label(Role::Button, "What is the capital of France?").is_some()
     });
@@ -86,56 +122,111 @@ fn a_typed_question_streams_its_answer_and_is_stored() {
     assert_eq!(h.state().state.messages[1].text, answer.text);
 }
 
+/// A message the model answers at length.
+const STORY: &str = "Write a very long story about a dragon who learns to cook. Make it at least a thousand words.";
+/// Tokens the model, left alone, writes at least for [`STORY`] (checked).
+const STORY_TOKENS: u32 = 200;
+
 #[test]
 fn stop_ends_the_answer_here_and_in_the_daemon() {
     let d = TestDaemon::new().start();
     let data = tempfile::tempdir().unwrap();
-    let mut h = harness(options(&d.socket, data.path(), 1500));
+    let opts = options(&d.socket, data.path(), 1500);
+    let store = opts.store.clone().unwrap();
+    let mut h = harness(opts);
     ready(&mut h);
-    type_message(&mut h, "Write a very long story about a dragon who learns to cook. Make it at least a thousand words.");
+
+    // What the app will send for STORY as a new conversation's first message
+    // (greedy, as the test's options ask), run uncancelled: the model goes on
+    // to the token limit, it does not end on its own early. The app's answer
+    // below is a prefix of this one, so it is the same generation.
+    let tier = Policies::default().get(TaskKind::ChatAnswer).tier;
+    let mut req = PromptContext { rules: RULES.to_owned(), ..Default::default() }.request(tier, STORY);
+    req.sampling = revis_client::Sampling { temperature: Some(0.0), ..Default::default() };
+    req.max_tokens = Some(STORY_TOKENS);
+    let uncancelled = generate(&d.socket, req);
+    assert_eq!(
+        (uncancelled.finish_reason, uncancelled.generated_tokens),
+        (revis_client::FinishReason::Length, STORY_TOKENS),
+        "the story runs to the limit: {uncancelled:?}"
+    );
+    let story_time = Duration::from_micros(uncancelled.generate_us);
+
+    type_message(&mut h, STORY);
     h.key_press(Key::Enter);
     h.run_ok();
-    let sent = std::time::Instant::now();
+    let sent = Instant::now();
     wait_until(&mut h, "a few pieces of the answer", |h| {
         h.state().state.last_answer().is_some_and(|a| a.text.split_whitespace().count() >= 5)
     });
+    // Still streaming, here and in the daemon, when Stop is pressed.
+    assert!(h.state().state.streaming && h.state().state.last_answer().unwrap().shown == Shown::Streaming);
+    assert!(daemon_status(&d.socket).busy, "the daemon is generating the answer");
     h.get_by_label("Stop").click();
-    let streamed_ms = sent.elapsed().as_millis() as u64;
+    let stopped = Instant::now();
     h.run_ok();
+
+    // The daemon goes idle at once: nothing queued, nothing running. Left
+    // alone it would have gone on for STORY_TOKENS tokens, which took
+    // `story_time` just now: idle by half that after Enter is a cancellation.
+    let bound = story_time / 2;
+    let busy_for = block_on(async {
+        let c = revis_client::Client::connect(&d.socket).await.unwrap();
+        loop {
+            let s = c.status().await.unwrap();
+            if !s.busy && s.queue_depth == 0 {
+                break sent.elapsed();
+            }
+            assert!(sent.elapsed() < bound, "the daemon is still busy {bound:?} after Enter, the story takes {story_time:?}: {s:?}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    eprintln!("idle {:?} after Stop, {busy_for:?} after Enter; uncancelled the story took {story_time:?}", sent + busy_for - stopped);
+
     wait_until(&mut h, "the answer to stop", |h| !h.state().state.streaming);
     let s = &h.state().state;
     let answer = s.last_answer().unwrap().clone();
     assert_eq!(answer.shown, Shown::Stopped, "errors: {:?}", s.errors);
+    assert!(uncancelled.text.starts_with(&answer.text), "the app's answer {:?} is the story's start", answer.text);
     assert!(h.query_by_label("Stop").is_none() && h.query_by_label("Send").is_some());
     assert!(h.query_by_label("stopped").is_some());
 
     // Stored as shown, flagged incomplete (never passed off as a whole answer).
-    let stored = s.store.clone().unwrap().messages(s.current.unwrap()).unwrap();
+    let stored = store.messages(s.current.unwrap()).unwrap();
     assert_eq!(stored.len(), 2);
     assert_eq!(stored[1].state, MessageState::Incomplete);
     assert_eq!(stored[1].text, answer.text);
-
-    // The daemon dropped the generation: the next request does not queue
-    // behind the rest of a 1500-token story (hundreds of tokens more than
-    // the few shown; the bound scales with this machine's speed now).
-    let done = block_on(async {
-        let mut c = revis_client::Client::connect(&d.socket).await.unwrap();
-        let req = pb::GenerateRequest { messages: vec![revis_client::message(pb::Role::User, "Hi")], max_tokens: 1, ..Default::default() };
-        let mut stream = c.generate(req).await.unwrap();
-        loop {
-            match stream.message().await.unwrap().and_then(|e| e.event) {
-                Some(pb::generate_event::Event::Done(d)) => break d,
-                Some(_) => {}
-                None => panic!("no Done"),
-            }
-        }
-    });
-    let bound = (10 * streamed_ms).max(1000);
-    assert!(done.queue_ms < bound, "waited {} ms behind the stopped answer (bound {bound} ms)", done.queue_ms);
 
     // The conversation goes on.
     type_message(&mut h, "What is 2 + 2?");
     h.key_press(Key::Enter);
     wait_until(&mut h, "the next answer", |h| !h.state().state.streaming && h.state().state.messages.len() == 4);
     assert_eq!(h.state().state.last_answer().unwrap().shown, Shown::Complete, "{:?}", h.state().state.errors);
+}
+
+#[test]
+fn shift_enter_starts_a_new_line_and_enter_sends_both() {
+    let d = TestDaemon::new().start();
+    let data = tempfile::tempdir().unwrap();
+    let opts = options(&d.socket, data.path(), 8);
+    let store = opts.store.clone().unwrap();
+    let mut h = harness(opts);
+    ready(&mut h);
+    type_message(&mut h, "First line");
+    h.key_press_modifiers(Modifiers::SHIFT, Key::Enter);
+    h.run_ok();
+    assert_eq!(h.state().state.input, "First line\n", "Shift+Enter put a new line in the box");
+    assert!(!h.state().state.streaming && h.state().state.messages.is_empty(), "and sent nothing");
+    type_message(&mut h, "second line");
+    assert_eq!(h.state().state.input, "First line\nsecond line");
+
+    h.key_press(Key::Enter);
+    h.run_ok();
+    assert!(h.state().state.streaming, "Enter sent the message");
+    assert_eq!(h.state().state.input, "");
+    h.get_by_role_and_label(Role::Label, "First line\nsecond line");
+    wait_until(&mut h, "the answer", |h| !h.state().state.streaming);
+    let s = &h.state().state;
+    let stored = store.messages(s.current.unwrap()).unwrap();
+    assert_eq!((stored[0].role, stored[0].text.as_str()), (StoreRole::User, "First line\nsecond line"));
 }

@@ -4,6 +4,8 @@
 
 mod admin;
 mod chat;
+mod discovery;
+mod offload;
 mod screenshots;
 mod start;
 
@@ -11,26 +13,27 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use egui_kittest::Harness;
-use revis_client::v1 as pb;
 use revis_gui::{App, Options};
 
 /// How long any one step may take before the test fails.
 pub const STEP: Duration = Duration::from_secs(120);
 
 /// The app's options for a test: the test daemon's socket, a fresh data
-/// dir and config, no mDNS, greedy answers.
+/// dir and config, no mDNS, greedy answers; the database opened here, so
+/// the test reads what the app stores (`opts.store`).
 pub fn options(socket: &Path, data: &Path, max_tokens: u32) -> Options {
     Options {
         socket: socket.to_owned(),
         start_daemon: false,
         spawn: Default::default(),
         data_dir: data.to_owned(),
+        store: Some(revis_store::Store::open(&data.join("db")).unwrap().store),
         config: data.join("config/revisd.toml"),
         typing_idle: Duration::from_secs(30),
         // Never multicast from a test in this network namespace.
         discovery: None,
-        sampling: Some(pb::Sampling { temperature: Some(0.0), ..Default::default() }),
-        max_tokens,
+        sampling: revis_client::Sampling { temperature: Some(0.0), ..Default::default() },
+        max_tokens: Some(max_tokens),
     }
 }
 
@@ -58,7 +61,7 @@ pub fn wait_until(h: &mut Harness<'static, App>, what: &str, mut done: impl FnMu
             let daemon = h.state().socket().map(|p| {
                 block_on(async {
                     match revis_client::Client::connect(&p).await {
-                        Ok(mut c) => format!("{:?}", c.status().await.map(|s| (s.busy, s.queue_depth))),
+                        Ok(c) => format!("{:?}", c.status().await.map(|s| (s.busy, s.queue_depth))),
                         Err(e) => e.to_string(),
                     }
                 })
@@ -84,12 +87,12 @@ pub fn wait_until(h: &mut Harness<'static, App>, what: &str, mut done: impl FnMu
 pub fn ready(h: &mut Harness<'static, App>) {
     wait_until(h, "the app to connect and open a conversation", |h| {
         let s = &h.state().state;
-        s.connected() && s.status.is_some() && s.current.is_some() && s.store.is_some()
+        s.connected() && s.status.is_some() && s.current.is_some()
     });
 }
 
 /// A client of its own, for checking the daemon's side.
-pub fn daemon_status(socket: &Path) -> pb::StatusResponse {
+pub fn daemon_status(socket: &Path) -> revis_client::DaemonStatus {
     block_on(async { revis_client::Client::connect(socket).await.unwrap().status().await.unwrap() })
 }
 
@@ -123,7 +126,7 @@ pub struct Reaper(pub std::path::PathBuf);
 impl Drop for Reaper {
     fn drop(&mut self) {
         let pid = block_on(async {
-            let mut c = revis_client::Client::connect(&self.0).await.ok()?;
+            let c = revis_client::Client::connect(&self.0).await.ok()?;
             tokio::time::timeout(Duration::from_secs(5), c.status()).await.ok()?.ok().map(|s| s.pid)
         });
         if let Some(pid) = pid.filter(|&p| p > 0) {
