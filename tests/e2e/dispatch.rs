@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use revis_client::{Client, Keyring};
+use revis_client::dispatch::{Deadlines, Dispatcher, Offload, Placement, Route};
 use revis_client::wire::v1 as pb;
+use revis_client::{Client, Keyring};
 use revis_client::{Done, Format, GenerateParams, Message, PrefillParams, Priority, Runner, Sampling, Tier};
 use revis_orchestrator::conversation::Chat;
-use revis_client::dispatch::{Deadlines, Dispatcher, Offload, Placement};
 use revis_store::{MessageState, Role, Store};
 use revis_testkit::netns::NetnsPair;
 use revis_testkit::{Running, TestDaemon};
@@ -380,4 +380,164 @@ async fn a_json_answer_whose_node_dies_while_it_works_is_started_again_here_and_
     assert_eq!((fallbacks[0].from.as_str(), fallbacks[0].shown_bytes), ("desk", 0), "{fallbacks:?}");
     assert_eq!(d.local_completed(), 1);
     assert!(!node_view(&d, "desk").healthy, "the breaker opened");
+}
+
+/// A short question: a few tokens, quick on any of the machines.
+fn question() -> GenerateParams {
+    GenerateParams { messages: vec![user("What is the capital of France?")], sampling: greedy(), max_tokens: Some(8), ..Default::default() }
+}
+
+/// Slack for a deadline to be noticed on a busy two-core machine.
+const NOTICED_WITHIN: Duration = Duration::from_secs(2);
+
+#[tokio::test]
+async fn a_node_frozen_before_its_first_token_is_left_at_the_first_token_deadline_and_the_answer_runs_on_the_other_node() {
+    let net = NetnsPair::new();
+    net.b.enter();
+    let desk = node(&net, "desk");
+    let attic = node(&net, "attic");
+    let laptop = TestDaemon::new().daemon("threads = 1").start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut keyring = Keyring::open(&dir.path().join("client")).unwrap();
+    pair(&mut keyring, &net, &desk, "desk").await;
+    pair(&mut keyring, &net, &attic, "attic").await;
+    // Models loaded first, so the deadline measures a silent node, not a load.
+    for n in [&desk, &attic] {
+        n.client().await.load_model(Tier::Tier2).await.unwrap();
+    }
+    // Below the connection's own keepalive (NODE_PING_INTERVAL + NODE_PING_TIMEOUT = 10 s).
+    let first_token = Duration::from_secs(3);
+    let d = Dispatcher::new(
+        laptop.client().await,
+        Some(Arc::new(keyring)),
+        None,
+        offloaded(Tier::Tier2, false),
+        Deadlines { first_token, ..DEADLINES },
+    );
+    d.refresh().await;
+    assert_eq!(*d.parallelism().borrow(), 3, "{:?}", d.nodes());
+
+    // The node the answer goes to is frozen before the call: the connection stays open, nothing answers.
+    let Route::Node(first) = d.choose(Tier::Tier2, false, &[]) else { panic!("offloaded, two healthy nodes") };
+    let (frozen, other) = if node_view(&d, "desk").device_id == first { (&desk, "attic") } else { (&attic, "desk") };
+    let frozen_name = d.nodes().into_iter().find(|n| n.device_id == first).unwrap().name;
+    frozen.signal(libc::SIGSTOP);
+    let t0 = Instant::now();
+    let mut shown = String::new();
+    let done = d.generate(question(), |t| shown.push_str(t)).await;
+    frozen.signal(libc::SIGCONT);
+    let done = done.unwrap();
+
+    let fallbacks = d.fallbacks();
+    assert_eq!(fallbacks.len(), 1, "{fallbacks:?}");
+    let f = &fallbacks[0];
+    assert_eq!((f.from.as_str(), f.shown_bytes, f.shown_tokens), (frozen_name.as_str(), 0, 0), "{f:?}");
+    let waited = f.at - t0;
+    eprintln!("frozen node given up after {waited:?} (first-token deadline {first_token:?}): {}", f.error);
+    assert!(waited >= first_token && waited < first_token + NOTICED_WITHIN, "given up after {waited:?}");
+    assert!(f.error.ends_with(&format!("within {:.1}s", first_token.as_secs_f64())), "{f:?}");
+    // Not here: to the other node, and only there.
+    assert_eq!((node_view(&d, other).completed, node_view(&d, &frozen_name).completed, d.local_completed()), (1, 0, 0));
+    assert!(!node_view(&d, &frozen_name).healthy, "the breaker opened");
+    assert_eq!(shown, done.text);
+    assert!(!done.text.is_empty());
+}
+
+#[tokio::test]
+async fn a_stream_that_runs_past_the_total_deadline_is_ended_there_and_the_answer_continues_here() {
+    // The gap deadline and the connection's keepalive (a ping 5 s after the
+    // last frame, unanswered for 5 s more) both end a stalled stream later
+    // than the total deadline would.
+    let total = Duration::from_secs(6);
+    let deadlines = Deadlines { first_token: Duration::from_secs(30), gap: Duration::from_secs(20), total, probe: DEADLINES.probe };
+    let Lan { net: _net, desk, _laptop, local, d, dir: _dir } = lan(deadlines).await;
+    // Loaded here first, and short: the continuation has a total deadline of its own.
+    local.load_model(Tier::Tier2).await.unwrap();
+    let req = GenerateParams { max_tokens: Some(16), ..story() };
+    let t0 = Instant::now();
+    let mut shown = String::new();
+    // After its first token the node stalls (frozen): only the total deadline is short enough to end it.
+    let done = d
+        .generate(req.clone(), |t| {
+            if shown.is_empty() {
+                desk.signal(libc::SIGSTOP);
+            }
+            shown.push_str(t);
+        })
+        .await;
+    desk.signal(libc::SIGCONT);
+    let done = done.unwrap();
+
+    let f = d.fallbacks().first().cloned().expect("the node's stream was ended");
+    let waited = f.at - t0;
+    eprintln!("over-long stream ended after {waited:?} (total deadline {total:?}): {}", f.error);
+    assert!(waited >= total && waited < total + NOTICED_WITHIN, "ended after {waited:?}");
+    let said = format!("no end of the answer within {:.1}s", total.as_secs_f64());
+    assert_eq!((f.from.as_str(), f.error.as_str()), ("desk", said.as_str()), "{f:?}");
+    assert_eq!(shown, done.text);
+    check_continuation(&d, &local, req, &done.text).await;
+}
+
+#[tokio::test]
+async fn the_supervisor_finds_a_node_gone_and_brings_its_tier_home_without_being_asked() {
+    let net = NetnsPair::new();
+    net.b.enter();
+    let mut desk = node(&net, "desk");
+    // tier3 has a model of its own here, so offloading it unloads it.
+    let laptop = TestDaemon::new().tier_model("tier3", revis_testkit::gemma3()).start();
+    let local = laptop.client().await;
+    local.load_model(Tier::Tier3).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut keyring = Keyring::open(&dir.path().join("client")).unwrap();
+    pair(&mut keyring, &net, &desk, "desk").await;
+    let d = Dispatcher::new(local.clone(), Some(Arc::new(keyring)), None, offloaded(Tier::Tier3, false), DEADLINES);
+    d.refresh().await;
+    assert_eq!(d.placements()[&Tier::Tier3], Placement::Node("desk".into()));
+    let tier3_here = || async { local.status().await.unwrap().tier(Tier::Tier3).unwrap().state };
+    assert_eq!(tier3_here().await, revis_client::ModelState::Unloaded, "offloaded: unloaded here");
+
+    let supervisor = d.spawn_supervisor(Duration::from_millis(200));
+    desk.signal(libc::SIGKILL);
+    assert!(desk.wait_exit(Duration::from_secs(5)).is_some());
+    // No refresh from here on: the supervisor's own probes must notice.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !(d.placements()[&Tier::Tier3] == Placement::FallenBack && tier3_here().await == revis_client::ModelState::Ready) {
+        assert!(Instant::now() < deadline, "tier3 did not come home: {:?}, {:?}", d.placements(), d.nodes());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!node_view(&d, "desk").healthy);
+    supervisor.abort();
+}
+
+#[tokio::test]
+async fn a_node_paired_or_forgotten_through_another_keyring_gets_work_or_loses_it_at_the_next_refresh() {
+    let net = NetnsPair::new();
+    net.b.enter();
+    let desk = node(&net, "desk");
+    let laptop = TestDaemon::new().start();
+    let dir = tempfile::tempdir().unwrap();
+    let keyring_dir = dir.path().join("client");
+    // Running, offload on, nothing paired yet.
+    let keyring = Arc::new(Keyring::open(&keyring_dir).unwrap());
+    let d = Dispatcher::new(laptop.client().await, Some(keyring), None, offloaded(Tier::Tier2, false), DEADLINES);
+    d.refresh().await;
+    assert!(d.nodes().is_empty());
+    assert_eq!(d.placements()[&Tier::Tier2], Placement::FallenBack);
+
+    // Paired through another instance on the same directory, as the GUI or `revis pair` does.
+    let mut other = Keyring::open(&keyring_dir).unwrap();
+    pair(&mut other, &net, &desk, "desk").await;
+    d.refresh().await;
+    assert_eq!(d.placements()[&Tier::Tier2], Placement::Node("desk".into()), "{:?}", d.nodes());
+    d.generate(question(), |_| {}).await.unwrap();
+    assert_eq!((node_view(&d, "desk").completed, d.local_completed()), (1, 0), "it ran on the node just paired");
+
+    // Forgotten there (as `revis unpair` does): the next task runs here.
+    let id = other.store.find("desk").unwrap().unwrap().device_id;
+    assert!(other.store.revoke(&id).unwrap());
+    d.refresh().await;
+    assert!(d.nodes().is_empty(), "{:?}", d.nodes());
+    assert_eq!(d.placements()[&Tier::Tier2], Placement::FallenBack);
+    d.generate(question(), |_| {}).await.unwrap();
+    assert_eq!(d.local_completed(), 1, "it ran here");
 }
