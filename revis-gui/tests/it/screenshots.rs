@@ -12,7 +12,7 @@ use eframe::egui::Key;
 use eframe::egui::accesskit::Role;
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
-use revis_client::v1 as pb;
+use revis_client::wire::v1 as pb;
 use revis_gui::App;
 use revis_gui::backend::{Health, PairingEvent};
 use revis_testkit::TestDaemon;

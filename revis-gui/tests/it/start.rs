@@ -18,6 +18,8 @@ fn the_app_starts_revisd_when_none_answers() {
     let wrapper = revisd_in(home.path(), &data);
     let socket = home.path().join("run/revis/revisd.sock");
     let mut opts = options(&socket, &data, 16);
+    // As a new user's app: it opens its own database.
+    opts.store = None;
     opts.start_daemon = true;
     opts.spawn = revis_client::SpawnOptions { revisd: Some(wrapper), log: Some(home.path().join("revisd.log")), ..Default::default() };
     let mut h = harness(opts);
