@@ -53,8 +53,9 @@ async fn idle_models_unload_by_themselves() {
     }
 }
 
-/// Three tiers on two files: tier1 and tier3 name SmolLM2, tier2 Gemma 3.
-/// The shared file costs the memory of one copy: once tier1 has loaded it,
+/// Three tiers on two files: tier1 and tier3 name SmolLM2 (tier3 through a
+/// symbolic link: the same file by another path), tier2 Gemma 3. The
+/// shared file costs the memory of one copy: once tier1 has loaded it,
 /// loading tier3 adds next to nothing, while tier2's own file adds about its
 /// size (so the measure does see a second model load).
 #[tokio::test]
@@ -62,7 +63,10 @@ async fn a_shared_model_costs_the_memory_of_one_copy() {
     let (smol, gemma) = (revis_testkit::smollm2(), revis_testkit::gemma3());
     let size = |p: &std::path::Path| std::fs::metadata(p).unwrap().len();
     let (smol_size, gemma_size) = (size(&smol), size(&gemma));
-    let d = TestDaemon::new().model(smol).tier_model("tier2", gemma).start();
+    let links = tempfile::tempdir().unwrap();
+    let link = links.path().join("the-same-smollm2.gguf");
+    std::os::unix::fs::symlink(&smol, &link).unwrap();
+    let d = TestDaemon::new().model(smol).tier_model("tier2", gemma).tier_model("tier3", link).start();
     let c = d.client().await;
     let load = async |tier: &str| {
         c.load_model(tier.parse().unwrap()).await.unwrap();

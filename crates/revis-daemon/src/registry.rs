@@ -107,10 +107,13 @@ pub struct Registry {
 
 impl Registry {
     pub fn new(config: &Config, engine: Engine) -> Registry {
-        let mut by_path: BTreeMap<PathBuf, Arc<Model>> = BTreeMap::new();
+        let mut by_file: BTreeMap<PathBuf, Arc<Model>> = BTreeMap::new();
         let mut tiers = BTreeMap::new();
         for (tier, m) in &config.tiers {
-            let model = by_path.entry(m.path.clone()).or_insert_with(|| Arc::new(Model::new(m))).clone();
+            // One file named two ways (a catalog name and a path through a
+            // link, a relative and an absolute path) is still one model.
+            let file = std::fs::canonicalize(&m.path).unwrap_or_else(|_| m.path.clone());
+            let model = by_file.entry(file).or_insert_with(|| Arc::new(Model::new(m))).clone();
             tiers.insert(*tier, model);
         }
         Registry { engine, tiers, keep_alive: config.keep_alive }
