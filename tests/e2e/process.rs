@@ -127,12 +127,14 @@ async fn timed_events(
 /// work goes on for SHUTDOWN_GRACE and is then cut (UNAVAILABLE); a stream
 /// that stays open after that (here a health Watch, which nothing cancels)
 /// holds the exit back for SHUTDOWN_HARD at most.
-#[tokio::test]
+// Multi-threaded: our connection answers the daemon's goodbye while this
+// thread blocks waiting for it to exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_refuses_new_work_cuts_running_work_after_the_grace_and_exits_by_the_deadline() {
     let mut d = TestDaemon::new().start();
     let mut c = d.client().await;
     let mut watch = watch_health(&c).await;
-    let long = pb::GenerateRequest { max_tokens: 4000, ..ask("Count from 1 to 1000, separated by commas.") };
+    let long = pb::GenerateRequest { max_tokens: 4000, ..ask("Write a very long essay about mountains.") };
     let mut stream = c.inference.generate(long).await.unwrap().into_inner();
     // The answer is under way: its first text came.
     loop {
@@ -146,10 +148,12 @@ async fn sigterm_refuses_new_work_cuts_running_work_after_the_grace_and_exits_by
     d.signal(libc::SIGTERM);
 
     not_serving(&mut watch).await;
-    // New work is refused, on the connection already open and on a new one.
-    let refused = tokio::time::timeout(SHUTDOWN_GRACE, c.inference.generate(ask("Hi"))).await.expect("refused, not held");
-    let refused = refused.expect_err("a new Generate during the drain is refused");
-    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    // New work is refused: as the client sees it, on the connection already
+    // open (which it then dials again), and on a new connection.
+    let hi = revis_client::GenerateParams { messages: vec![revis_client::Message::user("Hi")], ..Default::default() };
+    let refused = tokio::time::timeout(SHUTDOWN_GRACE, c.generate(&hi)).await.expect("refused, not held");
+    let refused = refused.err().expect("a new Generate during the drain is refused").into_call();
+    assert_eq!(refused.code, revis_client::Code::Unavailable, "{refused:?}");
     match revis_client::Client::connect(&d.socket).await {
         Err(revis_client::ClientError::NotRunning { .. }) => {}
         Err(e) => panic!("a new connection during the drain: {e}"),
@@ -181,14 +185,14 @@ async fn sigterm_refuses_new_work_cuts_running_work_after_the_grace_and_exits_by
 /// An answer under way when SIGTERM comes and short enough to end within
 /// the grace period ends normally; the daemon exits as soon as nothing is
 /// left, without waiting out the grace period.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_running_work_finish_within_the_grace_and_exits_once_drained() {
     let mut d = TestDaemon::new().start();
     let mut c = d.client().await;
     let mut watch = watch_health(&c).await;
     // Warm: the model is loaded, so the answer below starts at once.
     generate(&mut c, ask("Hi")).await.unwrap();
-    let req = pb::GenerateRequest { max_tokens: 48, ..ask("Count from 1 to 100, separated by commas.") };
+    let req = pb::GenerateRequest { max_tokens: 48, ..ask("Write a very long essay about mountains.") };
     let mut stream = c.inference.generate(req).await.unwrap().into_inner();
     assert!(matches!(stream.message().await.unwrap().and_then(|e| e.event), Some(pb::generate_event::Event::Started(_))));
     let reader = tokio::spawn(timed_events(stream));
