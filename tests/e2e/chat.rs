@@ -136,10 +136,14 @@ fn spawn_on_a_terminal(mut cmd: Command) -> (Reaped, std::fs::File) {
         .stderr(Stdio::from(pty.slave))
         // rustyline edits lines only on a terminal it knows (not "dumb").
         .env("TERM", "xterm");
-    // SAFETY: setsid and ioctl are async-signal-safe; they run in the child between fork and exec.
+    // SAFETY: prctl, setsid and ioctl are async-signal-safe; they run in the child between fork and exec.
     unsafe {
         cmd.pre_exec(|| {
-            if libc::setsid() == -1 || libc::ioctl(0, libc::TIOCSCTTY as _, 0) == -1 {
+            // Killed with the test, even one killed with SIGKILL: in a session of its own, nothing else would.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1
+                || libc::setsid() == -1
+                || libc::ioctl(0, libc::TIOCSCTTY as _, 0) == -1
+            {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
