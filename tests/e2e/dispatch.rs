@@ -86,6 +86,32 @@ async fn check_continuation(d: &Dispatcher, local: &Client, base: GenerateParams
     assert_eq!(Runner::generate(local, req, |_| {}).await.unwrap().text, rest, "the continuation after {f:?}");
 }
 
+/// Three machines: this test's thread in namespace b with this machine's
+/// daemon (one thread), and the nodes "desk" and "attic" in namespace a,
+/// both paired. Every field is bound by the caller: one left out would drop
+/// (the namespaces with it).
+struct ThreeMachines {
+    net: NetnsPair,
+    desk: Running,
+    attic: Running,
+    laptop: Running,
+    dir: tempfile::TempDir,
+    keyring: Keyring,
+}
+
+async fn three_machines() -> ThreeMachines {
+    let net = NetnsPair::new();
+    net.b.enter();
+    let desk = node(&net, "desk");
+    let attic = node(&net, "attic");
+    let laptop = TestDaemon::new().daemon("threads = 1").start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut keyring = Keyring::open(&dir.path().join("client")).unwrap();
+    pair(&mut keyring, &net, &desk, "desk").await;
+    pair(&mut keyring, &net, &attic, "attic").await;
+    ThreeMachines { net, desk, attic, laptop, dir, keyring }
+}
+
 /// Two machines: this test's thread in namespace b with this machine's
 /// daemon, and a node "desk" in namespace a, paired, with tier2 offloaded to
 /// it and probed healthy.
@@ -228,15 +254,7 @@ async fn a_cut_link_is_noticed_within_the_gap_deadline_and_offload_resumes_when_
 
 #[tokio::test]
 async fn background_tasks_spread_over_two_nodes_and_this_machine_and_each_completes_once() {
-    let net = NetnsPair::new();
-    net.b.enter();
-    let desk = node(&net, "desk");
-    let attic = node(&net, "attic");
-    let laptop = TestDaemon::new().daemon("threads = 1").start();
-    let dir = tempfile::tempdir().unwrap();
-    let mut keyring = Keyring::open(&dir.path().join("client")).unwrap();
-    pair(&mut keyring, &net, &desk, "desk").await;
-    pair(&mut keyring, &net, &attic, "attic").await;
+    let ThreeMachines { net: _net, desk: _desk, attic: _attic, laptop, dir: _dir, keyring } = three_machines().await;
     // Three daemons on two cores are slow: a gap deadline to match.
     let deadlines = Deadlines { gap: Duration::from_secs(20), ..DEADLINES };
     let d = Dispatcher::new(laptop.client().await, Some(Arc::new(keyring)), None, offloaded(Tier::Tier3, true), deadlines);
@@ -392,15 +410,7 @@ const NOTICED_WITHIN: Duration = Duration::from_secs(2);
 
 #[tokio::test]
 async fn a_node_frozen_before_its_first_token_is_left_at_the_first_token_deadline_and_the_answer_runs_on_the_other_node() {
-    let net = NetnsPair::new();
-    net.b.enter();
-    let desk = node(&net, "desk");
-    let attic = node(&net, "attic");
-    let laptop = TestDaemon::new().daemon("threads = 1").start();
-    let dir = tempfile::tempdir().unwrap();
-    let mut keyring = Keyring::open(&dir.path().join("client")).unwrap();
-    pair(&mut keyring, &net, &desk, "desk").await;
-    pair(&mut keyring, &net, &attic, "attic").await;
+    let ThreeMachines { net: _net, desk, attic, laptop, dir: _dir, keyring } = three_machines().await;
     // Models loaded first, so the deadline measures a silent node, not a load.
     for n in [&desk, &attic] {
         n.client().await.load_model(Tier::Tier2).await.unwrap();
