@@ -70,26 +70,13 @@ fn server_mode_pairing_nodes_and_revocation() {
     h.get_by_label("Nodes").click();
     wait_until(&mut h, "the nodes view", |h| !h.state().state.nodes_loading);
     assert!(h.state().state.nodes_note.as_deref().is_some_and(|n| n.contains("Discovery is off")));
-    h.get_by_role_and_label(Role::TextInput, "Machine:").focus();
-    h.get_by_role_and_label(Role::TextInput, "Machine:").type_text(&addr);
-    h.run_ok();
-    h.get_by_role_and_label(Role::TextInput, "Code:").focus();
-    h.get_by_role_and_label(Role::TextInput, "Code:").type_text("0000 0000");
-    h.run_ok();
     // A wrong code first: refused, in words.
-    h.get_by_label("Pair").click();
-    wait_until(&mut h, "the wrong code refused", |h| h.state().state.pair_result.is_some());
-    let wrong = h.state().state.pair_result.clone().unwrap().unwrap_err();
+    let wrong = crate::pair_in_app(&mut h, &addr, "0000 0000").unwrap_err();
     assert!(wrong.contains("code"), "{wrong}");
     assert!(h.query_by_label(&wrong).is_some());
     // Then the right one.
-    h.state_mut().state.pair_code.clear();
-    h.get_by_role_and_label(Role::TextInput, "Code:").focus();
-    h.get_by_role_and_label(Role::TextInput, "Code:").type_text(&code);
-    h.run_ok();
-    h.get_by_label("Pair").click();
-    wait_until(&mut h, "pairing", |h| h.state().state.pair_result.is_some());
-    assert!(h.state().state.pair_result.clone().unwrap().is_ok(), "{:?}", h.state().state.pair_result);
+    let paired = crate::pair_in_app(&mut h, "", &code);
+    assert!(paired.is_ok(), "{paired:?}");
     wait_until(&mut h, "the paired node's health", |h| {
         h.state().state.nodes.iter().any(|n| n.paired && matches!(n.health, Health::Ok { .. }))
     });

@@ -46,6 +46,26 @@ pub fn harness_with(builder: egui_kittest::HarnessBuilder<App>, opts: Options) -
     builder.with_max_steps(64).build_ui_state(|ui, app: &mut App| app.ui(ui), App::with_wake(opts, || {}))
 }
 
+/// Types an address and a code in the Nodes view's pairing form and presses
+/// Pair; returns what the app said of it.
+pub fn pair_in_app(h: &mut Harness<'static, App>, addr: &str, code: &str) -> Result<String, String> {
+    use eframe::egui::accesskit::Role;
+    use egui_kittest::kittest::Queryable;
+    if !addr.is_empty() {
+        h.get_by_role_and_label(Role::TextInput, "Machine:").focus();
+        h.get_by_role_and_label(Role::TextInput, "Machine:").type_text(addr);
+        h.run_ok();
+    }
+    h.state_mut().state.pair_code.clear();
+    h.state_mut().state.pair_result = None;
+    h.get_by_role_and_label(Role::TextInput, "Code:").focus();
+    h.get_by_role_and_label(Role::TextInput, "Code:").type_text(code);
+    h.run_ok();
+    h.get_by_label("Pair").click();
+    wait_until(h, "pairing", |h| h.state().state.pair_result.is_some());
+    h.state().state.pair_result.clone().unwrap()
+}
+
 /// Draws and applies the app's events, one at a time, until `done` holds;
 /// fails after [`STEP`].
 #[track_caller]

@@ -36,15 +36,8 @@ fn a_node_paired_in_the_app_answers_the_next_message_once_offload_is_on() {
     // The user pairs in the Nodes view (by address: no mDNS in tests)...
     h.get_by_label("Nodes").click();
     wait_until(&mut h, "the nodes view", |h| !h.state().state.nodes_loading);
-    h.get_by_role_and_label(Role::TextInput, "Machine:").focus();
-    h.get_by_role_and_label(Role::TextInput, "Machine:").type_text(&addr);
-    h.run_ok();
-    h.get_by_role_and_label(Role::TextInput, "Code:").focus();
-    h.get_by_role_and_label(Role::TextInput, "Code:").type_text(&code);
-    h.run_ok();
-    h.get_by_label("Pair").click();
-    wait_until(&mut h, "pairing", |h| h.state().state.pair_result.is_some());
-    assert!(h.state().state.pair_result.clone().unwrap().is_ok(), "{:?}", h.state().state.pair_result);
+    let paired = crate::pair_in_app(&mut h, &addr, &code);
+    assert!(paired.is_ok(), "{paired:?}");
     // Paired by address, the node is listed under it.
     wait_until(&mut h, "the paired node listed", |h| h.state().state.nodes.iter().any(|n| n.paired));
     let desk_name = h.state().state.nodes.iter().find(|n| n.paired).unwrap().name.clone();
