@@ -16,6 +16,7 @@ mod alone;
 mod chat;
 mod daemon;
 mod dispatch;
+mod ensemble;
 mod faults;
 mod llama_bench;
 mod machine;
@@ -119,6 +120,8 @@ struct Args {
     faults: bool,
     #[command(flatten)]
     fault: faults::FaultArgs,
+    #[command(flatten)]
+    ens: ensemble::EnsembleArgs,
 }
 
 /// The workspace this binary was built from.
@@ -133,6 +136,9 @@ fn main() -> anyhow::Result<()> {
         // Its own --quick sizes (faults::Settings::from_args).
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         return rt.block_on(run_faults(args));
+    }
+    if args.ens.ensemble {
+        return tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(ensemble::run(&args));
     }
     if args.quick {
         args.rounds = 1;

@@ -1,0 +1,357 @@
+//! `revis-bench --ensemble`: what two different models answering together
+//! are worth, measured on public data (docs/ENSEMBLE.md).
+//!
+//! One revisd serves both models, each on a tier of its own (the first of
+//! `--models` on tier1, the second on tier2). Three parts, each on the
+//! first N items of its set (`--ensemble-items`, `--capitals-items`,
+//! `--bits-items`):
+//! - `piqa`: zero-shot two-choice scoring in lm-evaluation-harness's format
+//!   (`Question: {goal}\nAnswer:` then ` {sol}`, no chat template), each
+//!   model alone (acc and per byte) and the score-level combinations of
+//!   [`choice`], reported on items before `--piqa-split` and from it apart,
+//!   so a rule can be seen on items it was not chosen on.
+//! - `capitals`: greedy answers to "What is the capital of X?" as a chat
+//!   message, exact match, each model alone; with it, the cost of each
+//!   (tokens per second, round trips per 100 bytes).
+//! - `bits`: bits per byte of the PIQA goals with their right solutions as
+//!   plain text, each model alone and the word-level mixtures of [`bpb`].
+//!
+//! Data default to `../shared/eval/` beside the workspace; the files are
+//! options, so the same command runs on other splits of the same formats.
+
+mod bpb;
+mod choice;
+mod data;
+mod report;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::ValueEnum;
+use revis_client::{Client, GenerateParams, Message, Sampling, ScoreParams, Scored, Tier};
+
+use crate::daemon::{Daemon, Launch};
+
+/// The options of `--ensemble`.
+#[derive(clap::Args, Debug)]
+pub struct EnsembleArgs {
+    /// Run only the ensemble benchmark (docs/ENSEMBLE.md): PIQA scoring,
+    /// capitals answers and bits per byte, with the two models of --models
+    /// on two tiers of one revisd (about 15 minutes on 2 cores).
+    #[arg(long, conflicts_with_all = ["chat", "remote", "dispatch", "faults"])]
+    pub ensemble: bool,
+    /// Parts of --ensemble to run.
+    #[arg(long, value_delimiter = ',', value_enum, default_values_t = Part::ALL)]
+    pub ensemble_parts: Vec<Part>,
+    /// PIQA items, one JSON object (goal, sol1, sol2) a line. Default: ../shared/eval/piqa-dev/valid.jsonl.
+    #[arg(long)]
+    pub piqa: Option<PathBuf>,
+    /// PIQA labels, 0 or 1 a line. Default: valid-labels.lst beside --piqa.
+    #[arg(long)]
+    pub piqa_labels: Option<PathBuf>,
+    /// Capitals questions, one JSON object (question, answers) a line. Default: ../shared/eval/capitals-dev.jsonl.
+    #[arg(long)]
+    pub capitals: Option<PathBuf>,
+    /// PIQA items scored: the first N (0: all).
+    #[arg(long, default_value_t = 0)]
+    pub ensemble_items: usize,
+    /// PIQA items before this index are reported apart from the rest.
+    #[arg(long, default_value_t = 500)]
+    pub piqa_split: usize,
+    /// Capitals questions asked: the first N (0: all).
+    #[arg(long, default_value_t = 0)]
+    pub capitals_items: usize,
+    /// Longest capitals answer, in tokens.
+    #[arg(long, default_value_t = 32)]
+    pub capitals_max_tokens: u32,
+    /// Texts for bits per byte: the first N PIQA items (0: all).
+    #[arg(long, default_value_t = 0)]
+    pub bits_items: usize,
+}
+
+/// A part of `--ensemble`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Part {
+    Piqa,
+    Capitals,
+    Bits,
+}
+
+impl Part {
+    pub const ALL: [Part; 3] = [Part::Piqa, Part::Capitals, Part::Bits];
+}
+
+/// `--quick`: the first 100 PIQA items (split at 50), 20 questions, 50 texts.
+const QUICK: (usize, usize, usize, usize) = (100, 50, 20, 50);
+
+/// A model of the run: its catalog name and the tier it is served on.
+#[derive(Clone, Debug)]
+pub struct Member {
+    pub name: String,
+    pub tier: Tier,
+}
+
+/// What the parts measured.
+#[derive(Default)]
+pub struct Results {
+    pub members: Vec<Member>,
+    /// PIQA items as scored (in file order, from item 0), and the wall time of all Score calls.
+    pub piqa: Vec<choice::Item>,
+    pub piqa_wall: Duration,
+    pub piqa_split: usize,
+    /// One run per way of answering (each model alone, then the ensemble's methods).
+    pub capitals: Vec<Answers>,
+    pub capitals_total: usize,
+    pub bits: Vec<bpb::TextBits>,
+    /// Texts left out of the bits per byte, and why.
+    pub bits_skipped: Vec<String>,
+    pub bits_wall: Duration,
+}
+
+/// A set of capitals answers from one way of answering.
+#[derive(Clone, Debug, Default)]
+pub struct Answers {
+    pub method: String,
+    pub answers: Vec<String>,
+    pub right: usize,
+    pub generated_tokens: u64,
+    /// Time spent generating as the daemon(s) reported it, summed.
+    pub generate_us: u64,
+    /// Client-side wall time of all answers.
+    pub wall: Duration,
+    /// Calls to a daemon (network round trips if the daemon were elsewhere).
+    pub round_trips: u64,
+    pub errors: Vec<String>,
+}
+
+impl Answers {
+    pub fn bytes(&self) -> usize {
+        self.answers.iter().map(String::len).sum()
+    }
+}
+
+/// The data directory beside the workspace.
+fn eval_dir() -> PathBuf {
+    crate::workspace_root().join("../shared/eval")
+}
+
+/// What the parts run on, with the limits applied.
+struct Sets {
+    piqa: Vec<data::Piqa>,
+    /// PIQA items scored (the first ones) and texts for bits per byte (the first ones).
+    scored: usize,
+    bits: usize,
+    split: usize,
+    capitals: Vec<data::Capital>,
+}
+
+fn load_sets(a: &EnsembleArgs, quick: bool) -> anyhow::Result<Sets> {
+    let (mut piqa_n, mut split, mut cap_n, mut bits_n) = (a.ensemble_items, a.piqa_split, a.capitals_items, a.bits_items);
+    if quick {
+        let pick = |given: usize, q: usize| if given == 0 { q } else { given.min(q) };
+        (piqa_n, split, cap_n, bits_n) = (pick(piqa_n, QUICK.0), split.min(QUICK.1), pick(cap_n, QUICK.2), pick(bits_n, QUICK.3));
+    }
+    let parts = &a.ensemble_parts;
+    let needs_piqa = parts.contains(&Part::Piqa) || parts.contains(&Part::Bits);
+    let piqa = if needs_piqa {
+        let items = a.piqa.clone().unwrap_or_else(|| eval_dir().join("piqa-dev/valid.jsonl"));
+        let labels = match &a.piqa_labels {
+            Some(l) => l.clone(),
+            None => items.with_file_name("valid-labels.lst"),
+        };
+        data::load_piqa(&items, &labels)?
+    } else {
+        Vec::new()
+    };
+    let capitals = if parts.contains(&Part::Capitals) {
+        data::load_capitals(&a.capitals.clone().unwrap_or_else(|| eval_dir().join("capitals-dev.jsonl")))?
+    } else {
+        Vec::new()
+    };
+    let first = |on: bool, n: usize, len: usize| {
+        if !on {
+            0
+        } else if n == 0 {
+            len
+        } else {
+            n.min(len)
+        }
+    };
+    let scored = first(parts.contains(&Part::Piqa), piqa_n, piqa.len());
+    let bits = first(parts.contains(&Part::Bits), bits_n, piqa.len());
+    let mut capitals = capitals;
+    capitals.truncate(first(true, cap_n, capitals.len()));
+    if split == 0 {
+        bail!("--piqa-split must be at least 1");
+    }
+    Ok(Sets { piqa, scored, bits, split, capitals })
+}
+
+pub async fn run(args: &crate::Args) -> anyhow::Result<()> {
+    let a = &args.ens;
+    if args.models.len() != 2 {
+        bail!("--ensemble measures two models (--models A,B), not {}", args.models.len());
+    }
+    let sets = load_sets(a, args.quick)?;
+    let revisd = crate::revisd_path(args)?;
+    let mut files = Vec::new();
+    for name in &args.models {
+        files.push(crate::model_file(name).await?);
+    }
+    let members: Vec<Member> =
+        args.models.iter().zip([Tier::Tier1, Tier::Tier2]).map(|(name, tier)| Member { name: name.clone(), tier }).collect();
+    let threads = *args.threads.iter().max().unwrap_or(&2);
+    let machine = crate::machine::Machine::detect();
+    let date = crate::machine::utc_now();
+    let started = Instant::now();
+
+    let dir = tempfile::Builder::new().prefix("revis-bench-ensemble-").tempdir()?;
+    let config = write_config(dir.path(), &files, threads, args.context, args.batch)?;
+    // daemon.rs writes a one-model config; `env` in front (it execs revisd,
+    // so the PID stays revisd's) puts this two-model one in its place.
+    let wrap = ["env".to_owned(), format!("REVIS_CONFIG={}", config.display())];
+    let launch = Launch { threads, context: args.context, batch: args.batch, listen: None, wrap: &wrap };
+    let daemon = Daemon::start_wrapped(&revisd, &files[0], launch).await?;
+    let mut r = Results { members: members.clone(), piqa_split: sets.split, capitals_total: sets.capitals.len(), ..Default::default() };
+    let outcome = run_parts(&daemon.client, &members, &sets, a, &mut r).await;
+    if outcome.is_err() {
+        eprintln!("revis-bench: revisd log:\n{}", daemon.log_tail());
+    }
+    daemon.stop();
+    outcome?;
+
+    let about = report::About {
+        date: &date,
+        command: &crate::args_line(),
+        machine: &machine,
+        revisd: &revisd,
+        threads,
+        context: args.context,
+        elapsed: started.elapsed(),
+        capitals_max_tokens: a.capitals_max_tokens,
+    };
+    let section = report::markdown(&r, &about);
+    println!("{section}");
+    let root = crate::workspace_root();
+    let raw = root.join("target/revis-bench/last-ensemble-run.json");
+    if let Some(d) = raw.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    std::fs::write(&raw, serde_json::to_string_pretty(&report::raw_json(&r))?)?;
+    eprintln!("revis-bench: per-item scores in {}", raw.display());
+    if args.write {
+        let doc = args.doc.clone().unwrap_or_else(|| root.join("docs/ENSEMBLE.md"));
+        let old = std::fs::read_to_string(&doc).unwrap_or_default();
+        std::fs::write(&doc, report::splice(&old, &section))?;
+        eprintln!("revis-bench: updated {}", doc.display());
+    }
+    Ok(())
+}
+
+async fn run_parts(client: &Client, members: &[Member], sets: &Sets, a: &EnsembleArgs, r: &mut Results) -> anyhow::Result<()> {
+    if sets.scored > 0 {
+        let t0 = Instant::now();
+        for (i, item) in sets.piqa[..sets.scored].iter().enumerate() {
+            let mut models = Vec::with_capacity(members.len());
+            let (prefix, sol1, sol2) = (item.prefix(), item.continuation(0), item.continuation(1));
+            for m in members {
+                // Both in flight: the second reuses the prefix the first evaluated.
+                let (s1, s2) = tokio::try_join!(score(client, m.tier, &prefix, &sol1), score(client, m.tier, &prefix, &sol2))
+                    .with_context(|| format!("PIQA item {i}, {}", m.name))?;
+                models.push(choice::Scores { logprob: [s1.logprob, s2.logprob], bytes: [s1.byte_length, s2.byte_length] });
+            }
+            r.piqa.push(choice::Item { label: item.label, models });
+            progress("PIQA", i + 1, sets.scored, t0);
+        }
+        r.piqa_wall = t0.elapsed();
+    }
+    if a.ensemble_parts.contains(&Part::Capitals) {
+        for m in members {
+            r.capitals.push(capitals(client, m, &sets.capitals, a.capitals_max_tokens).await);
+        }
+    }
+    if sets.bits > 0 {
+        let t0 = Instant::now();
+        for (i, item) in sets.piqa[..sets.bits].iter().enumerate() {
+            let text = item.text();
+            let Some((prefix, continuation)) = bpb::split_first_word(&text) else {
+                r.bits_skipped.push(format!("item {i}: one word only"));
+                continue;
+            };
+            let mut tokens = Vec::with_capacity(members.len());
+            for m in members {
+                tokens
+                    .push(score(client, m.tier, prefix, continuation).await.with_context(|| format!("bits, item {i}, {}", m.name))?.tokens);
+            }
+            let views: Vec<bpb::Tokens<'_>> = tokens.iter().map(Vec::as_slice).collect();
+            match bpb::text_bits(continuation, &views) {
+                Ok(b) => r.bits.push(b),
+                Err(e) => r.bits_skipped.push(format!("item {i}: {e}")),
+            }
+            progress("bits per byte", i + 1, sets.bits, t0);
+        }
+        r.bits_wall = t0.elapsed();
+    }
+    Ok(())
+}
+
+/// One plain-text Score (no chat template: no messages).
+async fn score(client: &Client, tier: Tier, prefix: &str, continuation: &str) -> anyhow::Result<Scored> {
+    let p = ScoreParams { tier, messages: Vec::new(), prefix: prefix.to_owned(), continuation: continuation.to_owned() };
+    client.score(&p).await.map_err(|e| anyhow::anyhow!("Score: {e}"))
+}
+
+/// Every capitals question, greedy, to one model.
+async fn capitals(client: &Client, m: &Member, questions: &[data::Capital], max_tokens: u32) -> Answers {
+    let mut out = Answers { method: m.name.clone(), ..Default::default() };
+    let t0 = Instant::now();
+    for (i, q) in questions.iter().enumerate() {
+        let req = GenerateParams {
+            tier: m.tier,
+            messages: vec![Message::user(q.question.clone())],
+            sampling: Sampling { temperature: Some(0.0), ..Default::default() },
+            max_tokens: Some(max_tokens),
+            ..Default::default()
+        };
+        out.round_trips += 1;
+        match revis_client::Runner::generate(client, req, |_| {}).await {
+            Ok(done) => {
+                out.right += usize::from(q.is_right(&done.text));
+                out.generated_tokens += u64::from(done.generated_tokens);
+                out.generate_us += done.generate_us;
+                out.answers.push(done.text);
+            }
+            Err(e) => {
+                out.errors.push(format!("question {i}: {e}"));
+                out.answers.push(String::new());
+            }
+        }
+        progress(&format!("capitals, {}", m.name), i + 1, questions.len(), t0);
+    }
+    out.wall = t0.elapsed();
+    out
+}
+
+fn progress(what: &str, done: usize, total: usize, since: Instant) {
+    if done == total || done % 100 == 0 {
+        eprintln!("revis-bench: {what}: {done}/{total} in {:.0} s", since.elapsed().as_secs_f64());
+    }
+}
+
+/// The two-model config: `models[0]` on tier1 (and tier3, unused), `models[1]` on tier2.
+fn write_config(dir: &Path, models: &[PathBuf], threads: u32, context: u32, batch: u32) -> anyhow::Result<PathBuf> {
+    let path = dir.join("revisd.toml");
+    let quoted = |p: &Path| -> anyhow::Result<String> { Ok(serde_json::to_string(p.to_str().context("path is not UTF-8")?)?) };
+    let state = dir.join("state");
+    let (a, b) = (quoted(&models[0])?, quoted(&models[1])?);
+    std::fs::write(
+        &path,
+        format!(
+            "# Written by revis-bench --ensemble.\n[daemon]\nthreads = {threads}\ncontext = {context}\nbatch = {batch}\nkeep_alive_s = 0\nload_at_start = true\n\
+             [tiers.tier1]\nmodel = {a}\n[tiers.tier2]\nmodel = {b}\n[tiers.tier3]\nmodel = {a}\n[server]\nenabled = false\nstate_dir = {}\n",
+            quoted(&state)?
+        ),
+    )?;
+    Ok(path)
+}
