@@ -182,14 +182,14 @@ const LAYERS: &[&[&str]] = &[
     &["revis-proto", "revis-engine", "revis-store", "revis-trust", "revis-models"],
     // The two sides of the wire: the daemon's core, the client layer.
     &["revis-daemon", "revis-client"],
-    // Over the client layer: the brain (pure policy), the service units, test fixtures.
-    &["revis-orchestrator", "revis-service", "revis-testkit"],
+    // Over the client layer: the brain (pure policy), the HTTP APIs, the service units, test fixtures.
+    &["revis-orchestrator", "revis-http", "revis-service", "revis-testkit"],
     // Programs and suites.
     &["revis-cli", "revis-gui", "revisd", "revis-bench", "revis-tests", "xtask"],
 ];
 
 /// Crates that speak only revis-client's domain API: no protobuf, no gRPC.
-const DOMAIN_ONLY: &[&str] = &["revis-orchestrator", "revis-cli", "revis-gui"];
+const DOMAIN_ONLY: &[&str] = &["revis-orchestrator", "revis-http", "revis-cli", "revis-gui"];
 /// What they may not depend on (normal or build dependencies).
 const WIRE_CRATES: &[&str] = &["revis-proto", "tonic", "tonic-prost", "tonic-health", "tonic-reflection", "prost", "prost-types"];
 /// What their sources may not name: revis-client's wire module and its raw stubs.

@@ -4,6 +4,7 @@
 mod commands;
 mod input;
 mod nodes;
+mod serve;
 mod session;
 
 use std::path::PathBuf;
@@ -66,6 +67,8 @@ pub enum Cmd {
     Unpair { node: String },
     /// Run a tier on paired nodes instead of here (its model is unloaded here), or bring it home.
     Offload(nodes::OffloadArgs),
+    /// Serve OpenAI's (/v1) and Ollama's (/api) HTTP APIs on this machine, for other tools.
+    Serve(serve::ServeArgs),
 }
 
 #[derive(Subcommand)]

@@ -1,0 +1,353 @@
+//! `revis serve`: the HTTP APIs other tools already speak, OpenAI's `/v1`
+//! and Ollama's `/api`, over the client's [`Runner`] (in `revis serve`, the
+//! [`revis_client::dispatch::Dispatcher`], so an offloaded tier runs on its
+//! node and fails over like any other task).
+//!
+//! The routes:
+//!
+//! - OpenAI: `GET /v1/models`, `POST /v1/chat/completions` and
+//!   `POST /v1/completions` (SSE with `stream: true`, ending `data: [DONE]`);
+//!   errors are `{"error": {"message", "type", "param", "code"}}`.
+//! - Ollama: `GET /api/tags`, `/api/version`, `/api/ps`, `POST /api/show`,
+//!   `/api/chat` and `/api/generate` (NDJSON streaming unless `stream:
+//!   false`); errors are `{"error": "..."}`.
+//! - Embeddings (`/v1/embeddings`, `/api/embed`, `/api/embeddings`): 501,
+//!   revis's engine gives no embeddings yet.
+//!
+//! A model is named by its tier (`tier2`) or by the model a tier runs
+//! (`smollm2-135m-instruct`): see [`models`].
+//!
+//! Every request passes [`guard`] first: the API key (`Authorization:
+//! Bearer`, on both APIs, unless the server runs without one) and, on a
+//! loopback address, a `Host` that names this machine (a web page that
+//! rebinds its own name to 127.0.0.1 is refused). Bounded: the request
+//! body ([`Limits::max_body_bytes`]), generations running at once
+//! ([`Limits::max_generations`], a 429 naming it when full) and connections
+//! ([`Limits::max_connections`]). A generation runs in a task of its own
+//! that ends when the answer does or when the caller goes away (its
+//! response body dropped), which drops the [`Runner::generate`] future and
+//! so cancels the answer on whichever daemon runs it; a caller that stops
+//! reading holds nothing: the answer is finished into memory and the
+//! generation's place is given back.
+
+mod error;
+mod generation;
+pub mod key;
+pub mod models;
+mod ollama;
+mod openai;
+mod request;
+
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+pub use error::{ApiError, Flavor};
+pub use key::{KEY_FILE, load_or_create_key};
+pub use models::Backend;
+
+/// Where `revis serve` listens unless told otherwise: loopback, next to
+/// Ollama's 11434.
+pub const DEFAULT_ADDR: &str = "127.0.0.1:11435";
+
+/// What the server bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// A request body larger than this is refused (413).
+    pub max_body_bytes: usize,
+    /// Generations running at once; one more is refused with 429.
+    pub max_generations: usize,
+    /// Connections open at once; more wait to be accepted.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_body_bytes: 4 << 20, max_generations: 16, max_connections: 64 }
+    }
+}
+
+/// How the server runs.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// The API key every request must carry; `None`: none is asked (loopback only, see [`check_bind`]).
+    pub key: Option<String>,
+    pub limits: Limits,
+    /// Requests must name this machine in `Host` (set for loopback addresses).
+    pub loopback_host_only: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("{0}")]
+    Refused(String),
+    #[error("{path}: {source}")]
+    Io { path: std::path::PathBuf, source: std::io::Error },
+}
+
+/// Refuses an address the server may not listen on: `--no-key` anywhere
+/// but loopback, and any address but loopback (serving beyond this machine
+/// needs TLS, which `revis serve` does not do yet).
+pub fn check_bind(addr: SocketAddr, no_key: bool) -> Result<(), HttpError> {
+    if addr.ip().is_loopback() {
+        return Ok(());
+    }
+    if no_key {
+        return Err(HttpError::Refused(format!(
+            "--no-key is allowed on loopback addresses only (127.0.0.1, ::1), not on {addr}: anyone who can reach it could use your models"
+        )));
+    }
+    Err(HttpError::Refused(format!(
+        "{addr} is not a loopback address: serving beyond this machine needs TLS, which revis serve does not do yet; listen on 127.0.0.1 or ::1"
+    )))
+}
+
+/// What every handler shares.
+struct App<B> {
+    backend: B,
+    catalog: models::Cached,
+    generations: Arc<Semaphore>,
+    opts: Options,
+}
+
+type Shared<B> = Arc<App<B>>;
+
+impl<B: Backend> App<B> {
+    /// A place for one more generation, or a 429 naming the limit.
+    fn generation_place(&self, flavor: Flavor) -> Result<OwnedSemaphorePermit, ApiError> {
+        self.generations.clone().try_acquire_owned().map_err(|_| {
+            ApiError::too_many(
+                flavor,
+                format!(
+                    "revis serve runs at most {} generations at once (its max_generations limit) and all are in use; retry when one ends",
+                    self.opts.limits.max_generations
+                ),
+                Duration::from_secs(1),
+            )
+        })
+    }
+}
+
+/// The routes of both APIs over `backend`.
+pub fn router<B: Backend>(backend: B, opts: Options) -> Router {
+    let app = Arc::new(App {
+        backend,
+        catalog: models::Cached::default(),
+        generations: Arc::new(Semaphore::new(opts.limits.max_generations)),
+        opts,
+    });
+    Router::new()
+        .route("/v1/models", get(openai::models::<B>))
+        .route("/v1/models/{model}", get(openai::model::<B>))
+        .route("/v1/chat/completions", post(openai::chat::<B>))
+        .route("/v1/completions", post(openai::completions::<B>))
+        .route("/v1/embeddings", post(openai::embeddings))
+        .route("/api/tags", get(ollama::tags::<B>))
+        .route("/api/ps", get(ollama::ps::<B>))
+        .route("/api/version", get(ollama::version))
+        .route("/api/show", post(ollama::show::<B>))
+        .route("/api/chat", post(ollama::chat::<B>))
+        .route("/api/generate", post(ollama::generate::<B>))
+        .route("/api/embed", post(ollama::embed))
+        .route("/api/embeddings", post(ollama::embed))
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(app.clone(), guard::<B>))
+        .with_state(app)
+}
+
+async fn not_found(req: Request) -> Response {
+    let flavor = Flavor::of(req.uri().path());
+    ApiError::new(flavor, axum::http::StatusCode::NOT_FOUND, format!("no route {} {}", req.method(), req.uri().path())).into_response()
+}
+
+/// The key and the `Host`, before anything else is read.
+async fn guard<B: Backend>(State(app): State<Shared<B>>, req: Request, next: Next) -> Response {
+    let flavor = Flavor::of(req.uri().path());
+    if app.opts.loopback_host_only
+        && let Some(host) = req.headers().get(header::HOST)
+        && !names_loopback(host.to_str().unwrap_or_default())
+    {
+        return ApiError::new(
+            flavor,
+            axum::http::StatusCode::FORBIDDEN,
+            format!(
+                "the Host header {:?} does not name this machine: revis serve on a loopback address answers only localhost, 127.0.0.1 and [::1]",
+                host
+            ),
+        )
+        .into_response();
+    }
+    if let Some(key) = &app.opts.key {
+        let given = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+        match given {
+            None => {
+                return ApiError::unauthorized(flavor, "no API key: send `Authorization: Bearer KEY` (`revis serve --show-key` prints it)")
+                    .into_response();
+            }
+            Some(g) if !key::same(g.trim(), key) => {
+                return ApiError::unauthorized(flavor, "the API key is not this server's (`revis serve --show-key` prints it)")
+                    .into_response();
+            }
+            Some(_) => {}
+        }
+    }
+    next.run(req).await
+}
+
+/// `localhost`, a loopback IP, with or without a port.
+fn names_loopback(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(h, port)| if port.chars().all(|c| c.is_ascii_digit()) { h } else { host }),
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves; then answers
+/// under way get `grace` to end before they are dropped (which cancels
+/// their generations).
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: Limits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    grace: Duration,
+) -> std::io::Result<()> {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let listener = Bounded { inner: listener, places: Arc::new(Semaphore::new(limits.max_connections)) };
+    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let mut stop_rx = stop_rx;
+    tokio::select! {
+        r = server.into_future() => r,
+        _ = async {
+            let _ = stop_rx.wait_for(|s| *s).await;
+            let t = Instant::now();
+            tokio::time::sleep_until((t + grace).into()).await;
+        } => {
+            tracing::info!("answers still under way after {grace:?}: dropped");
+            Ok(())
+        }
+    }
+}
+
+/// A listener that accepts at most `places` connections at once.
+struct Bounded {
+    inner: TcpListener,
+    places: Arc<Semaphore>,
+}
+
+/// A connection and its place, given back when it closes.
+struct Held {
+    io: TcpStream,
+    _place: OwnedSemaphorePermit,
+}
+
+impl axum::serve::Listener for Bounded {
+    type Io = Held;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Held, SocketAddr) {
+        let place = self.places.clone().acquire_owned().await.expect("the semaphore is never closed");
+        loop {
+            match self.inner.accept().await {
+                Ok((io, addr)) => {
+                    let _ = io.set_nodelay(true);
+                    return (Held { io, _place: place }, addr);
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: wait, as axum's own listener does.
+                    tracing::warn!("accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+}
+
+impl tokio::io::AsyncRead for Held {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Held {
+    fn poll_write(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>, buf: &[u8]) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+/// Unix seconds now (the `created` of OpenAI's objects).
+fn unix_now() -> u32 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as u32)
+}
+
+/// A random ID with `prefix` (`chatcmpl-...`).
+fn new_id(prefix: &str) -> String {
+    let n: u128 = rand::random();
+    format!("{prefix}-{:024x}", n >> 32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_names_pass_the_host_check() {
+        for ok in ["localhost", "localhost:11435", "127.0.0.1:80", "127.0.0.1", "[::1]:11435", "[::1]", "LOCALHOST:1"] {
+            assert!(names_loopback(ok), "{ok}");
+        }
+        for bad in ["evil.example", "evil.example:11435", "192.168.1.2:11435", "localhost.evil.example", "[fe80::1]:1", ""] {
+            assert!(!names_loopback(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn no_key_and_non_loopback_addresses_are_refused_with_the_reason() {
+        let any: SocketAddr = "0.0.0.0:11435".parse().unwrap();
+        assert!(check_bind("127.0.0.1:0".parse().unwrap(), true).is_ok());
+        assert!(check_bind("[::1]:0".parse().unwrap(), false).is_ok());
+        assert!(check_bind(any, true).unwrap_err().to_string().contains("--no-key is allowed on loopback addresses only"));
+        assert!(check_bind(any, false).unwrap_err().to_string().contains("needs TLS"));
+    }
+}

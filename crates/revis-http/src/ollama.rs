@@ -1,0 +1,470 @@
+//! Ollama's API (`/api`): tags, ps, version, show, chat, generate.
+//!
+//! Ollama publishes no Rust types for its server side, so its requests and
+//! replies are the serde structs below, written from Ollama's API document.
+//!
+//! `options` carries `temperature`, `top_p`, `top_k`, `min_p`, `seed`,
+//! `num_predict` (-1 and -2: the daemon's default length), `stop`,
+//! `repeat_penalty` and `repeat_last_n`; other options (`num_ctx`,
+//! `num_thread`, ...) are the daemon's configuration and are ignored, as
+//! Ollama ignores options it does not know. `format` is `"json"` or a JSON
+//! Schema. Streaming is the default: one JSON object per line, the last
+//! with `done: true`, `done_reason`, the token counts and the durations in
+//! nanoseconds (`load_duration` is 0: a model is loaded by the daemon on
+//! first use, inside `prompt_eval_duration`'s wait). A failure after text
+//! was sent is a last line `{"error": "..."}`.
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use revis_client::{Done, Format, GenerateParams, Message, Role, Sampling};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::error::{ApiError, Flavor};
+use crate::generation::{Generation, Piece};
+use crate::models::{Backend, Catalog, Entry};
+use crate::{Shared, request};
+
+const FLAVOR: Flavor = Flavor::Ollama;
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct Options {
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    top_k: Option<u32>,
+    min_p: Option<f32>,
+    seed: Option<i64>,
+    num_predict: Option<i64>,
+    stop: Option<Vec<String>>,
+    repeat_penalty: Option<f32>,
+    repeat_last_n: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ChatMessage {
+    role: String,
+    #[serde(default)]
+    content: String,
+    #[serde(default)]
+    images: Option<Vec<Value>>,
+    #[serde(default)]
+    tool_calls: Option<Vec<Value>>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ChatRequest {
+    model: String,
+    #[serde(default)]
+    messages: Vec<ChatMessage>,
+    stream: Option<bool>,
+    format: Option<Value>,
+    options: Option<Options>,
+    tools: Option<Vec<Value>>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct GenerateRequest {
+    model: String,
+    #[serde(default)]
+    prompt: String,
+    system: Option<String>,
+    suffix: Option<String>,
+    template: Option<String>,
+    raw: Option<bool>,
+    context: Option<Vec<i64>>,
+    images: Option<Vec<Value>>,
+    stream: Option<bool>,
+    format: Option<Value>,
+    options: Option<Options>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ShowRequest {
+    model: Option<String>,
+    name: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Details {
+    parent_model: &'static str,
+    format: &'static str,
+    family: String,
+    families: Option<Vec<String>>,
+    parameter_size: String,
+    quantization_level: String,
+}
+
+fn details(e: &Entry) -> Details {
+    Details {
+        parent_model: "",
+        format: "gguf",
+        family: String::new(),
+        families: None,
+        parameter_size: String::new(),
+        quantization_level: String::new(),
+    }
+    .with_model(&e.model)
+}
+
+impl Details {
+    /// What a catalog name says of the model (`smollm2-135m-instruct`: 135M).
+    fn with_model(mut self, model: &str) -> Details {
+        if let Some(size) = model
+            .split('-')
+            .find(|p| p.len() > 1 && p.ends_with(['m', 'b', 'M', 'B']) && p[..p.len() - 1].chars().all(|c| c.is_ascii_digit() || c == '.'))
+        {
+            self.parameter_size = size.to_uppercase();
+        }
+        self.family = model.split('-').next().unwrap_or_default().to_owned();
+        self
+    }
+}
+
+fn now() -> String {
+    time::OffsetDateTime::now_utc().format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
+}
+
+fn ndjson_line(v: &Value) -> Vec<u8> {
+    let mut out = serde_json::to_vec(v).unwrap_or_default();
+    out.push(b'\n');
+    out
+}
+
+fn json_response(v: &Value) -> Response {
+    ([(header::CONTENT_TYPE, "application/json; charset=utf-8")], v.to_string()).into_response()
+}
+
+async fn catalog<B: Backend>(app: &Shared<B>) -> Result<std::sync::Arc<Catalog>, ApiError> {
+    app.catalog.get(&app.backend).await.map_err(|e| ApiError::from_call(FLAVOR, &e))
+}
+
+fn not_found(model: &str) -> ApiError {
+    ApiError::new(FLAVOR, StatusCode::NOT_FOUND, format!("model {model:?} not found; GET /api/tags lists the models"))
+}
+
+fn tag(e: &Entry) -> Value {
+    json!({
+        "name": e.name, "model": e.name, "modified_at": now(), "size": e.size, "digest": e.digest, "details": details(e),
+    })
+}
+
+pub(crate) async fn tags<B: Backend>(State(app): State<Shared<B>>) -> Response {
+    match catalog(&app).await {
+        Ok(c) => json_response(&json!({"models": c.entries.iter().map(tag).collect::<Vec<_>>()})),
+        Err(e) => e.into_response(),
+    }
+}
+
+pub(crate) async fn ps<B: Backend>(State(app): State<Shared<B>>) -> Response {
+    match catalog(&app).await {
+        Ok(c) => {
+            let loaded = c.entries.iter().filter(|e| e.state == revis_client::ModelState::Ready).map(|e| {
+                let mut v = tag(e);
+                v["size"] = e.memory_bytes.into();
+                v["size_vram"] = 0.into();
+                v["context_length"] = e.context_tokens.into();
+                v
+            });
+            json_response(&json!({"models": loaded.collect::<Vec<_>>()}))
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
+pub(crate) async fn version() -> Response {
+    json_response(&json!({"version": env!("CARGO_PKG_VERSION")}))
+}
+
+pub(crate) async fn show<B: Backend>(State(app): State<Shared<B>>, body: Body) -> Response {
+    let r = async {
+        let req: ShowRequest = request::json(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
+        let Some(model) = req.model.or(req.name) else { return Err(ApiError::invalid(FLAVOR, "model", "model is missing")) };
+        let c = catalog(&app).await?;
+        let e = c.find(&model).ok_or_else(|| not_found(&model))?;
+        Ok(json_response(&json!({
+            "modelfile": format!("# revis: {} runs {}\n", e.tier, e.model),
+            "parameters": "",
+            "template": "",
+            "details": details(e),
+            "model_info": {"revis.tier": e.tier.as_str(), "revis.model": e.model, "revis.context_length": e.context_tokens},
+            "capabilities": ["completion"],
+            "modified_at": now(),
+        })))
+    };
+    r.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+pub(crate) async fn embed() -> Response {
+    ApiError::new(FLAVOR, StatusCode::NOT_IMPLEMENTED, "embeddings are not supported: revis's engine does not produce embeddings yet")
+        .into_response()
+}
+
+fn format(f: &Option<Value>) -> Result<Format, ApiError> {
+    match f {
+        None | Some(Value::Null) => Ok(Format::Text),
+        Some(Value::String(s)) if s.is_empty() => Ok(Format::Text),
+        Some(Value::String(s)) if s == "json" => Ok(Format::Json { schema: None }),
+        Some(Value::Object(_)) => Ok(Format::Json { schema: f.as_ref().map(Value::to_string) }),
+        Some(other) => Err(ApiError::invalid(FLAVOR, "format", format!("format is {other}; it must be \"json\" or a JSON Schema object"))),
+    }
+}
+
+/// `options` as revis's sampling, length and stop strings.
+fn options(o: Option<&Options>) -> Result<(Sampling, Option<u32>, Vec<String>), ApiError> {
+    let Some(o) = o else { return Ok(Default::default()) };
+    let seed = o
+        .seed
+        .map(|s| {
+            u64::try_from(s).map_err(|_| ApiError::invalid(FLAVOR, "options.seed", format!("options.seed is {s}; it must be 0 or more")))
+        })
+        .transpose()?;
+    let max = match o.num_predict {
+        None | Some(-1) | Some(-2) => None,
+        Some(n) if n >= 1 => Some(u32::try_from(n).unwrap_or(u32::MAX)),
+        Some(n) => {
+            return Err(ApiError::invalid(
+                FLAVOR,
+                "options.num_predict",
+                format!("options.num_predict is {n}; it must be at least 1, or -1"),
+            ));
+        }
+    };
+    let sampling = Sampling {
+        temperature: o.temperature,
+        top_k: o.top_k,
+        top_p: o.top_p,
+        min_p: o.min_p,
+        repeat_penalty: o.repeat_penalty,
+        repeat_last_n: o.repeat_last_n,
+        seed,
+    };
+    Ok((sampling, max, o.stop.clone().unwrap_or_default()))
+}
+
+pub(crate) fn chat_params(req: &ChatRequest) -> Result<GenerateParams, ApiError> {
+    if req.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+        return Err(ApiError::invalid(FLAVOR, "tools", "tools are not supported"));
+    }
+    if req.messages.is_empty() {
+        return Err(ApiError::invalid(FLAVOR, "messages", "messages is empty; send at least one"));
+    }
+    let messages = req
+        .messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            if m.images.as_ref().is_some_and(|v| !v.is_empty()) {
+                return Err(ApiError::invalid(FLAVOR, "images", format!("messages[{i}] has images: revis's models read text only")));
+            }
+            if m.tool_calls.as_ref().is_some_and(|v| !v.is_empty()) {
+                return Err(ApiError::invalid(FLAVOR, "tool_calls", "tool calls are not supported"));
+            }
+            let role = match m.role.as_str() {
+                "system" => Role::System,
+                "user" => Role::User,
+                "assistant" => Role::Assistant,
+                other => {
+                    return Err(ApiError::invalid(
+                        FLAVOR,
+                        "role",
+                        format!("messages[{i}].role is {other:?}; it must be system, user or assistant"),
+                    ));
+                }
+            };
+            Ok(Message::new(role, m.content.clone()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let (sampling, max_tokens, stop) = options(req.options.as_ref())?;
+    Ok(GenerateParams { messages, sampling, max_tokens, stop, format: format(&req.format)?, ..Default::default() })
+}
+
+pub(crate) fn generate_params(req: &GenerateRequest) -> Result<GenerateParams, ApiError> {
+    let refuse = |field: &str, why: &str| Err(ApiError::invalid(FLAVOR, field, format!("{field} is not supported: {why}")));
+    if req.images.as_ref().is_some_and(|v| !v.is_empty()) {
+        return refuse("images", "revis's models read text only");
+    }
+    if req.context.as_ref().is_some_and(|v| !v.is_empty()) {
+        return refuse("context", "send the conversation to /api/chat instead");
+    }
+    if req.raw == Some(true) || req.template.as_ref().is_some_and(|t| !t.is_empty()) {
+        return refuse(if req.raw == Some(true) { "raw" } else { "template" }, "the model's own chat template is always applied");
+    }
+    if req.suffix.as_ref().is_some_and(|s| !s.is_empty()) {
+        return refuse("suffix", "no fill in the middle");
+    }
+    let mut messages = Vec::new();
+    if let Some(s) = req.system.as_ref().filter(|s| !s.is_empty()) {
+        messages.push(Message::system(s.clone()));
+    }
+    messages.push(Message::user(req.prompt.clone()));
+    let (sampling, max_tokens, stop) = options(req.options.as_ref())?;
+    Ok(GenerateParams { messages, sampling, max_tokens, stop, format: format(&req.format)?, ..Default::default() })
+}
+
+/// The counts and durations of a finished answer.
+fn finished(v: &mut Value, d: &Done, total_ns: u64) {
+    let extra = json!({
+        "done": true,
+        "done_reason": if d.finish_reason == revis_client::FinishReason::Length { "length" } else { "stop" },
+        "total_duration": total_ns,
+        "load_duration": 0,
+        "prompt_eval_count": d.prompt_tokens,
+        "prompt_eval_duration": d.prompt_us * 1000,
+        "eval_count": d.generated_tokens,
+        "eval_duration": d.generate_us * 1000,
+    });
+    if let (Some(o), Value::Object(e)) = (v.as_object_mut(), extra) {
+        o.extend(e);
+    }
+}
+
+/// How a line of each endpoint holds text.
+#[derive(Clone, Copy)]
+enum Kind {
+    Chat,
+    Generate,
+}
+
+impl Kind {
+    fn line(self, model: &str, text: &str) -> Value {
+        match self {
+            Kind::Chat => json!({"model": model, "created_at": now(), "message": {"role": "assistant", "content": text}, "done": false}),
+            Kind::Generate => json!({"model": model, "created_at": now(), "response": text, "done": false}),
+        }
+    }
+}
+
+async fn answer<B: Backend>(
+    app: Shared<B>,
+    model: String,
+    mut params: GenerateParams,
+    stream: bool,
+    kind: Kind,
+) -> Result<Response, ApiError> {
+    let catalog = catalog(&app).await?;
+    params.tier = catalog.find(&model).ok_or_else(|| not_found(&model))?.tier;
+    let place = app.generation_place(FLAVOR)?;
+    let mut generation = Generation::start(app.backend.clone(), params, place);
+    let started = generation.started;
+    if !stream {
+        let done = generation.finish().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
+        let mut v = kind.line(&model, &done.text);
+        finished(&mut v, &done, started.elapsed().as_nanos() as u64);
+        return Ok(json_response(&v));
+    }
+    let first = generation.first().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
+    let encode = move |p: Piece| match p {
+        Piece::Text(t) => ndjson_line(&kind.line(&model, &t)),
+        Piece::End(Ok(d)) => {
+            let mut v = kind.line(&model, "");
+            finished(&mut v, &d, started.elapsed().as_nanos() as u64);
+            ndjson_line(&v)
+        }
+        Piece::End(Err(e)) => ndjson_line(&ApiError::from_call(FLAVOR, &e).body()),
+    };
+    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], generation.body(first, encode)).into_response())
+}
+
+pub(crate) async fn chat<B: Backend>(State(app): State<Shared<B>>, body: Body) -> Response {
+    let r = async {
+        let req: ChatRequest = request::json(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
+        let params = chat_params(&req)?;
+        answer(app.clone(), req.model, params, req.stream != Some(false), Kind::Chat).await
+    };
+    r.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+pub(crate) async fn generate<B: Backend>(State(app): State<Shared<B>>, body: Body) -> Response {
+    let r = async {
+        let req: GenerateRequest = request::json(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
+        if req.prompt.is_empty() && req.system.as_deref().unwrap_or_default().is_empty() {
+            // Ollama's "load the model": revis's daemon loads a tier's model on first use.
+            let c = catalog(&app).await?;
+            c.find(&req.model).ok_or_else(|| not_found(&req.model))?;
+            return Ok(json_response(
+                &json!({"model": req.model, "created_at": now(), "response": "", "done": true, "done_reason": "load"}),
+            ));
+        }
+        let params = generate_params(&req)?;
+        answer(app.clone(), req.model, params, req.stream != Some(false), Kind::Generate).await
+    };
+    r.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_carry_over_and_bad_ones_name_themselves() {
+        let req: ChatRequest = serde_json::from_value(json!({
+            "model": "tier2", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+            "format": {"type": "object"},
+            "options": {"temperature": 0, "top_k": 5, "seed": 3, "num_predict": 9, "stop": ["\n"], "repeat_penalty": 1.1, "num_ctx": 8192}
+        }))
+        .unwrap();
+        let p = chat_params(&req).unwrap();
+        assert_eq!(p.messages, vec![Message::system("Be brief."), Message::user("Hi")]);
+        assert_eq!(
+            (p.sampling.temperature, p.sampling.top_k, p.sampling.seed, p.sampling.repeat_penalty),
+            (Some(0.0), Some(5), Some(3), Some(1.1))
+        );
+        assert_eq!((p.max_tokens, p.stop.clone()), (Some(9), vec!["\n".to_owned()]));
+        assert_eq!(p.format, Format::Json { schema: Some(r#"{"type":"object"}"#.into()) });
+
+        let bad = |v: Value| chat_params(&serde_json::from_value(v).unwrap()).unwrap_err();
+        let msgs = json!([{"role": "user", "content": "x"}]);
+        assert_eq!(
+            bad(json!({"model": "m", "messages": msgs, "options": {"num_predict": 0}})).param.as_deref(),
+            Some("options.num_predict")
+        );
+        assert_eq!(bad(json!({"model": "m", "messages": msgs, "format": "yaml"})).param.as_deref(), Some("format"));
+        assert_eq!(bad(json!({"model": "m", "messages": [{"role": "tool", "content": "x"}]})).param.as_deref(), Some("role"));
+    }
+
+    #[test]
+    fn a_generate_prompt_is_a_user_message_after_its_system() {
+        let req: GenerateRequest =
+            serde_json::from_value(json!({"model": "m", "prompt": "Hi", "system": "Be brief.", "format": "json"})).unwrap();
+        let p = generate_params(&req).unwrap();
+        assert_eq!(p.messages, vec![Message::system("Be brief."), Message::user("Hi")]);
+        assert_eq!(p.format, Format::Json { schema: None });
+        let req: GenerateRequest = serde_json::from_value(json!({"model": "m", "prompt": "Hi", "context": [1, 2]})).unwrap();
+        assert_eq!(generate_params(&req).unwrap_err().param.as_deref(), Some("context"));
+    }
+
+    #[test]
+    fn the_last_line_has_counts_and_nanoseconds() {
+        let d = Done { prompt_tokens: 10, generated_tokens: 4, prompt_us: 1500, generate_us: 2000, ..Default::default() };
+        let mut v = Kind::Generate.line("tier2", "");
+        finished(&mut v, &d, 9_000_000);
+        assert_eq!(
+            (
+                &v["done"],
+                &v["done_reason"],
+                &v["prompt_eval_count"],
+                &v["eval_count"],
+                &v["prompt_eval_duration"],
+                &v["eval_duration"],
+                &v["total_duration"]
+            ),
+            (&json!(true), &json!("stop"), &json!(10), &json!(4), &json!(1_500_000), &json!(2_000_000), &json!(9_000_000))
+        );
+    }
+
+    #[test]
+    fn a_catalog_name_gives_its_parameter_size() {
+        let d = Details {
+            parent_model: "",
+            format: "gguf",
+            family: String::new(),
+            families: None,
+            parameter_size: String::new(),
+            quantization_level: String::new(),
+        }
+        .with_model("smollm2-135m-instruct");
+        assert_eq!((d.parameter_size.as_str(), d.family.as_str()), ("135M", "smollm2"));
+    }
+}

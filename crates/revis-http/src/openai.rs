@@ -1,0 +1,475 @@
+//! OpenAI's API (`/v1`): models, chat completions, completions; request and
+//! response types from `async-openai`.
+//!
+//! A chat request becomes one [`GenerateParams`]: `system` and `developer`
+//! messages are system messages; `max_completion_tokens` (or the older
+//! `max_tokens`), `temperature`, `top_p`, `seed` and `stop` carry over;
+//! `response_format` `json_object` is JSON, `json_schema` JSON held to its
+//! schema by the daemon's grammar. What revis cannot do is refused with a
+//! 400 naming the field: more than one choice (`n`), tools and function
+//! calls, logprobs, non-text content, penalties other than 0.
+//!
+//! A legacy completion's `prompt` is sent as one user message (revis's
+//! engine always applies the model's chat template).
+//!
+//! Streaming (`stream: true`): the status waits for the answer's first text
+//! (so a refused request still gets its 4xx); then `data:` chunks, the first
+//! with the assistant's role, each with `choices[0].delta.content`, a last
+//! one with `finish_reason`, with `stream_options.include_usage` a chunk
+//! with no choices and the usage, and `data: [DONE]`. A failure after text
+//! was sent is a `data: {"error": ...}` event, and no `[DONE]`.
+
+use async_openai::types::chat::{
+    ChatChoice, ChatChoiceStream, ChatCompletionRequestAssistantMessageContent, ChatCompletionRequestAssistantMessageContentPart,
+    ChatCompletionRequestDeveloperMessageContent, ChatCompletionRequestDeveloperMessageContentPart, ChatCompletionRequestMessage,
+    ChatCompletionRequestSystemMessageContent, ChatCompletionRequestSystemMessageContentPart, ChatCompletionRequestUserMessageContent,
+    ChatCompletionRequestUserMessageContentPart, ChatCompletionResponseMessage, ChatCompletionStreamResponseDelta, CompletionUsage,
+    CreateChatCompletionRequest, CreateChatCompletionResponse, CreateChatCompletionStreamResponse, FinishReason, PromptTokensDetails,
+    ResponseFormat, Role, StopConfiguration,
+};
+use async_openai::types::chat::{Choice, CompletionFinishReason, Prompt};
+use async_openai::types::completions::{CreateCompletionRequest, CreateCompletionResponse};
+use async_openai::types::models::{ListModelResponse, Model};
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use revis_client::{Done, Format, GenerateParams, Message, Sampling};
+
+use crate::error::{ApiError, Flavor};
+use crate::generation::{Generation, Piece};
+use crate::models::Backend;
+use crate::{Shared, new_id, request, unix_now};
+
+const FLAVOR: Flavor = Flavor::OpenAi;
+
+fn json_response<T: serde::Serialize>(v: &T) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], serde_json::to_string(v).unwrap_or_default()).into_response()
+}
+
+fn to_model(name: &str) -> Model {
+    Model { id: name.to_owned(), object: "model".into(), created: 0, owned_by: "revis".into(), ..Default::default() }
+}
+
+pub(crate) async fn models<B: Backend>(State(app): State<Shared<B>>) -> Response {
+    match app.catalog.get(&app.backend).await {
+        Ok(c) => json_response(&ListModelResponse { object: "list".into(), data: c.entries.iter().map(|e| to_model(&e.name)).collect() }),
+        Err(e) => ApiError::from_call(FLAVOR, &e).into_response(),
+    }
+}
+
+pub(crate) async fn model<B: Backend>(State(app): State<Shared<B>>, Path(name): Path<String>) -> Response {
+    match app.catalog.get(&app.backend).await {
+        Ok(c) if c.find(&name).is_some() => json_response(&to_model(&name)),
+        Ok(c) => ApiError::model_not_found(FLAVOR, &name, &c.names()).into_response(),
+        Err(e) => ApiError::from_call(FLAVOR, &e).into_response(),
+    }
+}
+
+pub(crate) async fn embeddings() -> Response {
+    ApiError::new(FLAVOR, StatusCode::NOT_IMPLEMENTED, "embeddings are not supported: revis's engine does not produce embeddings yet")
+        .into_response()
+}
+
+/// The tier a request's `model` names.
+async fn resolve<B: Backend>(app: &Shared<B>, model: &str, flavor: Flavor) -> Result<revis_client::Tier, ApiError> {
+    let catalog = app.catalog.get(&app.backend).await.map_err(|e| ApiError::from_call(flavor, &e))?;
+    catalog.find(model).map(|e| e.tier).ok_or_else(|| ApiError::model_not_found(flavor, model, &catalog.names()))
+}
+
+fn text_parts<'a>(parts: impl Iterator<Item = Option<&'a str>>, param: &str) -> Result<String, ApiError> {
+    let mut s = String::new();
+    for p in parts {
+        s.push_str(p.ok_or_else(|| ApiError::invalid(FLAVOR, param, "only text content is supported: revis's models read text"))?);
+    }
+    Ok(s)
+}
+
+/// A chat request's messages as revis's.
+fn messages(req: &CreateChatCompletionRequest) -> Result<Vec<Message>, ApiError> {
+    use ChatCompletionRequestMessage as M;
+    req.messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let param = format!("messages[{i}].content");
+            Ok(match m {
+                M::Developer(d) => Message::system(match &d.content {
+                    ChatCompletionRequestDeveloperMessageContent::Text(t) => t.clone(),
+                    ChatCompletionRequestDeveloperMessageContent::Array(a) => text_parts(
+                        a.iter().map(|p| match p {
+                            ChatCompletionRequestDeveloperMessageContentPart::Text(t) => Some(t.text.as_str()),
+                        }),
+                        &param,
+                    )?,
+                }),
+                M::System(s) => Message::system(match &s.content {
+                    ChatCompletionRequestSystemMessageContent::Text(t) => t.clone(),
+                    ChatCompletionRequestSystemMessageContent::Array(a) => text_parts(
+                        a.iter().map(|p| match p {
+                            ChatCompletionRequestSystemMessageContentPart::Text(t) => Some(t.text.as_str()),
+                        }),
+                        &param,
+                    )?,
+                }),
+                M::User(u) => Message::user(match &u.content {
+                    ChatCompletionRequestUserMessageContent::Text(t) => t.clone(),
+                    ChatCompletionRequestUserMessageContent::Array(a) => text_parts(
+                        a.iter().map(|p| match p {
+                            ChatCompletionRequestUserMessageContentPart::Text(t) => Some(t.text.as_str()),
+                            _ => None,
+                        }),
+                        &param,
+                    )?,
+                }),
+                M::Assistant(a) => {
+                    if a.tool_calls.as_ref().is_some_and(|c| !c.is_empty()) {
+                        return Err(ApiError::invalid(FLAVOR, &format!("messages[{i}].tool_calls"), "tool calls are not supported"));
+                    }
+                    Message::assistant(match &a.content {
+                        None => String::new(),
+                        Some(ChatCompletionRequestAssistantMessageContent::Text(t)) => t.clone(),
+                        Some(ChatCompletionRequestAssistantMessageContent::Array(parts)) => text_parts(
+                            parts.iter().map(|p| match p {
+                                ChatCompletionRequestAssistantMessageContentPart::Text(t) => Some(t.text.as_str()),
+                                ChatCompletionRequestAssistantMessageContentPart::Refusal(r) => Some(r.refusal.as_str()),
+                            }),
+                            &param,
+                        )?,
+                    })
+                }
+                M::Tool(_) | M::Function(_) => {
+                    return Err(ApiError::invalid(FLAVOR, &format!("messages[{i}].role"), "tool and function messages are not supported"));
+                }
+            })
+        })
+        .collect()
+}
+
+fn stop(stop: &Option<StopConfiguration>) -> Vec<String> {
+    match stop {
+        None => Vec::new(),
+        Some(StopConfiguration::String(s)) => vec![s.clone()],
+        Some(StopConfiguration::StringArray(a)) => a.clone(),
+    }
+}
+
+fn seed(seed: Option<i64>) -> Result<Option<u64>, ApiError> {
+    seed.map(|s| u64::try_from(s).map_err(|_| ApiError::invalid(FLAVOR, "seed", format!("seed is {s}; it must be 0 or more")))).transpose()
+}
+
+fn max_tokens(param: &str, n: Option<u32>) -> Result<Option<u32>, ApiError> {
+    match n {
+        Some(0) => Err(ApiError::invalid(FLAVOR, param, format!("{param} is 0; it must be at least 1"))),
+        n => Ok(n),
+    }
+}
+
+fn no_penalty(param: &str, v: Option<f32>) -> Result<(), ApiError> {
+    match v {
+        Some(p) if p != 0.0 => {
+            Err(ApiError::invalid(FLAVOR, param, format!("{param} is {p}; revis supports only 0 (use Ollama's repeat_penalty on /api)")))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn one_choice(n: Option<u8>) -> Result<(), ApiError> {
+    match n {
+        Some(n) if n != 1 => Err(ApiError::invalid(FLAVOR, "n", format!("n is {n}; revis answers with one choice, n must be 1"))),
+        _ => Ok(()),
+    }
+}
+
+/// A chat request as revis's [`GenerateParams`] (its tier set by the caller).
+#[allow(deprecated)] // `max_tokens`, `seed` and `function_call` are deprecated in OpenAI's API, and still sent
+pub(crate) fn chat_params(req: &CreateChatCompletionRequest) -> Result<GenerateParams, ApiError> {
+    one_choice(req.n)?;
+    if req.tools.as_ref().is_some_and(|t| !t.is_empty()) || req.functions.as_ref().is_some_and(|f| !f.is_empty()) {
+        return Err(ApiError::invalid(FLAVOR, "tools", "tools and function calling are not supported"));
+    }
+    if req.logprobs == Some(true) || req.top_logprobs.is_some_and(|n| n > 0) {
+        return Err(ApiError::invalid(FLAVOR, "logprobs", "logprobs are not supported yet"));
+    }
+    if req.audio.is_some() {
+        return Err(ApiError::invalid(FLAVOR, "audio", "audio output is not supported"));
+    }
+    no_penalty("frequency_penalty", req.frequency_penalty)?;
+    no_penalty("presence_penalty", req.presence_penalty)?;
+    if req.messages.is_empty() {
+        return Err(ApiError::invalid(FLAVOR, "messages", "messages is empty; send at least one"));
+    }
+    let format = match &req.response_format {
+        None | Some(ResponseFormat::Text) => Format::Text,
+        Some(ResponseFormat::JsonObject) => Format::Json { schema: None },
+        Some(ResponseFormat::JsonSchema { json_schema }) => Format::Json { schema: Some(json_schema.schema.to_string()) },
+    };
+    let max = match req.max_completion_tokens {
+        Some(n) => max_tokens("max_completion_tokens", Some(n))?,
+        None => max_tokens("max_tokens", req.max_tokens)?,
+    };
+    Ok(GenerateParams {
+        messages: messages(req)?,
+        sampling: Sampling { temperature: req.temperature, top_p: req.top_p, seed: seed(req.seed)?, ..Default::default() },
+        max_tokens: max,
+        stop: stop(&req.stop),
+        format,
+        ..Default::default()
+    })
+}
+
+/// A legacy completion request as revis's [`GenerateParams`].
+pub(crate) fn completion_params(req: &CreateCompletionRequest) -> Result<GenerateParams, ApiError> {
+    one_choice(req.n)?;
+    let prompt = match &req.prompt {
+        Prompt::String(s) => s.clone(),
+        Prompt::StringArray(a) if a.len() == 1 => a[0].clone(),
+        Prompt::StringArray(a) => {
+            return Err(ApiError::invalid(
+                FLAVOR,
+                "prompt",
+                format!("prompt has {} strings; revis answers one prompt per request", a.len()),
+            ));
+        }
+        Prompt::IntegerArray(_) | Prompt::ArrayOfIntegerArray(_) => {
+            return Err(ApiError::invalid(FLAVOR, "prompt", "token ID prompts are not supported; send text"));
+        }
+    };
+    if req.suffix.as_ref().is_some_and(|s| !s.is_empty()) {
+        return Err(ApiError::invalid(FLAVOR, "suffix", "suffix (fill in the middle) is not supported"));
+    }
+    if req.echo == Some(true) {
+        return Err(ApiError::invalid(FLAVOR, "echo", "echo is not supported"));
+    }
+    if req.logprobs.is_some_and(|n| n > 0) {
+        return Err(ApiError::invalid(FLAVOR, "logprobs", "logprobs are not supported yet"));
+    }
+    if req.best_of.is_some_and(|n| n > 1) {
+        return Err(ApiError::invalid(FLAVOR, "best_of", "best_of must be 1: revis answers with one choice"));
+    }
+    no_penalty("frequency_penalty", req.frequency_penalty)?;
+    no_penalty("presence_penalty", req.presence_penalty)?;
+    Ok(GenerateParams {
+        messages: vec![Message::user(prompt)],
+        sampling: Sampling { temperature: req.temperature, top_p: req.top_p, seed: seed(req.seed)?, ..Default::default() },
+        max_tokens: max_tokens("max_tokens", req.max_tokens)?,
+        stop: stop(&req.stop),
+        ..Default::default()
+    })
+}
+
+fn finish_reason(d: &Done) -> FinishReason {
+    match d.finish_reason {
+        revis_client::FinishReason::Length => FinishReason::Length,
+        revis_client::FinishReason::End | revis_client::FinishReason::Stop => FinishReason::Stop,
+    }
+}
+
+fn usage(d: &Done) -> CompletionUsage {
+    CompletionUsage {
+        prompt_tokens: d.prompt_tokens,
+        completion_tokens: d.generated_tokens,
+        total_tokens: d.prompt_tokens + d.generated_tokens,
+        prompt_tokens_details: Some(PromptTokensDetails { cached_tokens: Some(d.cached_tokens), ..Default::default() }),
+        completion_tokens_details: None,
+    }
+}
+
+fn sse(v: &impl serde::Serialize) -> Vec<u8> {
+    let mut out = b"data: ".to_vec();
+    serde_json::to_writer(&mut out, v).unwrap_or_default();
+    out.extend_from_slice(b"\n\n");
+    out
+}
+
+/// An SSE response: `first`, then the rest of the generation, each piece
+/// written by `encode`.
+fn sse_response(first: Piece, generation: Generation, encode: impl FnMut(Piece) -> Vec<u8> + Send + 'static) -> Response {
+    let body = generation.body(first, encode);
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+            (header::HeaderName::from_static("x-accel-buffering"), "no"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// The end of a stream after text was sent: the error event, or the last
+/// chunks and `[DONE]`.
+fn stream_end(r: Result<Done, revis_client::CallError>, last: impl FnOnce(&Done) -> Vec<u8>) -> Vec<u8> {
+    match r {
+        Ok(done) => {
+            let mut out = last(&done);
+            out.extend_from_slice(b"data: [DONE]\n\n");
+            out
+        }
+        Err(e) => sse(&ApiError::from_call(FLAVOR, &e).body()),
+    }
+}
+
+pub(crate) async fn chat<B: Backend>(State(app): State<Shared<B>>, body: Body) -> Response {
+    chat_response(app, body).await.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn chat_response<B: Backend>(app: Shared<B>, body: Body) -> Result<Response, ApiError> {
+    let req: CreateChatCompletionRequest = request::json(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
+    let mut params = chat_params(&req)?;
+    params.tier = resolve(&app, &req.model, FLAVOR).await?;
+    let place = app.generation_place(FLAVOR)?;
+    let mut generation = Generation::start(app.backend.clone(), params, place);
+    let (id, created, model) = (new_id("chatcmpl"), unix_now(), req.model.clone());
+    if req.stream != Some(true) {
+        let done = generation.finish().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
+        #[allow(deprecated)] // function_call: deprecated, left out
+        let message = ChatCompletionResponseMessage { content: Some(done.text.clone()), role: Role::Assistant, ..Default::default() };
+        return Ok(json_response(&CreateChatCompletionResponse {
+            id,
+            object: "chat.completion".into(),
+            created,
+            model,
+            choices: vec![ChatChoice { index: 0, message, finish_reason: Some(finish_reason(&done)), logprobs: None }],
+            usage: Some(usage(&done)),
+            ..Default::default()
+        }));
+    }
+    let include_usage = req.stream_options.as_ref().and_then(|o| o.include_usage) == Some(true);
+    let first = generation.first().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
+    let chunk = move |delta: ChatCompletionStreamResponseDelta,
+                      finish: Option<FinishReason>,
+                      usage: Option<CompletionUsage>,
+                      choices: bool| {
+        sse(&CreateChatCompletionStreamResponse {
+            id: id.clone(),
+            object: "chat.completion.chunk".into(),
+            created,
+            model: model.clone(),
+            choices: if choices { vec![ChatChoiceStream { index: 0, delta, finish_reason: finish, logprobs: None }] } else { Vec::new() },
+            usage,
+            ..Default::default()
+        })
+    };
+    let mut role_sent = false;
+    let encode = move |p: Piece| {
+        let mut out = Vec::new();
+        if !role_sent {
+            role_sent = true;
+            let role =
+                ChatCompletionStreamResponseDelta { role: Some(Role::Assistant), content: Some(String::new()), ..Default::default() };
+            out = chunk(role, None, None, true);
+        }
+        match p {
+            Piece::Text(t) => {
+                out.extend(chunk(ChatCompletionStreamResponseDelta { content: Some(t), ..Default::default() }, None, None, true))
+            }
+            Piece::End(r) => out.extend(stream_end(r, |d| {
+                let mut last = chunk(Default::default(), Some(finish_reason(d)), None, true);
+                if include_usage {
+                    last.extend(chunk(Default::default(), None, Some(usage(d)), false));
+                }
+                last
+            })),
+        }
+        out
+    };
+    Ok(sse_response(first, generation, encode))
+}
+
+pub(crate) async fn completions<B: Backend>(State(app): State<Shared<B>>, body: Body) -> Response {
+    completion_response(app, body).await.unwrap_or_else(IntoResponse::into_response)
+}
+
+fn completion_finish(d: &Done) -> CompletionFinishReason {
+    match d.finish_reason {
+        revis_client::FinishReason::Length => CompletionFinishReason::Length,
+        revis_client::FinishReason::End | revis_client::FinishReason::Stop => CompletionFinishReason::Stop,
+    }
+}
+
+async fn completion_response<B: Backend>(app: Shared<B>, body: Body) -> Result<Response, ApiError> {
+    let req: CreateCompletionRequest = request::json(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
+    let mut params = completion_params(&req)?;
+    params.tier = resolve(&app, &req.model, FLAVOR).await?;
+    let place = app.generation_place(FLAVOR)?;
+    let mut generation = Generation::start(app.backend.clone(), params, place);
+    let (id, created, model) = (new_id("cmpl"), unix_now(), req.model.clone());
+    let response = move |text: String, finish: Option<CompletionFinishReason>, usage: Option<CompletionUsage>| CreateCompletionResponse {
+        id: id.clone(),
+        object: "text_completion".into(),
+        created,
+        model: model.clone(),
+        choices: vec![Choice { text, index: 0, logprobs: None, finish_reason: finish }],
+        usage,
+        ..Default::default()
+    };
+    if req.stream != Some(true) {
+        let done = generation.finish().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
+        return Ok(json_response(&response(done.text.clone(), Some(completion_finish(&done)), Some(usage(&done)))));
+    }
+    let include_usage = req.stream_options.as_ref().and_then(|o| o.include_usage) == Some(true);
+    let first = generation.first().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
+    let encode = move |p: Piece| match p {
+        Piece::Text(t) => sse(&response(t, None, None)),
+        Piece::End(r) => stream_end(r, |d| sse(&response(String::new(), Some(completion_finish(d)), include_usage.then(|| usage(d))))),
+    };
+    Ok(sse_response(first, generation, encode))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn chat_req(v: serde_json::Value) -> Result<GenerateParams, ApiError> {
+        chat_params(&serde_json::from_value(v).expect("a chat request"))
+    }
+
+    #[test]
+    fn a_chat_request_carries_its_settings() {
+        let p = chat_req(json!({
+            "model": "tier2",
+            "messages": [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": " there"}]}],
+            "max_completion_tokens": 12, "max_tokens": 99, "temperature": 0.0, "top_p": 0.5, "seed": 7, "stop": "\n",
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
+        }))
+        .unwrap();
+        assert_eq!(p.messages, vec![Message::system("Be brief."), Message::user("Hi there")]);
+        assert_eq!((p.max_tokens, p.sampling.temperature, p.sampling.top_p, p.sampling.seed), (Some(12), Some(0.0), Some(0.5), Some(7)));
+        assert_eq!(p.stop, ["\n"]);
+        assert_eq!(p.format, Format::Json { schema: Some(r#"{"type":"object"}"#.into()) });
+        let p = chat_req(json!({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 5, "stop": ["a", "b"], "response_format": {"type": "json_object"}})).unwrap();
+        assert_eq!((p.max_tokens, p.stop, p.format), (Some(5), vec!["a".to_owned(), "b".to_owned()], Format::Json { schema: None }));
+    }
+
+    #[test]
+    fn what_revis_cannot_do_is_refused_naming_the_field() {
+        let user = json!([{"role": "user", "content": "x"}]);
+        for (extra, param) in [
+            (json!({"n": 2}), "n"),
+            (json!({"logprobs": true}), "logprobs"),
+            (json!({"presence_penalty": 0.5}), "presence_penalty"),
+            (json!({"seed": -1}), "seed"),
+            (json!({"max_tokens": 0}), "max_tokens"),
+            (json!({"tools": [{"type": "function", "function": {"name": "f"}}]}), "tools"),
+        ] {
+            let mut req = json!({"model": "m", "messages": user});
+            req.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            let e = chat_req(req).unwrap_err();
+            assert_eq!((e.status, e.param.as_deref()), (StatusCode::BAD_REQUEST, Some(param)), "{e:?}");
+        }
+        let image = json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]});
+        assert_eq!(chat_req(image).unwrap_err().param.as_deref(), Some("messages[0].content"));
+        assert!(chat_req(json!({"model": "m", "messages": []})).unwrap_err().message.contains("messages is empty"));
+    }
+
+    #[test]
+    fn a_completion_prompt_is_one_user_message() {
+        let req: CreateCompletionRequest = serde_json::from_value(json!({"model": "m", "prompt": ["Once upon"], "max_tokens": 3})).unwrap();
+        let p = completion_params(&req).unwrap();
+        assert_eq!((p.messages, p.max_tokens), (vec![Message::user("Once upon")], Some(3)));
+        let req: CreateCompletionRequest = serde_json::from_value(json!({"model": "m", "prompt": ["a", "b"]})).unwrap();
+        assert_eq!(completion_params(&req).unwrap_err().param.as_deref(), Some("prompt"));
+    }
+}
