@@ -10,6 +10,7 @@
 //! script a runner.
 
 pub mod conversation;
+pub mod ensemble;
 pub mod gates;
 pub mod offload;
 pub mod prefill;
