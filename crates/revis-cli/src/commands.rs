@@ -116,15 +116,8 @@ async fn command(cli: Cli) -> anyhow::Result<ExitCode> {
             if cli.node.is_some() {
                 return run_prompt(&client, args).await;
             }
-            // This machine's daemon, or a node for an offloaded tier.
-            let offload = match crate::session::open_store(paths) {
-                Ok(store) => revis_orchestrator::offload::load_all(&store),
-                Err(e) => {
-                    tracing::warn!("the store is not available ({e:#}); running here");
-                    Default::default()
-                }
-            };
-            let dispatcher = crate::nodes::dispatcher(paths, client, offload).await;
+            // This machine's daemon, or a node for an offloaded tier; an ensemble for a tier that has one on.
+            let dispatcher = crate::nodes::dispatcher(paths, client, crate::nodes::TierSettings::read(paths)).await;
             run_prompt(&dispatcher, args).await
         }
         Cmd::Chat(args) => {
@@ -133,12 +126,13 @@ async fn command(cli: Cli) -> anyhow::Result<ExitCode> {
             if cli.node.is_some() {
                 return chat(client, store, args).await;
             }
-            let dispatcher = crate::nodes::dispatcher(paths, client, revis_orchestrator::offload::load_all(&store)).await;
+            let dispatcher = crate::nodes::dispatcher(paths, client, crate::nodes::TierSettings::load(&store)).await;
             // Keep the nodes' health current while the chat runs.
             let _supervisor = SupervisorGuard(dispatcher.spawn_supervisor(crate::nodes::HEALTH_EVERY));
             chat(dispatcher, store, args).await
         }
         Cmd::Offload(a) => crate::nodes::offload(paths, explicit_socket, a).await,
+        Cmd::Ensemble(a) => crate::ensemble::ensemble(paths, explicit_socket, a).await,
         Cmd::History { show } => history(paths, show),
         Cmd::Profile => profile(paths),
         Cmd::Nodes(a) => crate::nodes::nodes(paths, a).await,
@@ -212,7 +206,7 @@ async fn status(paths: &Paths, client: &Client, as_json: bool) -> anyhow::Result
             "version": s.version, "pid": s.pid, "uptime_s": s.uptime_s, "daemon": client.target().to_string(),
             "rss_bytes": s.rss_bytes, "busy": s.busy, "queue_depth": s.queue_depth,
             "queue_capacity": s.queue_capacity, "tiers": tiers,
-            "device_id": s.device_id, "name": s.name,
+            "device_id": s.device_id, "name": s.name, "ensembles": crate::ensemble::status_json(paths, client),
             "server": s.server.as_ref().map(|m| json!({
                 "enabled": m.enabled, "listen_address": m.listen_address, "advertised": m.advertised,
                 "remote_connections": m.remote_connections, "paired_devices": m.paired_devices, "pairing_open": m.pairing_open,

@@ -2,6 +2,7 @@
 //! load/unload, run, chat, and other machines: nodes, pair, unpair, --node).
 
 mod commands;
+mod ensemble;
 mod input;
 mod nodes;
 mod serve;
@@ -67,6 +68,8 @@ pub enum Cmd {
     Unpair { node: String },
     /// Run a tier on paired nodes instead of here (its model is unloaded here), or bring it home.
     Offload(nodes::OffloadArgs),
+    /// Answer a tier with several models together (this machine's tiers, paired nodes' tiers); no arguments: list them.
+    Ensemble(ensemble::EnsembleArgs),
     /// Serve OpenAI's (/v1) and Ollama's (/api) HTTP APIs on this machine, for other tools.
     Serve(serve::ServeArgs),
 }

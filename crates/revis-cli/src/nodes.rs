@@ -1,5 +1,6 @@
 //! `revis nodes`, `revis pair`, `revis unpair` and `--node`: other machines' daemons.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, IsTerminal, Write};
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -8,9 +9,11 @@ use std::time::Duration;
 use anyhow::bail;
 use clap::Args;
 use revis_client::dispatch::{Deadlines, Dispatcher, Offload, Placement};
+use revis_client::ensemble::EnsembleSpec;
 use revis_client::nodes::{Health, find_unpaired, names, node_rows, probe};
 use revis_client::{Client, Discovered, Keyring, PairingCode, interfaces_from_env};
 use revis_client::{DaemonStatus, Paths, Tier};
+use revis_store::Store;
 use serde_json::json;
 
 /// How often a running chat checks its nodes' health.
@@ -233,9 +236,36 @@ pub fn server_line(s: &DaemonStatus) -> Option<String> {
     })
 }
 
-/// A dispatcher over this machine's daemon and the paired nodes, probed
-/// once when a tier is offloaded.
-pub async fn dispatcher(paths: &Paths, local: Client, offload: std::collections::BTreeMap<Tier, Offload>) -> Dispatcher {
+/// What the user chose for each tier, as the store keeps it: where it runs
+/// (offload) and which models answer it together (ensembles).
+#[derive(Default)]
+pub struct TierSettings {
+    pub offload: BTreeMap<Tier, Offload>,
+    pub ensembles: BTreeMap<Tier, EnsembleSpec>,
+}
+
+impl TierSettings {
+    pub fn load(store: &Store) -> TierSettings {
+        TierSettings { offload: revis_orchestrator::offload::load_all(store), ensembles: revis_orchestrator::ensemble::load_all(store) }
+    }
+
+    /// Read once from the store, which is not held open afterwards (`revis
+    /// chat` may need it); none when it cannot be opened.
+    pub fn read(paths: &Paths) -> TierSettings {
+        match crate::session::open_store(paths) {
+            Ok(store) => TierSettings::load(&store),
+            Err(e) => {
+                tracing::warn!("the store is not available ({e:#}); every tier runs here, alone");
+                TierSettings::default()
+            }
+        }
+    }
+}
+
+/// A dispatcher over this machine's daemon and the paired nodes, following
+/// the user's tier settings; the nodes are probed once when a tier is
+/// offloaded or an ensemble has a member on one.
+pub async fn dispatcher(paths: &Paths, local: Client, settings: TierSettings) -> Dispatcher {
     let keyring = match Keyring::open(&paths.keyring()) {
         Ok(k) => Some(std::sync::Arc::new(k)),
         Err(e) => {
@@ -243,8 +273,10 @@ pub async fn dispatcher(paths: &Paths, local: Client, offload: std::collections:
             None
         }
     };
-    let any = offload.values().any(|o| o.enabled);
-    let d = Dispatcher::new(local, keyring, interfaces_from_env(), offload, Deadlines::default());
+    let any = settings.offload.values().any(|o| o.enabled)
+        || settings.ensembles.values().any(|e| e.enabled && e.members.iter().any(|m| m.node.is_some()));
+    let d = Dispatcher::new(local, keyring, interfaces_from_env(), settings.offload, Deadlines::default());
+    revis_orchestrator::ensemble::apply(&d, settings.ensembles);
     if any {
         d.refresh().await;
     }
@@ -266,7 +298,7 @@ pub async fn offload(paths: &Paths, explicit: bool, a: OffloadArgs) -> anyhow::R
     let setting = Offload { enabled: a.switch == OnOff::On, node: a.node.clone(), keep_local: a.keep_local };
     revis_orchestrator::offload::save(&store, a.tier, &setting)?;
     let local = crate::session::connect_or_start(&paths.socket, explicit).await?;
-    let d = dispatcher(paths, local, revis_orchestrator::offload::load_all(&store)).await;
+    let d = dispatcher(paths, local, TierSettings::load(&store)).await;
     d.refresh().await;
     if a.switch == OnOff::Off || a.keep_local {
         // Home now, or kept here too: its model is loaded here (again, if an offload unloaded it).
@@ -298,33 +330,30 @@ pub async fn offload(paths: &Paths, explicit: bool, a: OffloadArgs) -> anyhow::R
     Ok(ExitCode::SUCCESS)
 }
 
-/// Where each offloaded tier runs, for `revis status`; None when nothing is offloaded.
+/// Where each offloaded tier runs and which tiers an ensemble answers, for
+/// `revis status`; None when no tier is offloaded and no ensemble is on.
 pub async fn placement_lines(paths: &Paths, local: &Client) -> Option<Vec<String>> {
     if !matches!(local.target(), revis_client::Target::Socket(_)) {
         return None;
     }
-    let store = crate::session::open_store(paths).ok()?;
-    let offload = revis_orchestrator::offload::load_all(&store);
-    if !offload.values().any(|o| o.enabled) {
-        return None;
+    let settings = TierSettings::load(&crate::session::open_store(paths).ok()?);
+    let ensembles = crate::ensemble::status_lines(&settings.ensembles);
+    let mut lines = Vec::new();
+    if settings.offload.values().any(|o| o.enabled) {
+        let d = dispatcher(paths, local.clone(), settings).await;
+        let nodes = d.nodes();
+        lines.extend(d.placements().into_iter().filter(|(t, _)| d.offload(*t).enabled).map(|(tier, p)| match p {
+            Placement::Node(name) => {
+                let n = nodes.iter().find(|n| n.name == name);
+                format!(
+                    "  {tier}: offloaded to {name} ({} ms, queue {})",
+                    n.map_or(0.0, |n| round1(n.latency_ms)),
+                    n.map_or(0, |n| n.queue_depth)
+                )
+            }
+            _ => format!("  {tier}: offloaded, but no node that serves it answers: running here"),
+        }));
     }
-    let d = dispatcher(paths, local.clone(), offload).await;
-    let nodes = d.nodes();
-    Some(
-        d.placements()
-            .into_iter()
-            .filter(|(t, _)| d.offload(*t).enabled)
-            .map(|(tier, p)| match p {
-                Placement::Node(name) => {
-                    let n = nodes.iter().find(|n| n.name == name);
-                    format!(
-                        "  {tier}: offloaded to {name} ({} ms, queue {})",
-                        n.map_or(0.0, |n| round1(n.latency_ms)),
-                        n.map_or(0, |n| n.queue_depth)
-                    )
-                }
-                _ => format!("  {tier}: offloaded, but no node that serves it answers: running here"),
-            })
-            .collect(),
-    )
+    lines.extend(ensembles);
+    (!lines.is_empty()).then_some(lines)
 }

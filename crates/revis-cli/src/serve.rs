@@ -51,15 +51,8 @@ pub async fn serve(paths: &Paths, node: Option<&str>, explicit_socket: bool, a: 
         return run(crate::nodes::connect(paths, n).await?, a.addr, opts, paths).await;
     }
     let client = crate::session::connect_or_start(&paths.socket, explicit_socket).await?;
-    // The offload settings, read once: the store is not held open while serving (`revis chat` needs it).
-    let offload = match crate::session::open_store(paths) {
-        Ok(store) => revis_orchestrator::offload::load_all(&store),
-        Err(e) => {
-            tracing::warn!("the store is not available ({e:#}); running here");
-            Default::default()
-        }
-    };
-    let dispatcher = crate::nodes::dispatcher(paths, client, offload).await;
+    // The tier settings (offload, ensembles), read once: the store is not held open while serving.
+    let dispatcher = crate::nodes::dispatcher(paths, client, crate::nodes::TierSettings::read(paths)).await;
     let supervisor = dispatcher.spawn_supervisor(crate::nodes::HEALTH_EVERY);
     let r = run(dispatcher, a.addr, opts, paths).await;
     supervisor.abort();
