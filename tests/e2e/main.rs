@@ -12,6 +12,7 @@ mod dispatch;
 mod fuzz;
 mod generate;
 mod hardening;
+mod http_api;
 mod impersonation;
 mod lan;
 mod orchestrator;

@@ -111,20 +111,28 @@ impl Catalog {
 /// How long a catalog read from the daemon is used before it is read again.
 const CATALOG_TTL: Duration = Duration::from_secs(2);
 
-/// The catalog, read again from the daemon at most every [`CATALOG_TTL`].
+/// The catalog, read again from the daemon at most every [`CATALOG_TTL`]
+/// to resolve a request's model; the listings read it fresh (a model's
+/// state changes at its first answer).
 #[derive(Default)]
 pub(crate) struct Cached(Mutex<Option<(Instant, Arc<Catalog>)>>);
 
 impl Cached {
+    /// Read now.
+    pub(crate) async fn fresh<B: Backend>(&self, backend: &B) -> Result<Arc<Catalog>, CallError> {
+        let c = Arc::new(Catalog::new(&backend.tiers().await?));
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), c.clone()));
+        Ok(c)
+    }
+
+    /// Read at most [`CATALOG_TTL`] ago.
     pub(crate) async fn get<B: Backend>(&self, backend: &B) -> Result<Arc<Catalog>, CallError> {
         if let Some((at, c)) = &*self.0.lock().unwrap_or_else(|e| e.into_inner())
             && at.elapsed() < CATALOG_TTL
         {
             return Ok(c.clone());
         }
-        let c = Arc::new(Catalog::new(&backend.tiers().await?));
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), c.clone()));
-        Ok(c)
+        self.fresh(backend).await
     }
 }
 

@@ -140,6 +140,11 @@ async fn catalog<B: Backend>(app: &Shared<B>) -> Result<std::sync::Arc<Catalog>,
     app.catalog.get(&app.backend).await.map_err(|e| ApiError::from_call(FLAVOR, &e))
 }
 
+/// For the listings: read now.
+async fn fresh<B: Backend>(app: &Shared<B>) -> Result<std::sync::Arc<Catalog>, ApiError> {
+    app.catalog.fresh(&app.backend).await.map_err(|e| ApiError::from_call(FLAVOR, &e))
+}
+
 fn not_found(model: &str) -> ApiError {
     ApiError::new(FLAVOR, StatusCode::NOT_FOUND, format!("model {model:?} not found; GET /api/tags lists the models"))
 }
@@ -151,14 +156,14 @@ fn tag(e: &Entry) -> Value {
 }
 
 pub(crate) async fn tags<B: Backend>(State(app): State<Shared<B>>) -> Response {
-    match catalog(&app).await {
+    match fresh(&app).await {
         Ok(c) => json_response(&json!({"models": c.entries.iter().map(tag).collect::<Vec<_>>()})),
         Err(e) => e.into_response(),
     }
 }
 
 pub(crate) async fn ps<B: Backend>(State(app): State<Shared<B>>) -> Response {
-    match catalog(&app).await {
+    match fresh(&app).await {
         Ok(c) => {
             let loaded = c.entries.iter().filter(|e| e.state == revis_client::ModelState::Ready).map(|e| {
                 let mut v = tag(e);

@@ -52,7 +52,7 @@ fn to_model(name: &str) -> Model {
 }
 
 pub(crate) async fn models<B: Backend>(State(app): State<Shared<B>>) -> Response {
-    match app.catalog.get(&app.backend).await {
+    match app.catalog.fresh(&app.backend).await {
         Ok(c) => json_response(&ListModelResponse { object: "list".into(), data: c.entries.iter().map(|e| to_model(&e.name)).collect() }),
         Err(e) => ApiError::from_call(FLAVOR, &e).into_response(),
     }

@@ -1,0 +1,436 @@
+//! `revis serve`: OpenAI's and Ollama's HTTP APIs over a real revisd and the
+//! real SmolLM2, reached by the official `openai` and `ollama` Python
+//! packages unchanged, and by a raw HTTP/1.1 client for the exact SSE and
+//! NDJSON bytes, the key, the limits and cancellation.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use revis_testkit::{Running, TestDaemon, binary};
+use serde_json::{Value, json};
+
+/// How long a step may take on a busy 2-core machine (a model load, a short answer).
+const STEP: Duration = Duration::from_secs(60);
+
+/// A running `revis serve`, stopped on drop.
+struct Serve {
+    child: Child,
+    addr: SocketAddr,
+    key: Option<String>,
+    _data: tempfile::TempDir,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        // SAFETY: kill has no memory effects; the PID is our own child's, not yet reaped.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn revis_serve_command(daemon: &Running, data: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(binary("revis"));
+    cmd.arg("--socket").arg(&daemon.socket).arg("serve").args(args).env("REVIS_DATA_DIR", data).env("REVIS_MDNS_INTERFACES", "none");
+    // SAFETY: prctl is async-signal-safe; it runs in the child between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            // Killed with the test, even one killed with SIGKILL.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd
+}
+
+/// `revis serve` on a free loopback port, over `daemon`.
+fn serve(daemon: &Running, args: &[&str]) -> Serve {
+    let data = tempfile::tempdir().expect("data dir");
+    let mut child = revis_serve_command(daemon, data.path(), &[&["--addr", "127.0.0.1:0"], args].concat())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start revis serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("its first line");
+    let addr = line
+        .split("listening on http://")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("revis serve said {line:?}"));
+    let key = std::fs::read_to_string(data.path().join("http-api-key")).ok();
+    Serve { child, addr, key, _data: data }
+}
+
+/// One HTTP/1.1 exchange: status, headers (lowercase names), body (de-chunked).
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+}
+
+fn request_bytes(s: &Serve, method: &str, path: &str, key: Option<&str>, body: &str) -> Vec<u8> {
+    let auth = key.map(|k| format!("Authorization: Bearer {k}\r\n")).unwrap_or_default();
+    format!(
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        s.addr,
+        body.len()
+    )
+    .into_bytes()
+}
+
+fn http(s: &Serve, method: &str, path: &str, key: Option<&str>, body: &str) -> Reply {
+    let mut c = TcpStream::connect(s.addr).expect("connect");
+    c.set_read_timeout(Some(STEP)).unwrap();
+    c.write_all(&request_bytes(s, method, path, key, body)).expect("send");
+    let mut raw = Vec::new();
+    c.read_to_end(&mut raw).expect("read the reply");
+    let raw = String::from_utf8(raw).expect("UTF-8");
+    let (head, rest) = raw.split_once("\r\n\r\n").expect("a head");
+    let mut lines = head.lines();
+    let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|c| c.parse().ok()).expect("a status line");
+    let headers: Vec<(String, String)> =
+        lines.filter_map(|l| l.split_once(':')).map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned())).collect();
+    let chunked = headers.iter().any(|(n, v)| n == "transfer-encoding" && v == "chunked");
+    let body = if chunked { dechunk(rest) } else { rest.to_owned() };
+    Reply { status, headers, body }
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    loop {
+        let (size, rest) = s.split_once("\r\n").expect("a chunk size");
+        let n = usize::from_str_radix(size.trim(), 16).expect("hex size");
+        if n == 0 {
+            return out;
+        }
+        out.push_str(&rest[..n]);
+        s = &rest[n + 2..];
+    }
+}
+
+fn post(s: &Serve, path: &str, body: Value) -> Reply {
+    http(s, "POST", path, s.key.as_deref(), &body.to_string())
+}
+
+fn python(script: &str, s: &Serve, model: &str) -> Value {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let out = Command::new("python3")
+        .arg(root.join("tests/python").join(script))
+        .arg(format!("http://{}", s.addr))
+        .arg(s.key.as_deref().unwrap_or_default())
+        .arg(model)
+        .output()
+        .expect("python3 runs (install openai and ollama: see .ci/run)");
+    assert!(out.status.success(), "{script} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+#[test]
+fn the_openai_python_package_lists_chats_streams_keeps_to_a_schema_and_completes() {
+    let d = TestDaemon::new().start();
+    let s = serve(&d, &[]);
+    let v = python("openai_client.py", &s, "smollm2-135m-instruct");
+    let models: Vec<&str> = v["models"].as_array().unwrap().iter().map(|m| m.as_str().unwrap()).collect();
+    assert_eq!(models, ["tier1", "tier2", "tier3", "smollm2-135m-instruct"]);
+
+    let chat = &v["chat"];
+    assert!(chat["text"].as_str().unwrap().contains("Paris"), "{chat}");
+    assert_eq!((&chat["role"], &chat["object"]), (&json!("assistant"), &json!("chat.completion")));
+    assert!(["stop", "length"].contains(&chat["finish_reason"].as_str().unwrap()));
+    let u = &chat["usage"];
+    assert!(u["prompt_tokens"].as_u64().unwrap() > 0 && u["completion_tokens"].as_u64().unwrap() > 0, "{u}");
+    assert_eq!(u["total_tokens"].as_u64(), Some(u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap()));
+
+    let st = &v["stream"];
+    assert_eq!(st["text"], chat["text"], "greedy: the stream says what the whole answer said");
+    assert_eq!(st["first_role"], "assistant");
+    assert_eq!(st["finish_reason"], chat["finish_reason"]);
+    let reasons = st["finish_reasons"].as_array().unwrap();
+    assert!(reasons[..reasons.len() - 1].iter().all(Value::is_null), "only the last chunk ends it: {reasons:?}");
+    assert!(st["chunks"].as_u64().unwrap() > 3, "{st}");
+    assert_eq!(st["usage"], chat["usage"], "include_usage: the last chunk carries the usage");
+    assert_eq!((&st["usage_chunk_choices"], &st["ids"]), (&json!(0), &json!(1)));
+
+    assert!(v["json_schema"]["city"].is_string(), "{}", v["json_schema"]);
+    let c = &v["completion"];
+    assert_eq!(c["object"], "text_completion");
+    assert!(!c["text"].as_str().unwrap().is_empty(), "{c}");
+    assert_eq!(v["unknown_model"], json!({"status": 404, "code": "model_not_found", "param": "model", "type": "not_found_error"}));
+    assert_eq!(v["wrong_key"]["status"], 401);
+}
+
+#[test]
+fn the_ollama_python_package_chats_streaming_generates_and_lists_tags() {
+    let d = TestDaemon::new().start();
+    let s = serve(&d, &[]);
+    let v = python("ollama_client.py", &s, "tier2");
+    assert_eq!(v["tags"], json!(["tier1", "tier2", "tier3", "smollm2-135m-instruct"]));
+    let chat = &v["chat"];
+    assert!(chat["text"].as_str().unwrap().contains("Paris"), "{chat}");
+    let done = chat["done"].as_array().unwrap();
+    assert!(done.len() > 3 && done[..done.len() - 1].iter().all(|d| d == false) && done[done.len() - 1] == true, "{chat}");
+    assert!(["stop", "length"].contains(&chat["done_reason"].as_str().unwrap()));
+    assert!(chat["eval_count"].as_u64().unwrap() > 0 && chat["prompt_eval_count"].as_u64().unwrap() > 0);
+    assert!(chat["total_duration"].as_u64().unwrap() >= chat["eval_duration"].as_u64().unwrap(), "{chat}");
+    assert_eq!(v["generate"]["text"], chat["text"], "greedy: generate and chat answer the same prompt the same way");
+    assert_eq!(v["generate"]["done"], true);
+    assert!(v["json"]["name"].is_string(), "{}", v["json"]);
+    assert_eq!(v["unknown_model"]["status"], 404);
+    assert_eq!(v["no_key"]["status"], 401, "Ollama's client sends no key unless told: refused");
+}
+
+/// The `data:` events of an SSE body.
+fn events(body: &str) -> Vec<&str> {
+    body.split("\n\n")
+        .filter(|e| !e.is_empty())
+        .map(|e| e.strip_prefix("data: ").unwrap_or_else(|| panic!("not an SSE data event: {e:?}")))
+        .collect()
+}
+
+#[test]
+fn the_raw_sse_and_ndjson_bytes_have_the_apis_shapes() {
+    let d = TestDaemon::new().start();
+    let s = serve(&d, &[]);
+    // Long enough an answer that 12 tokens cut it.
+    let ask = json!([{"role": "user", "content": "Write a long essay about the history of France."}]);
+
+    let r =
+        post(&s, "/v1/chat/completions", json!({"model": "tier2", "messages": ask, "stream": true, "temperature": 0, "max_tokens": 12}));
+    assert_eq!((r.status, r.header("content-type")), (200, Some("text/event-stream")));
+    let ev = events(&r.body);
+    assert_eq!(*ev.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = ev[..ev.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk" && c["id"] == chunks[0]["id"] && c["model"] == "tier2"));
+    assert_eq!(chunks.last().unwrap()["choices"][0]["finish_reason"], "length", "12 tokens asked: cut at the limit: {}", r.body);
+    assert!(chunks.iter().all(|c| c["usage"].is_null()), "no usage unless asked");
+    let text: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    let whole = post(&s, "/v1/chat/completions", json!({"model": "tier2", "messages": ask, "temperature": 0, "max_tokens": 12})).json();
+    assert_eq!(whole["choices"][0]["message"]["content"], text);
+    assert_eq!(whole["usage"]["completion_tokens"], 12);
+
+    let r = post(
+        &s,
+        "/v1/completions",
+        json!({"model": "tier2", "prompt": "Hello", "stream": true, "max_tokens": 4, "stream_options": {"include_usage": true}}),
+    );
+    let ev = events(&r.body);
+    assert_eq!(*ev.last().unwrap(), "[DONE]");
+    let last: Value = serde_json::from_str(ev[ev.len() - 2]).unwrap();
+    assert_eq!((last["object"].as_str(), last["usage"]["completion_tokens"].as_u64()), (Some("text_completion"), Some(4)));
+
+    let r = post(&s, "/api/chat", json!({"model": "tier2", "messages": ask, "options": {"temperature": 0, "num_predict": 12}}));
+    assert_eq!((r.status, r.header("content-type")), (200, Some("application/x-ndjson")), "Ollama streams by default");
+    let lines: Vec<Value> = r.body.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let (last, parts) = lines.split_last().unwrap();
+    assert!(parts.iter().all(|l| l["done"] == false && l["message"]["role"] == "assistant" && l["created_at"].is_string()));
+    assert_eq!(parts.iter().map(|l| l["message"]["content"].as_str().unwrap()).collect::<String>(), text);
+    assert_eq!((&last["done"], &last["done_reason"], &last["eval_count"]), (&json!(true), &json!("length"), &json!(12)));
+    for field in ["total_duration", "load_duration", "prompt_eval_count", "prompt_eval_duration", "eval_duration"] {
+        assert!(last[field].is_u64(), "{field}: {last}");
+    }
+
+    let r = post(
+        &s,
+        "/api/generate",
+        json!({"model": "smollm2-135m-instruct:latest", "prompt": "Write a long essay about the history of France.", "stream": false, "options": {"temperature": 0, "num_predict": 3}}),
+    );
+    assert_eq!(
+        (r.header("content-type"), r.json()["done"].as_bool(), r.json()["eval_count"].as_u64()),
+        (Some("application/json; charset=utf-8"), Some(true), Some(3))
+    );
+    assert_eq!(http(&s, "GET", "/api/version", s.key.as_deref(), "").json()["version"], env!("CARGO_PKG_VERSION"));
+    let ps = http(&s, "GET", "/api/ps", s.key.as_deref(), "").json();
+    assert!(
+        ps["models"].as_array().unwrap().iter().any(|m| m["name"] == "smollm2-135m-instruct"),
+        "the model answered, so it is loaded: {ps}"
+    );
+    let show = post(&s, "/api/show", json!({"model": "tier2"})).json();
+    assert_eq!(show["model_info"]["revis.model"], "smollm2-135m-instruct");
+}
+
+#[test]
+fn errors_have_each_apis_shape_and_name_their_limit() {
+    let d = TestDaemon::new().start();
+    let s = serve(&d, &["--max-body-bytes", "1000"]);
+    let ask = json!([{"role": "user", "content": "Hi"}]);
+
+    let r = post(&s, "/v1/chat/completions", json!({"model": "gpt-4o", "messages": ask}));
+    assert_eq!(r.status, 404);
+    let e = &r.json()["error"];
+    assert_eq!((&e["code"], &e["param"], &e["type"]), (&json!("model_not_found"), &json!("model"), &json!("not_found_error")));
+    assert!(e["message"].as_str().unwrap().contains("tier2"), "the message lists the models: {e}");
+
+    let r = post(&s, "/v1/chat/completions", json!({"model": "tier2", "messages": ask, "n": 3}));
+    assert_eq!((r.status, &r.json()["error"]["param"]), (400, &json!("n")));
+
+    // The daemon's own limit, said through the API.
+    let r = post(&s, "/v1/chat/completions", json!({"model": "tier2", "messages": ask, "max_tokens": 1_000_000}));
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("max_tokens_limit"), "{}", r.body);
+
+    let r = post(&s, "/v1/chat/completions", json!({"model": "tier2", "messages": [{"role": "user", "content": "x".repeat(2000)}]}));
+    assert_eq!(r.status, 413);
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("limit of 1000 bytes"), "{}", r.body);
+
+    let r = post(&s, "/v1/chat/completions", json!({"model": "tier2"}));
+    assert_eq!(r.status, 400);
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("messages"), "serde says which field: {}", r.body);
+
+    let r = post(&s, "/v1/embeddings", json!({"model": "tier2", "input": "hi"}));
+    assert_eq!(r.status, 501);
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("embeddings are not supported"));
+    let r = post(&s, "/api/embed", json!({"model": "tier2", "input": "hi"}));
+    assert_eq!(r.status, 501);
+    assert!(r.json()["error"].as_str().unwrap().contains("embeddings are not supported"), "Ollama's shape: {}", r.body);
+    let r = post(&s, "/api/chat", json!({"model": "nope", "messages": ask}));
+    assert_eq!((r.status, r.json()["error"].is_string()), (404, true));
+}
+
+#[test]
+fn the_key_is_required_checked_and_kept_private() {
+    let d = TestDaemon::new().start();
+    let s = serve(&d, &[]);
+    let key = s.key.clone().expect("a key was made");
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(s._data.path().join("http-api-key")).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+
+    for (given, why) in [(None, "no API key"), (Some("revis-wrong"), "not this server's")] {
+        let r = http(&s, "GET", "/v1/models", given, "");
+        assert_eq!(r.status, 401);
+        let e = &r.json()["error"];
+        assert_eq!((&e["type"], &e["code"]), (&json!("authentication_error"), &json!("invalid_api_key")), "{e}");
+        assert!(e["message"].as_str().unwrap().contains(why), "{e}");
+        let r = http(&s, "GET", "/api/tags", given, "");
+        assert_eq!((r.status, r.json()["error"].is_string()), (401, true), "Ollama's shape: {}", r.body);
+    }
+    assert_eq!(http(&s, "GET", "/v1/models", Some(&key), "").status, 200);
+
+    // `--show-key` prints the same key.
+    let out = revis_serve_command(&d, s._data.path(), &["--show-key"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), key);
+
+    // A page that rebinds its own name to 127.0.0.1 is not this machine.
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.write_all(
+        format!("GET /v1/models HTTP/1.1\r\nHost: evil.example\r\nAuthorization: Bearer {key}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    let mut reply = String::new();
+    c.read_to_string(&mut reply).unwrap();
+    assert!(reply.starts_with("HTTP/1.1 403"), "{reply}");
+
+    // Key-less: on loopback only.
+    let open = serve(&d, &["--no-key"]);
+    assert_eq!(http(&open, "GET", "/api/tags", None, "").status, 200);
+    for (args, says) in [
+        (vec!["--no-key", "--addr", "0.0.0.0:0"], "--no-key is allowed on loopback addresses only"),
+        (vec!["--addr", "0.0.0.0:0"], "needs TLS"),
+    ] {
+        let data = tempfile::tempdir().unwrap();
+        let out = revis_serve_command(&d, data.path(), &args).output().unwrap();
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains(says), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+/// Reads from `c` until `n` SSE events arrived (the bytes read so far).
+fn read_events(c: &mut TcpStream, n: usize) -> String {
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while String::from_utf8_lossy(&seen).matches("data: ").count() < n {
+        let k = c.read(&mut buf).expect("read");
+        assert!(k > 0, "the stream ended early: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..k]);
+    }
+    String::from_utf8_lossy(&seen).into_owned()
+}
+
+fn busy(rt: &tokio::runtime::Runtime, d: &Running) -> bool {
+    rt.block_on(async { revis_client::Client::connect(&d.socket).await.unwrap().status().await.unwrap().busy })
+}
+
+/// A long answer: greedy, this prompt repeats to its token limit (2000
+/// tokens, 10 s or more at SmolLM2's speed on a CPU).
+fn long_answer() -> Value {
+    json!({
+        "model": "tier2", "messages": [{"role": "user", "content": "Repeat the word hello forever: hello hello hello"}],
+        "stream": true, "temperature": 0, "max_tokens": 2000
+    })
+}
+
+#[test]
+fn a_caller_that_disconnects_mid_stream_cancels_the_generation() {
+    let d = TestDaemon::new().daemon("max_tokens_limit = 4096").start();
+    let s = serve(&d, &[]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.set_read_timeout(Some(STEP)).unwrap();
+    c.write_all(&request_bytes(&s, "POST", "/v1/chat/completions", s.key.as_deref(), &long_answer().to_string())).unwrap();
+    read_events(&mut c, 5);
+    assert!(busy(&rt, &d), "the daemon is generating the answer");
+    drop(c);
+
+    // 2000 tokens take far longer than this on any machine these tests run on.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while busy(&rt, &d) {
+        assert!(Instant::now() < deadline, "the daemon still generates 3 s after its caller left");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn generations_beyond_the_limit_get_429_naming_it() {
+    let d = TestDaemon::new().daemon("max_tokens_limit = 4096").start();
+    let s = serve(&d, &["--max-generations", "1"]);
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.set_read_timeout(Some(STEP)).unwrap();
+    c.write_all(&request_bytes(&s, "POST", "/v1/chat/completions", s.key.as_deref(), &long_answer().to_string())).unwrap();
+    read_events(&mut c, 2);
+
+    let r = post(&s, "/v1/chat/completions", json!({"model": "tier2", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}));
+    assert_eq!((r.status, r.header("retry-after")), (429, Some("1")));
+    let e = &r.json()["error"];
+    assert_eq!(e["code"], "rate_limit_exceeded");
+    assert!(e["message"].as_str().unwrap().contains("at most 1 generations at once"), "{e}");
+    let r = post(&s, "/api/generate", json!({"model": "tier2", "prompt": "Hi"}));
+    assert_eq!(r.status, 429, "{}", r.body);
+    drop(c);
+
+    // The place comes back when the cancelled generation ends.
+    let deadline = Instant::now() + STEP;
+    loop {
+        let r =
+            post(&s, "/v1/chat/completions", json!({"model": "tier2", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}));
+        if r.status == 200 {
+            break;
+        }
+        assert!(r.status == 429 && Instant::now() < deadline, "{} {}", r.status, r.body);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
