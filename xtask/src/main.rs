@@ -145,10 +145,11 @@ fn screenshots() -> anyhow::Result<()> {
 
 fn test(args: &[String]) -> anyhow::Result<()> {
     deps(true)?;
-    // The third-party client test uses Google's grpcio from PyPI.
-    let py = "import grpc, grpc_tools";
+    // The third-party client tests use Google's grpcio and the official
+    // openai and ollama packages (`revis serve`) from PyPI.
+    let py = "import grpc, grpc_tools, openai, ollama";
     if !Command::new("python3").args(["-c", py]).status().is_ok_and(|s| s.success()) {
-        run(Command::new("python3").args(["-m", "pip", "install", "--quiet", "grpcio", "grpcio-tools"]))?;
+        run(Command::new("python3").args(["-m", "pip", "install", "--quiet", "grpcio", "grpcio-tools", "openai", "ollama"]))?;
     }
     build()?;
     // Both test models, through the same code path a user's `revis pull` takes.
