@@ -155,13 +155,25 @@ fn random_request(rng: &mut StdRng, method: &str) -> Vec<u8> {
             .into(),
             priority: rng.random_range(-1..4),
             answer_prefix: text(rng).into(),
+            logprobs: rng.random_bool(0.3),
+            top_logprobs: [0, 1, 5, 20, 21, u32::MAX][rng.random_range(0..6)],
         }
         .encode_to_vec(),
         "/revis.v1.Inference/Prefill" => {
             pb::PrefillRequest { tier: tier(rng), messages, priority: rng.random_range(-1..4) }.encode_to_vec()
         }
         "/revis.v1.Inference/Score" => {
-            pb::ScoreRequest { tier: tier(rng), messages, prefix: text(rng).into(), continuation: text(rng).into() }.encode_to_vec()
+            let continuations = (0..rng.random_range(0..3)).map(|_| text(rng).into()).collect();
+            let top_logprobs = rng.random_range(0..25);
+            pb::ScoreRequest {
+                tier: tier(rng),
+                messages,
+                prefix: text(rng).into(),
+                continuation: text(rng).into(),
+                continuations,
+                top_logprobs,
+            }
+            .encode_to_vec()
         }
         "/revis.v1.Admin/LoadModel" => pb::LoadModelRequest { tier: tier(rng) }.encode_to_vec(),
         "/revis.v1.Admin/UnloadModel" => pb::UnloadModelRequest { tier: tier(rng) }.encode_to_vec(),

@@ -147,6 +147,15 @@ fn too_long(tokens: usize, n_ctx: u32, tier: Tier) -> DaemonError {
     ))
 }
 
+/// A token and its log-probabilities, as the wire carries them.
+fn token_logprob(t: revis_engine::TokenInfo) -> pb::TokenLogprob {
+    pb::TokenLogprob {
+        piece: t.piece.into(),
+        logprob: t.logprob,
+        top: t.top.into_iter().map(|(piece, logprob)| pb::Alternative { piece: piece.into(), logprob }).collect(),
+    }
+}
+
 /// Runs tokenizer work on the [`tokenizer_pool`], off the async runtime.
 async fn blocking<T: Send + 'static>(
     pool: &rayon::ThreadPool,
@@ -181,7 +190,7 @@ impl pb::inference_server::Inference for Core {
             // opening, as the model's own text (special-token names in it
             // stay text).
             if !prefix.is_empty() {
-                prompt.tokens.extend(tok.tokenize_plain(&prefix));
+                prompt.continue_answer(&tok.tokenize_plain(&prefix));
             }
             let grammar = json.map(|schema| tok.json_grammar(schema.as_deref())).transpose()?;
             Ok((prompt, grammar))
@@ -198,7 +207,7 @@ impl pb::inference_server::Inference for Core {
         let cancel = Arc::new(AtomicBool::new(false));
         let stalled = Arc::new(AtomicBool::new(false));
         let seed = v.sampling.seed;
-        let job = GenerateJob { prompt, sampling: v.sampling, max_tokens: v.max_tokens, stop: v.stop, grammar };
+        let job = GenerateJob { prompt, sampling: v.sampling, max_tokens: v.max_tokens, stop: v.stop, grammar, logprobs: v.logprobs };
         let task =
             Task { key: v.model.key.clone(), job: Job::Generate { job, deltas: engine_tx, done: done_tx }, cancel: cancel.clone(), lease };
         self.admit(v.priority, task)?;
@@ -247,29 +256,42 @@ impl pb::inference_server::Inference for Core {
         let v = validate::score(req.get_ref(), &self.registry)?;
         let lease = self.registry.lease(&v.model).await.map_err(DaemonError::from)?;
         let tok = lease.tokenizer.clone();
-        let (messages, prefix, continuation) = (v.messages, v.prefix, v.continuation.clone());
-        let (prefix, continuation) = blocking(&self.tokenizers, move || {
-            Ok((build_score_prefix(tok.as_ref(), &messages, &prefix)?, tok.tokenize_plain(&continuation)))
+        let (messages, prefix, texts) = (v.messages, v.prefix, v.continuations.clone());
+        let (prefix, continuations) = blocking(&self.tokenizers, move || {
+            Ok((build_score_prefix(tok.as_ref(), &messages, &prefix)?, texts.iter().map(|c| tok.tokenize_plain(c)).collect::<Vec<_>>()))
         })
         .await?;
         let n_ctx = lease.tokenizer.n_ctx();
-        if prefix.len() + continuation.len() >= n_ctx as usize {
-            return Err(too_long(prefix.len() + continuation.len(), n_ctx, v.tier).into());
+        let longest = continuations.iter().map(Vec::len).max().unwrap_or(0);
+        if prefix.len() + longest >= n_ctx as usize {
+            return Err(too_long(prefix.len() + longest, n_ctx, v.tier).into());
         }
         let (done_tx, done) = oneshot::channel();
         let task = Task {
             key: v.model.key.clone(),
-            job: Job::Score { job: ScoreJob { prefix, continuation }, done: done_tx },
+            job: Job::Score { job: ScoreJob { prefix, continuations, top: v.top_logprobs }, done: done_tx },
             cancel: Arc::new(AtomicBool::new(false)),
             lease,
         };
         self.admit(Priority::User, task)?;
-        let s = done.await.map_err(|_| DaemonError::ShuttingDown)?.map_err(DaemonError::from)?;
+        let scored = done.await.map_err(|_| DaemonError::ShuttingDown)?.map_err(DaemonError::from)?;
+        let prefix_tokens = scored.first().map_or(0, |s| s.prefix_tokens);
+        let results: Vec<pb::ScoreResult> = scored
+            .into_iter()
+            .zip(&v.continuations)
+            .map(|(s, text)| pb::ScoreResult {
+                logprob: s.logprob,
+                tokens: s.tokens.into_iter().map(token_logprob).collect(),
+                byte_length: text.len() as u32,
+            })
+            .collect();
+        let first = results.first().cloned().unwrap_or_default();
         Ok(Response::new(pb::ScoreResponse {
-            logprob: s.logprob,
-            tokens: s.tokens.into_iter().map(|(piece, logprob)| pb::TokenLogprob { piece: piece.into(), logprob }).collect(),
-            byte_length: v.continuation.len() as u32,
-            prefix_tokens: s.prefix_tokens,
+            logprob: first.logprob,
+            tokens: first.tokens,
+            byte_length: first.byte_length,
+            prefix_tokens,
+            results,
         }))
     }
 }
@@ -490,7 +512,11 @@ impl Stream for EventStream {
         }
         match this.deltas.poll_recv(cx) {
             Poll::Ready(Some(d)) => {
-                return Poll::Ready(Some(event(pb::generate_event::Event::Delta(pb::Delta { text: d.text, tokens: d.tokens }))));
+                return Poll::Ready(Some(event(pb::generate_event::Event::Delta(pb::Delta {
+                    text: d.text,
+                    tokens: d.tokens,
+                    logprobs: d.logprobs.into_iter().map(token_logprob).collect(),
+                }))));
             }
             Poll::Ready(None) => {}
             Poll::Pending => return Poll::Pending,

@@ -23,6 +23,9 @@ pub const MAX_STOP_BYTES: usize = 64;
 pub const MAX_SCHEMA_BYTES: usize = 64 << 10;
 pub const MAX_TOP_K: u32 = 1000;
 pub const MAX_REPEAT_LAST_N: u32 = 4096;
+/// Continuations one Score call may carry.
+pub const MAX_CONTINUATIONS: usize = 16;
+pub use revis_engine::MAX_TOP_LOGPROBS;
 
 fn invalid(msg: impl Into<String>) -> DaemonError {
     DaemonError::Invalid(msg.into())
@@ -41,6 +44,8 @@ pub struct ValidGenerate {
     pub priority: Priority,
     /// The answer so far, to continue (empty = a fresh answer).
     pub answer_prefix: String,
+    /// Alternatives per token to report; None = no log-probabilities.
+    pub logprobs: Option<u32>,
 }
 
 pub struct ValidPrefill {
@@ -55,7 +60,8 @@ pub struct ValidScore {
     pub model: Arc<Model>,
     pub messages: Vec<Message>,
     pub prefix: String,
-    pub continuation: String,
+    pub continuations: Vec<String>,
+    pub top_logprobs: u32,
 }
 
 pub fn tier<'a>(registry: &'a Registry, tier: &str) -> Result<(Tier, &'a Arc<Model>), DaemonError> {
@@ -195,10 +201,19 @@ pub fn generate(req: &pb::GenerateRequest, registry: &Registry, config: &Config)
         return Err(invalid("answer_prefix cannot continue a JSON answer (OUTPUT_FORMAT_JSON); send the request again without it"));
     }
     let answer_prefix = utf8("answer_prefix", &req.answer_prefix)?;
+    let logprobs = match (req.logprobs, req.top_logprobs) {
+        (_, n) if n > MAX_TOP_LOGPROBS => {
+            return Err(invalid(format!("top_logprobs is {n}; it must be at most {MAX_TOP_LOGPROBS}")));
+        }
+        (false, n) if n > 0 => return Err(invalid("top_logprobs is set but logprobs is not; set logprobs too")),
+        (true, n) => Some(n),
+        (false, _) => None,
+    };
     total += req.answer_prefix.len();
     size(total)?;
     Ok(ValidGenerate {
         answer_prefix,
+        logprobs,
         tier,
         model: model.clone(),
         messages,
@@ -221,10 +236,28 @@ pub fn prefill(req: &pb::PrefillRequest, registry: &Registry) -> Result<ValidPre
 pub fn score(req: &pb::ScoreRequest, registry: &Registry) -> Result<ValidScore, DaemonError> {
     let (tier, model) = tier(registry, &req.tier)?;
     let (messages, total) = messages(&req.messages, true)?;
-    size(total + req.prefix.len() + req.continuation.len())?;
-    if req.continuation.is_empty() {
-        return Err(invalid("continuation is empty; give the text to score"));
+    let texts: Vec<&[u8]> = match (req.continuation.is_empty(), req.continuations.is_empty()) {
+        (false, true) => vec![&req.continuation[..]],
+        (true, false) => req.continuations.iter().map(|c| &c[..]).collect(),
+        (false, false) => return Err(invalid("both continuation and continuations are set; give one or the other")),
+        (true, true) => return Err(invalid("continuation is empty; give the text to score")),
+    };
+    if texts.len() > MAX_CONTINUATIONS {
+        return Err(invalid(format!("{} continuations is over the limit of {MAX_CONTINUATIONS} per call", texts.len())));
     }
+    size(total + req.prefix.len() + texts.iter().map(|t| t.len()).sum::<usize>())?;
+    if let Some(i) = texts.iter().position(|t| t.is_empty()) {
+        return Err(invalid(format!("continuations[{i}] is empty; every continuation needs text to score")));
+    }
+    if req.top_logprobs > MAX_TOP_LOGPROBS {
+        return Err(invalid(format!("top_logprobs is {}; it must be at most {MAX_TOP_LOGPROBS}", req.top_logprobs)));
+    }
+    let many = texts.len() > 1 || req.continuation.is_empty();
+    let continuations = texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| utf8(&if many { format!("continuations[{i}]") } else { "continuation".into() }, t))
+        .collect::<Result<Vec<_>, _>>()?;
     if req.prefix.is_empty() && messages.is_empty() {
         return Err(invalid("prefix is empty; give a prefix or messages to score after"));
     }
@@ -233,6 +266,7 @@ pub fn score(req: &pb::ScoreRequest, registry: &Registry) -> Result<ValidScore, 
         model: model.clone(),
         messages,
         prefix: utf8("prefix", &req.prefix)?,
-        continuation: utf8("continuation", &req.continuation)?,
+        continuations,
+        top_logprobs: req.top_logprobs,
     })
 }

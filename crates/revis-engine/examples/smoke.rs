@@ -14,7 +14,14 @@ async fn main() {
     for _ in 0..2 {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let (done, done_rx) = tokio::sync::oneshot::channel();
-        let job = GenerateJob { prompt: prompt.clone(), sampling: Sampling::greedy(), max_tokens: 64, stop: vec![], grammar: None };
+        let job = GenerateJob {
+            prompt: prompt.clone(),
+            sampling: Sampling::greedy(),
+            max_tokens: 64,
+            stop: vec![],
+            grammar: None,
+            logprobs: None,
+        };
         let _f = engine.run("m", Job::Generate { job, deltas: tx, done }, Arc::new(AtomicBool::new(false)), Box::new(()));
         while let Some(d) = rx.recv().await {
             print!("{}", d.text);

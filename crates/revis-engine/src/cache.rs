@@ -26,6 +26,26 @@ pub fn cuts(split: usize, len: usize, chunk: usize) -> Vec<usize> {
     out
 }
 
+/// The chunk size of an answer already begun (`answer_prefix`): small, so
+/// an answer continued again and again (an ensemble's rounds, each adding a
+/// span) re-evaluates only its last few tokens, not the whole answer.
+pub const ANSWER_CHUNK: usize = 16;
+
+/// The ends of the batches of a prompt of `len` tokens whose static part
+/// ends at `split` and whose answer already begun starts at `answer`: the
+/// static part and the rest of the prompt in chunks of `chunk`, then the
+/// answer so far in chunks of [`ANSWER_CHUNK`].
+pub fn prompt_cuts(split: usize, answer: usize, len: usize, chunk: usize) -> Vec<usize> {
+    let answer = answer.clamp(split.min(len), len);
+    let mut out = cuts(split, answer, chunk);
+    let mut at = answer;
+    while at < len {
+        at = (at + ANSWER_CHUNK.min(chunk)).min(len);
+        out.push(at);
+    }
+    out
+}
+
 /// What a KV-cache sequence holds: its tokens and where its batches ended.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Evaluated {
@@ -181,6 +201,12 @@ mod tests {
         assert_eq!(cuts(0, 5, 4), vec![4, 5]);
         assert_eq!(cuts(8, 8, 4), vec![4, 8]);
         assert_eq!(cuts(3, 0, 4), Vec::<usize>::new());
+        // An answer already begun is cut in its own small chunks.
+        assert_eq!(prompt_cuts(5, 12, 12, 4), cuts(5, 12, 4));
+        assert_eq!(
+            prompt_cuts(2, 6, 6 + 2 * ANSWER_CHUNK + 3, 512),
+            vec![2, 6, 6 + ANSWER_CHUNK, 6 + 2 * ANSWER_CHUNK, 6 + 2 * ANSWER_CHUNK + 3]
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ mod utf8;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use cache::{Evaluated, PrefixCache, cuts};
+pub use cache::{ANSWER_CHUNK, Evaluated, PrefixCache, cuts, prompt_cuts};
 pub use llama::LlamaCpp;
 pub use prompt::{Prompt, build_prompt, build_score_prefix, build_static_prompt};
 pub use stop::{StopMatcher, Stopped};
@@ -95,12 +95,30 @@ pub enum FinishReason {
 }
 
 /// A piece of streamed text.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Delta {
     pub text: String,
     /// Tokens generated since the previous delta.
     pub tokens: u32,
+    /// Those tokens with their log-probabilities, when the job asked
+    /// ([`GenerateJob::logprobs`]); empty otherwise.
+    pub logprobs: Vec<TokenInfo>,
 }
+
+/// One token as the model saw it: its bytes (a piece of a UTF-8 character
+/// is possible; a token that ends the turn has none), its natural-log
+/// probability under the model's own distribution (the raw logits, before
+/// any sampling setting), and the likeliest alternatives at its position.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TokenInfo {
+    pub piece: Vec<u8>,
+    pub logprob: f64,
+    /// Most likely first; empty unless asked.
+    pub top: Vec<(Vec<u8>, f64)>,
+}
+
+/// At most this many alternatives per position (`top_logprobs`).
+pub const MAX_TOP_LOGPROBS: u32 = 20;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Finished {
@@ -123,8 +141,8 @@ pub struct Prefilled {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Scored {
     pub logprob: f64,
-    /// Each continuation token's bytes and log-probability.
-    pub tokens: Vec<(Vec<u8>, f64)>,
+    /// Each continuation token with its log-probability (and alternatives, when asked).
+    pub tokens: Vec<TokenInfo>,
     pub prefix_tokens: u32,
 }
 
@@ -189,8 +207,17 @@ pub trait Session: Send {
         cancelled: &dyn Fn() -> bool,
     ) -> Result<Finished, EngineError>;
     fn prefill(&mut self, prompt: &Prompt, cancelled: &dyn Fn() -> bool) -> Result<Prefilled, EngineError>;
-    /// `cancelled` is polled between batches.
-    fn score(&mut self, prefix: &[Token], continuation: &[Token], cancelled: &dyn Fn() -> bool) -> Result<Scored, EngineError>;
+    /// Scores each continuation after the same prefix, which is evaluated
+    /// once; `top` alternatives per position. The numbers are the same
+    /// whether or not the prefix was cached, and the same as scoring each
+    /// continuation on its own. `cancelled` is polled between batches.
+    fn score(
+        &mut self,
+        prefix: &[Token],
+        continuations: &[Vec<Token>],
+        top: u32,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Vec<Scored>, EngineError>;
     /// Drops cached prefixes; returns (prefixes, bytes) dropped.
     fn purge(&mut self) -> (u32, u64);
     fn stats(&self) -> ModelStats;

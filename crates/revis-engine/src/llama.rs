@@ -18,7 +18,7 @@ use llama_cpp_2::token::LlamaToken;
 use crate::cache::{Evaluated, PrefixCache, cuts};
 use crate::{
     Backend, Delta, EngineError, FinishReason, Finished, GenerateJob, Loaded, Message, ModelSpec, ModelStats, Prefilled, Prompt, Sampling,
-    Scored, Session, StopMatcher, Stopped, Token, Tokenizer, Utf8Stream,
+    Scored, Session, StopMatcher, Stopped, Token, TokenInfo, Tokenizer, Utf8Stream,
 };
 
 /// Sequences shorter than this are not worth saving when they are evicted from the live slot.
@@ -160,10 +160,11 @@ struct LlamaSession {
 impl LlamaSession {
     /// Makes sequence 0 hold the longest reusable prefix of `tokens` (at most
     /// `limit` tokens), restoring a saved prefix if that gives more. Returns
-    /// how many tokens are already evaluated.
-    fn reuse(&mut self, tokens: &[Token], cuts: &[usize], limit: usize) -> Result<usize, EngineError> {
+    /// how many tokens are already evaluated. With `save`, what the live
+    /// sequence loses is saved as a cached prefix first (when worth it).
+    fn reuse(&mut self, tokens: &[Token], cuts: &[usize], limit: usize, save: bool) -> Result<usize, EngineError> {
         let from_live = self.live.reusable(tokens, cuts, limit);
-        if from_live < self.live.len() {
+        if save && from_live < self.live.len() {
             // Save what is about to be cut first: saving may evict entries, so
             // a saved entry is chosen only afterwards.
             self.save_live();
@@ -293,8 +294,8 @@ impl Session for LlamaSession {
         // costs a fraction of building the 50k-entry candidate array.
         let plain_greedy = job.sampling.temperature <= 0.0 && job.grammar.is_none() && job.sampling.repeat_penalty == 1.0;
         let started = Instant::now();
-        let cuts = cuts(job.prompt.split, tokens.len(), self.chunk);
-        let cached = self.reuse(tokens, &cuts, tokens.len() - 1)?;
+        let cuts = job.prompt.cuts(self.chunk);
+        let cached = self.reuse(tokens, &cuts, tokens.len() - 1, true)?;
         let last = tokens.len() - 1;
         let mut finished = Finished {
             reason: FinishReason::Cancelled,
@@ -316,6 +317,8 @@ impl Session for LlamaSession {
         let mut utf8 = Utf8Stream::default();
         let mut stop = StopMatcher::new(job.stop.clone());
         let mut unsent = 0u32;
+        // Log-probabilities of the tokens not yet sent, when asked.
+        let mut infos: Vec<TokenInfo> = Vec::new();
         let mut piece = Vec::with_capacity(16);
         let mut idx = self.batch.n_tokens() - 1;
         let reason = loop {
@@ -323,6 +326,13 @@ impl Session for LlamaSession {
                 break FinishReason::Cancelled;
             }
             let token = if plain_greedy { argmax(self.ctx.get_logits_ith(idx)) } else { sampler.sample(&self.ctx, idx) };
+            if let Some(top) = job.logprobs {
+                let mut info = token_info(&self.model, self.ctx.get_logits_ith(idx), token.0 as usize, top as usize);
+                if vocab.is_eog(token) {
+                    info.piece.clear();
+                }
+                infos.push(info);
+            }
             if vocab.is_eog(token) {
                 break FinishReason::End;
             }
@@ -335,14 +345,14 @@ impl Session for LlamaSession {
                 Stopped::Yes(before) => {
                     if !before.is_empty() {
                         finished.text.push_str(&before);
-                        emit(Delta { text: before, tokens: unsent });
+                        emit(Delta { text: before, tokens: unsent, logprobs: std::mem::take(&mut infos) });
                     }
                     unsent = 0;
                     break FinishReason::Stop;
                 }
                 Stopped::No(safe) if !safe.is_empty() => {
                     finished.text.push_str(&safe);
-                    if !emit(Delta { text: safe, tokens: unsent }) {
+                    if !emit(Delta { text: safe, tokens: unsent, logprobs: std::mem::take(&mut infos) }) {
                         break FinishReason::Cancelled;
                     }
                     unsent = 0;
@@ -365,9 +375,11 @@ impl Session for LlamaSession {
                 Stopped::Yes(before) => before,
                 Stopped::No(safe) => safe + &stop.finish(),
             };
-            if !rest.is_empty() && reason != FinishReason::Cancelled {
+            // Tokens with no text left to show (the turn's end, a held-back
+            // piece) still bring their log-probabilities.
+            if (!rest.is_empty() || !infos.is_empty()) && reason != FinishReason::Cancelled {
                 finished.text.push_str(&rest);
-                emit(Delta { text: rest, tokens: unsent });
+                emit(Delta { text: rest, tokens: unsent, logprobs: std::mem::take(&mut infos) });
             }
         }
         finished.reason = reason;
@@ -379,47 +391,67 @@ impl Session for LlamaSession {
         let started = Instant::now();
         let tokens = &prompt.tokens;
         self.check_fits(tokens.len())?;
-        let cuts = cuts(prompt.split, tokens.len(), self.chunk);
+        let cuts = prompt.cuts(self.chunk);
         // A later request always has more tokens, so the whole prefill may be reused.
-        let cached = self.reuse(tokens, &cuts, tokens.len())?;
+        let cached = self.reuse(tokens, &cuts, tokens.len(), true)?;
         if !self.evaluate(tokens, &cuts, cached, &|_| false, &mut |_, _, _| Ok(()), cancelled)? {
             return Err(EngineError::Stopped);
         }
         Ok(Prefilled { prompt_tokens: tokens.len() as u32, cached_tokens: cached as u32, elapsed_us: started.elapsed().as_micros() as u64 })
     }
 
-    fn score(&mut self, prefix: &[Token], continuation: &[Token], cancelled: &dyn Fn() -> bool) -> Result<Scored, EngineError> {
-        if continuation.is_empty() {
+    fn score(
+        &mut self,
+        prefix: &[Token],
+        continuations: &[Vec<Token>],
+        top: u32,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Vec<Scored>, EngineError> {
+        if continuations.is_empty() || continuations.iter().any(|c| c.is_empty()) {
             return Err(EngineError::EmptyContinuation);
         }
         if prefix.is_empty() {
             return Err(EngineError::Template("the prefix to score after is empty".into()));
         }
-        let all: Vec<Token> = prefix.iter().chain(continuation).copied().collect();
-        self.check_fits(all.len())?;
-        let cuts = cuts(prefix.len(), all.len(), self.chunk);
-        let first = prefix.len() - 1; // the position whose logits predict the first continuation token
-        let last = all.len() - 2;
-        let cached = self.reuse(&all, &cuts, first)?;
+        let longest = continuations.iter().map(Vec::len).max().unwrap_or(0);
+        self.check_fits(prefix.len() + longest)?;
+        let top = top.min(crate::MAX_TOP_LOGPROBS) as usize;
         let model = self.model.clone();
-        let vocab = model.vocab();
-        let mut scored = Vec::with_capacity(continuation.len());
-        let mut collect = |s: &Self, start: usize, end: usize| -> Result<(), EngineError> {
-            for pos in start.max(first)..end.min(last + 1) {
-                let logits = s.ctx.get_logits_ith((pos - start) as i32);
-                let target = all[pos + 1] as usize;
-                let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-                let sum: f64 = logits.iter().map(|&l| ((l as f64) - max).exp()).sum();
-                let lp = logits[target] as f64 - max - sum.ln();
-                let piece = vocab.token_to_piece(LlamaToken(all[pos + 1] as i32), false, None);
-                scored.push((piece, lp));
+        let first = prefix.len() - 1; // the position whose logits predict each continuation's first token
+        let mut out = Vec::with_capacity(continuations.len());
+        // The prefix's batches are those of `cuts(prefix, prefix + continuation)`
+        // whatever the continuation, so it is evaluated once, as a cold
+        // request would, and each continuation follows it from `prefix.len()`.
+        let mut predicts_first: Option<Vec<f32>> = None;
+        for continuation in continuations {
+            let all: Vec<Token> = prefix.iter().chain(continuation).copied().collect();
+            let cuts = cuts(prefix.len(), all.len(), self.chunk);
+            let last = all.len() - 2;
+            let limit = if predicts_first.is_some() { prefix.len() } else { first };
+            // Only the first continuation may save what the sequence held
+            // before; the others would save the previous continuation.
+            let cached = self.reuse(&all, &cuts, limit, predicts_first.is_none())?;
+            let mut scored: Vec<TokenInfo> = Vec::with_capacity(continuation.len());
+            if cached > first {
+                let logits = predicts_first.as_deref().expect("the prefix was evaluated with its last logits kept");
+                scored.push(token_info(&model, logits, all[first + 1] as usize, top));
             }
-            Ok(())
-        };
-        if !self.evaluate(&all, &cuts, cached, &|p| p >= first && p <= last, &mut collect, cancelled)? {
-            return Err(EngineError::Stopped);
+            let mut collect = |s: &Self, start: usize, end: usize| -> Result<(), EngineError> {
+                for pos in start.max(first)..end.min(last + 1) {
+                    let logits = s.ctx.get_logits_ith((pos - start) as i32);
+                    if pos == first {
+                        predicts_first = Some(logits.to_vec());
+                    }
+                    scored.push(token_info(&model, logits, all[pos + 1] as usize, top));
+                }
+                Ok(())
+            };
+            if !self.evaluate(&all, &cuts, cached, &|p| p >= first && p <= last, &mut collect, cancelled)? {
+                return Err(EngineError::Stopped);
+            }
+            out.push(Scored { logprob: scored.iter().map(|t| t.logprob).sum(), tokens: scored, prefix_tokens: prefix.len() as u32 });
         }
-        Ok(Scored { logprob: scored.iter().map(|(_, lp)| lp).sum(), tokens: scored, prefix_tokens: prefix.len() as u32 })
+        Ok(out)
     }
 
     fn purge(&mut self) -> (u32, u64) {
@@ -437,6 +469,26 @@ impl Session for LlamaSession {
             n_ctx: self.n_ctx,
         }
     }
+}
+
+/// A token's piece and log-probability under `logits` (a log-softmax over
+/// the whole vocabulary), and the `top` likeliest tokens there.
+fn token_info(model: &LlamaModel, logits: &[f32], token: usize, top: usize) -> TokenInfo {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let log_sum = logits.iter().map(|&l| ((l as f64) - max).exp()).sum::<f64>().ln();
+    let logprob = |i: usize| logits[i] as f64 - max - log_sum;
+    let piece = |i: usize| model.vocab().token_to_piece(LlamaToken(i as i32), false, None);
+    let mut best: Vec<usize> = Vec::with_capacity(top + 1);
+    if top > 0 {
+        for (i, &l) in logits.iter().enumerate() {
+            if best.len() < top || l > logits[best[best.len() - 1]] {
+                let at = best.partition_point(|&b| logits[b] >= l);
+                best.insert(at, i);
+                best.truncate(top);
+            }
+        }
+    }
+    TokenInfo { piece: piece(token), logprob: logprob(token), top: best.into_iter().map(|i| (piece(i), logprob(i))).collect() }
 }
 
 /// The first token with the highest logit, as llama.cpp's greedy sampler picks.

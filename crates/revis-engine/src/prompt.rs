@@ -14,6 +14,22 @@ pub struct Prompt {
     pub tokens: Vec<Token>,
     /// Tokens `[0, split)` are the static part.
     pub split: usize,
+    /// Where the text of an answer already begun starts (the answer
+    /// prefix); `tokens.len()` when there is none.
+    pub answer: usize,
+}
+
+impl Prompt {
+    /// Appends the text of an answer already begun.
+    pub fn continue_answer(&mut self, answer: &[Token]) {
+        self.answer = self.tokens.len();
+        self.tokens.extend_from_slice(answer);
+    }
+
+    /// Where this prompt's batches end (see [`crate::prompt_cuts`]).
+    pub fn cuts(&self, chunk: usize) -> Vec<usize> {
+        crate::prompt_cuts(self.split, self.answer, self.tokens.len(), chunk)
+    }
 }
 
 /// Stands in for the next user message when the static part is rendered on
@@ -168,7 +184,7 @@ pub fn build_prompt(tok: &dyn Tokenizer, messages: &[Message], static_count: usi
     let split = tokens.len();
     let rest = &full[static_text.len()..];
     tokens.extend(tokenize_guarded(tok, rest, static_text.is_empty(), &plain));
-    Ok(Prompt { tokens, split })
+    Ok(Prompt { answer: tokens.len(), tokens, split })
 }
 
 /// The prompt a Prefill evaluates: the static part alone, exactly as
@@ -178,7 +194,7 @@ pub fn build_static_prompt(tok: &dyn Tokenizer, messages: &[Message]) -> Result<
     let text = static_text(tok, &messages)?;
     check_stand_ins(&text, &from)?;
     let tokens = tokenize_guarded(tok, &text, true, &plain);
-    Ok(Prompt { split: tokens.len(), tokens })
+    Ok(Prompt { split: tokens.len(), answer: tokens.len(), tokens })
 }
 
 /// The tokens a Score request's continuation follows: `messages` rendered

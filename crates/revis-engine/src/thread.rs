@@ -22,6 +22,9 @@ pub struct GenerateJob {
     pub stop: Vec<String>,
     /// A grammar from [`Tokenizer::json_grammar`], for JSON output.
     pub grammar: Option<String>,
+    /// Report each token's log-probability with this many alternatives
+    /// (in [`Delta::logprobs`]); None = no log-probabilities.
+    pub logprobs: Option<u32>,
 }
 
 pub struct PrefillJob {
@@ -30,14 +33,17 @@ pub struct PrefillJob {
 
 pub struct ScoreJob {
     pub prefix: Vec<Token>,
-    pub continuation: Vec<Token>,
+    /// Scored one after another after the prefix, which is evaluated once.
+    pub continuations: Vec<Vec<Token>>,
+    /// Alternatives per position.
+    pub top: u32,
 }
 
 /// Work for a loaded model, with where its results go.
 pub enum Job {
     Generate { job: GenerateJob, deltas: tmpsc::UnboundedSender<Delta>, done: oneshot::Sender<Result<Finished, EngineError>> },
     Prefill { job: PrefillJob, done: oneshot::Sender<Result<Prefilled, EngineError>> },
-    Score { job: ScoreJob, done: oneshot::Sender<Result<Scored, EngineError>> },
+    Score { job: ScoreJob, done: oneshot::Sender<Result<Vec<Scored>, EngineError>> },
 }
 
 impl Job {
@@ -228,7 +234,7 @@ fn run_job(session: &mut dyn Session, job: Job, stopped: &dyn Fn() -> bool) {
         }
         Job::Score { job, done } => {
             let cancelled = || stopped() || done.is_closed();
-            let result = session.score(&job.prefix, &job.continuation, &cancelled);
+            let result = session.score(&job.prefix, &job.continuations, job.top, &cancelled);
             let _ = done.send(result);
         }
     }
