@@ -99,6 +99,9 @@ pub struct GenerateParams {
     /// Text the answer already begins with (shown before a failover): the
     /// daemon continues from it and sends only what follows.
     pub answer_prefix: String,
+    /// Report each token's log-probability (in [`Event::Delta`]) with this
+    /// many alternatives (at most 20); `None`: no log-probabilities.
+    pub logprobs: Option<u32>,
 }
 
 /// A prompt to evaluate ahead of its answer (pre-prefill while the user types).
@@ -109,20 +112,59 @@ pub struct PrefillParams {
     pub priority: Priority,
 }
 
-/// How likely the model finds `continuation` after `messages` and `prefix`.
+/// How likely the model finds each of `continuations` after `messages` and
+/// `prefix` (evaluated once for all of them).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ScoreParams {
     pub tier: Tier,
     pub messages: Vec<Message>,
     pub prefix: String,
-    pub continuation: String,
+    /// At least one, at most 16.
+    pub continuations: Vec<String>,
+    /// Alternatives to report at each position (at most 20).
+    pub top_logprobs: u32,
+}
+
+impl ScoreParams {
+    /// One continuation after a plain-text prefix.
+    pub fn one(tier: Tier, prefix: impl Into<String>, continuation: impl Into<String>) -> ScoreParams {
+        ScoreParams { tier, prefix: prefix.into(), continuations: vec![continuation.into()], ..Default::default() }
+    }
+}
+
+/// A token as the model saw it: its bytes (a piece of a UTF-8 character
+/// is possible; a token that ends the turn has none) and its natural-log
+/// probability under the model's own distribution.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TokenLogprob {
+    pub piece: Vec<u8>,
+    pub logprob: f64,
+    /// The likeliest tokens at this position, likeliest first (when asked).
+    pub top: Vec<Alternative>,
+}
+
+/// A token the model could have put at a position.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Alternative {
+    pub piece: Vec<u8>,
+    pub logprob: f64,
 }
 
 /// An event of a streamed answer: `Started`, `Delta`s, then `Done`.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
-    Started { model: String, prompt_tokens: u32 },
-    Delta { text: String, tokens: u32 },
+    Started {
+        model: String,
+        prompt_tokens: u32,
+    },
+    /// `logprobs`: the tokens with their log-probabilities, when asked
+    /// ([`GenerateParams::logprobs`]); the last Delta may carry only the
+    /// turn's end, with no text.
+    Delta {
+        text: String,
+        tokens: u32,
+        logprobs: Vec<TokenLogprob>,
+    },
     Done(Done),
 }
 
@@ -175,11 +217,18 @@ pub struct Prefilled {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Scored {
     pub logprob: f64,
-    /// Each token of the continuation (its bytes, which may split a
-    /// character) and its log-probability.
-    pub tokens: Vec<(Vec<u8>, f64)>,
+    /// Each token of the continuation with its log-probability.
+    pub tokens: Vec<TokenLogprob>,
+    /// Compare models per byte, never per token.
     pub byte_length: u32,
     pub prefix_tokens: u32,
+}
+
+impl Scored {
+    /// Natural-log probability per byte of the continuation.
+    pub fn per_byte(&self) -> f64 {
+        self.logprob / f64::from(self.byte_length.max(1))
+    }
 }
 
 /// Where a tier's model is.

@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod dispatch;
+pub mod ensemble;
 mod local;
 pub mod nodes;
 pub mod paths;
@@ -247,14 +248,16 @@ impl Client {
         .map(Into::into)
     }
 
-    pub async fn score(&self, params: &ScoreParams) -> Result<Scored, ClientError> {
+    /// Scores each continuation after the same prefix; one result per
+    /// continuation, in order.
+    pub async fn score(&self, params: &ScoreParams) -> Result<Vec<Scored>, ClientError> {
         let req = pb::ScoreRequest::from(params);
         self.retry(|mut c| {
             let req = req.clone();
             async move { c.inference.score(req).await }
         })
         .await
-        .map(Into::into)
+        .map(wire::scored)
     }
 
     /// Starts a generation; the stream yields `Started`, `Delta`s, then

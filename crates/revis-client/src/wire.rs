@@ -70,6 +70,8 @@ impl From<&GenerateParams> for pb::GenerateRequest {
             json_schema: schema.unwrap_or_default().into_bytes().into(),
             priority: priority(g.priority),
             answer_prefix: g.answer_prefix.clone().into_bytes().into(),
+            logprobs: g.logprobs.is_some(),
+            top_logprobs: g.logprobs.unwrap_or(0),
         }
     }
 }
@@ -86,7 +88,9 @@ impl From<&ScoreParams> for pb::ScoreRequest {
             tier: s.tier.as_str().to_owned(),
             messages: messages(&s.messages),
             prefix: s.prefix.clone().into_bytes().into(),
-            continuation: s.continuation.clone().into_bytes().into(),
+            continuation: Default::default(),
+            continuations: s.continuations.iter().map(|c| c.clone().into_bytes().into()).collect(),
+            top_logprobs: s.top_logprobs,
         }
     }
 }
@@ -127,7 +131,9 @@ impl From<pb::Done> for Done {
 pub(crate) fn event(e: pb::GenerateEvent) -> Option<Event> {
     Some(match e.event? {
         pb::generate_event::Event::Started(s) => Event::Started { model: s.model, prompt_tokens: s.prompt_tokens },
-        pb::generate_event::Event::Delta(d) => Event::Delta { text: d.text, tokens: d.tokens },
+        pb::generate_event::Event::Delta(d) => {
+            Event::Delta { text: d.text, tokens: d.tokens, logprobs: d.logprobs.into_iter().map(token_logprob).collect() }
+        }
         pb::generate_event::Event::Done(d) => Event::Done(d.into()),
     })
 }
@@ -138,15 +144,26 @@ impl From<pb::PrefillResponse> for Prefilled {
     }
 }
 
-impl From<pb::ScoreResponse> for Scored {
-    fn from(s: pb::ScoreResponse) -> Scored {
-        Scored {
-            logprob: s.logprob,
-            tokens: s.tokens.into_iter().map(|t| (t.piece.to_vec(), t.logprob)).collect(),
-            byte_length: s.byte_length,
-            prefix_tokens: s.prefix_tokens,
-        }
+fn token_logprob(t: pb::TokenLogprob) -> TokenLogprob {
+    TokenLogprob {
+        piece: t.piece.to_vec(),
+        logprob: t.logprob,
+        top: t.top.into_iter().map(|a| Alternative { piece: a.piece.to_vec(), logprob: a.logprob }).collect(),
     }
+}
+
+/// One result per continuation, in the order asked.
+pub(crate) fn scored(s: pb::ScoreResponse) -> Vec<Scored> {
+    let prefix_tokens = s.prefix_tokens;
+    s.results
+        .into_iter()
+        .map(|r| Scored {
+            logprob: r.logprob,
+            tokens: r.tokens.into_iter().map(token_logprob).collect(),
+            byte_length: r.byte_length,
+            prefix_tokens,
+        })
+        .collect()
 }
 
 impl From<pb::TierStatus> for TierStatus {

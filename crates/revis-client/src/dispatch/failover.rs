@@ -159,7 +159,7 @@ impl Dispatcher {
             };
             match crate::wire::event(ev) {
                 None | Some(Event::Started { .. }) => {}
-                Some(Event::Delta { text, tokens }) => {
+                Some(Event::Delta { text, tokens, .. }) => {
                     first = false;
                     on_text(&text, tokens);
                 }

@@ -50,6 +50,7 @@ use revis_trust::{DeviceId, Interfaces};
 use tokio::sync::watch;
 
 use crate::api::{CallError, Done, GenerateParams, PrefillParams, Prefilled, Runner, Tier};
+use crate::ensemble::{Ensemble, EnsembleSpec, Member, Weights};
 use crate::{Client, Keyring};
 use routing::{LocalLoad, Task};
 
@@ -167,6 +168,10 @@ struct State {
     /// again at a new address is reached there).
     paired_addrs: HashMap<DeviceId, Option<SocketAddr>>,
     offload: BTreeMap<Tier, Offload>,
+    /// Tiers answered by an ensemble of models.
+    ensembles: BTreeMap<Tier, EnsembleSpec>,
+    /// What each tier's ensemble learned about its members (`cross`).
+    ensemble_weights: HashMap<Tier, Arc<Mutex<Weights>>>,
     /// Tiers whose model this dispatcher unloaded here (to bring home later).
     unloaded_here: HashSet<Tier>,
     /// The target the last pre-prefill of a tier went to.
@@ -185,6 +190,8 @@ impl State {
             clients: HashMap::new(),
             paired_addrs: HashMap::new(),
             offload,
+            ensembles: BTreeMap::new(),
+            ensemble_weights: HashMap::new(),
             unloaded_here: HashSet::new(),
             sticky: HashMap::new(),
             here: LocalLoad::default(),
@@ -256,6 +263,59 @@ impl Dispatcher {
         self.lock().offload(tier)
     }
 
+    /// Changes a tier's ensemble; it applies from the next answer.
+    pub fn set_ensemble(&self, tier: Tier, spec: EnsembleSpec) {
+        self.lock().ensembles.insert(tier, spec);
+    }
+
+    /// A tier's ensemble settings (disabled by default).
+    pub fn ensemble(&self, tier: Tier) -> EnsembleSpec {
+        self.lock().ensembles.get(&tier).cloned().unwrap_or_default()
+    }
+
+    /// The ensemble that answers `tier` now: its members that can be
+    /// reached (this machine's tiers, and paired nodes whose breaker is
+    /// closed), or None when the tier has no ensemble or none of its
+    /// members can be reached (the tier is then dispatched as usual).
+    pub fn ensemble_for(&self, tier: Tier) -> Option<Ensemble> {
+        let mut state = self.lock();
+        let spec = state.ensembles.get(&tier).filter(|s| s.enabled)?.clone();
+        let mut members = Vec::new();
+        let mut routes = HashMap::new();
+        for m in &spec.members {
+            let route = match &m.node {
+                None => Route::Local,
+                Some(want) => {
+                    let Some(node) = state.nodes.iter().find(|n| n.healthy && (n.name == *want || n.device_id.to_string() == *want)) else {
+                        tracing::debug!("ensemble member {m} is not reachable now: it sits this answer out");
+                        continue;
+                    };
+                    Route::Node(node.device_id)
+                }
+            };
+            let client = match &route {
+                Route::Local => self.local.clone(),
+                Route::Node(id) => match state.clients.get(id) {
+                    Some(c) => c.clone(),
+                    None => continue,
+                },
+            };
+            routes.insert(m.to_string(), route);
+            members.push(Member { name: m.to_string(), client, tier: m.tier });
+        }
+        if members.is_empty() {
+            return None;
+        }
+        let weights = state.ensemble_weights.entry(tier).or_insert_with(|| Arc::new(Mutex::new(Weights::equal(members.len())))).clone();
+        drop(state);
+        let dispatcher = self.clone();
+        Some(Ensemble::new(members, spec).with_weights(weights).on_failure(move |name, e| {
+            if let Some(route) = routes.get(name) {
+                dispatcher.failed(route, &e.message);
+            }
+        }))
+    }
+
     /// The paired nodes as last probed.
     pub fn nodes(&self) -> Vec<NodeView> {
         self.lock().nodes.clone()
@@ -319,11 +379,17 @@ impl Dispatcher {
 
 impl Runner for Dispatcher {
     async fn prefill(&self, req: PrefillParams) -> Result<Prefilled, CallError> {
-        self.prefill_routed(req).await
+        match self.ensemble_for(req.tier) {
+            Some(ensemble) => ensemble.prefill(req).await,
+            None => self.prefill_routed(req).await,
+        }
     }
 
     async fn generate(&self, req: GenerateParams, on_delta: impl FnMut(&str) + Send) -> Result<Done, CallError> {
-        self.generate_with_failover(req, on_delta).await
+        match self.ensemble_for(req.tier) {
+            Some(ensemble) => ensemble.generate(req, on_delta).await,
+            None => self.generate_with_failover(req, on_delta).await,
+        }
     }
 
     fn parallelism(&self) -> Option<watch::Receiver<usize>> {
