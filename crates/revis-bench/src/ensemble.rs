@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::ValueEnum;
-use revis_client::{Client, GenerateParams, Message, Sampling, ScoreParams, Scored, Tier};
+use revis_client::{Client, GenerateParams, Message, Sampling, ScoreParams, Scored, Tier, TokenLogprob};
 
 use crate::daemon::{Daemon, Launch};
 
@@ -66,7 +66,7 @@ pub struct EnsembleArgs {
     #[arg(long, default_value_t = 32)]
     pub capitals_max_tokens: u32,
     /// Texts for bits per byte: the first N PIQA items (0: all).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 300)]
     pub bits_items: usize,
 }
 
@@ -80,6 +80,14 @@ pub enum Part {
 
 impl Part {
     pub const ALL: [Part; 3] = [Part::Piqa, Part::Capitals, Part::Bits];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Part::Piqa => "piqa",
+            Part::Capitals => "capitals",
+            Part::Bits => "bits",
+        }
+    }
 }
 
 /// `--quick`: the first 100 PIQA items (split at 50), 20 questions, 50 texts.
@@ -99,6 +107,8 @@ pub struct Results {
     /// PIQA items as scored (in file order, from item 0), and the wall time of all Score calls.
     pub piqa: Vec<choice::Item>,
     pub piqa_wall: Duration,
+    /// Of which each member's calls.
+    pub piqa_member_wall: [Duration; 2],
     pub piqa_split: usize,
     /// One run per way of answering (each model alone, then the ensemble's methods).
     pub capitals: Vec<Answers>,
@@ -231,8 +241,10 @@ pub async fn run(args: &crate::Args) -> anyhow::Result<()> {
         elapsed: started.elapsed(),
         capitals_max_tokens: a.capitals_max_tokens,
     };
-    let section = report::markdown(&r, &about);
-    println!("{section}");
+    let sections = report::sections(&r, &about);
+    for (_, section) in &sections {
+        println!("{section}");
+    }
     let root = crate::workspace_root();
     let raw = root.join("target/revis-bench/last-ensemble-run.json");
     if let Some(d) = raw.parent() {
@@ -242,8 +254,11 @@ pub async fn run(args: &crate::Args) -> anyhow::Result<()> {
     eprintln!("revis-bench: per-item scores in {}", raw.display());
     if args.write {
         let doc = args.doc.clone().unwrap_or_else(|| root.join("docs/ENSEMBLE.md"));
-        let old = std::fs::read_to_string(&doc).unwrap_or_default();
-        std::fs::write(&doc, report::splice(&old, &section))?;
+        let mut text = std::fs::read_to_string(&doc).unwrap_or_default();
+        for (part, section) in &sections {
+            text = report::splice(&text, *part, section);
+        }
+        std::fs::write(&doc, text)?;
         eprintln!("revis-bench: updated {}", doc.display());
     }
     Ok(())
@@ -254,12 +269,14 @@ async fn run_parts(client: &Client, members: &[Member], sets: &Sets, a: &Ensembl
         let t0 = Instant::now();
         for (i, item) in sets.piqa[..sets.scored].iter().enumerate() {
             let mut models = Vec::with_capacity(members.len());
-            let (prefix, sol1, sol2) = (item.prefix(), item.continuation(0), item.continuation(1));
-            for m in members {
-                // Both in flight: the second reuses the prefix the first evaluated.
-                let (s1, s2) = tokio::try_join!(score(client, m.tier, &prefix, &sol1), score(client, m.tier, &prefix, &sol2))
-                    .with_context(|| format!("PIQA item {i}, {}", m.name))?;
-                models.push(choice::Scores { logprob: [s1.logprob, s2.logprob], bytes: [s1.byte_length, s2.byte_length] });
+            let conts = vec![item.continuation(0), item.continuation(1)];
+            for (k, m) in members.iter().enumerate() {
+                // One call: the prefix is evaluated once for both solutions.
+                let sent = Instant::now();
+                let s =
+                    score(client, m.tier, &item.prefix(), conts.clone(), 0).await.with_context(|| format!("PIQA item {i}, {}", m.name))?;
+                r.piqa_member_wall[k] += sent.elapsed();
+                models.push(choice::Scores { logprob: [s[0].logprob, s[1].logprob], bytes: [s[0].byte_length, s[1].byte_length] });
             }
             r.piqa.push(choice::Item { label: item.label, models });
             progress("PIQA", i + 1, sets.scored, t0);
@@ -281,11 +298,14 @@ async fn run_parts(client: &Client, members: &[Member], sets: &Sets, a: &Ensembl
             };
             let mut tokens = Vec::with_capacity(members.len());
             for m in members {
-                tokens
-                    .push(score(client, m.tier, prefix, continuation).await.with_context(|| format!("bits, item {i}, {}", m.name))?.tokens);
+                // The top token at each position tells where `merge` would mix.
+                let mut s = score(client, m.tier, prefix, vec![continuation.to_owned()], 1)
+                    .await
+                    .with_context(|| format!("bits, item {i}, {}", m.name))?;
+                tokens.push(s.pop().map(|s| s.tokens).unwrap_or_default());
             }
-            let views: Vec<bpb::Tokens<'_>> = tokens.iter().map(Vec::as_slice).collect();
-            match bpb::text_bits(continuation, &views) {
+            let views: Vec<&[TokenLogprob]> = tokens.iter().map(Vec::as_slice).collect();
+            match bpb::text_bits(continuation, &views, merge_gate()) {
                 Ok(b) => r.bits.push(b),
                 Err(e) => r.bits_skipped.push(format!("item {i}: {e}")),
             }
@@ -296,10 +316,22 @@ async fn run_parts(client: &Client, members: &[Member], sets: &Sets, a: &Ensembl
     Ok(())
 }
 
-/// One plain-text Score (no chat template: no messages).
-async fn score(client: &Client, tier: Tier, prefix: &str, continuation: &str) -> anyhow::Result<Scored> {
-    let p = ScoreParams { tier, messages: Vec::new(), prefix: prefix.to_owned(), continuation: continuation.to_owned() };
-    client.score(&p).await.map_err(|e| anyhow::anyhow!("Score: {e}"))
+/// `merge`'s gate as the ensemble's settings have it by default: the
+/// drafter's top token probability under which the members are mixed.
+pub fn merge_gate() -> f32 {
+    revis_client::ensemble::EnsembleSpec::default().gate
+}
+
+/// One plain-text Score (no chat template: no messages) of `continuations`
+/// after `prefix`, with `top` alternatives at each position.
+async fn score(client: &Client, tier: Tier, prefix: &str, continuations: Vec<String>, top: u32) -> anyhow::Result<Vec<Scored>> {
+    let n = continuations.len();
+    let p = ScoreParams { tier, messages: Vec::new(), prefix: prefix.to_owned(), continuations, top_logprobs: top };
+    let got = client.score(&p).await.map_err(|e| anyhow::anyhow!("Score: {e}"))?;
+    if got.len() != n {
+        bail!("Score answered {} results for {n} continuations", got.len());
+    }
+    Ok(got)
 }
 
 /// Every capitals question, greedy, to one model.
@@ -334,7 +366,7 @@ async fn capitals(client: &Client, m: &Member, questions: &[data::Capital], max_
 }
 
 fn progress(what: &str, done: usize, total: usize, since: Instant) {
-    if done == total || done % 100 == 0 {
+    if done == total || done.is_multiple_of(100) {
         eprintln!("revis-bench: {what}: {done}/{total} in {:.0} s", since.elapsed().as_secs_f64());
     }
 }

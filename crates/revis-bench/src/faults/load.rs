@@ -190,12 +190,7 @@ async fn client_loop(
                 }
             }
             Action::Score => {
-                let req = ScoreParams {
-                    tier: Tier::Tier2,
-                    prefix: "The capital of France is".into(),
-                    continuation: " Paris.".into(),
-                    ..Default::default()
-                };
+                let req = ScoreParams::one(Tier::Tier2, "The capital of France is", " Paris.");
                 let r = tokio::time::timeout(s.deadline, client.score(&req)).await;
                 record(&mut tally, "Score", r, s.deadline);
             }
