@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::bail;
 use clap::Args;
-use revis_client::ensemble::{EnsembleSpec, MemberSpec, Method};
+use revis_client::ensemble::{EnsembleSpec, MemberProblem, MemberSpec, Method};
 use revis_client::{Client, Keyring, Paths, Tier};
 use serde_json::json;
 
@@ -109,28 +109,26 @@ pub async fn ensemble(paths: &Paths, explicit: bool, a: EnsembleArgs) -> anyhow:
 /// A member on a node names a paired node; a member here names a tier this
 /// machine's daemon serves.
 async fn check_members(paths: &Paths, explicit: bool, members: &[MemberSpec]) -> anyhow::Result<()> {
+    let mut paired = std::collections::HashSet::new();
     if members.iter().any(|m| m.node.is_some()) {
         let keyring = Keyring::open(&paths.keyring())?;
-        for m in members {
-            if let Some(n) = &m.node
-                && keyring.store.find(n)?.is_none()
-            {
-                bail!(
-                    "ensemble member {m}: no paired node is called or has the ID {n:?}; `revis nodes` lists them, `revis pair NODE` pairs one"
-                );
+        for n in members.iter().filter_map(|m| m.node.as_deref()) {
+            if keyring.store.find(n)?.is_some() {
+                paired.insert(n.to_owned());
             }
         }
     }
-    if members.iter().any(|m| m.node.is_none()) {
+    let served = if members.iter().any(|m| m.node.is_none()) {
         let status = crate::session::connect_or_start(&paths.socket, explicit).await?.status().await?;
-        for m in members.iter().filter(|m| m.node.is_none()) {
-            if status.tier(m.tier).is_none() {
-                let served: Vec<&str> = status.tiers.iter().map(|t| t.tier.as_str()).collect();
-                bail!("ensemble member {m}: this machine's revisd serves no {} (it serves {})", m.tier, served.join(", "));
-            }
-        }
+        status.tiers.iter().map(|t| t.tier).collect()
+    } else {
+        Vec::new()
+    };
+    match revis_client::ensemble::check_members(members, |n| paired.contains(n), || served) {
+        Ok(()) => Ok(()),
+        Err(e @ MemberProblem::NotPaired(_)) => bail!("{e}; `revis nodes` lists them, `revis pair NODE` pairs one"),
+        Err(e) => bail!("{e}"),
     }
-    Ok(())
 }
 
 /// A tier's ensemble in one line.

@@ -102,16 +102,26 @@ impl Weights {
     /// member whose draft was the same text as the winner's won too);
     /// None for a member that sat the round out, whose weight stays.
     pub fn update(&mut self, won: &[Option<bool>]) {
+        if !won.contains(&Some(false)) {
+            return;
+        }
         for (w, outcome) in self.0.iter_mut().zip(won) {
             if *outcome == Some(false) {
                 *w *= (-LEARNING_RATE).exp();
             }
         }
         let total: f64 = self.0.iter().sum();
-        if total > 0.0 {
-            self.0.iter_mut().for_each(|w| *w = (*w / total).max(WEIGHT_FLOOR));
-            let total: f64 = self.0.iter().sum();
-            self.0.iter_mut().for_each(|w| *w /= total);
+        if total <= 0.0 {
+            return;
+        }
+        self.0.iter_mut().for_each(|w| *w /= total);
+        // Those under the floor are lifted to it, the others give the
+        // difference in proportion to their weight; the sum stays 1.
+        let lifted = self.0.iter().filter(|w| **w < WEIGHT_FLOOR).count() as f64 * WEIGHT_FLOOR;
+        let rest: f64 = self.0.iter().filter(|w| **w >= WEIGHT_FLOOR).sum();
+        if lifted > 0.0 && rest > 0.0 {
+            let scale = (1.0 - lifted) / rest;
+            self.0.iter_mut().for_each(|w| *w = if *w < WEIGHT_FLOOR { WEIGHT_FLOOR } else { *w * scale });
         }
     }
 }
@@ -233,7 +243,7 @@ mod tests {
             w.update(&[Some(true), Some(false)]);
         }
         assert!(w.get(0) > 0.95, "{w:?}");
-        assert!(w.get(1) >= WEIGHT_FLOOR / (1.0 + WEIGHT_FLOOR) - 1e-12, "{w:?}");
+        assert!((w.get(1) - WEIGHT_FLOOR).abs() < 1e-12, "{w:?}");
         assert!((w.as_slice().iter().sum::<f64>() - 1.0).abs() < 1e-12);
         // Sitting a round out changes nothing.
         let before = w.clone();

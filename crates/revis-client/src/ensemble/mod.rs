@@ -49,4 +49,4 @@ mod settings;
 
 pub use combine::Weights;
 pub use run::{Ensemble, Member, Stats};
-pub use settings::{EnsembleSpec, MAX_MEMBERS, MemberSpec, Method, SPAN_TOKENS};
+pub use settings::{EnsembleSpec, MAX_MEMBERS, MemberProblem, MemberSpec, Method, SPAN_TOKENS, check_members};

@@ -449,6 +449,11 @@ impl Runner for Ensemble {
             if generated >= max_tokens {
                 break FinishReason::Length;
             }
+            if alive.is_empty() {
+                // Every member failed within the round (a score, after the drafts).
+                return Err(CallError::new(Code::Unavailable, "every member of the ensemble failed or missed the round's deadline")
+                    .after(shown.len()));
+            }
             if alive.len() == 1 {
                 // One member left: it finishes the answer on its own, from
                 // the text so far, nothing repeated or lost.

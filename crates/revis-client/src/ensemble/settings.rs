@@ -86,6 +86,49 @@ impl FromStr for MemberSpec {
     }
 }
 
+/// A member that cannot answer as the settings name it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemberProblem {
+    /// Its node is not paired with this machine.
+    NotPaired(MemberSpec),
+    /// Its tier is not one this machine's revisd serves.
+    NotServedHere { member: MemberSpec, served: Vec<Tier> },
+}
+
+impl fmt::Display for MemberProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MemberProblem::NotPaired(m) => {
+                write!(f, "ensemble member {m}: no paired node is called or has the ID {:?}", m.node.as_deref().unwrap_or_default())
+            }
+            MemberProblem::NotServedHere { member, served } => {
+                let served: Vec<&str> = served.iter().map(|t| t.as_str()).collect();
+                write!(f, "ensemble member {member}: this machine's revisd serves no {} (it serves {})", member.tier, served.join(", "))
+            }
+        }
+    }
+}
+
+/// The first member that cannot answer: one on a node that `paired` does
+/// not know, or one here whose tier is not in `served_here` (the tiers this
+/// machine's revisd serves; only asked for when a member is here).
+pub fn check_members(
+    members: &[MemberSpec],
+    mut paired: impl FnMut(&str) -> bool,
+    served_here: impl FnOnce() -> Vec<Tier>,
+) -> Result<(), MemberProblem> {
+    if let Some(m) = members.iter().find(|m| m.node.as_deref().is_some_and(|n| !paired(n))) {
+        return Err(MemberProblem::NotPaired(m.clone()));
+    }
+    if members.iter().any(|m| m.node.is_none()) {
+        let served = served_here();
+        if let Some(m) = members.iter().find(|m| m.node.is_none() && !served.contains(&m.tier)) {
+            return Err(MemberProblem::NotServedHere { member: m.clone(), served });
+        }
+    }
+    Ok(())
+}
+
 /// At most this many members: every round waits for all of them.
 pub const MAX_MEMBERS: usize = 4;
 /// Span lengths a round may draft, in tokens.
@@ -196,6 +239,19 @@ mod tests {
         assert_eq!("desk top/tier3".parse::<MemberSpec>().unwrap(), MemberSpec { node: Some("desk top".into()), tier: Tier::Tier3 });
         assert!("/tier3".parse::<MemberSpec>().unwrap_err().contains("names no node"));
         assert!("desktop/tier9".parse::<MemberSpec>().unwrap_err().contains("tier9"));
+    }
+
+    #[test]
+    fn members_that_cannot_answer_are_named() {
+        let members: Vec<MemberSpec> = ["tier2", "desk/tier3"].iter().map(|m| m.parse().unwrap()).collect();
+        assert_eq!(check_members(&members, |n| n == "desk", || vec![Tier::Tier1, Tier::Tier2]), Ok(()));
+        let e = check_members(&members, |_| false, || unreachable!("a node is checked first")).unwrap_err();
+        assert_eq!(e.to_string(), "ensemble member desk/tier3: no paired node is called or has the ID \"desk\"");
+        let e = check_members(&members, |_| true, || vec![Tier::Tier1, Tier::Tier3]).unwrap_err();
+        assert_eq!(e.to_string(), "ensemble member tier2: this machine's revisd serves no tier2 (it serves tier1, tier3)");
+        // Members all on nodes: this machine's daemon is not asked.
+        let remote: Vec<MemberSpec> = ["a/tier1", "b/tier1"].iter().map(|m| m.parse().unwrap()).collect();
+        assert_eq!(check_members(&remote, |_| true, || panic!("not asked")), Ok(()));
     }
 
     #[test]
