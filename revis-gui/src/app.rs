@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use eframe::egui::{self, Key, KeyboardShortcut, Modifiers, RichText};
+use revis_client::ensemble::{EnsembleSpec, Method};
 use revis_client::nodes::Health;
 use revis_client::{ModelState, Tier};
 use revis_orchestrator::PrefillPhase;
@@ -73,7 +74,11 @@ impl App {
         });
         match self.state.view() {
             View::Chat => self.chat(ui),
-            View::Tiers => egui::CentralPanel::default().show(ui, |ui| self.tiers(ui)).inner,
+            View::Tiers => {
+                egui::CentralPanel::default()
+                    .show(ui, |ui| egui::ScrollArea::vertical().auto_shrink(false).show(ui, |ui| self.tiers(ui)).inner)
+                    .inner
+            }
             View::Nodes => egui::CentralPanel::default().show(ui, |ui| self.nodes(ui)).inner,
             View::Server => egui::CentralPanel::default().show(ui, |ui| self.server(ui)).inner,
             View::Settings => egui::CentralPanel::default().show(ui, |ui| self.settings(ui)).inner,
@@ -296,8 +301,79 @@ impl App {
                 Err(e) => ui.colored_label(ui.visuals().error_fg_color, format!("{tier}: {e}")),
             };
         }
+        ui.add_space(12.0);
+        self.ensembles(ui);
         ui.add_space(8.0);
         ui.weak(format!("revisd uses {} MiB in all; queue {}/{}.", status.rss_bytes >> 20, status.queue_depth, status.queue_capacity));
+    }
+
+    /// The Tiers view's ensembles: per tier, the switch, the members, the
+    /// method and what is set now. Switching on sends the fields' ensemble
+    /// (the I/O side checks it, saves it and answers); off keeps the
+    /// members. While one is on, a new method, or members changed and the
+    /// field left (or Enter), is sent again.
+    fn ensembles(&mut self, ui: &mut egui::Ui) {
+        ui.strong("Ensembles");
+        ui.label(
+            "Two or more models answer a tier together: tiers served here (tier1) or by a paired node (desk/tier3), separated by commas.",
+        );
+        let Some(stored) = self.state.ensembles.clone() else {
+            ui.weak("Reading the ensembles…");
+            return;
+        };
+        for tier in Tier::ALL {
+            let spec = stored.get(&tier);
+            let base = spec.cloned().unwrap_or_default();
+            let pending = self.state.ensemble_wanted.get(&tier).copied();
+            let mut on = pending.unwrap_or(base.enabled);
+            let fields = self.state.ensemble_fields.entry(tier).or_default();
+            let mut send: Option<Result<EnsembleSpec, String>> = None;
+            ui.add_space(4.0);
+            ui.horizontal(|ui| {
+                let r = ui.add_enabled(pending.is_none(), egui::Checkbox::new(&mut on, format!("Ensemble {tier}"))).on_hover_text(format!(
+                    "Answer {tier} with the models listed, together. Off: {tier} answers alone (the list is kept)."
+                ));
+                if r.changed() {
+                    send = Some(if on { fields.spec(&base) } else { Ok(EnsembleSpec { enabled: false, ..base.clone() }) });
+                }
+                ui.weak(spec.map_or_else(|| "no ensemble".to_owned(), EnsembleSpec::describe));
+            });
+            ui.horizontal(|ui| {
+                ui.add_space(24.0);
+                let l = ui.label(format!("Members of {tier}'s ensemble:"));
+                let edit = egui::TextEdit::singleline(&mut fields.members).hint_text("tier2, desk/tier3").desired_width(220.0);
+                let members = ui.add(edit).labelled_by(l.id);
+                let method = fields.method;
+                egui::ComboBox::from_label(format!("Method of {tier}'s ensemble")).selected_text(method.as_str()).show_ui(ui, |ui| {
+                    for m in Method::ALL {
+                        ui.selectable_value(&mut fields.method, m, m.as_str()).on_hover_text(method_help(m));
+                    }
+                });
+                // Already on: a change applies at once (not while the switch's own change is on its way).
+                let members_changed = members.lost_focus() && fields.members().ok().as_ref() != Some(&base.members);
+                if base.enabled && pending.is_none() && send.is_none() && (members_changed || fields.method != method) {
+                    send = Some(fields.spec(&base));
+                }
+            });
+            if let Some(why) = self.state.ensemble_notes.get(&tier) {
+                ui.horizontal(|ui| {
+                    ui.add_space(24.0);
+                    ui.colored_label(ui.visuals().error_fg_color, why);
+                });
+            }
+            match send {
+                Some(Ok(spec)) => {
+                    self.state.ensemble_notes.remove(&tier);
+                    self.state.ensemble_wanted.insert(tier, spec.enabled);
+                    self.send(Command::SetEnsemble { tier, spec });
+                }
+                // Members that do not parse: nothing is sent, the switch stays as it was.
+                Some(Err(why)) => {
+                    self.state.ensemble_notes.insert(tier, why);
+                }
+                None => {}
+            }
+        }
     }
 
     fn nodes(&mut self, ui: &mut egui::Ui) {
@@ -523,6 +599,15 @@ impl App {
             }
         }
         self.state.settings_draft = Some(draft);
+    }
+}
+
+/// What an ensemble method does, in a sentence.
+fn method_help(m: Method) -> &'static str {
+    match m {
+        Method::Confident => "Each member drafts the next words; the draft its own model is surest of wins.",
+        Method::Cross => "Each member drafts; every member scores every draft; the best-scored wins, and members that win more count more.",
+        Method::Merge => "The first member drafts; where it is unsure, the members' likeliest next words are mixed.",
     }
 }
 

@@ -10,6 +10,7 @@ use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 
 use revis_client::dispatch::{Deadlines, Dispatcher, Offload, Placement};
+use revis_client::ensemble::{EnsembleSpec, MemberProblem, MemberSpec};
 pub use revis_client::nodes::{Health, NodeRow};
 use revis_client::nodes::{find_unpaired, node_rows, probe};
 use revis_client::{Client, ClientError, Discovered, Keyring, Tier};
@@ -173,6 +174,7 @@ impl Io {
             }
             Command::Revoke(device) => self.revoke(device),
             Command::SetOffload { tier, on } => self.offload(tier, on),
+            Command::SetEnsemble { tier, spec } => self.ensemble(tier, spec),
             Command::RestartDaemon => {
                 self.sink.send(Event::Restarting);
                 let r = self.restart_daemon().await;
@@ -283,6 +285,10 @@ impl Io {
             };
             let offload = revis_orchestrator::offload::load_all(store);
             let dispatcher = Dispatcher::new(client.clone(), keyring, self.opts.discovery.clone(), offload, Deadlines::default());
+            // The ensembles the user set answer from the first message on.
+            let ensembles = revis_orchestrator::ensemble::load_all(store);
+            revis_orchestrator::ensemble::apply(&dispatcher, ensembles.clone());
+            self.sink.send(Event::Ensembles(ensembles));
             // Nodes' health, breakers and the tiers' placement stay current on their own.
             let supervisor = dispatcher.spawn_supervisor(PLACEMENT_EVERY);
             let (sink, d) = (self.sink.clone(), dispatcher.clone());
@@ -328,6 +334,35 @@ impl Io {
             if let Ok(s) = d.local().status().await {
                 sink.send(Event::Status(Box::new(s)));
             }
+        });
+    }
+
+    /// Sets a tier's ensemble: checked (its settings; each member a tier
+    /// this machine's revisd serves or a tier of a paired node), saved in
+    /// the store, then handed to the dispatcher, so the tier's next answer
+    /// comes from it. One that is refused changes nothing.
+    fn ensemble(&self, tier: Tier, spec: EnsembleSpec) {
+        let (Some(d), Some(store)) = (self.dispatcher.clone(), self.store.clone()) else {
+            return self.sink.send(Event::EnsembleSet { tier, result: Err("not connected to revisd yet".into()) });
+        };
+        let (sink, keyring) = (self.sink.clone(), self.keyring_dir());
+        tokio::spawn(async move {
+            let result = async {
+                spec.check()?;
+                if spec.enabled {
+                    check_members(&d, keyring, &spec.members).await?;
+                }
+                let saved = spec.clone();
+                match tokio::task::spawn_blocking(move || revis_orchestrator::ensemble::save(&store, tier, &saved)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => return Err(format!("the ensemble could not be saved: {e}")),
+                    Err(e) => return Err(format!("the ensemble could not be saved: {e}")),
+                }
+                d.set_ensemble(tier, spec.clone());
+                Ok(spec)
+            }
+            .await;
+            sink.send(Event::EnsembleSet { tier, result });
         });
     }
 
@@ -499,6 +534,36 @@ impl Io {
             }
         });
     }
+}
+
+/// An ensemble's member on a node names a paired node; a member here names a
+/// tier this machine's revisd serves (as `revis ensemble` checks them).
+async fn check_members(d: &Dispatcher, keyring: PathBuf, members: &[MemberSpec]) -> Result<(), String> {
+    let nodes: Vec<String> = members.iter().filter_map(|m| m.node.clone()).collect();
+    let paired = tokio::task::spawn_blocking(move || -> Result<Vec<String>, String> {
+        if nodes.is_empty() {
+            return Ok(nodes);
+        }
+        let keyring = Keyring::open(&keyring).map_err(|e| e.words())?;
+        let mut paired = Vec::new();
+        for n in nodes {
+            if keyring.store.find(&n).map_err(|e| e.to_string())?.is_some() {
+                paired.push(n);
+            }
+        }
+        Ok(paired)
+    })
+    .await
+    .map_err(|e| e.to_string())??;
+    let served = if members.iter().any(|m| m.node.is_none()) {
+        d.local().status().await.map_err(|e| e.words())?.tiers.iter().map(|t| t.tier).collect()
+    } else {
+        Vec::new()
+    };
+    revis_client::ensemble::check_members(members, |n| paired.iter().any(|p| p == n), || served).map_err(|e| match e {
+        MemberProblem::NotPaired(_) => format!("{e}; the Nodes view lists them and pairs one"),
+        _ => e.to_string(),
+    })
 }
 
 /// Discovered and paired nodes; the paired ones probed over mutual TLS

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::mpsc as std_mpsc;
 use std::time::Instant;
 
+use revis_client::ensemble::EnsembleSpec;
 use revis_client::nodes::NodeRow;
 use revis_client::{DaemonStatus, DeviceInfo, ServerMode, Tier};
 use revis_orchestrator::conversation::ChatError;
@@ -53,6 +54,12 @@ pub enum Command {
     SetOffload {
         tier: Tier,
         on: bool,
+    },
+    /// Set a tier's ensemble (on: its members answer the tier together;
+    /// off: the tier answers alone, the members kept).
+    SetEnsemble {
+        tier: Tier,
+        spec: EnsembleSpec,
     },
 }
 
@@ -122,6 +129,14 @@ pub enum Event {
     Restarted(Result<String, String>),
     /// Where each tier runs now, in words ("this machine", "desk", ...), and whether it is offloaded.
     Placements(BTreeMap<Tier, TierPlacement>),
+    /// The ensembles the user set (on or off), as stored, once the dispatcher has them.
+    Ensembles(BTreeMap<Tier, EnsembleSpec>),
+    /// A tier's ensemble was saved and applies from the next answer (the
+    /// settings as saved), or was refused and nothing changed (why, in words).
+    EnsembleSet {
+        tier: Tier,
+        result: Result<EnsembleSpec, String>,
+    },
     /// Something failed; `what` says what was being done.
     Error {
         what: &'static str,

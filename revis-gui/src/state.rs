@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use revis_client::ensemble::{EnsembleSpec, MemberSpec, Method};
 use revis_client::nodes::NodeRow;
 use revis_client::{DaemonStatus, DeviceInfo, ServerMode, Tier};
 use revis_orchestrator::{GateState, PrefillPhase};
@@ -63,6 +64,34 @@ pub struct Message {
     pub pieces: u32,
 }
 
+/// A tier's ensemble as the Tiers view edits it: the members as typed
+/// (comma-separated) and the method.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EnsembleFields {
+    pub members: String,
+    pub method: Method,
+}
+
+impl EnsembleFields {
+    /// The fields showing a stored ensemble.
+    pub fn of(spec: &EnsembleSpec) -> EnsembleFields {
+        let members: Vec<String> = spec.members.iter().map(MemberSpec::to_string).collect();
+        EnsembleFields { members: members.join(", "), method: spec.method }
+    }
+
+    /// The members typed; empty pieces (a trailing comma) are skipped.
+    pub fn members(&self) -> Result<Vec<MemberSpec>, String> {
+        self.members.split(',').map(str::trim).filter(|m| !m.is_empty()).map(str::parse).collect()
+    }
+
+    /// The ensemble these fields set, switched on; its other settings
+    /// (span, gate, deadline) are `base`'s. Not yet checked: the I/O side
+    /// checks it before it saves it.
+    pub fn spec(&self, base: &EnsembleSpec) -> Result<EnsembleSpec, String> {
+        Ok(EnsembleSpec { enabled: true, members: self.members()?, method: self.method, ..base.clone() })
+    }
+}
+
 #[derive(Default)]
 pub struct State {
     pub view: Option<View>,
@@ -85,6 +114,14 @@ pub struct State {
     pub tier_notes: BTreeMap<Tier, Result<String, String>>,
     /// Where each tier runs (from the dispatcher).
     pub placements: BTreeMap<Tier, TierPlacement>,
+    /// Each tier's ensemble as stored, on or off (None until the I/O side has read them).
+    pub ensembles: Option<BTreeMap<Tier, EnsembleSpec>>,
+    /// What the Tiers view's ensemble fields hold, per tier.
+    pub ensemble_fields: BTreeMap<Tier, EnsembleFields>,
+    /// Tiers whose ensemble change is on its way: the switch's position meanwhile.
+    pub ensemble_wanted: BTreeMap<Tier, bool>,
+    /// Why a tier's last ensemble change was refused.
+    pub ensemble_notes: BTreeMap<Tier, String>,
 
     pub nodes: Vec<NodeRow>,
     pub nodes_note: Option<String>,
@@ -117,6 +154,24 @@ impl State {
             Event::Connecting { starting } => self.connection = Some(if starting { Connection::Starting } else { Connection::Connecting }),
             Event::Connected { target } => self.connection = Some(Connection::Connected(target)),
             Event::Placements(p) => self.placements = p,
+            Event::Ensembles(all) => {
+                for tier in Tier::ALL {
+                    self.ensemble_fields.insert(tier, all.get(&tier).map(EnsembleFields::of).unwrap_or_default());
+                }
+                self.ensembles = Some(all);
+            }
+            Event::EnsembleSet { tier, result } => {
+                self.ensemble_wanted.remove(&tier);
+                match result {
+                    Ok(spec) => {
+                        self.ensemble_notes.remove(&tier);
+                        self.ensembles.get_or_insert_default().insert(tier, spec);
+                    }
+                    Err(why) => {
+                        self.ensemble_notes.insert(tier, why);
+                    }
+                }
+            }
             Event::Disconnected(why) => self.connection = Some(Connection::Failed(why)),
             Event::Status(s) => {
                 if matches!(self.connection, Some(Connection::Failed(_) | Connection::Starting)) {
@@ -221,5 +276,23 @@ impl State {
     /// The last answer on screen, if any.
     pub fn last_answer(&self) -> Option<&Message> {
         self.messages.iter().rev().find(|m| !m.from_user)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ensemble_fields_read_what_was_typed_and_show_what_was_stored() {
+        let fields = EnsembleFields { members: " tier2,desk top/tier3 , ".into(), method: Method::Merge };
+        let base = EnsembleSpec { span_tokens: 8, ..EnsembleSpec::default() };
+        let spec = fields.spec(&base).unwrap();
+        assert!(spec.enabled);
+        assert_eq!(spec.members, ["tier2".parse().unwrap(), "desk top/tier3".parse().unwrap()]);
+        assert_eq!((spec.method, spec.span_tokens), (Method::Merge, 8), "the method typed, the rest as it was");
+        assert_eq!(EnsembleFields::of(&spec), EnsembleFields { members: "tier2, desk top/tier3".into(), method: Method::Merge });
+        let bad = EnsembleFields { members: "tier2, tier9".into(), method: Method::Cross };
+        assert!(bad.spec(&base).unwrap_err().contains("tier9"));
     }
 }

@@ -5,6 +5,7 @@
 mod admin;
 mod chat;
 mod discovery;
+mod ensemble;
 mod offload;
 mod screenshots;
 mod start;
