@@ -112,6 +112,34 @@ async fn a_member_killed_mid_answer_leaves_one_whole_answer_from_the_other() {
 }
 
 #[tokio::test]
+async fn when_every_member_is_gone_the_error_says_so_and_counts_what_was_shown() {
+    // Both members are tiers of one daemon, killed after the first span.
+    let d = TestDaemon::new().daemon("threads = 1").tier_model("tier2", gemma3()).start();
+    let client = d.client().await;
+    let members = vec![
+        Member { name: "tier1".into(), client: client.clone(), tier: Tier::Tier1 },
+        Member { name: "tier2".into(), client, tier: Tier::Tier2 },
+    ];
+    let ensemble = Ensemble::new(members, spec(Method::Cross, 4));
+    let pid = d.pid();
+    let mut shown = String::new();
+    let e = ensemble
+        .generate(question(160), |t| {
+            if shown.is_empty() {
+                // SAFETY: the PID of a child this test started.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            }
+            shown.push_str(t);
+        })
+        .await
+        .expect_err("no member is left to answer");
+    assert!(!shown.is_empty(), "a first span was shown");
+    assert_eq!(e.delivered, shown.len(), "the error counts what was shown: {e:?}");
+    assert_eq!(e.code, revis_client::Code::Unavailable, "{e:?}");
+    assert_eq!(ensemble.stats().dropped, 2, "{:?}", ensemble.stats());
+}
+
+#[tokio::test]
 async fn a_paired_node_answers_with_this_machine_and_is_dropped_within_the_round_deadline_when_its_link_is_cut() {
     let net = NetnsPair::new();
     net.b.enter();
