@@ -65,12 +65,12 @@ pub struct Results {
 }
 
 /// Pins to a core: `taskset -c N`.
-fn pinned(core: usize) -> Vec<String> {
+pub(crate) fn pinned(core: usize) -> Vec<String> {
     vec!["taskset".into(), "-c".into(), core.to_string()]
 }
 
 /// The node's listening port, from its local Status.
-async fn port(node: &Daemon) -> anyhow::Result<u16> {
+pub(crate) async fn port(node: &Daemon) -> anyhow::Result<u16> {
     let s = node.client.clone().status().await?.server.context("no server mode")?;
     let addr: SocketAddr = s.listen_address.parse()?;
     Ok(addr.port())

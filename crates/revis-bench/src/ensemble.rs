@@ -19,6 +19,7 @@
 //! Data default to `../shared/eval/` beside the workspace; the files are
 //! options, so the same command runs on other splits of the same formats.
 
+mod answer;
 mod bpb;
 mod choice;
 mod data;
@@ -29,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::ValueEnum;
-use revis_client::{Client, GenerateParams, Message, Sampling, ScoreParams, Scored, Tier, TokenLogprob};
+use revis_client::{Client, ScoreParams, Scored, Tier, TokenLogprob};
 
 use crate::daemon::{Daemon, Launch};
 
@@ -65,6 +66,9 @@ pub struct EnsembleArgs {
     /// Longest capitals answer, in tokens.
     #[arg(long, default_value_t = 32)]
     pub capitals_max_tokens: u32,
+    /// Tokens each member drafts per round (K) in the capitals parts.
+    #[arg(long, default_value_t = 16)]
+    pub span: u32,
     /// Texts for bits per byte: the first N PIQA items (0: all).
     #[arg(long, default_value_t = 300)]
     pub bits_items: usize,
@@ -76,16 +80,20 @@ pub enum Part {
     Piqa,
     Capitals,
     Bits,
+    /// The capitals questions again, the members on two machines (network
+    /// namespaces over mutual TLS; needs root).
+    TwoMachines,
 }
 
 impl Part {
-    pub const ALL: [Part; 3] = [Part::Piqa, Part::Capitals, Part::Bits];
+    pub const ALL: [Part; 4] = [Part::Piqa, Part::Capitals, Part::Bits, Part::TwoMachines];
 
     pub fn name(self) -> &'static str {
         match self {
             Part::Piqa => "piqa",
             Part::Capitals => "capitals",
             Part::Bits => "bits",
+            Part::TwoMachines => "two-machines",
         }
     }
 }
@@ -112,6 +120,8 @@ pub struct Results {
     pub piqa_split: usize,
     /// One run per way of answering (each model alone, then the ensemble's methods).
     pub capitals: Vec<Answers>,
+    /// The same, the members on two machines.
+    pub two_machines: Vec<Answers>,
     pub capitals_total: usize,
     pub bits: Vec<bpb::TextBits>,
     /// Texts left out of the bits per byte, and why.
@@ -174,7 +184,7 @@ fn load_sets(a: &EnsembleArgs, quick: bool) -> anyhow::Result<Sets> {
     } else {
         Vec::new()
     };
-    let capitals = if parts.contains(&Part::Capitals) {
+    let capitals = if parts.contains(&Part::Capitals) || parts.contains(&Part::TwoMachines) {
         data::load_capitals(&a.capitals.clone().unwrap_or_else(|| eval_dir().join("capitals-dev.jsonl")))?
     } else {
         Vec::new()
@@ -230,6 +240,19 @@ pub async fn run(args: &crate::Args) -> anyhow::Result<()> {
     }
     daemon.stop();
     outcome?;
+    if a.ensemble_parts.contains(&Part::TwoMachines) {
+        let setup = answer::TwoMachines {
+            revisd: &revisd,
+            models: [files[0].clone(), files[1].clone()],
+            context: args.context,
+            batch: args.batch,
+            span: a.span,
+            max_tokens: a.capitals_max_tokens,
+        };
+        // A thread of its own: it enters a network namespace.
+        r.two_machines = std::thread::scope(|s| s.spawn(|| answer::two_machines(&members, &sets.capitals, &setup)).join())
+            .map_err(|_| anyhow::anyhow!("the two-machine part panicked"))??;
+    }
 
     let about = report::About {
         date: &date,
@@ -284,9 +307,7 @@ async fn run_parts(client: &Client, members: &[Member], sets: &Sets, a: &Ensembl
         r.piqa_wall = t0.elapsed();
     }
     if a.ensemble_parts.contains(&Part::Capitals) {
-        for m in members {
-            r.capitals.push(capitals(client, m, &sets.capitals, a.capitals_max_tokens).await);
-        }
+        r.capitals = answer::one_machine(client, members, a.span, &sets.capitals, a.capitals_max_tokens).await;
     }
     if sets.bits > 0 {
         let t0 = Instant::now();
@@ -334,38 +355,7 @@ async fn score(client: &Client, tier: Tier, prefix: &str, continuations: Vec<Str
     Ok(got)
 }
 
-/// Every capitals question, greedy, to one model.
-async fn capitals(client: &Client, m: &Member, questions: &[data::Capital], max_tokens: u32) -> Answers {
-    let mut out = Answers { method: m.name.clone(), ..Default::default() };
-    let t0 = Instant::now();
-    for (i, q) in questions.iter().enumerate() {
-        let req = GenerateParams {
-            tier: m.tier,
-            messages: vec![Message::user(q.question.clone())],
-            sampling: Sampling { temperature: Some(0.0), ..Default::default() },
-            max_tokens: Some(max_tokens),
-            ..Default::default()
-        };
-        out.round_trips += 1;
-        match revis_client::Runner::generate(client, req, |_| {}).await {
-            Ok(done) => {
-                out.right += usize::from(q.is_right(&done.text));
-                out.generated_tokens += u64::from(done.generated_tokens);
-                out.generate_us += done.generate_us;
-                out.answers.push(done.text);
-            }
-            Err(e) => {
-                out.errors.push(format!("question {i}: {e}"));
-                out.answers.push(String::new());
-            }
-        }
-        progress(&format!("capitals, {}", m.name), i + 1, questions.len(), t0);
-    }
-    out.wall = t0.elapsed();
-    out
-}
-
-fn progress(what: &str, done: usize, total: usize, since: Instant) {
+pub(crate) fn progress(what: &str, done: usize, total: usize, since: Instant) {
     if done == total || done.is_multiple_of(100) {
         eprintln!("revis-bench: {what}: {done}/{total} in {:.0} s", since.elapsed().as_secs_f64());
     }

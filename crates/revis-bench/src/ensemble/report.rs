@@ -8,12 +8,14 @@ use serde_json::json;
 
 use super::bpb::bits_per_byte;
 use super::choice::{self, Item, Rule};
-use super::{Part, Results};
+use super::{Answers, Part, Results};
 use crate::machine::Machine;
 use crate::report::verdict;
 
 /// The better single model must be beaten by this many points (issue 13).
 pub const PIQA_GAIN: f64 = 1.5;
+/// An ensemble may fall at most this many points below its best member (issue 13).
+pub const CAPITALS_SLACK: f64 = 1.0;
 
 pub struct About<'a> {
     pub date: &'a str,
@@ -78,18 +80,30 @@ pub fn sections(r: &Results, a: &About<'_>) -> Vec<(Part, String)> {
         let m = a.machine;
         let _ = writeln!(o, "- Machine: {} ({} cores visible, {:.1} GiB memory), {}.", m.cpu, m.cores, m.memory_gib, m.os);
         let members: Vec<String> = r.members.iter().map(|m| format!("{} on {}", m.name, m.tier)).collect();
-        let _ = writeln!(
-            o,
-            "- One `{}` serving {}, {} threads, context {}.\n",
-            a.revisd.display(),
-            members.join(" and "),
-            a.threads,
-            a.context
-        );
+        if part == Part::TwoMachines {
+            let _ = writeln!(
+                o,
+                "- Two `{}`: {} on this machine (core 0), {} on a node in a network namespace (core 1), paired and reached over mutual TLS across a veth; 1 thread each, context {}.\n",
+                a.revisd.display(),
+                r.members[0].name,
+                r.members[1].name,
+                a.context
+            );
+        } else {
+            let _ = writeln!(
+                o,
+                "- One `{}` serving {}, {} threads, context {}.\n",
+                a.revisd.display(),
+                members.join(" and "),
+                a.threads,
+                a.context
+            );
+        }
         match part {
             Part::Piqa if !r.piqa.is_empty() => piqa(&mut o, r),
-            Part::Capitals if !r.capitals.is_empty() => capitals(&mut o, r, a),
+            Part::Capitals if !r.capitals.is_empty() => capitals(&mut o, r, &r.capitals, a),
             Part::Bits if !r.bits.is_empty() || !r.bits_skipped.is_empty() => bits(&mut o, r),
+            Part::TwoMachines if !r.two_machines.is_empty() => capitals(&mut o, r, &r.two_machines, a),
             _ => continue,
         }
         let _ = writeln!(o, "{}", end(part));
@@ -116,6 +130,7 @@ pub fn splice(old: &str, part: Part, section: &str) -> String {
         Part::Piqa => "## PIQA: latest run",
         Part::Capitals => "## Capitals: latest run",
         Part::Bits => "## Bits per byte: latest run",
+        Part::TwoMachines => "## Two machines: latest run",
     };
     crate::report::splice_marked(old, &format!("<!-- revis-bench:ensemble-{}:begin", part.name()), &end(part), heading, section)
 }
@@ -200,34 +215,58 @@ fn against(a: &[usize], b: &[usize], items: &[Item]) -> (usize, usize) {
     (won, lost)
 }
 
-fn capitals(o: &mut String, r: &Results, a: &About<'_>) {
+/// Bytes per second of client wall time.
+fn bytes_per_s(c: &Answers) -> f64 {
+    c.bytes() as f64 / c.wall.as_secs_f64().max(1e-9)
+}
+
+fn capitals(o: &mut String, r: &Results, runs: &[Answers], a: &About<'_>) {
     let _ = writeln!(o, "- Capitals, exact match ({} questions, greedy, at most {} tokens)\n", r.capitals_total, a.capitals_max_tokens);
     let _ = writeln!(
         o,
-        "| way of answering | right | % | issue 13 | generated tokens | tokens/s (daemon) | tokens/s (client wall) | round trips per 100 bytes | errors |"
+        "| way of answering | right | % | issue 13 | generated tokens | bytes | bytes/s (client wall) | × the slower member | tokens/s (client wall) | round trips per 100 bytes | errors |"
     );
-    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|");
-    for c in &r.capitals {
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|");
+    // The members alone come first: the slower of them is the reference of the speed target.
+    let alone = &runs[..r.members.len().min(runs.len())];
+    let slower = alone.iter().map(bytes_per_s).fold(f64::INFINITY, f64::min);
+    for c in runs {
         let pct = 100.0 * c.right as f64 / r.capitals_total.max(1) as f64;
         let reference = reference(&c.method).1.map_or(String::new(), |v| format!("{v:.1}"));
-        let daemon_tps = if c.generate_us > 0 { c.generated_tokens as f64 * 1e6 / c.generate_us as f64 } else { 0.0 };
         let wall_tps = c.generated_tokens as f64 / c.wall.as_secs_f64().max(1e-9);
         let trips = 100.0 * c.round_trips as f64 / c.bytes().max(1) as f64;
         let _ = writeln!(
             o,
-            "| {} | {} | {pct:.1} | {reference} | {} | {daemon_tps:.1} | {wall_tps:.1} | {trips:.2} | {} |",
+            "| {} | {} | {pct:.1} | {reference} | {} | {} | {:.1} | {:.2} | {wall_tps:.1} | {trips:.2} | {} |",
             c.method,
             c.right,
             c.generated_tokens,
+            c.bytes(),
+            bytes_per_s(c),
+            bytes_per_s(c) / slower,
             c.errors.len()
         );
     }
     let _ = writeln!(o);
-    for c in &r.capitals {
+    let best = alone.iter().map(|c| c.right).max().unwrap_or(0);
+    for c in &runs[alone.len()..] {
+        let points = 100.0 * (c.right as f64 - best as f64) / r.capitals_total.max(1) as f64;
+        let speed = bytes_per_s(c) / slower;
+        let _ = writeln!(
+            o,
+            "- {}: {points:+.1} points against the better member (target ≥ {:+.1}: {}); {speed:.2}× the slower member's bytes per second{}.",
+            c.method,
+            -CAPITALS_SLACK,
+            verdict(Some(points), -CAPITALS_SLACK, true),
+            if c.method.starts_with("`merge`") { String::new() } else { format!(" (target ≥ 0.5: {})", verdict(Some(speed), 0.5, true)) }
+        );
+    }
+    for c in runs {
         for e in c.errors.iter().take(3) {
             let _ = writeln!(o, "- {}: {e}", c.method);
         }
     }
+    let _ = writeln!(o);
 }
 
 fn bits(o: &mut String, r: &Results) {
@@ -273,6 +312,10 @@ pub fn raw_json(r: &Results) -> serde_json::Value {
         "piqa": r.piqa.iter().map(|it| json!({
             "label": it.label,
             "models": it.models.iter().map(|s| json!({"logprob": s.logprob, "bytes": s.bytes})).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+        "two_machines": r.two_machines.iter().map(|c| json!({
+            "method": c.method, "right": c.right, "answers": c.answers, "generated_tokens": c.generated_tokens,
+            "wall_ms": c.wall.as_millis() as u64, "round_trips": c.round_trips, "errors": c.errors,
         })).collect::<Vec<_>>(),
         "capitals": r.capitals.iter().map(|c| json!({
             "method": c.method, "right": c.right, "answers": c.answers, "generated_tokens": c.generated_tokens,
