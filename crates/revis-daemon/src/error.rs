@@ -51,6 +51,7 @@ impl From<DaemonError> for Status {
                     | EngineError::InvalidSchema(_)
                     | EngineError::Grammar(_)
                     | EngineError::EmptyContinuation
+                    | EngineError::EmbedTooLong { .. }
                     | EngineError::Template(_) => Code::InvalidArgument,
                     EngineError::Load { .. } => Code::FailedPrecondition,
                     EngineError::NotLoaded(_) | EngineError::Stopped => Code::Unavailable,

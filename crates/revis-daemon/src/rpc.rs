@@ -1,4 +1,4 @@
-//! The gRPC services: Inference (Generate, Prefill, Score) and Admin
+//! The gRPC services: Inference (Generate, Prefill, Score, Embed) and Admin
 //! (Status, LoadModel, UnloadModel, Purge), over the registry and the queue.
 
 use std::path::Path;
@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use revis_engine::{
-    Delta, EngineError, FinishReason, Finished, GenerateJob, Job, PrefillJob, ScoreJob, build_prompt, build_score_prefix,
+    Delta, EmbedJob, EngineError, FinishReason, Finished, GenerateJob, Job, PrefillJob, Prompt, ScoreJob, build_prompt, build_score_prefix,
     build_static_prompt,
 };
 use revis_proto::Tier;
@@ -250,21 +250,67 @@ impl pb::inference_server::Inference for Core {
         Ok(Response::new(pb::PrefillResponse { prompt_tokens: p.prompt_tokens, cached_tokens: p.cached_tokens, elapsed_us: p.elapsed_us }))
     }
 
+    async fn embed(&self, req: Request<pb::EmbedRequest>) -> Result<Response<pb::EmbedResponse>, Status> {
+        self.open()?;
+        let _admitted = self.admitted(&req)?;
+        let v = validate::embed(req.get_ref(), &self.registry)?;
+        let lease = self.registry.lease(&v.model).await.map_err(DaemonError::from)?;
+        let tok = lease.tokenizer.clone();
+        let inputs = v.inputs;
+        let texts = blocking(&self.tokenizers, move || Ok(inputs.iter().map(|t| tok.tokenize(t, true)).collect::<Vec<_>>())).await?;
+        if let Some((i, t)) = texts.iter().enumerate().find(|(_, t)| t.len() > validate::MAX_EMBED_TOKENS) {
+            return Err(DaemonError::Invalid(format!(
+                "inputs[{i}] is {} tokens for {}'s model; the limit is {} tokens a text",
+                t.len(),
+                v.tier,
+                validate::MAX_EMBED_TOKENS
+            ))
+            .into());
+        }
+        let counts: Vec<u32> = texts.iter().map(|t| t.len() as u32).collect();
+        let (done_tx, done) = oneshot::channel();
+        let task = Task {
+            key: v.model.key.clone(),
+            job: Job::Embed { job: EmbedJob { texts }, done: done_tx },
+            cancel: Arc::new(AtomicBool::new(false)),
+            lease,
+        };
+        self.admit(Priority::User, task)?;
+        let vectors = done.await.map_err(|_| DaemonError::ShuttingDown)?.map_err(DaemonError::from)?;
+        let remote = is_remote(&req);
+        Ok(Response::new(pb::EmbedResponse {
+            model: self.tier_status(v.tier, remote).model,
+            embeddings: vectors.into_iter().zip(counts).map(|(values, tokens)| pb::Embedding { values, tokens }).collect(),
+        }))
+    }
+
     async fn score(&self, req: Request<pb::ScoreRequest>) -> Result<Response<pb::ScoreResponse>, Status> {
         self.open()?;
         let _admitted = self.admitted(&req)?;
         let v = validate::score(req.get_ref(), &self.registry)?;
         let lease = self.registry.lease(&v.model).await.map_err(DaemonError::from)?;
         let tok = lease.tokenizer.clone();
-        let (messages, prefix, texts) = (v.messages, v.prefix, v.continuations.clone());
+        let (messages, static_count, prefix, texts) = (v.messages, v.static_count, v.prefix, v.continuations.clone());
         let (prefix, continuations) = blocking(&self.tokenizers, move || {
-            Ok((build_score_prefix(tok.as_ref(), &messages, &prefix)?, texts.iter().map(|c| tok.tokenize_plain(c)).collect::<Vec<_>>()))
+            let prefix = if messages.is_empty() {
+                // Plain text: the prefix alone, in the usual batches.
+                let tokens = build_score_prefix(tok.as_ref(), &messages, &prefix)?;
+                Prompt { split: tokens.len(), answer: tokens.len(), tokens }
+            } else {
+                // A conversation: as Generate builds it, `prefix` as its answer so far.
+                let mut prompt = build_prompt(tok.as_ref(), &messages, static_count)?;
+                if !prefix.is_empty() {
+                    prompt.continue_answer(&tok.tokenize_plain(&prefix));
+                }
+                prompt
+            };
+            Ok((prefix, texts.iter().map(|c| tok.tokenize_plain(c)).collect::<Vec<_>>()))
         })
         .await?;
         let n_ctx = lease.tokenizer.n_ctx();
         let longest = continuations.iter().map(Vec::len).max().unwrap_or(0);
-        if prefix.len() + longest >= n_ctx as usize {
-            return Err(too_long(prefix.len() + longest, n_ctx, v.tier).into());
+        if prefix.tokens.len() + longest >= n_ctx as usize {
+            return Err(too_long(prefix.tokens.len() + longest, n_ctx, v.tier).into());
         }
         let (done_tx, done) = oneshot::channel();
         let task = Task {

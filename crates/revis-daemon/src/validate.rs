@@ -25,6 +25,9 @@ pub const MAX_TOP_K: u32 = 1000;
 pub const MAX_REPEAT_LAST_N: u32 = 4096;
 /// Continuations one Score call may carry.
 pub const MAX_CONTINUATIONS: usize = 16;
+/// Texts one Embed call may carry.
+pub const MAX_EMBED_INPUTS: usize = 64;
+pub use revis_engine::MAX_EMBED_TOKENS;
 pub use revis_engine::MAX_TOP_LOGPROBS;
 
 fn invalid(msg: impl Into<String>) -> DaemonError {
@@ -59,9 +62,40 @@ pub struct ValidScore {
     pub tier: Tier,
     pub model: Arc<Model>,
     pub messages: Vec<Message>,
+    /// Messages `[0, static_count)` are the static part (with messages).
+    pub static_count: usize,
     pub prefix: String,
     pub continuations: Vec<String>,
     pub top_logprobs: u32,
+}
+
+pub struct ValidEmbed {
+    pub tier: Tier,
+    pub model: Arc<Model>,
+    pub inputs: Vec<String>,
+}
+
+pub fn embed(req: &pb::EmbedRequest, registry: &Registry) -> Result<ValidEmbed, DaemonError> {
+    let (tier, model) = tier(registry, &req.tier)?;
+    if req.inputs.is_empty() {
+        return Err(invalid("inputs is empty; give at least one text to embed"));
+    }
+    if req.inputs.len() > MAX_EMBED_INPUTS {
+        return Err(invalid(format!("{} inputs is over the limit of {MAX_EMBED_INPUTS} per call", req.inputs.len())));
+    }
+    size(req.inputs.iter().map(|t| t.len()).sum())?;
+    let inputs = req
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            if t.is_empty() {
+                return Err(invalid(format!("inputs[{i}] is empty; every input needs text to embed")));
+            }
+            utf8(&format!("inputs[{i}]"), t)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(ValidEmbed { tier, model: model.clone(), inputs })
 }
 
 pub fn tier<'a>(registry: &'a Registry, tier: &str) -> Result<(Tier, &'a Arc<Model>), DaemonError> {
@@ -121,7 +155,9 @@ fn priority(p: i32) -> Priority {
     }
 }
 
-fn sampling(s: Option<&pb::Sampling>) -> Result<Sampling, DaemonError> {
+/// The request's sampling; what it leaves unset comes from the model
+/// (`defaults`: its GGUF metadata, else the catalog's), else revis's own.
+fn sampling(s: Option<&pb::Sampling>, defaults: &revis_models::SamplingDefaults) -> Result<Sampling, DaemonError> {
     let d = pb::Sampling::default();
     let s = s.unwrap_or(&d);
     let check = |name: &str, v: f32, ok: bool, range: &str| -> Result<f32, DaemonError> {
@@ -130,12 +166,12 @@ fn sampling(s: Option<&pb::Sampling>) -> Result<Sampling, DaemonError> {
         }
         Ok(v)
     };
-    let t = s.temperature.unwrap_or(0.7);
-    let top_p = s.top_p.unwrap_or(0.95);
-    let min_p = s.min_p.unwrap_or(0.05);
-    let rp = s.repeat_penalty.unwrap_or(1.0);
-    let top_k = s.top_k.unwrap_or(40);
-    let last_n = s.repeat_last_n.unwrap_or(64);
+    let t = s.temperature.or(defaults.temperature).unwrap_or(0.7);
+    let top_p = s.top_p.or(defaults.top_p).unwrap_or(0.95);
+    let min_p = s.min_p.or(defaults.min_p).unwrap_or(0.05);
+    let rp = s.repeat_penalty.or(defaults.repeat_penalty).unwrap_or(1.0);
+    let top_k = s.top_k.or(defaults.top_k).unwrap_or(40);
+    let last_n = s.repeat_last_n.or(defaults.repeat_last_n).unwrap_or(64);
     if top_k > MAX_TOP_K {
         return Err(invalid(format!("sampling.top_k is {top_k}; it must be at most {MAX_TOP_K} (0 = off)")));
     }
@@ -218,7 +254,7 @@ pub fn generate(req: &pb::GenerateRequest, registry: &Registry, config: &Config)
         model: model.clone(),
         messages,
         static_count,
-        sampling: sampling(req.sampling.as_ref())?,
+        sampling: sampling(req.sampling.as_ref(), &config.tiers.get(&tier).map(|t| t.sampling).unwrap_or_default())?,
         max_tokens,
         stop,
         json,
@@ -261,12 +297,37 @@ pub fn score(req: &pb::ScoreRequest, registry: &Registry) -> Result<ValidScore, 
     if req.prefix.is_empty() && messages.is_empty() {
         return Err(invalid("prefix is empty; give a prefix or messages to score after"));
     }
+    let static_count = match req.static_messages {
+        Some(n) if n as usize > messages.len() => {
+            return Err(invalid(format!("static_messages is {n} but there are only {} messages", messages.len())));
+        }
+        Some(n) => n as usize,
+        None => messages.len().saturating_sub(1),
+    };
     Ok(ValidScore {
         tier,
         model: model.clone(),
         messages,
+        static_count,
         prefix: utf8("prefix", &req.prefix)?,
         continuations,
         top_logprobs: req.top_logprobs,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unset_sampling_comes_from_the_model_then_from_revis() {
+        let model = revis_models::SamplingDefaults { temperature: Some(0.6), top_k: Some(20), ..Default::default() };
+        let s = sampling(None, &model).unwrap();
+        assert_eq!((s.temperature, s.top_k, s.top_p, s.min_p), (0.6, 20, 0.95, 0.05), "the model's, then revis's own");
+        let asked = pb::Sampling { temperature: Some(0.0), top_p: Some(0.5), ..Default::default() };
+        let s = sampling(Some(&asked), &model).unwrap();
+        assert_eq!((s.temperature, s.top_k, s.top_p), (0.0, 20, 0.5), "the request's own setting wins");
+        let s = sampling(None, &revis_models::SamplingDefaults::NONE).unwrap();
+        assert_eq!((s.temperature, s.top_k, s.top_p, s.min_p, s.repeat_penalty, s.repeat_last_n), (0.7, 40, 0.95, 0.05, 1.0, 64));
+    }
 }

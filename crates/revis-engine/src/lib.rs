@@ -18,7 +18,7 @@ pub use cache::{ANSWER_CHUNK, Evaluated, PrefixCache, cuts, prompt_cuts};
 pub use llama::LlamaCpp;
 pub use prompt::{Prompt, build_prompt, build_score_prefix, build_static_prompt};
 pub use stop::{StopMatcher, Stopped};
-pub use thread::{Engine, GenerateJob, Job, LoadedModel, PrefillJob, ScoreJob};
+pub use thread::{EmbedJob, Engine, GenerateJob, Job, LoadedModel, PrefillJob, ScoreJob};
 pub use utf8::Utf8Stream;
 
 /// A token id in the model's vocabulary.
@@ -120,6 +120,10 @@ pub struct TokenInfo {
 /// At most this many alternatives per position (`top_logprobs`).
 pub const MAX_TOP_LOGPROBS: u32 = 20;
 
+/// The longest text [`Session::embed`] takes, in tokens: the embedding
+/// context evaluates a text in one batch of this size.
+pub const MAX_EMBED_TOKENS: usize = 512;
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Finished {
     pub reason: FinishReason,
@@ -169,6 +173,8 @@ pub enum EngineError {
     Grammar(String),
     #[error("the continuation to score is empty after tokenization")]
     EmptyContinuation,
+    #[error("a text to embed is {tokens} tokens; the limit is {limit} tokens a text")]
+    EmbedTooLong { tokens: usize, limit: usize },
     #[error("model {0} is not loaded")]
     NotLoaded(String),
     #[error("the engine thread has stopped")]
@@ -213,11 +219,16 @@ pub trait Session: Send {
     /// continuation on its own. `cancelled` is polled between batches.
     fn score(
         &mut self,
-        prefix: &[Token],
+        prefix: &Prompt,
         continuations: &[Vec<Token>],
         top: u32,
         cancelled: &dyn Fn() -> bool,
     ) -> Result<Vec<Scored>, EngineError>;
+    /// Each text's embedding: the model's last hidden states mean-pooled
+    /// over its tokens and L2-normalised (unit length). Each text is at
+    /// most [`MAX_EMBED_TOKENS`] tokens. The generation cache is left as
+    /// it was (a context of its own, made on first use, holds the texts).
+    fn embed(&mut self, texts: &[Vec<Token>], cancelled: &dyn Fn() -> bool) -> Result<Vec<Vec<f32>>, EngineError>;
     /// Drops cached prefixes; returns (prefixes, bytes) dropped.
     fn purge(&mut self) -> (u32, u64);
     fn stats(&self) -> ModelStats;

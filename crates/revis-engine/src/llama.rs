@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use llama_cpp_2::context::LlamaContext;
-use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::params::{LlamaContextParams, LlamaPoolingType};
 use llama_cpp_2::context::session::{LlamaStateSeqFlags, SeqState};
 use llama_cpp_2::llama_backend::LlamaBackend as RawBackend;
 use llama_cpp_2::llama_batch::LlamaBatch;
@@ -15,10 +15,10 @@ use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 
-use crate::cache::{Evaluated, PrefixCache, cuts};
+use crate::cache::{Evaluated, PrefixCache};
 use crate::{
-    Backend, Delta, EngineError, FinishReason, Finished, GenerateJob, Loaded, Message, ModelSpec, ModelStats, Prefilled, Prompt, Sampling,
-    Scored, Session, StopMatcher, Stopped, Token, TokenInfo, Tokenizer, Utf8Stream,
+    Backend, Delta, EngineError, FinishReason, Finished, GenerateJob, Loaded, MAX_EMBED_TOKENS, Message, ModelSpec, ModelStats, Prefilled,
+    Prompt, Sampling, Scored, Session, StopMatcher, Stopped, Token, TokenInfo, Tokenizer, Utf8Stream,
 };
 
 /// Sequences shorter than this are not worth saving when they are evicted from the live slot.
@@ -76,8 +76,10 @@ impl Backend for LlamaCpp {
         let add_bos = model.vocab().should_add_bos();
         let tokenizer = Arc::new(LlamaTokenizer { model: model.clone(), template, n_ctx, add_bos });
         let session = LlamaSession {
+            embed_ctx: None,
             ctx,
             model,
+            threads,
             batch: LlamaBatch::new(spec.batch as usize, 1),
             chunk: spec.batch as usize,
             n_ctx,
@@ -147,8 +149,11 @@ fn to_ids(tokens: Vec<LlamaToken>) -> Vec<Token> {
 
 struct LlamaSession {
     // Declared before `model`: dropped first (see the SAFETY note in `load`).
+    /// The context that embeds texts, made on the first `embed`.
+    embed_ctx: Option<LlamaContext<'static>>,
     ctx: LlamaContext<'static>,
     model: Arc<LlamaModel>,
+    threads: i32,
     batch: LlamaBatch<'static>,
     chunk: usize,
     n_ctx: u32,
@@ -402,7 +407,7 @@ impl Session for LlamaSession {
 
     fn score(
         &mut self,
-        prefix: &[Token],
+        prefix: &Prompt,
         continuations: &[Vec<Token>],
         top: u32,
         cancelled: &dyn Fn() -> bool,
@@ -410,6 +415,7 @@ impl Session for LlamaSession {
         if continuations.is_empty() || continuations.iter().any(|c| c.is_empty()) {
             return Err(EngineError::EmptyContinuation);
         }
+        let (prompt, prefix) = (prefix, &prefix.tokens[..]);
         if prefix.is_empty() {
             return Err(EngineError::Template("the prefix to score after is empty".into()));
         }
@@ -418,14 +424,18 @@ impl Session for LlamaSession {
         let top = top.min(crate::MAX_TOP_LOGPROBS) as usize;
         let model = self.model.clone();
         let first = prefix.len() - 1; // the position whose logits predict each continuation's first token
+        // The prefix's batches are the prompt's own (as Generate cuts a
+        // prompt and an answer already begun), whatever the continuation;
+        // each continuation follows in chunks from `prefix.len()`. So the
+        // prefix is evaluated once, as a cold request would, and a cache a
+        // Generate of the same text left behind is reused.
+        let prefix_cuts = prompt.cuts(self.chunk);
         let mut out = Vec::with_capacity(continuations.len());
-        // The prefix's batches are those of `cuts(prefix, prefix + continuation)`
-        // whatever the continuation, so it is evaluated once, as a cold
-        // request would, and each continuation follows it from `prefix.len()`.
         let mut predicts_first: Option<Vec<f32>> = None;
         for continuation in continuations {
             let all: Vec<Token> = prefix.iter().chain(continuation).copied().collect();
-            let cuts = cuts(prefix.len(), all.len(), self.chunk);
+            let mut cuts = prefix_cuts.clone();
+            cuts.extend(crate::cuts(prefix.len(), all.len(), self.chunk).into_iter().filter(|&c| c > prefix.len()));
             let last = all.len() - 2;
             let limit = if predicts_first.is_some() { prefix.len() } else { first };
             // Only the first continuation may save what the sequence held
@@ -450,6 +460,46 @@ impl Session for LlamaSession {
                 return Err(EngineError::Stopped);
             }
             out.push(Scored { logprob: scored.iter().map(|t| t.logprob).sum(), tokens: scored, prefix_tokens: prefix.len() as u32 });
+        }
+        Ok(out)
+    }
+
+    fn embed(&mut self, texts: &[Vec<Token>], cancelled: &dyn Fn() -> bool) -> Result<Vec<Vec<f32>>, EngineError> {
+        if let Some(t) = texts.iter().find(|t| t.len() > MAX_EMBED_TOKENS || t.is_empty()) {
+            return Err(EngineError::EmbedTooLong { tokens: t.len(), limit: MAX_EMBED_TOKENS });
+        }
+        if self.embed_ctx.is_none() {
+            let n = (MAX_EMBED_TOKENS as u32).min(self.model.n_ctx_train().max(1));
+            let params = LlamaContextParams::default()
+                .with_n_ctx(NonZeroU32::new(n))
+                .with_n_batch(n)
+                .with_n_ubatch(n)
+                .with_n_threads(self.threads)
+                .with_n_threads_batch(self.threads)
+                .with_n_seq_max(1)
+                .with_embeddings(true)
+                .with_pooling_type(LlamaPoolingType::Mean);
+            let ctx = self.model.new_context(raw_backend(), params).map_err(llama_err)?;
+            // SAFETY: as for `ctx` in `load`: the field is declared before
+            // `model`, so this context is dropped before the model it borrows.
+            self.embed_ctx = Some(unsafe { std::mem::transmute::<LlamaContext<'_>, LlamaContext<'static>>(ctx) });
+        }
+        let ctx = self.embed_ctx.as_mut().expect("made above");
+        let mut batch = LlamaBatch::new(MAX_EMBED_TOKENS, 1);
+        let mut out = Vec::with_capacity(texts.len());
+        for text in texts {
+            if cancelled() {
+                return Err(EngineError::Stopped);
+            }
+            ctx.clear_kv_cache();
+            batch.clear();
+            for (pos, &token) in text.iter().enumerate() {
+                batch.add(LlamaToken(token as i32), pos as i32, &[0], true).map_err(llama_err)?;
+            }
+            ctx.decode(&mut batch).map_err(llama_err)?;
+            let pooled = ctx.embeddings_seq_ith(0).map_err(llama_err)?;
+            let norm = pooled.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>().sqrt();
+            out.push(if norm > 0.0 { pooled.iter().map(|&x| (f64::from(x) / norm) as f32).collect() } else { pooled.to_vec() });
         }
         Ok(out)
     }

@@ -32,11 +32,17 @@ pub struct PrefillJob {
 }
 
 pub struct ScoreJob {
-    pub prefix: Vec<Token>,
+    /// What the continuations follow, with where its batches end.
+    pub prefix: Prompt,
     /// Scored one after another after the prefix, which is evaluated once.
     pub continuations: Vec<Vec<Token>>,
     /// Alternatives per position.
     pub top: u32,
+}
+
+pub struct EmbedJob {
+    /// Each text's tokens (BOS included where the model wants one).
+    pub texts: Vec<Vec<Token>>,
 }
 
 /// Work for a loaded model, with where its results go.
@@ -44,6 +50,7 @@ pub enum Job {
     Generate { job: GenerateJob, deltas: tmpsc::UnboundedSender<Delta>, done: oneshot::Sender<Result<Finished, EngineError>> },
     Prefill { job: PrefillJob, done: oneshot::Sender<Result<Prefilled, EngineError>> },
     Score { job: ScoreJob, done: oneshot::Sender<Result<Vec<Scored>, EngineError>> },
+    Embed { job: EmbedJob, done: oneshot::Sender<Result<Vec<Vec<f32>>, EngineError>> },
 }
 
 impl Job {
@@ -53,6 +60,7 @@ impl Job {
             Job::Generate { deltas, done, .. } => deltas.is_closed() || done.is_closed(),
             Job::Prefill { done, .. } => done.is_closed(),
             Job::Score { done, .. } => done.is_closed(),
+            Job::Embed { done, .. } => done.is_closed(),
         }
     }
 }
@@ -237,6 +245,11 @@ fn run_job(session: &mut dyn Session, job: Job, stopped: &dyn Fn() -> bool) {
             let result = session.score(&job.prefix, &job.continuations, job.top, &cancelled);
             let _ = done.send(result);
         }
+        Job::Embed { job, done } => {
+            let cancelled = || stopped() || done.is_closed();
+            let result = session.embed(&job.texts, &cancelled);
+            let _ = done.send(result);
+        }
     }
 }
 
@@ -249,6 +262,9 @@ fn fail(job: Job, e: EngineError) {
             let _ = done.send(Err(e));
         }
         Job::Score { done, .. } => {
+            let _ = done.send(Err(e));
+        }
+        Job::Embed { done, .. } => {
             let _ = done.send(Err(e));
         }
     }
