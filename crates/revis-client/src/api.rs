@@ -118,6 +118,11 @@ pub struct PrefillParams {
 pub struct ScoreParams {
     pub tier: Tier,
     pub messages: Vec<Message>,
+    /// With messages: how many are the static part, as in
+    /// [`GenerateParams::static_messages`] (the prompt is then cut into
+    /// batches as a Generate of the same conversation is, so a Score after
+    /// that Generate reuses its cache); None = all but the last.
+    pub static_messages: Option<u32>,
     pub prefix: String,
     /// At least one, at most 16.
     pub continuations: Vec<String>,
@@ -211,6 +216,28 @@ pub struct Prefilled {
     pub prompt_tokens: u32,
     pub cached_tokens: u32,
     pub elapsed_us: u64,
+}
+
+/// Texts to embed with a tier's model (1 to 64, each at most 512 tokens).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EmbedParams {
+    pub tier: Tier,
+    pub inputs: Vec<String>,
+}
+
+/// The embeddings of [`EmbedParams::inputs`], in order: each unit length
+/// (mean-pooled hidden states, L2-normalised), with the tokens the text was read as.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Embedded {
+    /// The tier's model, as the daemon names it.
+    pub model: String,
+    pub embeddings: Vec<Embedding>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Embedding {
+    pub values: Vec<f32>,
+    pub tokens: u32,
 }
 
 /// The log-probability of a continuation.

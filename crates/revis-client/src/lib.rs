@@ -248,6 +248,17 @@ impl Client {
         .map(Into::into)
     }
 
+    /// Embeds each input with the tier's model; one embedding per input, in order.
+    pub async fn embed(&self, params: &EmbedParams) -> Result<Embedded, ClientError> {
+        let req = pb::EmbedRequest::from(params);
+        self.retry(|mut c| {
+            let req = req.clone();
+            async move { c.inference.embed(req).await }
+        })
+        .await
+        .map(Into::into)
+    }
+
     /// Scores each continuation after the same prefix; one result per
     /// continuation, in order.
     pub async fn score(&self, params: &ScoreParams) -> Result<Vec<Scored>, ClientError> {
@@ -536,6 +547,10 @@ mod tests {
         }
 
         async fn score(&self, _: Request<pb::ScoreRequest>) -> Result<Response<pb::ScoreResponse>, Status> {
+            Err(Status::unimplemented("scripted"))
+        }
+
+        async fn embed(&self, _: Request<pb::EmbedRequest>) -> Result<Response<pb::EmbedResponse>, Status> {
             Err(Status::unimplemented("scripted"))
         }
     }

@@ -91,6 +91,22 @@ impl From<&ScoreParams> for pb::ScoreRequest {
             continuation: Default::default(),
             continuations: s.continuations.iter().map(|c| c.clone().into_bytes().into()).collect(),
             top_logprobs: s.top_logprobs,
+            static_messages: s.static_messages,
+        }
+    }
+}
+
+impl From<&EmbedParams> for pb::EmbedRequest {
+    fn from(e: &EmbedParams) -> pb::EmbedRequest {
+        pb::EmbedRequest { tier: e.tier.as_str().to_owned(), inputs: e.inputs.iter().map(|t| t.clone().into_bytes().into()).collect() }
+    }
+}
+
+impl From<pb::EmbedResponse> for Embedded {
+    fn from(r: pb::EmbedResponse) -> Embedded {
+        Embedded {
+            model: r.model,
+            embeddings: r.embeddings.into_iter().map(|e| Embedding { values: e.values, tokens: e.tokens }).collect(),
         }
     }
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use super::{Dispatcher, FALLBACKS_KEPT, Fallback, Route};
 use crate::Client;
-use crate::api::{CallError, Code, Done, Event, Format, GenerateParams, PrefillParams, Prefilled, Priority};
+use crate::api::{CallError, Code, Done, EmbedParams, Embedded, Event, Format, GenerateParams, PrefillParams, Prefilled, Priority};
 use crate::wire::v1 as pb;
 
 impl Dispatcher {
@@ -35,6 +35,34 @@ impl Dispatcher {
             Err(s) => {
                 self.failed(&target, s.message());
                 Err(s.into())
+            }
+        }
+    }
+
+    /// Embeddings, from where the tier runs (an offloaded tier's node),
+    /// sent again elsewhere, and at last here, when a node fails.
+    pub async fn embed(&self, req: EmbedParams) -> Result<Embedded, CallError> {
+        let mut tried: Vec<Route> = Vec::new();
+        loop {
+            let target = self.choose(req.tier, false, &tried);
+            let Some(client) = self.client(&target) else {
+                if target == Route::Local {
+                    return Err(CallError::new(Code::Unavailable, "this machine's revisd is not connected"));
+                }
+                tried.push(target);
+                continue;
+            };
+            let _counted = self.start(&target);
+            match client.inference.clone().embed(pb::EmbedRequest::from(&req)).await {
+                Ok(r) => return Ok(r.into_inner().into()),
+                Err(s) => {
+                    let e = CallError::from(s);
+                    if e.is_final() || target == Route::Local {
+                        return Err(e);
+                    }
+                    self.failed(&target, &e.message);
+                    tried.push(target);
+                }
             }
         }
     }
@@ -86,6 +114,7 @@ impl Dispatcher {
                     tracing::warn!(
                         node = %at,
                         shown = delivered.len(),
+                        shown_tokens = tokens,
                         "{} failed: {}; {}",
                         at,
                         e.message,

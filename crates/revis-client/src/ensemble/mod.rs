@@ -21,11 +21,13 @@
 //!   how often each member's drafts win (multiplicative weights, with a
 //!   floor), so a weak member fades out instead of dragging the answer down.
 //! - `merge`: the first member drafts with its likeliest alternatives per
-//!   token; at the first position where its top probability is under the
-//!   gate, every member gives its probability of each alternative's text,
-//!   the probabilities are averaged, and the likeliest text continues.
-//!   Where the drafter is sure, its draft stands (merging at every token
-//!   hurts long answers).
+//!   token; at each position where its top probability is under the gate,
+//!   every member gives its probability of each alternative's text, the
+//!   probabilities are averaged, and the likeliest text continues. Where
+//!   the mixture keeps the drafter's token, the draft goes on to its next
+//!   unsure position; where it picks another, the span ends there. Where
+//!   the drafter is sure, its draft stands (merging at every token hurts
+//!   long answers).
 //!
 //! With temperature 0 every draft is greedy and every choice is a
 //! deterministic argmax (ties go to the earlier member), so the same

@@ -151,7 +151,7 @@ impl Ensemble {
         alive: &mut Vec<usize>,
         on: &[usize],
         deadline: Duration,
-        call: impl Fn(Member) -> F,
+        call: impl Fn(usize, Member) -> F,
     ) -> (Vec<(usize, T)>, Option<CallError>)
     where
         F: Future<Output = Result<T, CallError>> + Send + 'static,
@@ -160,7 +160,7 @@ impl Ensemble {
         for &m in on {
             let member = self.members[m].clone();
             let name = member.name.clone();
-            let fut = call(member);
+            let fut = call(m, member);
             self.count(|s| s.calls += 1);
             set.spawn(async move {
                 let r = match tokio::time::timeout(deadline, fut).await {
@@ -203,7 +203,7 @@ impl Ensemble {
     ) -> (Vec<(usize, Draft)>, Option<CallError>) {
         let req = req.clone();
         let answer = answer.to_owned();
-        self.each(alive, on, ask.deadline, move |m: Member| {
+        self.each(alive, on, ask.deadline, move |_, m: Member| {
             let params = GenerateParams {
                 tier: m.tier,
                 answer_prefix: answer.clone(),
@@ -216,8 +216,10 @@ impl Ensemble {
         .await
     }
 
-    /// Each member of `on` scores each candidate after `answer`: whole
-    /// log-probabilities, by member index.
+    /// Fills in what each member of `on` lacks of `known[m][c]` (member m's
+    /// whole log-probability of candidate c after `answer`, and its bytes):
+    /// one Score call per member, with only the candidates it has no figure
+    /// for (a drafter knows its own draft's). A member that fails keeps None.
     async fn scores(
         &self,
         alive: &mut Vec<usize>,
@@ -225,29 +227,34 @@ impl Ensemble {
         req: &GenerateParams,
         answer: &str,
         candidates: &[String],
-    ) -> Vec<Vec<Option<(f64, usize)>>> {
-        let messages = req.messages.clone();
+        known: &mut [Vec<Option<(f64, usize)>>],
+    ) {
+        let missing: Vec<Vec<usize>> = known.iter().map(|row| (0..candidates.len()).filter(|&c| row[c].is_none()).collect()).collect();
+        let on: Vec<usize> = on.iter().copied().filter(|&m| !missing[m].is_empty()).collect();
+        if on.is_empty() {
+            return;
+        }
+        let (messages, static_messages) = (req.messages.clone(), req.static_messages);
         let answer = answer.to_owned();
-        let texts: Vec<String> = candidates.to_vec();
+        let texts: Vec<Vec<String>> = missing.iter().map(|cs| cs.iter().map(|&c| candidates[c].clone()).collect()).collect();
         let (ok, _) = self
-            .each(alive, on, self.spec.round_deadline, move |m: Member| {
+            .each(alive, &on, self.spec.round_deadline, move |i, m: Member| {
                 let params = ScoreParams {
                     tier: m.tier,
                     messages: messages.clone(),
+                    static_messages,
                     prefix: answer.clone(),
-                    continuations: texts.clone(),
+                    continuations: texts[i].clone(),
                     top_logprobs: 0,
                 };
                 async move { m.client.score(&params).await.map_err(|e| e.into_call()) }
             })
             .await;
-        let mut out = vec![vec![None; candidates.len()]; self.members.len()];
         for (m, scored) in ok {
-            for (c, s) in scored.into_iter().enumerate().take(candidates.len()) {
-                out[m][c] = Some((s.logprob, s.byte_length as usize));
+            for (&c, s) in missing[m].iter().zip(scored) {
+                known[m][c] = Some((s.logprob, s.byte_length as usize));
             }
         }
-        out
     }
 
     /// `confident` and `cross`: every member drafts; the best draft wins.
@@ -276,8 +283,15 @@ impl Ensemble {
                         texts.push(s.text.clone());
                     }
                 }
+                // A drafter's figure for its own draft is the draft's.
+                let mut scores = vec![vec![None; texts.len()]; self.members.len()];
+                for (m, s, _) in &spans {
+                    if let Some(c) = texts.iter().position(|t| *t == s.text) {
+                        scores[*m][c] = Some((s.logprob, s.text.len()));
+                    }
+                }
                 let on = alive.clone();
-                let scores = self.scores(alive, &on, req, answer, &texts).await;
+                self.scores(alive, &on, req, answer, &texts, &mut scores).await;
                 let per_byte: Vec<Vec<Option<f64>>> =
                     scores.iter().map(|row| row.iter().map(|s| s.map(|(lp, bytes)| combine::per_byte(lp, bytes))).collect()).collect();
                 let weights = self.weights();
@@ -316,27 +330,37 @@ impl Ensemble {
             let span = combine::cut(&d.tokens, &d.text, ends.is_some());
             Step { text: span.text, tokens: span.tokens, ends, winner: Some(drafter) }
         };
-        let Some(at) = combine::unsure_at(&d.tokens, self.spec.gate) else { return Ok(whole(&d)) };
-        let agreed = combine::text_of(&d.tokens[..at]);
-        let candidates = combine::candidates(&d.tokens[at]);
-        let agreed_whole = agreed.len() == d.tokens[..at].iter().map(|t| t.piece.len()).sum::<usize>();
-        if d.tokens[at].piece.is_empty() || candidates.len() < 2 || !agreed_whole {
-            // Unsure whether to end, or nothing to choose between: keep the draft.
-            return Ok(whole(&d));
+        // Each unsure position in turn: where the mixture keeps the
+        // drafter's own token, the draft after it still follows from the
+        // same text, so the next unsure position is looked at; where it
+        // picks another word, the span ends with that word.
+        let mut from = 0;
+        while let Some(at) = combine::unsure_at(&d.tokens[from..], self.spec.gate).map(|rel| from + rel) {
+            from = at + 1;
+            let agreed = combine::text_of(&d.tokens[..at]);
+            let candidates = combine::candidates(&d.tokens[at]);
+            let agreed_whole = agreed.len() == d.tokens[..at].iter().map(|t| t.piece.len()).sum::<usize>();
+            if d.tokens[at].piece.is_empty() || candidates.len() < 2 || !agreed_whole {
+                // Unsure whether to end, nothing to choose between, or
+                // inside a character: the draft stands here.
+                continue;
+            }
+            let context = format!("{answer}{agreed}");
+            // The drafter's probabilities of its own alternatives are known.
+            let mut scores = vec![vec![None; candidates.len()]; self.members.len()];
+            for (c, text) in candidates.iter().enumerate() {
+                scores[drafter][c] = d.tokens[at].top.iter().find(|a| a.piece == text.as_bytes()).map(|a| (a.logprob, text.len()));
+            }
+            let on = alive.clone();
+            self.scores(alive, &on, req, &context, &candidates, &mut scores).await;
+            let logprobs: Vec<Vec<Option<f64>>> = scores.iter().map(|row| row.iter().map(|s| s.map(|(lp, _)| lp)).collect()).collect();
+            let mixed = combine::mix(&logprobs, &Weights::equal(self.members.len()), candidates.len());
+            let chosen = combine::best(&mixed).unwrap_or(0);
+            if candidates[chosen].as_bytes() != &d.tokens[at].piece[..] {
+                return Ok(Step { text: format!("{agreed}{}", candidates[chosen]), tokens: at as u32 + 1, ends: None, winner: None });
+            }
         }
-        let context = format!("{answer}{agreed}");
-        let on = alive.clone();
-        let scores = self.scores(alive, &on, req, &context, &candidates).await;
-        let logprobs: Vec<Vec<Option<f64>>> = scores.iter().map(|row| row.iter().map(|s| s.map(|(lp, _)| lp)).collect()).collect();
-        let mixed = combine::mix(&logprobs, &Weights::equal(self.members.len()), candidates.len());
-        let chosen = combine::best(&mixed).unwrap_or(0);
-        let from_drafter = candidates[chosen].as_bytes() == &d.tokens[at].piece[..];
-        Ok(Step {
-            text: format!("{agreed}{}", candidates[chosen]),
-            tokens: at as u32 + 1,
-            ends: None,
-            winner: from_drafter.then_some(drafter),
-        })
+        Ok(whole(&d))
     }
 
     /// A JSON answer is never shown in parts, so it is not built span by
@@ -359,7 +383,8 @@ impl Ensemble {
         } else {
             let texts: Vec<String> = drafts.iter().map(|(_, d)| d.done.text.clone()).filter(|t| !t.is_empty()).collect();
             let on = alive.clone();
-            let scores = self.scores(&mut alive, &on, &req, "", &texts).await;
+            let mut scores = vec![vec![None; texts.len()]; self.members.len()];
+            self.scores(&mut alive, &on, &req, "", &texts, &mut scores).await;
             let per_byte: Vec<Vec<Option<f64>>> =
                 scores.iter().map(|row| row.iter().map(|s| s.map(|(lp, bytes)| combine::per_byte(lp, bytes))).collect()).collect();
             let combined = combine::cross(&per_byte, &self.weights(), texts.len());
@@ -417,7 +442,7 @@ impl Runner for Ensemble {
         let mut alive: Vec<usize> = (0..self.members.len()).collect();
         let on = alive.clone();
         let (ok, error) = self
-            .each(&mut alive, &on, self.spec.round_deadline, move |m: Member| {
+            .each(&mut alive, &on, self.spec.round_deadline, move |_, m: Member| {
                 let params = PrefillParams { tier: m.tier, ..req.clone() };
                 async move { m.client.prefill(&params).await.map_err(|e| e.into_call()) }
             })
