@@ -77,6 +77,11 @@ fn methods() -> Vec<(&'static str, bool, Vec<u8>)> {
         ("/revis.v1.Inference/Generate", true, generate.encode_to_vec()),
         ("/revis.v1.Inference/Prefill", false, prefill.encode_to_vec()),
         ("/revis.v1.Inference/Score", false, score.encode_to_vec()),
+        (
+            "/revis.v1.Inference/Embed",
+            false,
+            pb::EmbedRequest { tier: "tier2".into(), inputs: vec![b"Hi".to_vec().into()] }.encode_to_vec(),
+        ),
         ("/revis.v1.Admin/LoadModel", false, pb::LoadModelRequest { tier: "tier1".into() }.encode_to_vec()),
         ("/revis.v1.Admin/UnloadModel", false, pb::UnloadModelRequest { tier: "tier3".into() }.encode_to_vec()),
         ("/revis.v1.Admin/Purge", false, pb::PurgeRequest::default().encode_to_vec()),
@@ -172,8 +177,12 @@ fn random_request(rng: &mut StdRng, method: &str) -> Vec<u8> {
                 continuation: text(rng).into(),
                 continuations,
                 top_logprobs,
+                static_messages: rng.random_bool(0.5).then(|| rng.random_range(0..6)),
             }
             .encode_to_vec()
+        }
+        "/revis.v1.Inference/Embed" => {
+            pb::EmbedRequest { tier: tier(rng), inputs: (0..rng.random_range(0..4)).map(|_| text(rng).into()).collect() }.encode_to_vec()
         }
         "/revis.v1.Admin/LoadModel" => pb::LoadModelRequest { tier: tier(rng) }.encode_to_vec(),
         "/revis.v1.Admin/UnloadModel" => pb::UnloadModelRequest { tier: tier(rng) }.encode_to_vec(),

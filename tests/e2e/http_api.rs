@@ -10,6 +10,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use revis_client::wire::v1 as pb;
+use revis_client::{GenerateParams, Message, Runner, Sampling, Tier};
+use revis_testkit::netns::NetnsPair;
 use revis_testkit::{Running, TestDaemon, binary};
 use serde_json::{Value, json};
 
@@ -58,9 +61,16 @@ fn revis_serve_command(daemon: &Running, data: &Path, args: &[&str]) -> Command 
 
 /// `revis serve` on a free loopback port, over `daemon`.
 fn serve(daemon: &Running, args: &[&str]) -> Serve {
-    let data = tempfile::tempdir().expect("data dir");
+    serve_with(daemon, tempfile::tempdir().expect("data dir"), args)
+}
+
+/// [`serve`] with its data directory (store, keyring, key) given; its log
+/// goes to `serve.log` there.
+fn serve_with(daemon: &Running, data: tempfile::TempDir, args: &[&str]) -> Serve {
+    let log = std::fs::File::create(data.path().join("serve.log")).expect("serve's log");
     let mut child = revis_serve_command(daemon, data.path(), &[&["--addr", "127.0.0.1:0"], args].concat())
         .stdout(Stdio::piped())
+        .stderr(log)
         .spawn()
         .expect("start revis serve");
     let mut line = String::new();
@@ -150,7 +160,7 @@ fn python(script: &str, s: &Serve, model: &str) -> Value {
 }
 
 #[test]
-fn the_openai_python_package_lists_chats_streams_keeps_to_a_schema_and_completes() {
+fn the_openai_python_package_lists_chats_streams_keeps_to_a_schema_completes_and_embeds() {
     let d = TestDaemon::new().start();
     let s = serve(&d, &[]);
     let v = python("openai_client.py", &s, "smollm2-135m-instruct");
@@ -179,12 +189,21 @@ fn the_openai_python_package_lists_chats_streams_keeps_to_a_schema_and_completes
     let c = &v["completion"];
     assert_eq!(c["object"], "text_completion");
     assert!(!c["text"].as_str().unwrap().is_empty(), "{c}");
+    let e = &v["embeddings"];
+    assert_eq!((&e["object"], &e["indices"]), (&json!("list"), &json!([0, 1, 2])));
+    let vectors: Vec<Vec<f64>> = serde_json::from_value(e["vectors"].clone()).unwrap();
+    crate::embed::check_embeddings(&vectors, 576);
+    let first: Vec<f64> = serde_json::from_value(e["float_first"].clone()).unwrap();
+    let same = first.iter().zip(&vectors[0]).all(|(a, b)| (a - b).abs() < 1e-6);
+    assert!(same, "base64 and floats carry the same embedding");
+    let u = &e["usage"];
+    assert!(u["prompt_tokens"].as_u64().unwrap() >= 12 && u["prompt_tokens"] == u["total_tokens"], "{u}");
     assert_eq!(v["unknown_model"], json!({"status": 404, "code": "model_not_found", "param": "model", "type": "not_found_error"}));
     assert_eq!(v["wrong_key"]["status"], 401);
 }
 
 #[test]
-fn the_ollama_python_package_chats_streaming_generates_and_lists_tags() {
+fn the_ollama_python_package_chats_streaming_generates_embeds_and_lists_tags() {
     let d = TestDaemon::new().start();
     let s = serve(&d, &[]);
     let v = python("ollama_client.py", &s, "tier2");
@@ -199,6 +218,10 @@ fn the_ollama_python_package_chats_streaming_generates_and_lists_tags() {
     assert_eq!(v["generate"]["text"], chat["text"], "greedy: generate and chat answer the same prompt the same way");
     assert_eq!(v["generate"]["done"], true);
     assert!(v["json"]["name"].is_string(), "{}", v["json"]);
+    let vectors: Vec<Vec<f64>> = serde_json::from_value(v["embed"]["vectors"].clone()).unwrap();
+    assert_eq!(vectors.len(), 2);
+    assert!(vectors.iter().all(|e| e.len() == 576), "SmolLM2's hidden size");
+    assert!(v["embed"]["prompt_eval_count"].as_u64().unwrap() > 0);
     assert_eq!(v["unknown_model"]["status"], 404);
     assert_eq!(v["no_key"]["status"], 401, "Ollama's client sends no key unless told: refused");
 }
@@ -301,12 +324,21 @@ fn errors_have_each_apis_shape_and_name_their_limit() {
     assert_eq!(r.status, 400);
     assert!(r.json()["error"]["message"].as_str().unwrap().contains("messages"), "serde says which field: {}", r.body);
 
-    let r = post(&s, "/v1/embeddings", json!({"model": "tier2", "input": "hi"}));
-    assert_eq!(r.status, 501);
-    assert!(r.json()["error"]["message"].as_str().unwrap().contains("embeddings are not supported"));
-    let r = post(&s, "/api/embed", json!({"model": "tier2", "input": "hi"}));
-    assert_eq!(r.status, 501);
-    assert!(r.json()["error"].as_str().unwrap().contains("embeddings are not supported"), "Ollama's shape: {}", r.body);
+    // Embeddings: token arrays and a size are refused by name, the daemon's per-text limit said through each API.
+    let r = post(&s, "/v1/embeddings", json!({"model": "tier2", "input": [1, 2, 3]}));
+    assert_eq!((r.status, &r.json()["error"]["param"]), (400, &json!("input")), "{}", r.body);
+    let r = post(&s, "/v1/embeddings", json!({"model": "tier2", "input": "hi", "dimensions": 64}));
+    assert_eq!((r.status, &r.json()["error"]["param"]), (400, &json!("dimensions")), "{}", r.body);
+    // SmolLM2 reads each digit as a token: 900 of them, in 900 bytes.
+    let long = "7".repeat(900);
+    let r = post(&s, "/v1/embeddings", json!({"model": "tier2", "input": long}));
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("the limit is 512 tokens a text"), "{}", r.body);
+    let r = post(&s, "/api/embed", json!({"model": "tier2", "input": [long]}));
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.json()["error"].as_str().unwrap().contains("the limit is 512 tokens a text"), "Ollama's shape: {}", r.body);
+    let r = post(&s, "/api/embeddings", json!({"model": "tier2", "prompt": "hi"}));
+    assert_eq!((r.status, r.json()["embedding"].as_array().map(Vec::len)), (200, Some(576)), "the older route: {}", r.body);
     let r = post(&s, "/api/chat", json!({"model": "nope", "messages": ask}));
     assert_eq!((r.status, r.json()["error"].is_string()), (404, true));
 }
@@ -433,4 +465,93 @@ fn generations_beyond_the_limit_get_429_naming_it() {
         assert!(r.status == 429 && Instant::now() < deadline, "{} {}", r.status, r.body);
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The text of an SSE chat stream's `choices[0].delta.content`s, and
+/// whether it ended with `[DONE]` and no error event.
+fn streamed_text(body: &str) -> (String, bool) {
+    let mut text = String::new();
+    let mut clean = true;
+    for e in events(body) {
+        if e == "[DONE]" {
+            return (text, clean);
+        }
+        let v: Value = serde_json::from_str(e).unwrap_or_else(|err| panic!("{err}: {e}"));
+        clean &= v.get("error").is_none();
+        text.push_str(v["choices"][0]["delta"]["content"].as_str().unwrap_or_default());
+    }
+    (text, false)
+}
+
+#[test]
+fn an_offloaded_tier_answers_over_http_and_a_node_killed_mid_stream_leaves_one_whole_answer() {
+    // This machine (namespace b): its revisd and `revis serve`; the node
+    // "desk" in namespace a, paired and offloaded to with the real CLI.
+    let net = NetnsPair::new();
+    net.b.enter();
+    let mut desk = TestDaemon::new()
+        .daemon("threads = 1")
+        .netns(&net.a.name)
+        .server("enabled = true\nlisten = \"0.0.0.0:0\"\nadvertise = false\nname = \"desk\"")
+        .start();
+    let laptop = TestDaemon::new().daemon("threads = 1").start();
+    let data = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (port, code, mut events) = rt.block_on(async {
+        let mut c = desk.client().await;
+        let port = crate::server_mode::listen_addr(&mut c).await.port();
+        let (code, events) = crate::server_mode::open_pairing(&mut c).await;
+        (port, code, events)
+    });
+    let socket = laptop.socket.to_str().unwrap();
+    let cli = |args: &[&str]| {
+        let out = crate::server_mode::revis(data.path(), &[&["--socket", socket], args].concat());
+        assert!(out.status.success(), "revis {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    cli(&["pair", &format!("{}:{port}", net.a.addr), "--code", &code, "--as", "desk", "--name", "laptop"]);
+    assert!(matches!(rt.block_on(crate::server_mode::pairing_end(&mut events)), pb::pairing_event::Event::Paired(_)));
+    cli(&["offload", "tier2", "on"]);
+    let s = serve_with(&laptop, data, &[]);
+
+    // A long greedy story, streamed; the node is killed after 20 events.
+    let story = "Write a long story about a dragon who learns to fly.";
+    let body =
+        json!({"model": "tier2", "messages": [{"role": "user", "content": story}], "stream": true, "temperature": 0, "max_tokens": 300});
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.set_read_timeout(Some(STEP)).unwrap();
+    c.write_all(&request_bytes(&s, "POST", "/v1/chat/completions", s.key.as_deref(), &body.to_string())).unwrap();
+    let before = read_events(&mut c, 20);
+    assert!(before.starts_with("HTTP/1.1 200"), "{before}");
+    // SAFETY: the PID of a child this test started.
+    unsafe { libc::kill(desk.pid() as i32, libc::SIGKILL) };
+    assert!(desk.wait_exit(Duration::from_secs(5)).is_some(), "the node was killed");
+    let mut rest = Vec::new();
+    c.read_to_end(&mut rest).unwrap();
+    let whole = format!("{before}{}", String::from_utf8_lossy(&rest));
+    let body = whole.split_once("\r\n\r\n").map(|(_, b)| dechunk(b)).unwrap();
+    let (text, clean) = streamed_text(&body);
+    assert!(clean, "one answer, no error, then [DONE]: {body}");
+
+    // Where it failed over, as revis serve logged it; what follows is
+    // exactly what this machine's daemon continues from there.
+    let log = std::fs::read_to_string(s._data.path().join("serve.log")).unwrap();
+    let line = log.lines().find(|l| l.contains("continuing here")).unwrap_or_else(|| panic!("no failover logged: {log}"));
+    let field = |name: &str| -> usize {
+        line.split(&format!(" {name}=")).nth(1).and_then(|r| r.split_whitespace().next()).and_then(|n| n.parse().ok()).unwrap()
+    };
+    let (shown, tokens) = (field("shown"), field("shown_tokens"));
+    assert!(shown > 0 && shown < text.len(), "{shown} of {}", text.len());
+    let continued = rt.block_on(async {
+        let local = laptop.client().await;
+        let req = GenerateParams {
+            tier: Tier::Tier2,
+            messages: vec![Message::user(story)],
+            sampling: Sampling { temperature: Some(0.0), ..Default::default() },
+            max_tokens: Some(300 - tokens as u32),
+            answer_prefix: text[..shown].to_owned(),
+            ..Default::default()
+        };
+        Runner::generate(&local, req, |_| {}).await.unwrap().text
+    });
+    assert_eq!(continued, text[shown..], "nothing repeated, nothing lost");
 }

@@ -9,6 +9,7 @@ mod chat;
 mod cli;
 mod discovery;
 mod dispatch;
+mod embed;
 mod ensemble;
 mod ensemble_cli;
 mod fuzz;

@@ -48,6 +48,9 @@ def main() -> None:
     )
     out["json"] = json.loads(r.message.content)
 
+    r = client.embed(model=model, input=["The cat sat on the mat.", "Quarterly tax filings are due in April."])
+    out["embed"] = {"vectors": r.embeddings, "prompt_eval_count": r.prompt_eval_count}
+
     try:
         client.generate(model="no-such-model", prompt="hi")
         out["unknown_model"] = "no error"

@@ -66,6 +66,18 @@ def main() -> None:
     r = client.completions.create(model=model, prompt="The capital of France is", temperature=0, max_tokens=16)
     out["completion"] = {"text": r.choices[0].text, "object": r.object, "finish_reason": r.choices[0].finish_reason}
 
+    # The package asks for base64 unless told; both forms are checked.
+    texts = ["The cat sat on the mat.", "A cat was sitting on a mat.", "Quarterly tax filings are due in April."]
+    r = client.embeddings.create(model=model, input=texts)
+    floats = client.embeddings.create(model=model, input=texts[0], encoding_format="float")
+    out["embeddings"] = {
+        "object": r.object,
+        "vectors": [d.embedding for d in r.data],
+        "indices": [d.index for d in r.data],
+        "usage": r.usage.model_dump(exclude_none=True),
+        "float_first": floats.data[0].embedding,
+    }
+
     try:
         client.chat.completions.create(model="no-such-model", messages=question, max_tokens=4)
         out["unknown_model"] = "no error"

@@ -11,8 +11,10 @@
 //! - Ollama: `GET /api/tags`, `/api/version`, `/api/ps`, `POST /api/show`,
 //!   `/api/chat` and `/api/generate` (NDJSON streaming unless `stream:
 //!   false`); errors are `{"error": "..."}`.
-//! - Embeddings (`/v1/embeddings`, `/api/embed`, `/api/embeddings`): 501,
-//!   revis's engine gives no embeddings yet.
+//! - Embeddings: `POST /v1/embeddings` (floats or base64), `/api/embed`
+//!   and the older `/api/embeddings`: the tier's model's hidden states,
+//!   mean-pooled and L2-normalised (any model gives them; a model trained
+//!   for embeddings gives better ones).
 //!
 //! A model is named by its tier (`tier2`) or by the model a tier runs
 //! (`smollm2-135m-instruct`): see [`models`].
@@ -123,7 +125,8 @@ struct App<B> {
 type Shared<B> = Arc<App<B>>;
 
 impl<B: Backend> App<B> {
-    /// A place for one more generation, or a 429 naming the limit.
+    /// A place for one more generation (an embedding call takes one too),
+    /// or a 429 naming the limit.
     fn generation_place(&self, flavor: Flavor) -> Result<OwnedSemaphorePermit, ApiError> {
         self.generations.clone().try_acquire_owned().map_err(|_| {
             ApiError::too_many(
@@ -151,15 +154,15 @@ pub fn router<B: Backend>(backend: B, opts: Options) -> Router {
         .route("/v1/models/{model}", get(openai::model::<B>))
         .route("/v1/chat/completions", post(openai::chat::<B>))
         .route("/v1/completions", post(openai::completions::<B>))
-        .route("/v1/embeddings", post(openai::embeddings))
+        .route("/v1/embeddings", post(openai::embeddings::<B>))
         .route("/api/tags", get(ollama::tags::<B>))
         .route("/api/ps", get(ollama::ps::<B>))
         .route("/api/version", get(ollama::version))
         .route("/api/show", post(ollama::show::<B>))
         .route("/api/chat", post(ollama::chat::<B>))
         .route("/api/generate", post(ollama::generate::<B>))
-        .route("/api/embed", post(ollama::embed))
-        .route("/api/embeddings", post(ollama::embed))
+        .route("/api/embed", post(ollama::embed::<B>))
+        .route("/api/embeddings", post(ollama::embeddings::<B>))
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(app.clone(), guard::<B>))
         .with_state(app)

@@ -15,24 +15,35 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use revis_client::dispatch::Dispatcher;
-use revis_client::{CallError, Client, ClientError, Runner, Tier, TierStatus};
+use revis_client::{CallError, Client, ClientError, EmbedParams, Embedded, Runner, Tier, TierStatus};
 
 /// What the server runs on: a [`Runner`] that can also say which models
 /// its tiers run.
 pub trait Backend: Runner {
     /// The tiers of this machine's daemon.
     fn tiers(&self) -> impl Future<Output = Result<Vec<TierStatus>, CallError>> + Send;
+
+    /// Embeddings of texts with a tier's model, from where the tier runs.
+    fn embed(&self, req: EmbedParams) -> impl Future<Output = Result<Embedded, CallError>> + Send;
 }
 
 impl Backend for Client {
     async fn tiers(&self) -> Result<Vec<TierStatus>, CallError> {
         self.status().await.map(|s| s.tiers).map_err(ClientError::into_call)
     }
+
+    async fn embed(&self, req: EmbedParams) -> Result<Embedded, CallError> {
+        Client::embed(self, &req).await.map_err(ClientError::into_call)
+    }
 }
 
 impl Backend for Dispatcher {
     async fn tiers(&self) -> Result<Vec<TierStatus>, CallError> {
         self.local().tiers().await
+    }
+
+    async fn embed(&self, req: EmbedParams) -> Result<Embedded, CallError> {
+        Dispatcher::embed(self, req).await
     }
 }
 

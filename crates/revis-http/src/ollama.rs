@@ -1,4 +1,5 @@
-//! Ollama's API (`/api`): tags, ps, version, show, chat, generate.
+//! Ollama's API (`/api`): tags, ps, version, show, chat, generate, embed
+//! (and the older embeddings).
 //!
 //! Ollama publishes no Rust types for its server side, so its requests and
 //! replies are the serde structs below, written from Ollama's API document.
@@ -18,7 +19,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use revis_client::{Done, Format, GenerateParams, Message, Role, Sampling};
+use revis_client::{Done, EmbedParams, Format, GenerateParams, Message, Role, Sampling};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -194,16 +195,69 @@ pub(crate) async fn show<B: Backend>(State(app): State<Shared<B>>, body: Body) -
             "template": "",
             "details": details(e),
             "model_info": {"revis.tier": e.tier.as_str(), "revis.model": e.model, "revis.context_length": e.context_tokens},
-            "capabilities": ["completion"],
+            "capabilities": ["completion", "embedding"],
             "modified_at": now(),
         })))
     };
     r.await.unwrap_or_else(IntoResponse::into_response)
 }
 
-pub(crate) async fn embed() -> Response {
-    ApiError::new(FLAVOR, StatusCode::NOT_IMPLEMENTED, "embeddings are not supported: revis's engine does not produce embeddings yet")
-        .into_response()
+#[derive(Deserialize)]
+struct EmbedRequest {
+    model: String,
+    /// A string or strings.
+    input: Value,
+}
+
+/// The older form: one `prompt`, one `embedding`.
+#[derive(Deserialize)]
+struct EmbeddingsRequest {
+    model: String,
+    prompt: String,
+}
+
+/// Embeds `inputs` with the model `model` names; the figures Ollama reports.
+async fn embed_texts<B: Backend>(app: &Shared<B>, model: &str, inputs: Vec<String>) -> Result<(revis_client::Embedded, u64), ApiError> {
+    let c = catalog(app).await?;
+    let tier = c.find(model).ok_or_else(|| not_found(model))?.tier;
+    let _place = app.generation_place(FLAVOR)?;
+    let t0 = std::time::Instant::now();
+    let out = app.backend.embed(EmbedParams { tier, inputs }).await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
+    Ok((out, t0.elapsed().as_nanos() as u64))
+}
+
+pub(crate) async fn embed<B: Backend>(State(app): State<Shared<B>>, body: Body) -> Response {
+    let r = async {
+        let req: EmbedRequest = request::json(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
+        let inputs = match req.input {
+            Value::String(s) => vec![s],
+            Value::Array(items) => items
+                .into_iter()
+                .map(|v| match v {
+                    Value::String(s) => Ok(s),
+                    _ => Err(ApiError::invalid(FLAVOR, "input", "input must be a string or an array of strings")),
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            _ => return Err(ApiError::invalid(FLAVOR, "input", "input must be a string or an array of strings")),
+        };
+        let (out, ns) = embed_texts(&app, &req.model, inputs).await?;
+        let tokens: u32 = out.embeddings.iter().map(|e| e.tokens).sum();
+        let embeddings: Vec<&Vec<f32>> = out.embeddings.iter().map(|e| &e.values).collect();
+        Ok(json_response(&json!({
+            "model": req.model, "embeddings": embeddings, "total_duration": ns, "load_duration": 0, "prompt_eval_count": tokens,
+        })))
+    };
+    r.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+pub(crate) async fn embeddings<B: Backend>(State(app): State<Shared<B>>, body: Body) -> Response {
+    let r = async {
+        let req: EmbeddingsRequest = request::json(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
+        let (out, _) = embed_texts(&app, &req.model, vec![req.prompt]).await?;
+        let values = out.embeddings.into_iter().next().map(|e| e.values).unwrap_or_default();
+        Ok::<_, ApiError>(json_response(&json!({ "embedding": values })))
+    };
+    r.await.unwrap_or_else(IntoResponse::into_response)
 }
 
 fn format(f: &Option<Value>) -> Result<Format, ApiError> {

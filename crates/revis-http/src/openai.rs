@@ -12,6 +12,10 @@
 //! A legacy completion's `prompt` is sent as one user message (revis's
 //! engine always applies the model's chat template).
 //!
+//! Embeddings take a string or strings (not token arrays, nor
+//! `dimensions`) and answer floats, or base64 (little-endian f32) when
+//! `encoding_format` says so, as OpenAI's own Python package asks.
+//!
 //! Streaming (`stream: true`): the status waits for the answer's first text
 //! (so a refused request still gets its 4xx); then `data:` chunks, the first
 //! with the assistant's role, each with `choices[0].delta.content`, a last
@@ -29,12 +33,16 @@ use async_openai::types::chat::{
 };
 use async_openai::types::chat::{Choice, CompletionFinishReason, Prompt};
 use async_openai::types::completions::{CreateCompletionRequest, CreateCompletionResponse};
+use async_openai::types::embeddings::{
+    Base64Embedding, Base64EmbeddingVector, CreateBase64EmbeddingResponse, CreateEmbeddingRequest, CreateEmbeddingResponse, Embedding,
+    EmbeddingInput, EmbeddingUsage, EncodingFormat,
+};
 use async_openai::types::models::{ListModelResponse, Model};
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use revis_client::{Done, Format, GenerateParams, Message, Sampling};
+use revis_client::{Done, EmbedParams, Format, GenerateParams, Message, Sampling};
 
 use crate::error::{ApiError, Flavor};
 use crate::generation::{Generation, Piece};
@@ -66,9 +74,59 @@ pub(crate) async fn model<B: Backend>(State(app): State<Shared<B>>, Path(name): 
     }
 }
 
-pub(crate) async fn embeddings() -> Response {
-    ApiError::new(FLAVOR, StatusCode::NOT_IMPLEMENTED, "embeddings are not supported: revis's engine does not produce embeddings yet")
-        .into_response()
+pub(crate) async fn embeddings<B: Backend>(State(app): State<Shared<B>>, body: Body) -> Response {
+    embeddings_response(app, body).await.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn embeddings_response<B: Backend>(app: Shared<B>, body: Body) -> Result<Response, ApiError> {
+    let req: CreateEmbeddingRequest = request::json(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
+    let inputs = match req.input {
+        EmbeddingInput::String(s) => vec![s],
+        EmbeddingInput::StringArray(v) => v,
+        EmbeddingInput::IntegerArray(_) | EmbeddingInput::ArrayOfIntegerArray(_) => {
+            return Err(ApiError::invalid(
+                FLAVOR,
+                "input",
+                "token arrays cannot be embedded: revis's models have their own tokenizers; send the text",
+            ));
+        }
+    };
+    if req.dimensions.is_some() {
+        return Err(ApiError::invalid(FLAVOR, "dimensions", "dimensions is not supported: an embedding has the model's own size"));
+    }
+    let tier = resolve(&app, &req.model, FLAVOR).await?;
+    let _place = app.generation_place(FLAVOR)?;
+    let out = app.backend.embed(EmbedParams { tier, inputs }).await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
+    let tokens: u32 = out.embeddings.iter().map(|e| e.tokens).sum();
+    let usage = EmbeddingUsage { prompt_tokens: tokens, total_tokens: tokens };
+    let (object, model) = ("list".to_owned(), req.model);
+    if req.encoding_format == Some(EncodingFormat::Base64) {
+        let data = out
+            .embeddings
+            .iter()
+            .enumerate()
+            .map(|(i, e)| Base64Embedding {
+                index: i as u32,
+                object: "embedding".into(),
+                embedding: Base64EmbeddingVector(base64_floats(&e.values)),
+            })
+            .collect();
+        return Ok(json_response(&CreateBase64EmbeddingResponse { object, model, data, usage }));
+    }
+    let data = out
+        .embeddings
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| Embedding { index: i as u32, object: "embedding".into(), embedding: e.values })
+        .collect();
+    Ok(json_response(&CreateEmbeddingResponse { object, model, data, usage }))
+}
+
+/// OpenAI's base64 embeddings: the floats as little-endian f32 bytes.
+fn base64_floats(values: &[f32]) -> String {
+    use base64::Engine as _;
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 /// The tier a request's `model` names.
@@ -420,6 +478,7 @@ async fn completion_response<B: Backend>(app: Shared<B>, body: Body) -> Result<R
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::StatusCode;
     use serde_json::json;
 
     fn chat_req(v: serde_json::Value) -> Result<GenerateParams, ApiError> {
