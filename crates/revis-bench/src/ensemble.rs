@@ -347,7 +347,7 @@ pub fn merge_gate() -> f32 {
 /// after `prefix`, with `top` alternatives at each position.
 async fn score(client: &Client, tier: Tier, prefix: &str, continuations: Vec<String>, top: u32) -> anyhow::Result<Vec<Scored>> {
     let n = continuations.len();
-    let p = ScoreParams { tier, messages: Vec::new(), prefix: prefix.to_owned(), continuations, top_logprobs: top };
+    let p = ScoreParams { tier, prefix: prefix.to_owned(), continuations, top_logprobs: top, ..Default::default() };
     let got = client.score(&p).await.map_err(|e| anyhow::anyhow!("Score: {e}"))?;
     if got.len() != n {
         bail!("Score answered {} results for {n} continuations", got.len());

@@ -8,6 +8,7 @@
 //! revisd (decode, prompt speed, cold and warm time to first token).
 //! `--chat` measures a chat turn with and without pre-prefill instead;
 //! `--remote` the Unix socket against server mode's mutual TLS;
+//! `--http` `revis serve`'s OpenAI API against the gRPC client;
 //! `--dispatch` a second daemon through the dispatcher, and fallback latency;
 //! `--faults` what revis does under misbehaving callers and kill -9
 //! (docs/RELIABILITY.md).
@@ -18,6 +19,7 @@ mod daemon;
 mod dispatch;
 mod ensemble;
 mod faults;
+mod http;
 mod llama_bench;
 mod machine;
 mod proc;
@@ -95,7 +97,12 @@ struct Args {
     /// loopback, one revisd), on the first model and the most threads.
     #[arg(long, conflicts_with = "chat")]
     remote: bool,
-    /// With --remote: alternating socket/TLS decode pairs after one warm-up each.
+    /// Run only the HTTP benchmark: `revis serve`'s streaming chat completions
+    /// against the gRPC client on the same revisd (decode speed, first token),
+    /// on the first model and the most threads.
+    #[arg(long, conflicts_with_all = ["chat", "remote"])]
+    http: bool,
+    /// With --remote or --http: alternating decode pairs after one warm-up each.
     #[arg(long, default_value_t = 10)]
     pairs: u32,
     /// With --remote: new connections per transport (connect, then time to first token).
@@ -161,6 +168,12 @@ fn main() -> anyhow::Result<()> {
     }
     if args.dispatch {
         return rt.block_on(run_dispatch(args));
+    }
+    if args.http {
+        if args.pairs == 0 {
+            bail!("need --pairs ≥ 1");
+        }
+        return rt.block_on(run_http(args));
     }
     if args.remote {
         if args.pairs == 0 || args.connections == 0 {
@@ -240,6 +253,39 @@ async fn run_remote(args: Args) -> anyhow::Result<()> {
         let doc = args.doc.clone().unwrap_or_else(|| root.join("docs/BENCHMARKS.md"));
         let old = std::fs::read_to_string(&doc).unwrap_or_default();
         std::fs::write(&doc, remote::splice(&old, &section))?;
+        eprintln!("revis-bench: updated {}", doc.display());
+    }
+    Ok(())
+}
+
+async fn run_http(args: Args) -> anyhow::Result<()> {
+    let revisd = revisd_path(&args)?;
+    let name = &args.models[0];
+    let model = model_file(name).await?;
+    let settings = http::Settings {
+        threads: *args.threads.iter().max().unwrap_or(&2),
+        context: args.context,
+        batch: args.batch,
+        n_gen: args.n_gen,
+        pairs: args.pairs,
+    };
+    let machine = machine::Machine::detect();
+    let date = machine::utc_now();
+    let command = args_line();
+    let result = http::run(&revisd, &model, &settings).await?;
+    let section = http::report(&result, &settings, &http::About { date: &date, command: &command, machine: &machine, model: name });
+    println!("{section}");
+    let root = workspace_root();
+    let raw = root.join("target/revis-bench/last-http-run.json");
+    if let Some(dir) = raw.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&raw, serde_json::to_string_pretty(&http::raw_json(&result))?)?;
+    eprintln!("revis-bench: raw samples in {}", raw.display());
+    if args.write {
+        let doc = args.doc.clone().unwrap_or_else(|| root.join("docs/BENCHMARKS.md"));
+        let old = std::fs::read_to_string(&doc).unwrap_or_default();
+        std::fs::write(&doc, http::splice(&old, &section))?;
         eprintln!("revis-bench: updated {}", doc.display());
     }
     Ok(())
