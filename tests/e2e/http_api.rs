@@ -513,6 +513,19 @@ fn an_offloaded_tier_answers_over_http_and_a_node_killed_mid_stream_leaves_one_w
     cli(&["offload", "tier2", "on"]);
     let s = serve_with(&laptop, data, &[]);
 
+    // The node's tiers can be named, and a request that names one runs there.
+    let listed: Vec<String> = http(&s, "GET", "/v1/models", s.key.as_deref(), "").json()["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(listed.iter().any(|m| m == "desk/tier1"), "{listed:?}");
+    let named = |model: &str| {
+        post(&s, "/v1/chat/completions", json!({"model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}))
+    };
+    assert_eq!(named("desk/tier1").status, 200);
+
     // A long greedy story, streamed; the node is killed after 20 events.
     let story = "Write a long story about a dragon who learns to fly.";
     let body =
@@ -554,4 +567,10 @@ fn an_offloaded_tier_answers_over_http_and_a_node_killed_mid_stream_leaves_one_w
         Runner::generate(&local, req, |_| {}).await.unwrap().text
     });
     assert_eq!(continued, text[shown..], "nothing repeated, nothing lost");
+
+    // With the node gone, a request naming it says so; the same tier unnamed runs here.
+    let gone = named("desk/tier1");
+    assert_eq!(gone.status, 503, "{}", gone.body);
+    assert!(gone.json()["error"]["message"].as_str().unwrap().contains("\"desk\" does not answer"), "{}", gone.body);
+    assert_eq!(named("tier1").status, 200);
 }

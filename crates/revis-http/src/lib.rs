@@ -125,6 +125,43 @@ struct App<B> {
 type Shared<B> = Arc<App<B>>;
 
 impl<B: Backend> App<B> {
+    /// A paired node's daemon, for a request that names it (`NODE/TIER`),
+    /// or a 503 saying it does not answer.
+    fn node(&self, flavor: Flavor, node: &str) -> Result<revis_client::Client, ApiError> {
+        self.backend.node(node).ok_or_else(|| {
+            ApiError::new(
+                flavor,
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                format!("the paired node {node:?} does not answer now; the model list says what can be used"),
+            )
+        })
+    }
+
+    /// Starts a generation where `entry` runs: its node alone, or the dispatcher.
+    fn start(
+        &self,
+        flavor: Flavor,
+        entry: &models::Entry,
+        mut params: revis_client::GenerateParams,
+        place: OwnedSemaphorePermit,
+    ) -> Result<generation::Generation, ApiError> {
+        params.tier = entry.tier;
+        Ok(match &entry.node {
+            None => generation::Generation::start(self.backend.clone(), params, place),
+            Some(node) => generation::Generation::start(self.node(flavor, node)?, params, place),
+        })
+    }
+
+    /// Embeddings where `entry` runs.
+    async fn embed(&self, flavor: Flavor, entry: &models::Entry, inputs: Vec<String>) -> Result<revis_client::Embedded, ApiError> {
+        let req = revis_client::EmbedParams { tier: entry.tier, inputs };
+        let r = match &entry.node {
+            None => self.backend.embed(req).await,
+            Some(node) => self.node(flavor, node)?.embed(&req).await.map_err(revis_client::ClientError::into_call),
+        };
+        r.map_err(|e| ApiError::from_call(flavor, &e))
+    }
+
     /// A place for one more generation (an embedding call takes one too),
     /// or a 429 naming the limit.
     fn generation_place(&self, flavor: Flavor) -> Result<OwnedSemaphorePermit, ApiError> {

@@ -6,8 +6,11 @@
 //! path, the file's name without `.gguf` (and a file the catalog knows by
 //! its catalog name). A model several tiers run means the default tier if
 //! that is one of them, else the first. Ollama's `:latest` tag is accepted
-//! and ignored. A paired node's tier cannot be named (`node/tier3`): the
-//! dispatcher decides where a tier runs (`revis offload`), per tier.
+//! and ignored. A paired node's tier is `NODE/TIER` (`desk/tier3`, the
+//! node's name as paired): such a request goes to that node alone, with
+//! no failover (it names where it must run), and a 503 while the node does
+//! not answer. Every paired node's tiers (as last seen) are listed. A
+//! plain tier is the dispatcher's to place (`revis offload`).
 
 use std::future::Future;
 use std::path::Path;
@@ -25,6 +28,16 @@ pub trait Backend: Runner {
 
     /// Embeddings of texts with a tier's model, from where the tier runs.
     fn embed(&self, req: EmbedParams) -> impl Future<Output = Result<Embedded, CallError>> + Send;
+
+    /// The paired nodes and the tiers each serves (as last seen).
+    fn nodes(&self) -> Vec<(String, Vec<Tier>)> {
+        Vec::new()
+    }
+
+    /// A paired node's daemon, for a request that names it.
+    fn node(&self, _name: &str) -> Option<Client> {
+        None
+    }
 }
 
 impl Backend for Client {
@@ -45,6 +58,14 @@ impl Backend for Dispatcher {
     async fn embed(&self, req: EmbedParams) -> Result<Embedded, CallError> {
         Dispatcher::embed(self, req).await
     }
+
+    fn nodes(&self) -> Vec<(String, Vec<Tier>)> {
+        Dispatcher::nodes(self).into_iter().map(|n| (n.name, n.tiers)).collect()
+    }
+
+    fn node(&self, name: &str) -> Option<Client> {
+        self.node_client(name)
+    }
 }
 
 /// One model as the APIs list it.
@@ -53,6 +74,9 @@ pub struct Entry {
     /// What a request names.
     pub name: String,
     pub tier: Tier,
+    /// The paired node that runs it (a `NODE/TIER` name); None: this
+    /// machine's dispatcher places it.
+    pub node: Option<String>,
     /// The tier's model (catalog name or file name).
     pub model: String,
     pub state: revis_client::ModelState,
@@ -81,12 +105,15 @@ pub fn model_name(model: &str) -> String {
 }
 
 impl Catalog {
-    pub fn new(tiers: &[TierStatus]) -> Catalog {
+    /// This machine's `tiers` and the models they run, then each of
+    /// `nodes`' tiers as `NODE/TIER`.
+    pub fn new(tiers: &[TierStatus], nodes: &[(String, Vec<Tier>)]) -> Catalog {
         let entry = |name: String, t: &TierStatus| {
             let known = revis_models::find(&model_name(&t.model));
             Entry {
                 name,
                 tier: t.tier,
+                node: None,
                 model: model_name(&t.model),
                 state: t.state,
                 memory_bytes: t.memory_bytes,
@@ -103,6 +130,21 @@ impl Catalog {
             let name = model_name(&t.model);
             if !name.is_empty() && !entries.iter().any(|e| e.name == name) {
                 entries.push(entry(name, t));
+            }
+        }
+        for (node, node_tiers) in nodes {
+            for &tier in node_tiers {
+                entries.push(Entry {
+                    name: format!("{node}/{tier}"),
+                    tier,
+                    node: Some(node.clone()),
+                    model: String::new(),
+                    state: revis_client::ModelState::Ready,
+                    memory_bytes: 0,
+                    context_tokens: 0,
+                    size: 0,
+                    digest: String::new(),
+                });
             }
         }
         Catalog { entries }
@@ -131,7 +173,7 @@ pub(crate) struct Cached(Mutex<Option<(Instant, Arc<Catalog>)>>);
 impl Cached {
     /// Read now.
     pub(crate) async fn fresh<B: Backend>(&self, backend: &B) -> Result<Arc<Catalog>, CallError> {
-        let c = Arc::new(Catalog::new(&backend.tiers().await?));
+        let c = Arc::new(Catalog::new(&backend.tiers().await?, &backend.nodes()));
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), c.clone()));
         Ok(c)
     }
@@ -158,12 +200,18 @@ mod tests {
     #[test]
     fn tiers_and_their_models_are_names() {
         let smol = revis_models::find("smollm2-135m-instruct").unwrap();
-        let c = Catalog::new(&[
-            tier(Tier::Tier1, "gemma3-270m"),
-            tier(Tier::Tier2, &format!("/home/u/models/{}", smol.file_name)),
-            tier(Tier::Tier3, "/models/my-own-8b.Q4.gguf"),
-        ]);
-        assert_eq!(c.names(), ["tier1", "tier2", "tier3", "smollm2-135m-instruct", "gemma3-270m", "my-own-8b.Q4"]);
+        let c = Catalog::new(
+            &[
+                tier(Tier::Tier1, "gemma3-270m"),
+                tier(Tier::Tier2, &format!("/home/u/models/{}", smol.file_name)),
+                tier(Tier::Tier3, "/models/my-own-8b.Q4.gguf"),
+            ],
+            &[("desk".into(), vec![Tier::Tier3])],
+        );
+        assert_eq!(c.names(), ["tier1", "tier2", "tier3", "smollm2-135m-instruct", "gemma3-270m", "my-own-8b.Q4", "desk/tier3"]);
+        let desk = c.find("desk/tier3").unwrap();
+        assert_eq!((desk.tier, desk.node.as_deref()), (Tier::Tier3, Some("desk")));
+        assert_eq!(c.find("tier3").unwrap().node, None, "a plain tier is placed by the dispatcher");
         assert_eq!(c.find("smollm2-135m-instruct").unwrap().tier, Tier::Tier2);
         assert_eq!(c.find("smollm2-135m-instruct").unwrap().size, smol.size);
         assert_eq!(c.find("tier3:latest").unwrap().model, "my-own-8b.Q4");
@@ -172,7 +220,7 @@ mod tests {
 
     #[test]
     fn a_model_of_several_tiers_means_the_default_tier() {
-        let c = Catalog::new(&[tier(Tier::Tier1, "gemma3-270m"), tier(Tier::Tier2, "gemma3-270m"), tier(Tier::Tier3, "gemma3-270m")]);
+        let c = Catalog::new(&[tier(Tier::Tier1, "gemma3-270m"), tier(Tier::Tier2, "gemma3-270m"), tier(Tier::Tier3, "gemma3-270m")], &[]);
         assert_eq!(c.find("gemma3-270m").unwrap().tier, Tier::DEFAULT);
     }
 }

@@ -19,12 +19,12 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use revis_client::{Done, EmbedParams, Format, GenerateParams, Message, Role, Sampling};
+use revis_client::{Done, Format, GenerateParams, Message, Role, Sampling};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::error::{ApiError, Flavor};
-use crate::generation::{Generation, Piece};
+use crate::generation::Piece;
 use crate::models::{Backend, Catalog, Entry};
 use crate::{Shared, request};
 
@@ -219,10 +219,10 @@ struct EmbeddingsRequest {
 /// Embeds `inputs` with the model `model` names; the figures Ollama reports.
 async fn embed_texts<B: Backend>(app: &Shared<B>, model: &str, inputs: Vec<String>) -> Result<(revis_client::Embedded, u64), ApiError> {
     let c = catalog(app).await?;
-    let tier = c.find(model).ok_or_else(|| not_found(model))?.tier;
+    let entry = c.find(model).ok_or_else(|| not_found(model))?.clone();
     let _place = app.generation_place(FLAVOR)?;
     let t0 = std::time::Instant::now();
-    let out = app.backend.embed(EmbedParams { tier, inputs }).await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
+    let out = app.embed(FLAVOR, &entry, inputs).await?;
     Ok((out, t0.elapsed().as_nanos() as u64))
 }
 
@@ -395,17 +395,11 @@ impl Kind {
     }
 }
 
-async fn answer<B: Backend>(
-    app: Shared<B>,
-    model: String,
-    mut params: GenerateParams,
-    stream: bool,
-    kind: Kind,
-) -> Result<Response, ApiError> {
+async fn answer<B: Backend>(app: Shared<B>, model: String, params: GenerateParams, stream: bool, kind: Kind) -> Result<Response, ApiError> {
     let catalog = catalog(&app).await?;
-    params.tier = catalog.find(&model).ok_or_else(|| not_found(&model))?.tier;
+    let entry = catalog.find(&model).ok_or_else(|| not_found(&model))?.clone();
     let place = app.generation_place(FLAVOR)?;
-    let mut generation = Generation::start(app.backend.clone(), params, place);
+    let mut generation = app.start(FLAVOR, &entry, params, place)?;
     let started = generation.started;
     if !stream {
         let done = generation.finish().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;

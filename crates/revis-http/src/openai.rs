@@ -42,7 +42,7 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use revis_client::{Done, EmbedParams, Format, GenerateParams, Message, Sampling};
+use revis_client::{Done, Format, GenerateParams, Message, Sampling};
 
 use crate::error::{ApiError, Flavor};
 use crate::generation::{Generation, Piece};
@@ -94,9 +94,9 @@ async fn embeddings_response<B: Backend>(app: Shared<B>, body: Body) -> Result<R
     if req.dimensions.is_some() {
         return Err(ApiError::invalid(FLAVOR, "dimensions", "dimensions is not supported: an embedding has the model's own size"));
     }
-    let tier = resolve(&app, &req.model, FLAVOR).await?;
+    let entry = resolve(&app, &req.model, FLAVOR).await?;
     let _place = app.generation_place(FLAVOR)?;
-    let out = app.backend.embed(EmbedParams { tier, inputs }).await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
+    let out = app.embed(FLAVOR, &entry, inputs).await?;
     let tokens: u32 = out.embeddings.iter().map(|e| e.tokens).sum();
     let usage = EmbeddingUsage { prompt_tokens: tokens, total_tokens: tokens };
     let (object, model) = ("list".to_owned(), req.model);
@@ -129,10 +129,10 @@ fn base64_floats(values: &[f32]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-/// The tier a request's `model` names.
-async fn resolve<B: Backend>(app: &Shared<B>, model: &str, flavor: Flavor) -> Result<revis_client::Tier, ApiError> {
+/// What a request's `model` names.
+async fn resolve<B: Backend>(app: &Shared<B>, model: &str, flavor: Flavor) -> Result<crate::models::Entry, ApiError> {
     let catalog = app.catalog.get(&app.backend).await.map_err(|e| ApiError::from_call(flavor, &e))?;
-    catalog.find(model).map(|e| e.tier).ok_or_else(|| ApiError::model_not_found(flavor, model, &catalog.names()))
+    catalog.find(model).cloned().ok_or_else(|| ApiError::model_not_found(flavor, model, &catalog.names()))
 }
 
 fn text_parts<'a>(parts: impl Iterator<Item = Option<&'a str>>, param: &str) -> Result<String, ApiError> {
@@ -374,10 +374,10 @@ pub(crate) async fn chat<B: Backend>(State(app): State<Shared<B>>, body: Body) -
 
 async fn chat_response<B: Backend>(app: Shared<B>, body: Body) -> Result<Response, ApiError> {
     let req: CreateChatCompletionRequest = request::json(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
-    let mut params = chat_params(&req)?;
-    params.tier = resolve(&app, &req.model, FLAVOR).await?;
+    let params = chat_params(&req)?;
+    let entry = resolve(&app, &req.model, FLAVOR).await?;
     let place = app.generation_place(FLAVOR)?;
-    let mut generation = Generation::start(app.backend.clone(), params, place);
+    let mut generation = app.start(FLAVOR, &entry, params, place)?;
     let (id, created, model) = (new_id("chatcmpl"), unix_now(), req.model.clone());
     if req.stream != Some(true) {
         let done = generation.finish().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
@@ -448,10 +448,10 @@ fn completion_finish(d: &Done) -> CompletionFinishReason {
 
 async fn completion_response<B: Backend>(app: Shared<B>, body: Body) -> Result<Response, ApiError> {
     let req: CreateCompletionRequest = request::json(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
-    let mut params = completion_params(&req)?;
-    params.tier = resolve(&app, &req.model, FLAVOR).await?;
+    let params = completion_params(&req)?;
+    let entry = resolve(&app, &req.model, FLAVOR).await?;
     let place = app.generation_place(FLAVOR)?;
-    let mut generation = Generation::start(app.backend.clone(), params, place);
+    let mut generation = app.start(FLAVOR, &entry, params, place)?;
     let (id, created, model) = (new_id("cmpl"), unix_now(), req.model.clone());
     let response = move |text: String, finish: Option<CompletionFinishReason>, usage: Option<CompletionUsage>| CreateCompletionResponse {
         id: id.clone(),

@@ -316,6 +316,14 @@ impl Dispatcher {
         }))
     }
 
+    /// The daemon of a paired node (by name or device ID) whose breaker is
+    /// closed, to send it a request of its own (no routing, no failover).
+    pub fn node_client(&self, node: &str) -> Option<Client> {
+        let state = self.lock();
+        let n = state.nodes.iter().find(|n| n.healthy && (n.name == node || n.device_id.to_string() == node))?;
+        state.clients.get(&n.device_id).cloned()
+    }
+
     /// The paired nodes as last probed.
     pub fn nodes(&self) -> Vec<NodeView> {
         self.lock().nodes.clone()
