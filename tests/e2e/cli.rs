@@ -469,3 +469,77 @@ async fn offloading_a_tier_whose_model_another_tier_uses_here_says_the_model_sta
     assert!(worked(&mut there, "tier2").await, "the node ran it");
     assert_eq!(tier(&mut here, "tier2").await.cached_prefixes, 0, "nothing ran here");
 }
+
+/// A URL where nothing listens: connection refused at once.
+fn nothing_listens() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("http://{}", listener.local_addr().unwrap())
+}
+
+/// `revis run "Hi"` as a new user runs it (the default socket, no daemon), with
+/// Hugging Face and PyPI where nothing listens, in `home`: its stderr.
+fn run_where_nothing_can_be_downloaded(home: &Path, config: Option<&Path>) -> (bool, String) {
+    let runtime = home.join("run");
+    std::fs::create_dir_all(&runtime).unwrap();
+    let (hf, pypi) = (nothing_listens(), nothing_listens());
+    let mut cmd = Command::new(revis_testkit::binary("revis"));
+    cmd.args(["run", "Hi"])
+        .env("HOME", home)
+        .env("REVIS_DATA_DIR", home.join("data"))
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("HF_ENDPOINT", &hf)
+        .env("HF_HOME", home.join("hf"))
+        .env("PIP_INDEX_URL", format!("{pypi}/simple"))
+        .env("REVIS_MDNS_INTERFACES", "none")
+        .env_remove("REVIS_SOCKET")
+        .env_remove("REVIS_NODE")
+        .env_remove("REVIS_YES")
+        .env_remove("HF_TOKEN")
+        .stdin(Stdio::null());
+    match config {
+        Some(c) => cmd.env("REVIS_CONFIG", c),
+        None => cmd.env_remove("REVIS_CONFIG"),
+    };
+    let out = cmd.output().unwrap();
+    assert!(!runtime.join("revis").exists(), "no daemon was started");
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// First use (no model in revisd.toml, none downloaded): revis measures the
+/// machine, says what it chose and why, and where Hugging Face cannot be
+/// reached falls back to the smallest model. Here PyPI cannot be reached
+/// either, so that pull fails too, and nothing at all is downloaded. With a
+/// model named in revisd.toml, or one downloaded, it is not first use.
+#[test]
+fn first_use_chooses_for_the_machine_and_falls_back_to_the_smallest() {
+    let home = tempfile::tempdir().unwrap();
+    let (ok, err) = run_where_nothing_can_be_downloaded(home.path(), None);
+    assert!(!ok, "{err}");
+    let chose = err.lines().find(|l| l.starts_with("revis: this machine has ")).unwrap_or_else(|| panic!("no choice said:\n{err}"));
+    assert!(chose.contains(" of memory, read at ") && chose.contains("tokens/s here"), "{chose}");
+    let smallest = revis_models::DEFAULT_MODEL;
+    if !chose.contains(&format!("so the smallest: {smallest} ")) {
+        // A larger model was chosen: Hugging Face was asked for it, and could not be reached.
+        assert!(err.contains("/api/models/") && err.contains("Hugging Face cannot be reached"), "{err}");
+        assert!(err.contains(&format!("using the smallest model, {smallest}")), "{err}");
+    }
+    let failed = format!("cannot pull {smallest}: all 2 source(s) failed");
+    assert!(err.contains(&failed), "{err}");
+    let models = home.path().join("data/models");
+    let left: Vec<_> = std::fs::read_dir(&models).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+    assert!(left.is_empty(), "nothing downloaded, nothing recorded: {left:?}");
+
+    // revisd.toml names a model: not first use (the default model is pulled, as before).
+    let config = home.path().join("revisd.toml");
+    std::fs::write(&config, "[tiers.tier3]\nmodel = \"gemma3-270m\"\n").unwrap();
+    let (ok, err) = run_where_nothing_can_be_downloaded(home.path(), Some(&config));
+    assert!(!ok && err.contains(&failed) && !err.contains("choosing one that fits"), "{err}");
+
+    // A catalog model is downloaded: not first use either.
+    std::fs::create_dir_all(&models).unwrap();
+    let gemma3 = revis_models::find("gemma3-270m").unwrap();
+    std::os::unix::fs::symlink(revis_testkit::gemma3(), gemma3.path_in(&models)).unwrap();
+    let (ok, err) = run_where_nothing_can_be_downloaded(home.path(), None);
+    assert!(!ok && err.contains(&failed) && !err.contains("choosing one that fits"), "{err}");
+}

@@ -2,7 +2,6 @@
 //! bandwidth (a multi-threaded read loop over a buffer far larger than the caches).
 
 use std::process::Command;
-use std::time::Instant;
 
 /// What the report says about the machine.
 #[derive(Clone, Debug)]
@@ -118,52 +117,16 @@ fn own_cpu_s() -> f64 {
     secs(libc::RUSAGE_SELF) + secs(libc::RUSAGE_CHILDREN)
 }
 
-/// Best-of-`passes` read bandwidth in bytes per second with `threads`
-/// threads, each summing its own slice of `buffer`.
-pub fn read_bandwidth(buffer: &[u64], threads: usize, passes: usize) -> f64 {
-    let threads = threads.max(1);
-    let chunk = buffer.len().div_ceil(threads);
-    let mut best = 0f64;
-    for _ in 0..passes.max(1) {
-        let started = Instant::now();
-        let sum: u64 = std::thread::scope(|s| {
-            let handles: Vec<_> = buffer.chunks(chunk).map(|part| s.spawn(move || sum_slice(part))).collect();
-            handles.into_iter().map(|h| h.join().expect("bandwidth thread")).fold(0, u64::wrapping_add)
-        });
-        let secs = started.elapsed().as_secs_f64();
-        std::hint::black_box(sum);
-        best = best.max(std::mem::size_of_val(buffer) as f64 / secs);
-    }
-    best
-}
-
-/// A buffer of `bytes` bytes with every page touched, for [`read_bandwidth`].
-pub fn bandwidth_buffer(bytes: usize) -> Vec<u64> {
-    let n = bytes / 8;
-    (0..n as u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect()
-}
-
-/// Sums with eight independent accumulators, so the loop is bound by loads, not by one add chain.
-fn sum_slice(v: &[u64]) -> u64 {
-    let mut acc = [0u64; 8];
-    let mut it = v.chunks_exact(8);
-    for c in &mut it {
-        for i in 0..8 {
-            acc[i] = acc[i].wrapping_add(c[i]);
-        }
-    }
-    let tail: u64 = it.remainder().iter().fold(0, |a, &b| a.wrapping_add(b));
-    acc.iter().fold(tail, |a, &b| a.wrapping_add(b))
-}
+/// The read-bandwidth measurement, shared with the default-model choice (revis-models), which
+/// runs it on a smaller buffer at first use.
+pub use revis_models::machine::{bandwidth_buffer, read_bandwidth};
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn sums_every_element() {
-        let v: Vec<u64> = (1..=21).collect();
-        assert_eq!(sum_slice(&v), 231);
+    fn bandwidth_is_measured() {
         let bw = read_bandwidth(&bandwidth_buffer(1 << 20), 2, 1);
         assert!(bw > 0.0);
     }

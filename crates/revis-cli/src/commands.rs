@@ -19,7 +19,7 @@ pub struct RunArgs {
     /// tier1, tier2 (default) or tier3.
     #[arg(long, default_value_t = Tier::DEFAULT)]
     tier: Tier,
-    /// 0 = greedy (same answer every time). Default 0.7.
+    /// 0 = greedy (same answer every time). Default: the model's own (its GGUF file, else the catalog), else 0.7.
     #[arg(long)]
     temperature: Option<f32>,
     #[arg(long)]
@@ -90,14 +90,15 @@ fn advise(e: anyhow::Error, explicit: bool) -> anyhow::Error {
 
 async fn command(cli: Cli) -> anyhow::Result<ExitCode> {
     let explicit_socket = cli.socket.is_some();
+    crate::models::set_assume_yes(cli.yes);
     let mut paths = Paths::from_env()?;
     if let Some(s) = cli.socket {
         paths.socket = s;
     }
     let paths = &paths;
     match cli.command {
-        Cmd::Pull { name, verify } => pull(paths, name, verify).await,
-        Cmd::Models => models(paths),
+        Cmd::Pull { name, verify, default } => crate::models::pull(paths, name, verify, default).await,
+        Cmd::Models => crate::models::models(paths),
         Cmd::Status { json } => status(paths, &target(paths, cli.node.as_deref(), explicit_socket, true).await?, json).await,
         Cmd::Load { tier } => {
             let r = target(paths, cli.node.as_deref(), explicit_socket, true).await?.load_model(tier).await?;
@@ -159,33 +160,6 @@ async fn target(paths: &Paths, node: Option<&str>, explicit: bool, only_connect:
         None if only_connect => crate::session::connect(&paths.socket).await,
         None => crate::session::connect_or_start(&paths.socket, explicit).await,
     }
-}
-
-async fn pull(paths: &Paths, name: Option<String>, verify: bool) -> anyhow::Result<ExitCode> {
-    let name = name.unwrap_or_else(|| revis_models::DEFAULT_MODEL.to_owned());
-    let Some(entry) = revis_models::find(&name) else {
-        let known: Vec<&str> = revis_models::catalog().iter().map(|e| e.name).collect();
-        bail!("unknown model {name:?}; the catalog has: {}", known.join(", "));
-    };
-    let dir = paths.models();
-    let path = tokio::task::spawn_blocking(move || {
-        let opts = revis_models::PullOptions { verify, ..Default::default() };
-        revis_models::pull(entry, &dir, &opts)
-    })
-    .await??;
-    println!("{} is at {}", entry.name, path.display());
-    Ok(ExitCode::SUCCESS)
-}
-
-fn models(paths: &Paths) -> anyhow::Result<ExitCode> {
-    let dir = paths.models();
-    for e in revis_models::catalog() {
-        let mark = if e.is_present(&dir) { "downloaded" } else { "not downloaded" };
-        let default = if e.name == revis_models::DEFAULT_MODEL { " (default)" } else { "" };
-        println!("{:<24} {:>6} MB  {:<15} {}{default}", e.name, e.size / 1_000_000, mark, e.description);
-    }
-    println!("models directory: {}", dir.display());
-    Ok(ExitCode::SUCCESS)
 }
 
 async fn status(paths: &Paths, client: &Client, as_json: bool) -> anyhow::Result<ExitCode> {

@@ -4,6 +4,7 @@
 mod commands;
 mod ensemble;
 mod input;
+mod models;
 mod nodes;
 mod serve;
 mod session;
@@ -24,20 +25,28 @@ pub struct Cli {
     /// over mutual TLS (--socket is then not used).
     #[arg(long, global = true, env = "REVIS_NODE")]
     node: Option<String>,
+    /// Answer yes when revis asks (before a first download of over 1 GB), for scripts.
+    #[arg(long, global = true, env = "REVIS_YES")]
+    yes: bool,
     #[command(subcommand)]
     command: Cmd,
 }
 
 #[derive(Subcommand)]
 pub enum Cmd {
-    /// Download a model from the catalog (default: smollm2-135m-instruct).
+    /// Download a model: a catalog name (`revis models`), or any GGUF on Hugging Face:
+    /// hf:OWNER/REPO[:QUANT] (default Q4_K_M) or hf:OWNER/REPO/FILE.gguf.
+    /// Without one: the catalog model that fits this machine, which becomes the default.
     Pull {
         name: Option<String>,
         /// Re-hash a model that is already there.
         #[arg(long)]
         verify: bool,
+        /// Make it the default model (what tiers use when revisd.toml names none).
+        #[arg(long)]
+        default: bool,
     },
-    /// List the catalog and what is downloaded.
+    /// List the catalog (size, memory, expected speed here) and what is downloaded.
     Models,
     /// Show the daemon's state: tiers, models, memory, queue.
     Status {
@@ -70,7 +79,8 @@ pub enum Cmd {
     Offload(nodes::OffloadArgs),
     /// Answer a tier with several models together (this machine's tiers, paired nodes' tiers); no arguments: list them.
     Ensemble(ensemble::EnsembleArgs),
-    /// Serve OpenAI's (/v1) and Ollama's (/api) HTTP APIs on this machine, for other tools.
+    /// Serve OpenAI's (/v1) and Ollama's (/api) HTTP APIs on this machine, for other tools
+    /// (`revis serve install` runs it as a service next to revisd).
     Serve(serve::ServeArgs),
 }
 
@@ -84,6 +94,8 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("REVIS_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
+        // Colours only on a terminal: a log file or the journal gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");

@@ -14,11 +14,16 @@ pub async fn connect(socket: &std::path::Path) -> anyhow::Result<Client> {
 }
 
 /// The first command of a new user just works: with no daemon on the
-/// default socket, start one (pulling the default model first).
+/// default socket, start one (on first use choosing, pulling and recording
+/// a model that fits this machine; else pulling the default model if missing).
 pub async fn connect_or_start(socket: &std::path::Path, explicit: bool) -> anyhow::Result<Client> {
     if explicit {
         return connect(socket).await;
     }
+    if let Ok(client) = Client::connect(socket).await {
+        return Ok(client);
+    }
+    crate::models::first_use(&revis_models::models_dir()?).await?;
     let opts = SpawnOptions { pull_default_model: true, progress: std::io::stderr().is_terminal(), ..Default::default() };
     Ok(Client::connect_or_start(socket, &opts).await?)
 }

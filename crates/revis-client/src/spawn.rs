@@ -23,7 +23,8 @@ pub struct SpawnOptions {
     pub revisd: Option<PathBuf>,
     /// Where the daemon's log goes; default: `revisd.log` in the data dir.
     pub log: Option<PathBuf>,
-    /// Pull the default model first when it is missing.
+    /// Pull the default model first when it is missing (unless another model
+    /// was chosen as the default and is downloaded).
     pub pull_default_model: bool,
     /// Show download progress.
     pub progress: bool,
@@ -64,7 +65,8 @@ pub async fn spawn_daemon(socket: &Path, opts: &SpawnOptions) -> Result<u32, Cli
         let dir = data_dir(opts)?.join("models");
         tokio::task::spawn_blocking(move || -> Result<(), ClientError> {
             let entry = revis_models::find(revis_models::DEFAULT_MODEL).expect("the default model is in the catalog");
-            if !entry.is_present(&dir) {
+            // A default chosen and recorded for this machine (`revis_models::default_model`) is already here.
+            if revis_models::default_model(&dir) == entry.name && !entry.is_present(&dir) {
                 eprintln!("revis: the default model {} is not here yet; downloading it once", entry.name);
                 let progress = if progress { revis_models::Progress::Bar } else { revis_models::Progress::Quiet };
                 revis_models::pull(entry, &dir, &revis_models::PullOptions { progress, ..Default::default() })?;

@@ -122,6 +122,9 @@ pub struct TierModel {
     pub batch: u32,
     pub cache_slots: usize,
     pub cache_budget_bytes: usize,
+    /// What a request that leaves a sampling setting unset gets: the model
+    /// file's own (GGUF metadata), else the catalog's (`revis_models::sampling_defaults`).
+    pub sampling: revis_models::SamplingDefaults,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -186,9 +189,11 @@ impl Config {
         for tier in Tier::ALL {
             let t = raw.tiers.get(tier.as_str());
             let f = |k: &str| format!("tiers.{tier}.{k}");
-            let name = t.and_then(|t| t.model.clone()).unwrap_or_else(|| revis_models::DEFAULT_MODEL.to_owned());
+            let name = t.and_then(|t| t.model.clone()).unwrap_or_else(|| revis_models::default_model(models_dir));
             let path = resolve_model(&name, models_dir).map_err(|m| field(&f("model"), m))?;
+            let sampling = revis_models::sampling_defaults(&name, &path);
             let model = TierModel {
+                sampling,
                 name,
                 path,
                 context: range(&f("context"), t.and_then(|t| t.context).map(u64::from), context.into(), 256, 131_072)? as u32,
@@ -286,8 +291,17 @@ fn server_config(
     })
 }
 
-/// A catalog name → its file in `models_dir`; anything else is a path.
+/// A catalog name or a Hugging Face reference → its file in `models_dir`; anything else is a path.
 fn resolve_model(name: &str, models_dir: &Path) -> Result<PathBuf, String> {
+    match revis_models::HfRef::parse(name) {
+        Ok(Some(r)) => {
+            return r
+                .local_file(models_dir)
+                .ok_or_else(|| format!("names Hugging Face model {name:?}, which is not downloaded yet: run `revis pull {name}`"));
+        }
+        Ok(None) => {}
+        Err(e) => return Err(e.to_string()),
+    }
     if let Some(entry) = revis_models::find(name) {
         let path = entry.path_in(models_dir);
         if !path.is_file() {
@@ -298,7 +312,10 @@ fn resolve_model(name: &str, models_dir: &Path) -> Result<PathBuf, String> {
     let path = PathBuf::from(name);
     if path.extension().is_none_or(|e| e != "gguf") && path.components().count() == 1 {
         let known: Vec<&str> = revis_models::catalog().iter().map(|e| e.name).collect();
-        return Err(format!("{name:?} is neither a catalog model ({}) nor a path to a .gguf file", known.join(", ")));
+        return Err(format!(
+            "{name:?} is neither a catalog model ({}), a Hugging Face reference (hf:OWNER/REPO:QUANT) nor a path to a .gguf file",
+            known.join(", ")
+        ));
     }
     if !path.is_file() {
         return Err(format!("model file {} does not exist", path.display()));
@@ -353,13 +370,19 @@ mod tests {
         check(
             "[tiers.tier1]\nmodel = \"llama9\"\n",
             expect![[
-                r#"config revisd.toml: `tiers.tier1.model` "llama9" is neither a catalog model (smollm2-135m-instruct, gemma3-270m) nor a path to a .gguf file"#
+                r#"config revisd.toml: `tiers.tier1.model` "llama9" is neither a catalog model (smollm2-135m-instruct, gemma3-270m, qwen2.5-0.5b-instruct, llama3.2-1b-instruct, qwen2.5-1.5b-instruct, qwen2.5-3b-instruct, llama3.2-3b-instruct, phi3.5-mini-instruct, qwen2.5-7b-instruct, llama3.1-8b-instruct, gemma3-12b-it, qwen2.5-14b-instruct), a Hugging Face reference (hf:OWNER/REPO:QUANT) nor a path to a .gguf file"#
             ]],
         );
         check(
             "[tiers.tier1]\nmodel = \"gemma3-270m\"\n",
             expect![[
                 r#"config revisd.toml: `tiers.tier1.model` names catalog model "gemma3-270m", which is not downloaded yet: run `revis pull gemma3-270m`"#
+            ]],
+        );
+        check(
+            "[tiers.tier1]\nmodel = \"hf:owner/repo:Q4_K_M\"\n",
+            expect![[
+                r#"config revisd.toml: `tiers.tier1.model` names Hugging Face model "hf:owner/repo:Q4_K_M", which is not downloaded yet: run `revis pull hf:owner/repo:Q4_K_M`"#
             ]],
         );
         check(
@@ -377,6 +400,21 @@ mod tests {
               | ^^^^^^
             unknown field `threds`, expected one of `socket`, `load_at_start`, `keep_alive_s`, `queue_capacity`, `stall_timeout_s`, `max_tokens_limit`, `default_max_tokens`, `context`, `threads`, `batch`, `cache_slots`, `cache_budget_mb`"#]],
         );
+    }
+
+    #[test]
+    fn a_hugging_face_reference_names_its_downloaded_file_and_the_recorded_default_applies() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(revis_models::find(revis_models::DEFAULT_MODEL).unwrap().path_in(dir.path()), b"gguf").unwrap();
+        let file = dir.path().join("hf/owner/repo/Repo-Q8_0.gguf");
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, b"gguf").unwrap();
+        let c = Config::parse("[tiers.tier3]\nmodel = \"hf.co/owner/repo:q8_0\"\n", Path::new("x"), dir.path()).unwrap();
+        assert_eq!(c.tiers[&Tier::Tier3].path, file);
+        // No model named anywhere: the default model recorded in the models directory.
+        revis_models::set_default_model(dir.path(), &revis_models::ModelRef::parse("hf:owner/repo:Q8_0").unwrap().unwrap()).unwrap();
+        let c = Config::parse("", Path::new("x"), dir.path()).unwrap();
+        assert!(c.tiers.values().all(|t| t.path == file && t.name == "hf:owner/repo:Q8_0"), "{:?}", c.tiers);
     }
 
     #[test]

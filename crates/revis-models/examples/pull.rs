@@ -1,4 +1,4 @@
-//! Pulls one catalog model for real: `cargo run --release -p revis-models --example pull -- [NAME] [MODELS_DIR]`.
+//! Pulls one model for real: `cargo run --release -p revis-models --example pull -- [NAME | hf:OWNER/REPO[:QUANT]] [MODELS_DIR]`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,13 +15,15 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let Some(entry) = revis_models::find(&name) else {
-        let known: Vec<_> = revis_models::catalog().iter().map(|e| e.name).collect();
-        eprintln!("unknown model {name:?}; known: {}", known.join(", "));
-        return ExitCode::from(2);
+    let model = match revis_models::ModelRef::parse_known(&name) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
     };
     let started = Instant::now();
-    match revis_models::pull(entry, &dir, &revis_models::PullOptions::default()) {
+    match model.pull(&dir, &revis_models::PullOptions::default()) {
         Ok(path) => {
             println!("{} in {:.1?}", path.display(), started.elapsed());
             ExitCode::SUCCESS

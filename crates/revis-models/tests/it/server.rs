@@ -1,4 +1,5 @@
-//! A tiny HTTP/1.1 file server on 127.0.0.1 for the pull tests: fixed routes, Range support, scripted faults.
+//! A tiny HTTP/1.1 file server on 127.0.0.1 for the pull tests: fixed routes, Range support,
+//! redirects, scripted faults, and a record of each request's Range and Authorization.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -15,6 +16,8 @@ pub struct Hit {
     /// The `Range` header, if the request had one.
     pub range: Option<String>,
     pub status: u16,
+    /// The `Authorization` header, if the request had one.
+    pub auth: Option<String>,
 }
 
 #[derive(Default)]
@@ -26,6 +29,10 @@ struct Route {
     cut_next: Option<usize>,
     /// Send no Content-Length: the body ends when the connection closes.
     no_length: bool,
+    /// Answer 302 with this Location instead.
+    redirect: Option<String>,
+    /// Extra header lines (`Name: value\r\n`) of every response.
+    headers: String,
 }
 
 #[derive(Default)]
@@ -75,6 +82,17 @@ impl Server {
     pub fn route(&self, path: &str, body: impl Into<Vec<u8>>) {
         let route = Route { body: body.into(), ..Route::default() };
         self.state.lock().unwrap().routes.insert(path.to_owned(), route);
+    }
+
+    /// `path` answers 302 to `location`.
+    pub fn redirect(&self, path: &str, location: &str) {
+        let route = Route { redirect: Some(location.to_owned()), ..Route::default() };
+        self.state.lock().unwrap().routes.insert(path.to_owned(), route);
+    }
+
+    /// `path` answers with one more header line.
+    pub fn header(&self, path: &str, name: &str, value: &str) {
+        self.with_route(path, |r| r.headers.push_str(&format!("{name}: {value}\r\n")));
     }
 
     /// The next response for `path` stops after `after` body bytes and the connection is dropped.
@@ -137,15 +155,15 @@ fn serve(mut stream: TcpStream, state: &Mutex<State>) {
     let head = String::from_utf8_lossy(&head);
     let mut lines = head.split("\r\n");
     let path = lines.next().and_then(|l| l.split(' ').nth(1)).unwrap_or("/").to_owned();
-    let range = lines
-        .filter_map(|l| l.split_once(':'))
-        .find(|(name, _)| name.trim().eq_ignore_ascii_case("range"))
-        .map(|(_, v)| v.trim().to_owned());
+    let fields: Vec<(&str, &str)> = lines.filter_map(|l| l.split_once(':')).collect();
+    let field = |wanted: &str| fields.iter().find(|(name, _)| name.trim().eq_ignore_ascii_case(wanted)).map(|(_, v)| v.trim().to_owned());
+    let (range, auth) = (field("range"), field("authorization"));
 
     let mut state = state.lock().unwrap();
     let mut send_length = true;
     let (status, headers, body, cut) = match state.routes.get_mut(&path) {
         None => (404, String::new(), b"not found".to_vec(), None),
+        Some(Route { redirect: Some(location), .. }) => (302, format!("Location: {location}\r\n"), Vec::new(), None),
         Some(route) => {
             send_length = !route.no_length;
             let len = route.body.len();
@@ -156,19 +174,23 @@ fn serve(mut stream: TcpStream, state: &Mutex<State>) {
                 .and_then(|r| r.strip_suffix('-'))
                 .map(|n| n.parse::<usize>().expect("open-ended byte range"));
             let cut = route.cut_next.take();
+            let extra = route.headers.clone();
             match start {
-                Some(start) if start >= len => (416, format!("Content-Range: bytes */{len}\r\n"), Vec::new(), None),
-                Some(start) => (206, format!("Content-Range: bytes {start}-{}/{len}\r\n", len - 1), route.body[start..].to_vec(), cut),
-                None => (200, String::new(), route.body.clone(), cut),
+                Some(start) if start >= len => (416, format!("Content-Range: bytes */{len}\r\n{extra}"), Vec::new(), None),
+                Some(start) => {
+                    (206, format!("Content-Range: bytes {start}-{}/{len}\r\n{extra}", len - 1), route.body[start..].to_vec(), cut)
+                }
+                None => (200, extra, route.body.clone(), cut),
             }
         }
     };
-    state.hits.push(Hit { path, range, status });
+    state.hits.push(Hit { path, range, status, auth });
     drop(state);
 
     let reason = match status {
         200 => "OK",
         206 => "Partial Content",
+        302 => "Found",
         404 => "Not Found",
         _ => "Range Not Satisfiable",
     };

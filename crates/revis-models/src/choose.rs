@@ -1,0 +1,230 @@
+//! Which catalog model fits a machine: a pure rule over its memory, its read bandwidth and the catalog.
+//!
+//! A model fits when both hold:
+//!
+//! * memory, with room to spare: the file (its weights are read into memory),
+//!   plus its KV cache at the daemon's default context of [`CONTEXT_TOKENS`],
+//!   plus [`RUNTIME_OVERHEAD_BYTES`] for compute buffers, saved prefixes and
+//!   revisd itself, is at most [`MEMORY_SHARE`] of the machine's memory (the
+//!   rest is the system's and the user's other programs');
+//! * speed: decoding reads every weight once per token, so tokens/s is about
+//!   bandwidth ÷ file size; llama.cpp reaches part of that limit (27–61% for
+//!   the small models measured in docs/BENCHMARKS.md, more for large ones), so
+//!   the estimate takes [`DECODE_EFFICIENCY`] of it, and it must reach
+//!   [`READING_SPEED_TOKENS_PER_S`].
+//!
+//! The choice is the largest file that fits; when none does, the smallest.
+
+use crate::catalog::CatalogEntry;
+use crate::machine::Machine;
+
+/// The share of memory a model may take.
+pub const MEMORY_SHARE: f64 = 0.5;
+/// The share of the bandwidth limit decoding is expected to reach.
+pub const DECODE_EFFICIENCY: f64 = 0.5;
+/// Tokens per second a streamed answer must reach: a reader takes about 240
+/// words a minute (4 a second, about 5.3 tokens); 8 leaves a margin.
+pub const READING_SPEED_TOKENS_PER_S: f64 = 8.0;
+/// The context the memory estimate counts the KV cache for: the daemon's default `daemon.context`.
+pub const CONTEXT_TOKENS: u64 = 4096;
+/// Compute buffers and revisd (384 MiB), plus the saved prefixes' default budget (256 MiB).
+pub const RUNTIME_OVERHEAD_BYTES: u64 = 640 << 20;
+/// Downloads larger than this are asked about first (unless `--yes`).
+pub const ASK_ABOVE_BYTES: u64 = 1_000_000_000;
+
+/// What a model would cost on a machine.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Estimate {
+    /// File + KV cache at [`CONTEXT_TOKENS`] + [`RUNTIME_OVERHEAD_BYTES`].
+    pub memory_bytes: u64,
+    /// Expected decoding speed: [`DECODE_EFFICIENCY`] × bandwidth ÷ file size.
+    pub tokens_per_s: f64,
+    /// `memory_bytes` is within [`MEMORY_SHARE`] of the machine's memory.
+    pub fits_memory: bool,
+    /// `tokens_per_s` reaches [`READING_SPEED_TOKENS_PER_S`].
+    pub reading_speed: bool,
+}
+
+impl Estimate {
+    /// Both: the model fits this machine.
+    pub fn fits(&self) -> bool {
+        self.fits_memory && self.reading_speed
+    }
+}
+
+/// What `entry` would cost on `machine`.
+pub fn estimate(entry: &CatalogEntry, machine: &Machine) -> Estimate {
+    let memory_bytes = entry.size + entry.kv_bytes_per_token * CONTEXT_TOKENS + RUNTIME_OVERHEAD_BYTES;
+    let tokens_per_s = DECODE_EFFICIENCY * machine.bandwidth_bytes_per_s / entry.size.max(1) as f64;
+    Estimate {
+        memory_bytes,
+        tokens_per_s,
+        fits_memory: memory_bytes as f64 <= MEMORY_SHARE * machine.memory_bytes as f64,
+        reading_speed: tokens_per_s >= READING_SPEED_TOKENS_PER_S,
+    }
+}
+
+/// The model chosen for a machine, and why.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Choice<'a> {
+    pub entry: &'a CatalogEntry,
+    pub estimate: Estimate,
+    /// False when nothing fits and this is the smallest model.
+    pub fits: bool,
+}
+
+/// The largest model of `catalog` that fits `machine`, else the smallest.
+///
+/// # Panics
+///
+/// If `catalog` is empty.
+pub fn choose<'a>(machine: &Machine, catalog: &'a [CatalogEntry]) -> Choice<'a> {
+    let fitting = catalog.iter().filter(|e| estimate(e, machine).fits()).max_by_key(|e| e.size);
+    match fitting {
+        Some(entry) => Choice { entry, estimate: estimate(entry, machine), fits: true },
+        None => {
+            let entry = smallest(catalog);
+            Choice { entry, estimate: estimate(entry, machine), fits: false }
+        }
+    }
+}
+
+/// The smallest model of `catalog` (the first of equals).
+///
+/// # Panics
+///
+/// If `catalog` is empty.
+pub fn smallest(catalog: &[CatalogEntry]) -> &CatalogEntry {
+    catalog.iter().min_by_key(|e| e.size).expect("a catalog with models")
+}
+
+/// Bytes for people, in decimal units as Hugging Face shows them ("1.9 GB", "98 MB").
+pub fn human_bytes(bytes: u64) -> String {
+    let b = bytes as f64;
+    if b >= 1e9 {
+        format!("{:.1} GB", b / 1e9)
+    } else if b >= 1e6 {
+        format!("{:.0} MB", b / 1e6)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+impl Machine {
+    /// One line for people: "16.0 GB of memory, read at 40 GB/s".
+    pub fn describe(&self) -> String {
+        format!("{} of memory, read at {:.0} GB/s", human_bytes(self.memory_bytes), self.bandwidth_bytes_per_s / 1e9)
+    }
+}
+
+impl Choice<'_> {
+    /// Why this model, in one sentence that names the numbers.
+    pub fn explain(&self, machine: &Machine) -> String {
+        let e = &self.estimate;
+        let cost = format!(
+            "{} ({}) needs about {} of memory and should write about {:.0} tokens/s here",
+            self.entry.name,
+            human_bytes(self.entry.size),
+            human_bytes(e.memory_bytes),
+            e.tokens_per_s
+        );
+        let half = human_bytes((MEMORY_SHARE * machine.memory_bytes as f64) as u64);
+        if self.fits {
+            format!(
+                "{cost}: the largest catalog model within half this machine's memory ({half}) and at reading speed \
+                 (at least {READING_SPEED_TOKENS_PER_S:.0} tokens/s)"
+            )
+        } else {
+            format!(
+                "no catalog model fits within half this machine's memory ({half}) at reading speed \
+                 (at least {READING_SPEED_TOKENS_PER_S:.0} tokens/s), so the smallest: {cost}"
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::catalog;
+
+    const GIB: u64 = 1 << 30;
+
+    fn machine(memory_gib: u64, bandwidth_gb_s: f64) -> Machine {
+        Machine { memory_bytes: memory_gib * GIB, bandwidth_bytes_per_s: bandwidth_gb_s * 1e9 }
+    }
+
+    fn chosen(memory_gib: u64, bandwidth_gb_s: f64) -> &'static str {
+        choose(&machine(memory_gib, bandwidth_gb_s), catalog()).entry.name
+    }
+
+    #[test]
+    fn the_choice_grows_with_the_machine() {
+        // (memory GiB, bandwidth GB/s) → the model, from a small single-board computer to a workstation.
+        let cases = [
+            ((1, 5.0), "smollm2-135m-instruct"), // nothing fits: the smallest
+            ((2, 10.0), "gemma3-270m"),
+            ((4, 20.0), "qwen2.5-1.5b-instruct"),
+            ((8, 40.0), "llama3.2-3b-instruct"),   // a laptop: the 3B, not the 8B that needs 6 GB
+            ((8, 20.0), "qwen2.5-1.5b-instruct"),  // the same memory, slower: a 3B would write 5 tokens/s
+            ((16, 60.0), "phi3.5-mini-instruct"),  // room for the 8B, but 6 tokens/s is too slow
+            ((16, 100.0), "llama3.1-8b-instruct"), // fast memory: the 8B at 10 tokens/s
+            ((32, 120.0), "gemma3-12b-it"),        // the 14B would write 6.7 tokens/s
+            ((32, 200.0), "qwen2.5-14b-instruct"),
+            ((512, 1000.0), "qwen2.5-14b-instruct"), // the largest the catalog has
+        ];
+        let got: Vec<_> = cases.iter().map(|((m, b), _)| ((*m, *b), chosen(*m, *b))).collect();
+        let want: Vec<_> = cases.iter().map(|(k, name)| (*k, *name)).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_choice_fits_both_ways_and_nothing_larger_does() {
+        for memory_gib in [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64] {
+            for bandwidth in [5.0, 10.0, 20.0, 40.0, 60.0, 100.0, 200.0, 400.0] {
+                let m = machine(memory_gib, bandwidth);
+                let c = choose(&m, catalog());
+                assert_eq!(c.estimate, estimate(c.entry, &m));
+                if c.fits {
+                    assert!(c.estimate.memory_bytes as f64 <= m.memory_bytes as f64 / 2.0, "{m:?}: {}", c.entry.name);
+                    assert!(c.estimate.tokens_per_s >= READING_SPEED_TOKENS_PER_S, "{m:?}: {}", c.entry.name);
+                } else {
+                    assert_eq!(c.entry, smallest(catalog()));
+                    assert!(catalog().iter().all(|e| !estimate(e, &m).fits()), "{m:?}");
+                }
+                let larger_fits = catalog().iter().any(|e| e.size > c.entry.size && estimate(e, &m).fits());
+                assert!(!larger_fits, "{m:?}: a model larger than {} fits", c.entry.name);
+            }
+        }
+    }
+
+    #[test]
+    fn more_memory_or_bandwidth_never_chooses_a_smaller_model() {
+        let size = |m, b| choose(&machine(m, b), catalog()).entry.size;
+        for m in [1, 2, 4, 8, 16, 32] {
+            for b in [5.0, 20.0, 60.0, 200.0] {
+                assert!(size(m * 2, b) >= size(m, b) && size(m, b * 2.0) >= size(m, b), "{m} GiB, {b} GB/s");
+            }
+        }
+    }
+
+    #[test]
+    fn the_estimate_is_the_stated_arithmetic() {
+        let qwen = crate::catalog::find("qwen2.5-3b-instruct").unwrap();
+        let e = estimate(qwen, &machine(8, 40.0));
+        assert_eq!(e.memory_bytes, 1_930_000_000 + 36 * 2 * 128 * 4 * 4096 + (640 << 20));
+        assert!((e.tokens_per_s - 0.5 * 40e9 / 1.93e9).abs() < 1e-9);
+        assert!(e.fits());
+    }
+
+    #[test]
+    fn the_choice_explains_itself_with_its_numbers() {
+        let m = machine(8, 40.0);
+        expect_test::expect![[r#"llama3.2-3b-instruct (2.0 GB) needs about 3.2 GB of memory and should write about 10 tokens/s here: the largest catalog model within half this machine's memory (4.3 GB) and at reading speed (at least 8 tokens/s)"#]]
+            .assert_eq(&choose(&m, catalog()).explain(&m));
+        let tiny = machine(1, 5.0);
+        expect_test::expect![[r#"no catalog model fits within half this machine's memory (537 MB) at reading speed (at least 8 tokens/s), so the smallest: smollm2-135m-instruct (98 MB) needs about 864 MB of memory and should write about 25 tokens/s here"#]]
+            .assert_eq(&choose(&tiny, catalog()).explain(&tiny));
+        assert_eq!(m.describe(), "8.6 GB of memory, read at 40 GB/s");
+    }
+}
