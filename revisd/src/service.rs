@@ -42,7 +42,7 @@ pub enum Action {
 const EX_NOT_RUNNING: u8 = 3;
 
 pub fn run(action: Action, config: Option<&Path>) -> ExitCode {
-    let result = Layout::from_env(config).and_then(|layout| {
+    let result = Layout::revisd(config).and_then(|layout| {
         let out = &mut std::io::stdout();
         match action {
             Action::Install { no_start, dry_run } => {

@@ -67,8 +67,13 @@ fn serve(daemon: &Running, args: &[&str]) -> Serve {
 /// [`serve`] with its data directory (store, keyring, key) given; its log
 /// goes to `serve.log` there.
 fn serve_with(daemon: &Running, data: tempfile::TempDir, args: &[&str]) -> Serve {
+    serve_at(daemon, data, "127.0.0.1:0", args)
+}
+
+/// [`serve_with`] on `addr`.
+fn serve_at(daemon: &Running, data: tempfile::TempDir, addr: &str, args: &[&str]) -> Serve {
     let log = std::fs::File::create(data.path().join("serve.log")).expect("serve's log");
-    let mut child = revis_serve_command(daemon, data.path(), &[&["--addr", "127.0.0.1:0"], args].concat())
+    let mut child = revis_serve_command(daemon, data.path(), &[&["--addr", addr], args].concat())
         .stdout(Stdio::piped())
         .stderr(log)
         .spawn()
@@ -76,8 +81,9 @@ fn serve_with(daemon: &Running, data: tempfile::TempDir, args: &[&str]) -> Serve
     let mut line = String::new();
     BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("its first line");
     let addr = line
-        .split("listening on http://")
+        .split("listening on http")
         .nth(1)
+        .and_then(|rest| rest.strip_prefix("s").unwrap_or(rest).strip_prefix("://"))
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|a| a.parse().ok())
         .unwrap_or_else(|| panic!("revis serve said {line:?}"));
@@ -573,4 +579,52 @@ fn an_offloaded_tier_answers_over_http_and_a_node_killed_mid_stream_leaves_one_w
     assert_eq!(gone.status, 503, "{}", gone.body);
     assert!(gone.json()["error"]["message"].as_str().unwrap().contains("\"desk\" does not answer"), "{}", gone.body);
     assert_eq!(named("tier1").status, 200);
+}
+
+#[test]
+fn beyond_loopback_it_serves_https_only_with_the_key() {
+    // A network namespace of the test's own: its veth address is not loopback.
+    let net = NetnsPair::new();
+    net.b.enter();
+    let d = TestDaemon::new().start();
+    let addr = format!("{}:0", net.b.addr);
+    // Refused without TLS, and without a key.
+    for (args, says) in [(vec![], "needs TLS"), (vec!["--tls", "--no-key"], "--no-key is allowed on loopback addresses only")] {
+        let data = tempfile::tempdir().unwrap();
+        let out = revis_serve_command(&d, data.path(), &[&["--addr", addr.as_str()], &args[..]].concat()).output().unwrap();
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains(says), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let s = serve_at(&d, tempfile::tempdir().unwrap(), &addr, &["--tls"]);
+    let cert = s._data.path().join("http-tls.crt");
+    assert!(cert.is_file(), "the certificate made for it is kept in the data directory");
+    // OpenAI's package, trusting that certificate: models listed, a chat answered.
+    let script = r#"
+import sys, httpx, openai
+base, key, cert = sys.argv[1], sys.argv[2], sys.argv[3]
+c = openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0, http_client=httpx.Client(verify=cert, timeout=120))
+print(c.models.list().data[0].id)
+print(c.chat.completions.create(model="tier2", messages=[{"role": "user", "content": "Hi"}], max_tokens=4).choices[0].message.content)
+try:
+    openai.OpenAI(base_url=f"{base}/v1", api_key="wrong", max_retries=0, http_client=httpx.Client(verify=cert)).models.list()
+except openai.AuthenticationError as e:
+    print("wrong key:", e.status_code)
+"#;
+    let out = Command::new("python3")
+        .args(["-c", script, &format!("https://{}", s.addr), s.key.as_deref().unwrap(), cert.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<&str> = said.lines().collect();
+    assert_eq!(lines[0], "tier1");
+    assert!(!lines[1].is_empty(), "an answer: {said}");
+    assert_eq!(lines.last(), Some(&"wrong key: 401"));
+    // Plain HTTP to the same port gets no answer, and no model is used for it.
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.set_read_timeout(Some(STEP)).unwrap();
+    c.write_all(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut reply = Vec::new();
+    let _ = c.read_to_end(&mut reply);
+    assert!(!String::from_utf8_lossy(&reply).contains("tier1"), "{}", String::from_utf8_lossy(&reply));
 }

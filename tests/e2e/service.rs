@@ -4,6 +4,7 @@
 //! uninstall | logs` against the real systemctl where no user manager
 //! answers (a container, CI) and against a stand-in that records what it is
 //! asked, and all of it under a real `systemd --user` the test starts.
+//! `revis serve` as a service next to revisd: `service/serve.rs`.
 
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -13,6 +14,8 @@ use std::time::Duration;
 use revis_client::Client;
 use revis_testkit::{HeldSocket, TestDaemon, activated_revisd, binary};
 
+#[cfg(target_os = "linux")]
+mod serve;
 #[cfg(target_os = "linux")]
 mod user_manager;
 

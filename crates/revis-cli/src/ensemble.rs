@@ -25,7 +25,7 @@ pub struct EnsembleArgs {
     #[arg(long, value_delimiter = ',', requires = "tier")]
     members: Option<Vec<MemberSpec>>,
     /// How the answers are combined: confident (the surest span wins), cross (every member scores every span) or
-    /// merge (the members' next words mixed where the first is unsure). Default: cross.
+    /// merge (the members' next words mixed where the first is unsure). Default: confident.
     #[arg(long, requires = "tier")]
     method: Option<Method>,
     /// Tokens each member drafts per round (cut back to a word boundary).

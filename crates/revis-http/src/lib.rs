@@ -57,6 +57,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 pub use error::{ApiError, Flavor};
 pub use key::{KEY_FILE, load_or_create_key};
 pub use models::Backend;
+/// HTTPS beyond loopback (`revis serve --tls`): revis-trust owns the TLS configuration.
+pub use revis_trust::{HTTPS_CA_FILE, HttpsIdentity, https_names};
 
 /// Where `revis serve` listens unless told otherwise: loopback, next to
 /// Ollama's 11434.
@@ -98,9 +100,9 @@ pub enum HttpError {
 }
 
 /// Refuses an address the server may not listen on: `--no-key` anywhere
-/// but loopback, and any address but loopback (serving beyond this machine
-/// needs TLS, which `revis serve` does not do yet).
-pub fn check_bind(addr: SocketAddr, no_key: bool) -> Result<(), HttpError> {
+/// but loopback, and any address but loopback without TLS (the key would
+/// cross the network in the clear).
+pub fn check_bind(addr: SocketAddr, no_key: bool, tls: bool) -> Result<(), HttpError> {
     if addr.ip().is_loopback() {
         return Ok(());
     }
@@ -109,9 +111,12 @@ pub fn check_bind(addr: SocketAddr, no_key: bool) -> Result<(), HttpError> {
             "--no-key is allowed on loopback addresses only (127.0.0.1, ::1), not on {addr}: anyone who can reach it could use your models"
         )));
     }
-    Err(HttpError::Refused(format!(
-        "{addr} is not a loopback address: serving beyond this machine needs TLS, which revis serve does not do yet; listen on 127.0.0.1 or ::1"
-    )))
+    if !tls {
+        return Err(HttpError::Refused(format!(
+            "{addr} is not a loopback address: serving beyond this machine needs TLS (--tls for a certificate made here, or --tls-cert and --tls-key for your own); or listen on 127.0.0.1 or ::1"
+        )));
+    }
+    Ok(())
 }
 
 /// What every handler shares.
@@ -260,11 +265,14 @@ pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: Limits,
+    tls: Option<revis_trust::HttpsIdentity>,
     shutdown: impl Future<Output = ()> + Send + 'static,
     grace: Duration,
 ) -> std::io::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let listener = Bounded { inner: listener, places: Arc::new(Semaphore::new(limits.max_connections)) };
+    let (done_tx, done_rx) = tokio::sync::mpsc::channel(limits.max_connections.max(1));
+    let places = Arc::new(Semaphore::new(limits.max_connections));
+    let listener = Bounded { inner: listener, places, tls: tls.map(|identity| Tls { identity, done_tx, done_rx }) };
     let server = axum::serve(listener, router).with_graceful_shutdown(async move {
         shutdown.await;
         let _ = stop_tx.send(true);
@@ -283,16 +291,52 @@ pub async fn serve(
     }
 }
 
-/// A listener that accepts at most `places` connections at once.
+/// How long a client has to finish its TLS handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A listener that accepts at most `places` connections at once (those
+/// still in their TLS handshake included), over TLS when it has [`Tls`].
 struct Bounded {
     inner: TcpListener,
     places: Arc<Semaphore>,
+    tls: Option<Tls>,
+}
+
+/// TLS handshakes run in tasks of their own, so a slow client holds up
+/// nobody; the connections whose handshake ended come back here.
+struct Tls {
+    identity: revis_trust::HttpsIdentity,
+    done_tx: tokio::sync::mpsc::Sender<(Held, SocketAddr)>,
+    done_rx: tokio::sync::mpsc::Receiver<(Held, SocketAddr)>,
 }
 
 /// A connection and its place, given back when it closes.
 struct Held {
-    io: TcpStream,
+    io: Io,
     _place: OwnedSemaphorePermit,
+}
+
+enum Io {
+    Plain(TcpStream),
+    Tls(Box<revis_trust::HttpsStream>),
+}
+
+/// The next TCP connection, once a place is free.
+async fn accept_tcp(inner: &TcpListener, places: &Arc<Semaphore>) -> (TcpStream, SocketAddr, OwnedSemaphorePermit) {
+    let place = places.clone().acquire_owned().await.expect("the semaphore is never closed");
+    loop {
+        match inner.accept().await {
+            Ok((io, addr)) => {
+                let _ = io.set_nodelay(true);
+                return (io, addr, place);
+            }
+            Err(e) => {
+                // Out of file descriptors and the like: wait, as axum's own listener does.
+                tracing::warn!("accept: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
 }
 
 impl axum::serve::Listener for Bounded {
@@ -300,17 +344,24 @@ impl axum::serve::Listener for Bounded {
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Held, SocketAddr) {
-        let place = self.places.clone().acquire_owned().await.expect("the semaphore is never closed");
+        let Some(tls) = &mut self.tls else {
+            let (io, addr, place) = accept_tcp(&self.inner, &self.places).await;
+            return (Held { io: Io::Plain(io), _place: place }, addr);
+        };
         loop {
-            match self.inner.accept().await {
-                Ok((io, addr)) => {
-                    let _ = io.set_nodelay(true);
-                    return (Held { io, _place: place }, addr);
-                }
-                Err(e) => {
-                    // Out of file descriptors and the like: wait, as axum's own listener does.
-                    tracing::warn!("accept: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::select! {
+                Some(done) = tls.done_rx.recv() => return done,
+                (io, addr, place) = accept_tcp(&self.inner, &self.places) => {
+                    let (identity, done) = (tls.identity.clone(), tls.done_tx.clone());
+                    tokio::spawn(async move {
+                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, identity.accept(io)).await {
+                            Ok(Ok(s)) => {
+                                let _ = done.send((Held { io: Io::Tls(Box::new(s)), _place: place }, addr)).await;
+                            }
+                            Ok(Err(e)) => tracing::debug!(%addr, "TLS handshake failed: {e}"),
+                            Err(_) => tracing::debug!(%addr, "no TLS handshake within {HANDSHAKE_TIMEOUT:?}"),
+                        }
+                    });
                 }
             }
         }
@@ -321,27 +372,37 @@ impl axum::serve::Listener for Bounded {
     }
 }
 
+/// `$method` on whichever stream `$self.io` holds.
+macro_rules! on_io {
+    ($self:expr, $s:ident => $e:expr) => {
+        match &mut $self.get_mut().io {
+            Io::Plain($s) => $e,
+            Io::Tls($s) => $e,
+        }
+    };
+}
+
 impl tokio::io::AsyncRead for Held {
     fn poll_read(
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+        on_io!(self, s => std::pin::Pin::new(s).poll_read(cx, buf))
     }
 }
 
 impl tokio::io::AsyncWrite for Held {
     fn poll_write(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>, buf: &[u8]) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+        on_io!(self, s => std::pin::Pin::new(s).poll_write(cx, buf))
     }
 
     fn poll_flush(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.get_mut().io).poll_flush(cx)
+        on_io!(self, s => std::pin::Pin::new(s).poll_flush(cx))
     }
 
     fn poll_shutdown(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+        on_io!(self, s => std::pin::Pin::new(s).poll_shutdown(cx))
     }
 
     fn poll_write_vectored(
@@ -349,11 +410,14 @@ impl tokio::io::AsyncWrite for Held {
         cx: &mut std::task::Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+        on_io!(self, s => std::pin::Pin::new(s).poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
+        match &self.io {
+            Io::Plain(s) => s.is_write_vectored(),
+            Io::Tls(s) => s.is_write_vectored(),
+        }
     }
 }
 
@@ -385,9 +449,10 @@ mod tests {
     #[test]
     fn no_key_and_non_loopback_addresses_are_refused_with_the_reason() {
         let any: SocketAddr = "0.0.0.0:11435".parse().unwrap();
-        assert!(check_bind("127.0.0.1:0".parse().unwrap(), true).is_ok());
-        assert!(check_bind("[::1]:0".parse().unwrap(), false).is_ok());
-        assert!(check_bind(any, true).unwrap_err().to_string().contains("--no-key is allowed on loopback addresses only"));
-        assert!(check_bind(any, false).unwrap_err().to_string().contains("needs TLS"));
+        assert!(check_bind("127.0.0.1:0".parse().unwrap(), true, false).is_ok());
+        assert!(check_bind("[::1]:0".parse().unwrap(), false, false).is_ok());
+        assert!(check_bind(any, true, true).unwrap_err().to_string().contains("--no-key is allowed on loopback addresses only"));
+        assert!(check_bind(any, false, false).unwrap_err().to_string().contains("needs TLS"));
+        assert!(check_bind(any, false, true).is_ok(), "beyond loopback: the key and TLS");
     }
 }

@@ -1,20 +1,24 @@
-//! revisd as a per-user background service: a LaunchAgent on macOS (from
-//! the template `launchd/revisd.plist`), a systemd user service plus its
-//! socket on Linux. Both managers hold the socket and hand it to revisd
-//! (socket activation), start revisd at login and again when it crashes.
-//! This crate writes the files and drives the manager (`install`,
-//! `uninstall`, `status`, `logs`); it is the only one that runs launchctl
-//! or systemctl.
+//! revis's programs as per-user background services: revisd ([`REVISD`],
+//! socket-activated: the manager holds its socket and hands it over) and
+//! `revis serve` ([`SERVE`], the HTTP APIs, next to revisd). On macOS a
+//! LaunchAgent (from a template in `launchd/`), on Linux systemd user
+//! units; the manager starts them at login and again when they crash.
+//! Each service is described once ([`Service`]: names, files, variables);
+//! writing its files and `install`, `uninstall`, `status` and `logs` are
+//! the same code for both. This is the only crate that runs launchctl or
+//! systemctl.
 
 mod launchd;
+mod probe;
 mod systemd;
 
+use std::ffi::OsString;
 use std::io::Write;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-pub use launchd::{LABEL, plist};
-pub use systemd::{SERVICE_UNIT, SOCKET_UNIT, service_unit, socket_unit};
+pub use launchd::plist;
+pub use systemd::{Unit, unit_file};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
@@ -22,8 +26,8 @@ pub enum ServiceError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("cannot tell where your home directory is (HOME is not set)")]
     NoHome,
-    #[error("cannot tell where this revisd binary is: {0}")]
-    Binary(std::io::Error),
+    #[error("cannot tell where this {program} binary is: {source}")]
+    Binary { program: &'static str, source: std::io::Error },
     #[error("{path:?} cannot be written into the service file: {why}")]
     Unrepresentable { path: PathBuf, why: &'static str },
     #[error("`{command}` failed: {message}")]
@@ -33,6 +37,71 @@ pub enum ServiceError {
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> ServiceError + '_ {
     move |source| ServiceError::Io { path: path.into(), source }
 }
+
+/// One of revis's services: what the reports call it, its files, and what
+/// it takes from the command that installs it. Everything that acts on a
+/// service reads it from here; [`REVISD`] and [`SERVE`] are the two there are.
+#[derive(Debug)]
+pub struct Service {
+    /// The program, as the reports name it: `revisd`, `revis serve`.
+    pub name: &'static str,
+    /// The binary's file name: `revisd`, `revis`.
+    pub binary: &'static str,
+    /// The command that manages the service, as the reports name it.
+    pub command: &'static str,
+    /// What `status` advises when the installed file is not the one this command would write.
+    pub rewrites: &'static str,
+    /// Variables passed on to the service when they are set at install.
+    pub env: &'static [Passed],
+    /// systemd: the units, each after those it needs (`Requires=`); the
+    /// last one runs the program.
+    pub units: &'static [Unit],
+    /// launchd: the job's label, and the plist's file name without `.plist`.
+    pub label: &'static str,
+    /// launchd: the LaunchAgent's template (`launchd/*.plist`, embedded).
+    pub plist: &'static str,
+    /// launchd: the log file's name, in `~/Library/Logs/revis`.
+    pub log: &'static str,
+    /// Whether the manager holds a socket for it ([`Layout::socket`]).
+    pub socket: bool,
+}
+
+/// A variable of the installing process that the service gets too.
+#[derive(Debug)]
+pub struct Passed {
+    pub name: &'static str,
+    /// A path, made absolute (the service does not run where the install did).
+    pub path: bool,
+}
+
+/// revisd: `revisd.socket` + `revisd.service`, `org.revis.revisd`.
+pub static REVISD: Service = Service {
+    name: "revisd",
+    binary: "revisd",
+    command: "revisd service",
+    rewrites: "`revisd service install` rewrites it with this command's revisd, --config and REVIS_DATA_DIR",
+    env: &[Passed { name: "REVIS_DATA_DIR", path: true }],
+    units: systemd::REVISD_UNITS,
+    label: "org.revis.revisd",
+    plist: include_str!("../../../launchd/revisd.plist"),
+    log: "revisd.log",
+    socket: true,
+};
+
+/// `revis serve`: `revis-serve.service`, `org.revis.serve`. It reaches
+/// revisd on revisd's own socket, so it needs no socket of its own.
+pub static SERVE: Service = Service {
+    name: "revis serve",
+    binary: "revis",
+    command: "revis serve",
+    rewrites: "`revis serve install` with the same flags rewrites it with this command's revis, REVIS_DATA_DIR and REVIS_MDNS_INTERFACES",
+    env: &[Passed { name: "REVIS_DATA_DIR", path: true }, Passed { name: "REVIS_MDNS_INTERFACES", path: false }],
+    units: systemd::SERVE_UNITS,
+    label: "org.revis.serve",
+    plist: include_str!("../../../launchd/revis-serve.plist"),
+    log: "serve.log",
+    socket: false,
+};
 
 /// The service manager this platform has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,18 +118,32 @@ impl Manager {
     }
 }
 
-/// Everything the service files depend on. [`Layout::from_env`] reads it
-/// from this process; tests build one directly.
+/// What `status` asks to tell whether the service answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Probe {
+    /// A Status call to revisd on [`Layout::socket`].
+    Revisd,
+    /// `GET /api/version` at this address, with no key: any HTTP answer
+    /// counts (a 401 too). The key is not sent, as whoever listens on the
+    /// port now (another user's program, while the service is down) would
+    /// be given it. Over HTTPS, trusting only this certificate (PEM), when given.
+    Http(SocketAddr, Option<PathBuf>),
+}
+
+/// Everything one service's files depend on. [`Layout::revisd`] and
+/// [`Layout::serve`] read it from this process; tests build one directly.
 #[derive(Clone, Debug)]
 pub struct Layout {
     pub manager: Manager,
-    /// The revisd binary the service runs (absolute).
-    pub revisd: PathBuf,
-    /// `--config` for the service (absolute), when one was given.
-    pub config: Option<PathBuf>,
-    /// Variables the service gets: those of this process that say where
-    /// revis keeps its data, so the service finds the same models.
+    pub service: &'static Service,
+    /// The binary the service runs (absolute).
+    pub program: PathBuf,
+    /// Its arguments (paths among them absolute).
+    pub args: Vec<OsString>,
+    /// Variables the service gets: those of [`Service::env`] set in this
+    /// process, so the service finds the same data.
     pub env: Vec<(String, String)>,
+    pub probe: Probe,
     pub home: PathBuf,
     /// Where systemd looks for user units: `$XDG_CONFIG_HOME/systemd/user`.
     pub systemd_dir: PathBuf,
@@ -69,23 +152,37 @@ pub struct Layout {
     pub uid: u32,
 }
 
-/// The variables passed on to the service when they are set at install.
-const PASSED_ENV: &[&str] = &["REVIS_DATA_DIR"];
-
 impl Layout {
-    /// The layout for the revisd binary that is running now.
-    pub fn from_env(config: Option<&Path>) -> Result<Layout, ServiceError> {
+    /// revisd as a service: the revisd binary that is running now, with
+    /// `--config` when one is given.
+    pub fn revisd(config: Option<&Path>) -> Result<Layout, ServiceError> {
+        let mut args = Vec::new();
+        if let Some(c) = config {
+            args.push(OsString::from("--config"));
+            args.push(std::path::absolute(c).map_err(io_error(c))?.into_os_string());
+        }
+        Layout::from_env(&REVISD, args, Probe::Revisd)
+    }
+
+    /// `revis serve` as a service: the revis binary that is running now,
+    /// with `args` (`serve` and its flags, paths among them absolute), that
+    /// listens on `addr`.
+    pub fn serve(args: Vec<OsString>, addr: SocketAddr, tls_trust: Option<PathBuf>) -> Result<Layout, ServiceError> {
+        Layout::from_env(&SERVE, args, Probe::Http(addr, tls_trust))
+    }
+
+    fn from_env(service: &'static Service, args: Vec<OsString>, probe: Probe) -> Result<Layout, ServiceError> {
+        let binary = |source| ServiceError::Binary { program: service.binary, source };
         // Not canonicalized: a stable link (Homebrew's bin/revisd) must not
         // become the versioned file it points to, which an upgrade removes.
-        let exe = std::env::current_exe().map_err(ServiceError::Binary)?;
-        let revisd = std::path::absolute(&exe).map_err(ServiceError::Binary)?;
-        let absolute = |p: &Path| std::path::absolute(p).map_err(io_error(p));
-        let config = config.map(absolute).transpose()?;
+        let exe = std::env::current_exe().map_err(binary)?;
+        let program = std::path::absolute(&exe).map_err(binary)?;
         let mut env = Vec::new();
-        for name in PASSED_ENV {
-            if let Some(v) = std::env::var_os(name).filter(|v| !v.is_empty()) {
-                let v = absolute(Path::new(&v))?;
-                env.push((name.to_string(), utf8(&v, "it is not valid UTF-8")?.to_owned()));
+        for passed in service.env {
+            if let Some(v) = std::env::var_os(passed.name).filter(|v| !v.is_empty()) {
+                let v = PathBuf::from(v);
+                let v = if passed.path { std::path::absolute(&v).map_err(io_error(&v))? } else { v };
+                env.push((passed.name.to_owned(), utf8(&v, "it is not valid UTF-8")?.to_owned()));
             }
         }
         let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from).ok_or(ServiceError::NoHome)?;
@@ -99,9 +196,11 @@ impl Layout {
             .unwrap_or_else(|| PathBuf::from(format!("/run/user/{uid}")));
         Ok(Layout {
             manager: Manager::current(),
-            revisd,
-            config,
+            service,
+            program,
+            args,
             env,
+            probe,
             home,
             systemd_dir: config_home.join("systemd/user"),
             runtime_dir,
@@ -109,8 +208,8 @@ impl Layout {
         })
     }
 
-    /// The socket the service listens on; the clients' default on this
-    /// platform (`revis_client::default_socket_path` without `REVIS_SOCKET`).
+    /// revisd's socket, which the manager holds; the clients' default on
+    /// this platform (`revis_client::default_socket_path` without `REVIS_SOCKET`).
     pub fn socket(&self) -> PathBuf {
         match self.manager {
             Manager::Systemd => self.runtime_dir.join("revis/revisd.sock"),
@@ -118,26 +217,43 @@ impl Layout {
         }
     }
 
-    /// The daemon's log file, where the manager has none of its own (launchd).
+    /// The service's log file, where the manager has none of its own (launchd).
     pub fn log(&self) -> PathBuf {
-        self.home.join("Library/Logs/revis/revisd.log")
+        self.home.join("Library/Logs/revis").join(self.service.log)
     }
 
-    /// The arguments after the program.
-    fn arguments(&self) -> Vec<&Path> {
-        match &self.config {
-            Some(c) => vec![Path::new("--config"), c],
-            None => Vec::new(),
+    /// The file that says what the service runs: its last systemd unit, or its LaunchAgent.
+    fn program_file(&self) -> PathBuf {
+        match self.manager {
+            Manager::Systemd => self.systemd_dir.join(self.service.units.last().expect("a service has a unit").name),
+            Manager::Launchd => self.home.join(format!("Library/LaunchAgents/{}.plist", self.service.label)),
         }
     }
 
     /// The files `install` writes, with their contents.
     pub fn files(&self) -> Result<Vec<(PathBuf, String)>, ServiceError> {
-        Ok(match self.manager {
+        match self.manager {
             Manager::Systemd => {
-                vec![(self.systemd_dir.join(SOCKET_UNIT), socket_unit()), (self.systemd_dir.join(SERVICE_UNIT), service_unit(self)?)]
+                self.service.units.iter().map(|u| unit_file(self, u).map(|text| (self.systemd_dir.join(u.name), text))).collect()
             }
-            Manager::Launchd => vec![(self.home.join(format!("Library/LaunchAgents/{LABEL}.plist")), plist(self)?)],
+            Manager::Launchd => Ok(vec![(self.program_file(), plist(self)?)]),
+        }
+    }
+
+    /// The arguments the installed service runs its program with, read back
+    /// from its file (the unit's ExecStart, the LaunchAgent's
+    /// ProgramArguments). `None` when it is not installed, or its file is
+    /// not one `install` writes.
+    pub fn installed_arguments(&self) -> Result<Option<Vec<String>>, ServiceError> {
+        let path = self.program_file();
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::InvalidData) => return Ok(None),
+            Err(e) => return Err(io_error(&path)(e)),
+        };
+        Ok(match self.manager {
+            Manager::Systemd => systemd::exec_arguments(&text),
+            Manager::Launchd => launchd::program_arguments(&text),
         })
     }
 }
@@ -216,13 +332,13 @@ pub fn uninstall(layout: &Layout, dry_run: bool, out: &mut dyn Write) -> Result<
 }
 
 /// Reports whether the service files are installed (and current), what the
-/// manager says, and whether a daemon answers on the service's socket.
-/// Returns whether it answers.
+/// manager says, and whether the service answers ([`Probe`]). Returns
+/// whether it answers.
 pub fn status(layout: &Layout, out: &mut dyn Write) -> Result<bool, ServiceError> {
     for (path, content) in layout.files()? {
         match std::fs::read(&path) {
             Ok(old) if old == content.as_bytes() => say!(out, "{}: installed", path.display()),
-            // Usually installed with another binary, --config or REVIS_DATA_DIR than
+            // Usually installed with another binary, arguments or variables than
             // this command has: the lines that differ say which, and an install with
             // this command's would drop them.
             Ok(old) => {
@@ -231,31 +347,17 @@ pub fn status(layout: &Layout, out: &mut dyn Write) -> Result<bool, ServiceError
                 for line in old.lines().filter(|l| !content.lines().any(|c| c == *l)) {
                     say!(out, "    {line}");
                 }
-                say!(out, "  `revisd service install` rewrites it with this command's revisd, --config and REVIS_DATA_DIR");
+                say!(out, "  {}", layout.service.rewrites);
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => say!(out, "{}: not installed", path.display()),
             Err(e) => return Err(io_error(&path)(e)),
         }
     }
     match layout.manager {
-        Manager::Systemd => systemd::report(out),
+        Manager::Systemd => systemd::report(layout, out),
         Manager::Launchd => launchd::report(layout, out),
     }
-    let socket = layout.socket();
-    if !socket.exists() {
-        say!(out, "{}: no revisd answers (nothing listens there)", socket.display());
-        return Ok(false);
-    }
-    match probe(&socket) {
-        Ok(s) => {
-            say!(out, "{}: revisd {} answers (pid {}, up {} s)", socket.display(), s.version, s.pid, s.uptime_s);
-            Ok(true)
-        }
-        Err(why) => {
-            say!(out, "{}: no revisd answers ({why})", socket.display());
-            Ok(false)
-        }
-    }
+    Ok(probe::report(layout, out))
 }
 
 /// How much of the log to show.
@@ -265,14 +367,18 @@ pub struct LogOptions {
     pub follow: bool,
 }
 
-/// Shows the daemon's log: the user journal on Linux, the log file on
+/// Shows the service's log: the user journal on Linux, the log file on
 /// macOS. Returns the exit code of the program that showed it.
 pub fn logs(layout: &Layout, opts: LogOptions) -> Result<i32, ServiceError> {
     let lines = opts.lines.to_string();
     let mut cmd = match layout.manager {
         Manager::Systemd => {
             let mut c = std::process::Command::new("journalctl");
-            c.args(["--user", "-u", SERVICE_UNIT, "-u", SOCKET_UNIT, "--no-pager", "-n", &lines]);
+            c.arg("--user");
+            for unit in layout.service.units.iter().rev() {
+                c.args(["-u", unit.name]);
+            }
+            c.args(["--no-pager", "-n", &lines]);
             c
         }
         Manager::Launchd => {
@@ -289,40 +395,26 @@ pub fn logs(layout: &Layout, opts: LogOptions) -> Result<i32, ServiceError> {
     Ok(status.code().unwrap_or(1))
 }
 
-/// How long `status` waits for the daemon to answer. With socket activation
-/// the first connection may start it, which is quick: models load on first use.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Asks the daemon on `socket` for its status.
-fn probe(socket: &Path) -> Result<revis_client::DaemonStatus, String> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
-    rt.block_on(async {
-        let ask = async {
-            let c = revis_client::Client::connect(socket).await?;
-            c.status().await
-        };
-        match tokio::time::timeout(PROBE_TIMEOUT, ask).await {
-            // The path is said already: only why.
-            Ok(r) => r.map_err(|e| match e {
-                revis_client::ClientError::NotRunning { reason, .. } => reason,
-                e => e.to_string(),
-            }),
-            Err(_) => Err(format!("no answer within {} s", PROBE_TIMEOUT.as_secs())),
-        }
-    })
-}
-
 /// Writes `content` to `path` through a temporary file and a rename, so the
 /// manager never reads half a file.
 fn write_file(path: &Path, content: &str) -> Result<(), ServiceError> {
     let dir = path.parent().expect("service files live in a directory");
     std::fs::create_dir_all(dir).map_err(io_error(dir))?;
-    let tmp = dir.join(format!(".{}.{}.tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("revisd"), std::process::id()));
+    let tmp = dir.join(format!(".{}.{}.tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("revis"), std::process::id()));
     std::fs::write(&tmp, content).map_err(io_error(&tmp))?;
     std::fs::rename(&tmp, path).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         io_error(path)(e)
     })
+}
+
+/// `a`, `a and b`, `a, b and c`.
+fn and_list<S: AsRef<str>>(items: &[S]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.as_ref().to_owned(),
+        [rest @ .., last] => format!("{} and {}", rest.iter().map(AsRef::as_ref).collect::<Vec<_>>().join(", "), last.as_ref()),
+    }
 }
 
 /// The output of a manager command, or why it could not run.
@@ -344,4 +436,16 @@ fn check(program: &str, args: &[&str], output: std::process::Output) -> Result<s
     let stderr = String::from_utf8_lossy(&output.stderr).trim().to_owned();
     let message = if stderr.is_empty() { output.status.to_string() } else { stderr };
     Err(ServiceError::Command { command, message })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_read_as_english() {
+        assert_eq!(and_list(&["a"]), "a");
+        assert_eq!(and_list(&["a", "b"]), "a and b");
+        assert_eq!(and_list(&["a", "b", "c"]), "a, b and c");
+    }
 }

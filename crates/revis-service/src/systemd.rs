@@ -1,21 +1,31 @@
-//! Linux: two systemd user units. `revisd.socket` holds the socket from
-//! login on (socket activation: a connection starts revisd when it is not
-//! running); `revisd.service` runs revisd and restarts it when it fails.
-//! And the `systemctl --user` calls that install, remove and report them.
+//! Linux: systemd user units, filled in from the templates here. revisd
+//! has two: `revisd.socket` holds the socket from login on (socket
+//! activation: a connection starts revisd when it is not running), and
+//! `revisd.service` runs revisd and restarts it when it fails. `revis serve`
+//! has one, `revis-serve.service`, which wants `revisd.socket`. And the
+//! `systemctl --user` calls that install, remove and report them.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::{InstallOptions, Layout, ServiceError, check, run, say, utf8};
+use crate::{InstallOptions, Layout, ServiceError, and_list, check, run, say, utf8};
 
-pub const SOCKET_UNIT: &str = "revisd.socket";
-pub const SERVICE_UNIT: &str = "revisd.service";
+/// One unit file: its name, and its text with `{{EXEC}}` (the ExecStart
+/// command line) and `{{ENVIRONMENT}}` (`Environment=` lines) to fill in.
+#[derive(Debug)]
+pub struct Unit {
+    pub name: &'static str,
+    template: &'static str,
+}
 
-/// The socket unit. `%t` is the user's runtime directory, so the path is
+pub(crate) const REVISD_UNITS: &[Unit] =
+    &[Unit { name: "revisd.socket", template: REVISD_SOCKET }, Unit { name: "revisd.service", template: REVISD_SERVICE }];
+pub(crate) const SERVE_UNITS: &[Unit] = &[Unit { name: "revis-serve.service", template: SERVE_SERVICE }];
+
+/// `%t` is the user's runtime directory, so the path is
 /// `$XDG_RUNTIME_DIR/revis/revisd.sock`, the clients' default; systemd
 /// creates the directory 0700 and the socket 0600, like revisd itself.
-pub fn socket_unit() -> String {
-    "\
+const REVISD_SOCKET: &str = "\
 # The socket of revisd, the revis inference daemon. systemd holds it from
 # login on and hands it to revisd (socket activation); a connection starts
 # revisd when it is not running.
@@ -31,36 +41,21 @@ RemoveOnStop=yes
 
 [Install]
 WantedBy=sockets.target
-"
-    .to_owned()
-}
+";
 
-/// The service unit for the revisd binary and arguments in `layout`.
-pub fn service_unit(layout: &Layout) -> Result<String, ServiceError> {
-    let word = |p: &Path, word| quote(utf8(p, "it is not valid UTF-8")?, Some(p), word);
-    let mut exec = word(&layout.revisd, Word::Program)?;
-    for arg in layout.arguments() {
-        exec.push(' ');
-        exec.push_str(&word(arg, Word::Argument)?);
-    }
-    let mut env = String::new();
-    for (name, value) in &layout.env {
-        env.push_str(&format!("Environment={}\n", quote(&format!("{name}={value}"), None, Word::Environment)?));
-    }
-    Ok(format!(
-        "\
+const REVISD_SERVICE: &str = "\
 # revisd, the revis inference daemon, as a systemd user service.
 # Written by `revisd service install`, which rewrites it: put settings of
 # your own in `systemctl --user edit revisd.service`.
 [Unit]
 Description=revis inference daemon
-Requires={SOCKET_UNIT}
-After={SOCKET_UNIT}
+Requires=revisd.socket
+After=revisd.socket
 
 [Service]
 Type=simple
-ExecStart={exec}
-{env}\
+ExecStart={{EXEC}}
+{{ENVIRONMENT}}\
 # Started again when it crashes or is killed, not after a clean stop. A bad
 # config (exit 64) or an unusable socket (exit 73) would fail again: not retried.
 Restart=on-failure
@@ -71,9 +66,56 @@ TimeoutStopSec=15
 
 [Install]
 WantedBy=default.target
-Also={SOCKET_UNIT}
-"
-    ))
+Also=revisd.socket
+";
+
+/// Wants=, not Requires=: without revisd's units (a revisd of its own,
+/// `--socket`, `--node`) it runs all the same.
+const SERVE_SERVICE: &str = "\
+# revis serve, OpenAI's and Ollama's HTTP APIs over revis, as a systemd user
+# service. Written by `revis serve install`, which rewrites it: put settings
+# of your own in `systemctl --user edit revis-serve.service`.
+[Unit]
+Description=revis serve (OpenAI- and Ollama-compatible HTTP APIs)
+# It answers through revisd: installed as a service too (`revisd service
+# install`), revisd is started by the first request on its socket.
+Wants=revisd.socket
+After=revisd.socket
+
+[Service]
+Type=simple
+ExecStart={{EXEC}}
+{{ENVIRONMENT}}\
+# Started again when it crashes or is killed, not after a clean stop. A bad
+# command line (exit 2) or bad flags (exit 64) would fail again: not retried.
+Restart=on-failure
+RestartSec=2
+RestartPreventExitStatus=2 64
+# After SIGTERM answers under way get 3 s to end.
+TimeoutStopSec=15
+
+[Install]
+WantedBy=default.target
+";
+
+/// `unit` for the program, arguments and variables in `layout`.
+pub fn unit_file(layout: &Layout, unit: &Unit) -> Result<String, ServiceError> {
+    if !unit.template.contains("{{EXEC}}") {
+        return Ok(unit.template.to_owned());
+    }
+    let mut exec = quote(utf8(&layout.program, "it is not valid UTF-8")?, Some(&layout.program), Word::Program)?;
+    for arg in &layout.args {
+        let p = Path::new(arg);
+        exec.push(' ');
+        exec.push_str(&quote(utf8(p, "it is not valid UTF-8")?, Some(p), Word::Argument)?);
+    }
+    let mut env = String::new();
+    for (name, value) in &layout.env {
+        env.push_str(&format!("Environment={}\n", quote(&format!("{name}={value}"), None, Word::Environment)?));
+    }
+    let filled = unit.template.replace("{{EXEC}}", &exec).replace("{{ENVIRONMENT}}", &env);
+    debug_assert!(!filled.contains("{{"), "a placeholder of {} was not filled in", unit.name);
+    Ok(filled)
 }
 
 /// Where a word goes in the unit file: systemd treats each differently.
@@ -114,6 +156,40 @@ fn quote(s: &str, path: Option<&Path>, word: Word) -> Result<String, ServiceErro
     Ok(q)
 }
 
+/// The words after the program in the ExecStart= line [`unit_file`]
+/// wrote, unquoted; `None` for a line it does not write.
+pub(crate) fn exec_arguments(unit: &str) -> Option<Vec<String>> {
+    let line = unit.lines().find_map(|l| l.strip_prefix("ExecStart="))?;
+    let mut words: Vec<String> = Vec::new();
+    let mut chars = line.chars();
+    loop {
+        match chars.next() {
+            None => break,
+            Some(' ') => continue,
+            Some('"') => {}
+            Some(_) => return None,
+        }
+        // The program's `$` is not doubled (`Word::Program`), the arguments' is.
+        let program = words.is_empty();
+        let mut word = String::new();
+        loop {
+            match chars.next()? {
+                '"' => break,
+                '\\' => word.push(chars.next()?),
+                c @ ('%' | '$') if c == '%' || !program => {
+                    if chars.next()? != c {
+                        return None;
+                    }
+                    word.push(c);
+                }
+                c => word.push(c),
+            }
+        }
+        words.push(word);
+    }
+    (!words.is_empty()).then(|| words.split_off(1))
+}
+
 /// `systemctl --user ARGS`, whatever its outcome.
 pub(crate) fn systemctl(args: &[&str]) -> Result<std::process::Output, ServiceError> {
     run("systemctl", &[&["--user"], args].concat())
@@ -135,49 +211,59 @@ fn reload() -> Result<(), String> {
     }
 }
 
-const START: &str = "systemctl --user daemon-reload && systemctl --user enable --now revisd.socket revisd.service";
+/// The service's units, in the order they start.
+fn units(layout: &Layout) -> Vec<&'static str> {
+    layout.service.units.iter().map(|u| u.name).collect()
+}
 
-pub(crate) fn install(_: &Layout, opts: InstallOptions, changed: &[PathBuf], out: &mut dyn Write) -> Result<(), ServiceError> {
-    let socket_changed = changed.iter().any(|p| p.ends_with(SOCKET_UNIT));
-    let service_changed = changed.iter().any(|p| p.ends_with(SERVICE_UNIT));
-    // A new socket unit: restarting the socket restarts the service too (it Requires= the socket).
-    let plan: [(&str, &str); 2] = match (socket_changed, service_changed) {
-        (true, _) => [("restart", SOCKET_UNIT), ("start", SERVICE_UNIT)],
-        (false, true) => [("start", SOCKET_UNIT), ("restart", SERVICE_UNIT)],
-        (false, false) => [("start", SOCKET_UNIT), ("start", SERVICE_UNIT)],
-    };
+/// The service's units, in the order they stop (and the journal lists them).
+fn units_backwards(layout: &Layout) -> Vec<&'static str> {
+    layout.service.units.iter().rev().map(|u| u.name).collect()
+}
+
+pub(crate) fn install(layout: &Layout, opts: InstallOptions, changed: &[PathBuf], out: &mut dyn Write) -> Result<(), ServiceError> {
+    let (name, command) = (layout.service.name, layout.service.command);
+    let units = units(layout);
+    // The first unit whose file changed is restarted, the others started: a
+    // unit Requires= those before it, so restarting one restarts those after
+    // it too (a new socket unit restarts the service).
+    let first_changed = units.iter().position(|u| changed.iter().any(|p| p.ends_with(u)));
+    let plan: Vec<(&str, &str)> =
+        units.iter().enumerate().map(|(i, u)| (if Some(i) == first_changed { "restart" } else { "start" }, *u)).collect();
+    let start = format!("systemctl --user daemon-reload && systemctl --user enable --now {}", units.join(" "));
     if opts.dry_run {
         say!(out, "would run: systemctl --user daemon-reload");
-        say!(out, "would run: systemctl --user enable {SOCKET_UNIT} {SERVICE_UNIT}");
+        say!(out, "would run: systemctl --user enable {}", units.join(" "));
         for (verb, unit) in plan {
             say!(out, "would run: systemctl --user {verb} {unit}");
         }
         return Ok(());
     }
     if opts.no_start {
-        say!(out, "not enabled or started (--no-start); to do that: {START}");
+        say!(out, "not enabled or started (--no-start); to do that: {start}");
         return Ok(());
     }
     let reached = reload();
     // Enabling only makes links next to the unit files, which systemctl does
     // itself when no manager answers: the service then starts at the next login.
-    let enabled = ctl(&["enable", SOCKET_UNIT, SERVICE_UNIT]);
+    let enabled = ctl(&[&["enable"], &units[..]].concat());
     match (reached, enabled) {
         (Ok(()), enabled) => {
             enabled?;
             for (verb, unit) in plan {
                 ctl(&[verb, unit])?;
             }
-            say!(out, "revisd runs as a systemd user service now, and starts at every login");
-            say!(out, "`revisd service status` shows it; `revisd service logs` shows its log");
+            say!(out, "{name} runs as a systemd user service now, and starts at every login");
+            say!(out, "`{command} status` shows it; `{command} logs` shows its log");
         }
         (Err(why), enabled) => {
+            let one = units.len() == 1;
             match enabled {
-                Ok(()) => say!(out, "enabled {SOCKET_UNIT} and {SERVICE_UNIT}: they start at your next login"),
-                Err(e) => say!(out, "could not enable the units either: {e}"),
+                Ok(()) => say!(out, "enabled {}: {} at your next login", and_list(&units), if one { "it starts" } else { "they start" }),
+                Err(e) => say!(out, "could not enable {} either: {e}", if one { "the unit" } else { "the units" }),
             }
             say!(out, "not started now: `systemctl --user` cannot reach your service manager ({why})");
-            say!(out, "in a login session with systemd, start it with: {START}");
+            say!(out, "in a login session with systemd, start it with: {start}");
         }
     }
     Ok(())
@@ -187,34 +273,36 @@ pub(crate) fn stop_and_disable(layout: &Layout, dry_run: bool, out: &mut dyn Wri
     if !layout.files()?.iter().any(|(p, _)| p.exists()) {
         return Ok(());
     }
+    let units = units_backwards(layout);
     if dry_run {
-        say!(out, "would run: systemctl --user disable --now {SERVICE_UNIT} {SOCKET_UNIT}");
+        say!(out, "would run: systemctl --user disable --now {}", units.join(" "));
         return Ok(());
     }
     match reload() {
         Ok(()) => {
-            ctl(&["disable", "--now", SERVICE_UNIT, SOCKET_UNIT])?;
-            say!(out, "stopped and disabled {SERVICE_UNIT} and {SOCKET_UNIT}");
+            ctl(&[&["disable", "--now"], &units[..]].concat())?;
+            say!(out, "stopped and disabled {}", and_list(&units));
         }
         Err(why) => {
             // Without a manager nothing runs under it; the links go all the same.
-            ctl(&["disable", SERVICE_UNIT, SOCKET_UNIT])?;
-            say!(out, "disabled {SERVICE_UNIT} and {SOCKET_UNIT} (`systemctl --user` cannot reach your service manager: {why})");
+            ctl(&[&["disable"], &units[..]].concat())?;
+            say!(out, "disabled {} (`systemctl --user` cannot reach your service manager: {why})", and_list(&units));
         }
     }
     Ok(())
 }
 
-/// What systemd says about the two units.
-pub(crate) fn report(out: &mut dyn Write) {
+/// What systemd says about the service's units.
+pub(crate) fn report(layout: &Layout, out: &mut dyn Write) {
+    let units = units(layout);
     let query = |verb: &str| -> Result<Vec<String>, String> {
-        let o = systemctl(&[verb, SOCKET_UNIT, SERVICE_UNIT]).map_err(|e| e.to_string())?;
+        let o = systemctl(&[&[verb], &units[..]].concat()).map_err(|e| e.to_string())?;
         let lines: Vec<String> = String::from_utf8_lossy(&o.stdout).lines().map(str::to_owned).collect();
-        if lines.len() == 2 { Ok(lines) } else { Err(String::from_utf8_lossy(&o.stderr).trim().to_owned()) }
+        if lines.len() == units.len() { Ok(lines) } else { Err(String::from_utf8_lossy(&o.stderr).trim().to_owned()) }
     };
     let enabled = query("is-enabled");
     let active = query("is-active");
-    for (i, unit) in [SOCKET_UNIT, SERVICE_UNIT].into_iter().enumerate() {
+    for (i, unit) in units.iter().enumerate() {
         let e = enabled.as_ref().map_or("enabled state unknown", |l| l[i].as_str());
         let a = active.as_ref().map_or("running state unknown", |l| l[i].as_str());
         say!(out, "systemd: {unit}: {e}, {a}");
@@ -226,20 +314,74 @@ pub(crate) fn report(out: &mut dyn Write) {
 
 #[cfg(test)]
 mod tests {
+    use std::ffi::OsString;
+
     use super::*;
-    use crate::Manager;
+    use crate::{Manager, Probe, REVISD, SERVE};
 
     fn layout(revisd: PathBuf, config: Option<PathBuf>) -> Layout {
         Layout {
             manager: Manager::Systemd,
-            revisd,
-            config,
+            service: &REVISD,
+            program: revisd,
+            args: config.map(|c| vec![OsString::from("--config"), c.into()]).unwrap_or_default(),
             env: vec![("REVIS_DATA_DIR".into(), "/home/ada/100% data/revis".into())],
+            probe: Probe::Revisd,
             home: "/home/ada".into(),
             systemd_dir: "/home/ada/.config/systemd/user".into(),
             runtime_dir: "/run/user/1000".into(),
             uid: 1000,
         }
+    }
+
+    /// `revis serve` as `revis serve install` describes it: the global
+    /// flags, `serve`, then serve's own.
+    fn serve_layout(revis: PathBuf, args: &[&str]) -> Layout {
+        Layout {
+            service: &SERVE,
+            args: args.iter().map(OsString::from).collect(),
+            env: vec![("REVIS_DATA_DIR".into(), "/home/ada/100% data/revis".into()), ("REVIS_MDNS_INTERFACES".into(), "none".into())],
+            probe: Probe::Http("127.0.0.1:11435".parse().unwrap(), None),
+            ..layout(revis, None)
+        }
+    }
+
+    /// The text of `unit` for `l`.
+    fn file(l: &Layout, unit: &str) -> String {
+        unit_file(l, l.service.units.iter().find(|u| u.name == unit).expect("a unit of the service")).unwrap()
+    }
+
+    /// `systemd-analyze --user verify` of `units`; Err has what it said.
+    #[cfg(target_os = "linux")]
+    fn verify(units: &[PathBuf], runtime: &Path) -> Result<(), String> {
+        let out = std::process::Command::new("systemd-analyze")
+            .args(["--user", "verify"])
+            .args(units)
+            .env("XDG_RUNTIME_DIR", runtime)
+            .output()
+            .expect("systemd-analyze runs (Debian: apt-get install systemd)");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // Unknown keys or bad values are only warnings: none may appear.
+        if out.status.success() && stderr.trim().is_empty() { Ok(()) } else { Err(format!("{}\n{stderr}", out.status)) }
+    }
+
+    /// A directory for units, an executable `name` in a directory whose
+    /// path needs quoting, and a runtime directory (0700).
+    #[cfg(target_os = "linux")]
+    fn scratch(name: &str) -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let bin = tmp.path().join("my bin 100% $HOME");
+        std::fs::create_dir(&bin).unwrap();
+        let program = bin.join(name);
+        std::fs::write(&program, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let units = tmp.path().join("units");
+        let runtime = tmp.path().join("runtime");
+        std::fs::create_dir(&units).unwrap();
+        std::fs::create_dir(&runtime).unwrap();
+        std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
+        (tmp, program, units, runtime)
     }
 
     /// The units as `install` writes them pass systemd's own checker, with
@@ -248,42 +390,59 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn the_units_pass_systemd_analyze_verify() {
-        use std::os::unix::fs::PermissionsExt;
-        let tmp = tempfile::tempdir().unwrap();
-        let bin = tmp.path().join("my bin 100% $HOME");
-        std::fs::create_dir(&bin).unwrap();
-        let revisd = bin.join("revisd");
-        std::fs::write(&revisd, "#!/bin/sh\n").unwrap();
-        std::fs::set_permissions(&revisd, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let units = tmp.path().join("units");
-        let runtime = tmp.path().join("runtime");
-        std::fs::create_dir(&units).unwrap();
-        std::fs::create_dir(&runtime).unwrap();
-        std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let (tmp, revisd, units, runtime) = scratch("revisd");
         let l = layout(revisd, Some(tmp.path().join(r#"a "config" \ 100% $HOME.toml"#)));
-        std::fs::write(units.join(SOCKET_UNIT), socket_unit()).unwrap();
-        std::fs::write(units.join(SERVICE_UNIT), service_unit(&l).unwrap()).unwrap();
-        let out = std::process::Command::new("systemd-analyze")
-            .args(["--user", "verify"])
-            .arg(units.join(SOCKET_UNIT))
-            .arg(units.join(SERVICE_UNIT))
-            .env("XDG_RUNTIME_DIR", &runtime)
-            .output()
-            .expect("systemd-analyze runs (Debian: apt-get install systemd)");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        // Unknown keys or bad values are only warnings: none may appear.
-        assert!(out.status.success() && stderr.trim().is_empty(), "{}\n{stderr}", out.status);
+        let (socket, service) = (units.join("revisd.socket"), units.join("revisd.service"));
+        std::fs::write(&socket, file(&l, "revisd.socket")).unwrap();
+        std::fs::write(&service, file(&l, "revisd.service")).unwrap();
+        verify(&[socket, service.clone()], &runtime).unwrap();
 
         // And the checker does catch a program that is not there.
         let missing = layout(tmp.path().join("not here/revisd"), None);
-        std::fs::write(units.join(SERVICE_UNIT), service_unit(&missing).unwrap()).unwrap();
-        let out = std::process::Command::new("systemd-analyze")
-            .args(["--user", "verify"])
-            .arg(units.join(SERVICE_UNIT))
-            .env("XDG_RUNTIME_DIR", &runtime)
-            .output()
-            .unwrap();
-        assert!(!out.status.success());
+        std::fs::write(&service, file(&missing, "revisd.service")).unwrap();
+        assert!(verify(&[service], &runtime).is_err());
+    }
+
+    /// `revis serve`'s unit passes the checker too, with every flag `revis
+    /// serve install` writes and values that need quoting; alone (Wants=
+    /// asks nothing of a unit that is not there) and next to revisd's units
+    /// (both installed).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_serve_unit_passes_systemd_analyze_verify() {
+        let (tmp, revis, units, runtime) = scratch("revis");
+        let socket = tmp.path().join(r#"a "run" \ 100% $XDG_RUNTIME_DIR/revisd.sock"#);
+        let l = serve_layout(
+            revis.clone(),
+            &[
+                "--socket",
+                socket.to_str().unwrap(),
+                "--node",
+                "desk $USER 100%",
+                "serve",
+                "--addr",
+                "[::1]:11435",
+                "--no-key",
+                "--max-generations",
+                "4",
+                "--max-body-bytes",
+                "1048576",
+                "--max-connections",
+                "8",
+            ],
+        );
+        let serve = units.join("revis-serve.service");
+        std::fs::write(&serve, file(&l, "revis-serve.service")).unwrap();
+        verify(std::slice::from_ref(&serve), &runtime).unwrap();
+        let revisd = layout(revis, None);
+        let (revisd_socket, revisd_service) = (units.join("revisd.socket"), units.join("revisd.service"));
+        std::fs::write(&revisd_socket, file(&revisd, "revisd.socket")).unwrap();
+        std::fs::write(&revisd_service, file(&revisd, "revisd.service")).unwrap();
+        verify(&[revisd_socket, revisd_service, serve.clone()], &runtime).unwrap();
+
+        // A misspelt key is caught: the checker reads this unit.
+        std::fs::write(&serve, file(&l, "revis-serve.service").replace("RestartSec=", "RestartSecs=")).unwrap();
+        assert!(verify(&[serve], &runtime).unwrap_err().contains("RestartSecs"));
     }
 
     #[test]
@@ -314,9 +473,48 @@ mod tests {
             WantedBy=default.target
             Also=revisd.socket
         "#]]
-        .assert_eq(&service_unit(&l).unwrap());
-        assert!(socket_unit().contains("ListenStream=%t/revis/revisd.sock\n"));
+        .assert_eq(&file(&l, "revisd.service"));
+        assert!(file(&l, "revisd.socket").contains("ListenStream=%t/revis/revisd.sock\n"));
         assert_eq!(l.socket(), Path::new("/run/user/1000/revis/revisd.sock"));
+    }
+
+    /// revis serve's unit: this revis, `serve` and the flags; revisd's
+    /// socket wanted and started first; restarted after a crash but not
+    /// after a bad command line; no socket of its own.
+    #[test]
+    fn the_serve_unit_runs_revis_serve_with_its_flags_after_revisd_socket() {
+        let l = serve_layout("/opt/revis/bin/revis".into(), &["serve", "--addr", "127.0.0.1:11435", "--max-generations", "16"]);
+        expect_test::expect![[r#"
+            # revis serve, OpenAI's and Ollama's HTTP APIs over revis, as a systemd user
+            # service. Written by `revis serve install`, which rewrites it: put settings
+            # of your own in `systemctl --user edit revis-serve.service`.
+            [Unit]
+            Description=revis serve (OpenAI- and Ollama-compatible HTTP APIs)
+            # It answers through revisd: installed as a service too (`revisd service
+            # install`), revisd is started by the first request on its socket.
+            Wants=revisd.socket
+            After=revisd.socket
+
+            [Service]
+            Type=simple
+            ExecStart="/opt/revis/bin/revis" "serve" "--addr" "127.0.0.1:11435" "--max-generations" "16"
+            Environment="REVIS_DATA_DIR=/home/ada/100%% data/revis"
+            Environment="REVIS_MDNS_INTERFACES=none"
+            # Started again when it crashes or is killed, not after a clean stop. A bad
+            # command line (exit 2) or bad flags (exit 64) would fail again: not retried.
+            Restart=on-failure
+            RestartSec=2
+            RestartPreventExitStatus=2 64
+            # After SIGTERM answers under way get 3 s to end.
+            TimeoutStopSec=15
+
+            [Install]
+            WantedBy=default.target
+        "#]]
+        .assert_eq(&file(&l, "revis-serve.service"));
+        let files = l.files().unwrap();
+        assert_eq!(files.len(), 1, "no socket unit of its own");
+        assert_eq!(files[0].0, Path::new("/home/ada/.config/systemd/user/revis-serve.service"));
     }
 
     #[test]
@@ -328,5 +526,21 @@ mod tests {
         assert_eq!(q("A=$x%", Word::Environment), r#""A=$x%%""#);
         assert!(quote("a\nb", None, Word::Argument).is_err());
         assert!(quote("/a'b/revisd", None, Word::Program).is_err());
+    }
+
+    /// `status` reads the installed flags back: whatever `unit_file` wrote,
+    /// quoted, comes back word for word; a line it does not write gives
+    /// nothing rather than wrong words.
+    #[test]
+    fn the_arguments_are_read_back_from_the_unit_as_written() {
+        let tricky = ["serve", "--node", r#"a "b" \c"#, "100%", "$HOME", "$$", "%%", "", "x y", "é€"];
+        let l = serve_layout("/opt/100% $x/revis".into(), &tricky);
+        assert_eq!(exec_arguments(&file(&l, "revis-serve.service")).unwrap(), tricky);
+        let bare = serve_layout("/opt/revis".into(), &[]);
+        assert_eq!(exec_arguments(&file(&bare, "revis-serve.service")).unwrap(), Vec::<String>::new());
+        for foreign in ["ExecStart=/usr/bin/revis serve", "ExecStart=\"/usr/bin/revis\" \"100%\"", "ExecStart=\"/a\" \"b", "Description=x"]
+        {
+            assert_eq!(exec_arguments(foreign), None, "{foreign}");
+        }
     }
 }

@@ -26,11 +26,16 @@
 //!   [`SERVICE_TYPE`]) on chosen interfaces, IPv4 only; an advertisement
 //!   carries the device ID, name, version and tiers, and is a hint only:
 //!   the connection that follows pins the device ID.
+//!
+//! - HTTPS for `revis serve` beyond this machine ([`HttpsIdentity`]): for
+//!   third-party HTTP clients, which check a certificate the usual way; the
+//!   user's own, or one made here, self-signed for this machine's names.
 
 mod device_id;
 mod discovery;
 mod error;
 mod fsutil;
+mod https;
 mod identity;
 mod pairing;
 mod store;
@@ -39,6 +44,7 @@ mod tls;
 pub use device_id::DeviceId;
 pub use discovery::{Advertisement, Advertiser, Discovered, Interfaces, SERVICE_TYPE, browse};
 pub use error::TrustError;
+pub use https::{HTTPS_CA_FILE, HTTPS_CERT_FILE, HTTPS_KEY_FILE, HttpsIdentity, HttpsStream, https_names};
 pub use identity::{CERT_FILE, Identity, KEY_FILE, host_name};
 pub use pairing::{
     CODE_DIGITS, ChannelBinding, DEFAULT_WINDOW, EXPORTER_LABEL, MAX_ATTEMPTS, MAX_ATTEMPTS_PER_ADDRESS, MAX_FRAME, PairingCode,

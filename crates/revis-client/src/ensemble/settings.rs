@@ -11,12 +11,14 @@ use crate::api::Tier;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Method {
     /// Each member drafts the next span; the span its own model is surest of
-    /// (highest log-probability per byte) wins.
+    /// (highest log-probability per byte) wins. The default: the cheapest
+    /// (one call per member a round, in parallel), and never below the
+    /// better member in docs/ENSEMBLE.md's runs.
+    #[default]
     Confident,
     /// Each member drafts; every member scores every draft; the draft with
     /// the highest weighted sum of per-byte log-probabilities wins, and the
     /// weights follow how often each member's drafts win.
-    #[default]
     Cross,
     /// The first member drafts; only where it is unsure, the members'
     /// probabilities of the candidate next words are mixed (by text) and the
