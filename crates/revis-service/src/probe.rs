@@ -17,6 +17,10 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// nothing and asks no daemon.
 const HTTP_PATH: &str = "/api/version";
 
+/// The probe's errors when nothing answered at all.
+const NOTHING_LISTENS: &str = "nothing listens there";
+const NO_ANSWER_WITHIN: &str = "no answer within";
+
 /// Says whether the service answers; returns whether it does.
 pub(crate) fn report(layout: &Layout, out: &mut dyn Write) -> bool {
     let name = layout.service.name;
@@ -40,7 +44,11 @@ pub(crate) fn report(layout: &Layout, out: &mut dyn Write) -> bool {
         }
         Probe::Http(addr, trust) => {
             let url = base_url(*addr, trust.is_some());
-            match http(&url, trust.as_deref()) {
+            let (answer, warning) = ask(&url, trust.as_deref());
+            if let Some(w) = warning {
+                say!(out, "{url}: {w}");
+            }
+            match answer {
                 Ok(Answer { status: 200, version: Some(v) }) => {
                     say!(out, "{url}: {name} {v} answers");
                     true
@@ -96,10 +104,28 @@ fn base_url(addr: SocketAddr, tls: bool) -> String {
     format!("{}://{}", if tls { "https" } else { "http" }, SocketAddr::new(ip, addr.port()))
 }
 
+/// [`http`] at `url`, trusting `trust` over HTTPS. When something answers
+/// TLS but not with a certificate that verifies for this address against
+/// `trust` (a user's own certificate made for a DNS name, or signed by an
+/// authority elsewhere), it is asked again without verifying (the probe
+/// sends no secret), and the second value says so.
+fn ask(url: &str, trust: Option<&Path>) -> (Result<Answer, String>, Option<String>) {
+    let answer = http(url, trust, true);
+    if let (Err(why), Some(trust)) = (&answer, trust)
+        && why != NOTHING_LISTENS
+        && !why.starts_with(NO_ANSWER_WITHIN)
+        && let Ok(a) = http(url, None, false)
+    {
+        return (Ok(a), Some(format!("its certificate does not verify against {} for this address ({why})", trust.display())));
+    }
+    (answer, None)
+}
+
 /// `GET HTTP_PATH` at `url`: no proxy (it is this machine), no redirect
-/// followed, no key; over HTTPS trusting `trust` (a PEM certificate) alone.
-fn http(url: &str, trust: Option<&Path>) -> Result<Answer, String> {
-    let mut tls = ureq::tls::TlsConfig::builder();
+/// followed, no key; over HTTPS trusting `trust` (a PEM certificate) alone,
+/// or, without `verify`, any certificate.
+fn http(url: &str, trust: Option<&Path>, verify: bool) -> Result<Answer, String> {
+    let mut tls = ureq::tls::TlsConfig::builder().disable_verification(!verify);
     if let Some(path) = trust {
         let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let cert = ureq::tls::Certificate::from_pem(&pem).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -115,12 +141,63 @@ fn http(url: &str, trust: Option<&Path>) -> Result<Answer, String> {
         .build()
         .new_agent();
     let mut r = agent.get(format!("{url}{HTTP_PATH}")).call().map_err(|e| match e {
-        ureq::Error::Io(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => "nothing listens there".to_owned(),
-        ureq::Error::Timeout(_) => format!("no answer within {} s", PROBE_TIMEOUT.as_secs()),
+        ureq::Error::Io(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => NOTHING_LISTENS.to_owned(),
+        ureq::Error::Timeout(_) => format!("{NO_ANSWER_WITHIN} {} s", PROBE_TIMEOUT.as_secs()),
         e => e.to_string(),
     })?;
     let status = r.status().as_u16();
     let body = r.body_mut().with_config().limit(64 * 1024).read_to_string().unwrap_or_default();
     let version = serde_json::from_str::<serde_json::Value>(&body).ok().and_then(|v| v.get("version")?.as_str().map(str::to_owned));
     Ok(Answer { status, version })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A service whose certificate is made for another name, under an
+    /// authority the probe is not told of, still answers, and that is said.
+    #[test]
+    fn a_certificate_that_does_not_verify_here_still_answers_and_is_said() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = revis_trust::HttpsIdentity::load_or_create(dir.path(), &["elsewhere.test".into()]).unwrap();
+        let leaf = dir.path().join(revis_trust::HTTPS_CERT_FILE);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            rt.block_on(async move {
+                // The verifying try's handshake fails; the second is answered.
+                loop {
+                    let (tcp, _) = listener.accept().await.unwrap();
+                    let Ok(mut tls) = id.accept(tcp).await else { continue };
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        let n = tls.read(&mut buf).await.unwrap();
+                        assert!(n > 0, "the request ends");
+                        request.extend_from_slice(&buf[..n]);
+                    }
+                    let body = r#"{"version":"9.9"}"#;
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    tls.write_all(format!("{head}{body}").as_bytes()).await.unwrap();
+                    tls.shutdown().await.unwrap();
+                    return String::from_utf8_lossy(&request).into_owned();
+                }
+            })
+        });
+        let (answer, warning) = ask(&format!("https://{addr}"), Some(&leaf));
+        assert!(matches!(&answer, Ok(Answer { status: 200, version: Some(v) }) if v == "9.9"), "{:?}", answer.as_ref().err());
+        let warning = warning.expect("the certificate is said not to verify");
+        assert!(warning.contains("does not verify against") && warning.contains(revis_trust::HTTPS_CERT_FILE), "{warning}");
+        let request = server.join().unwrap();
+        assert!(request.starts_with("GET /api/version ") && !request.to_ascii_lowercase().contains("authorization"), "{request}");
+        // Nothing listens there any more: not retried, and said so.
+        let (answer, warning) = ask(&format!("https://{addr}"), Some(&leaf));
+        assert_eq!((answer.err().as_deref(), warning), (Some(NOTHING_LISTENS), None));
+    }
 }

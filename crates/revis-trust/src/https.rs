@@ -30,6 +30,13 @@ pub const HTTPS_CA_FILE: &str = "http-tls-ca.crt";
 /// Its private key (PKCS#8 PEM, 0600).
 pub const HTTPS_KEY_FILE: &str = "http-tls.key";
 
+/// Days a certificate made here is valid: under the 825 days Apple's
+/// platforms accept for a server certificate, even under an authority the
+/// user added.
+pub const HTTPS_CERT_DAYS: i64 = 800;
+/// Days the authority made here is valid (it signs once, at the start).
+const CA_DAYS: i64 = 3650;
+
 /// A TLS connection of an HTTPS client.
 pub type HttpsStream = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
 
@@ -40,8 +47,11 @@ pub struct HttpsIdentity {
     pub cert_path: PathBuf,
     /// SHA-256 of that certificate (DER), hex in pairs.
     pub fingerprint: String,
-    /// The names and addresses it is valid for.
+    /// The names and addresses asked for that it is valid for.
     pub names: Vec<String>,
+    /// The names and addresses asked for that a certificate made earlier
+    /// does not hold (this machine's addresses changed since).
+    pub missing: Vec<String>,
     config: Arc<ServerConfig>,
 }
 
@@ -61,19 +71,36 @@ impl HttpsIdentity {
 
     /// The certificate in `dir` ([`HTTPS_CERT_FILE`], [`HTTPS_KEY_FILE`],
     /// signed by [`HTTPS_CA_FILE`]), made on first use for `names` (host
-    /// names and addresses), valid for ten years. Made once: a client that
-    /// trusted it keeps trusting it; remove the three files for new ones.
+    /// names and addresses), valid for [`HTTPS_CERT_DAYS`]. Made once: a
+    /// client that trusted it keeps trusting it. A certificate read back
+    /// that has expired (or no longer verifies under its authority) is an
+    /// error saying to remove the three files for new ones; the names it
+    /// does not hold are in [`HttpsIdentity::missing`].
     pub fn load_or_create(dir: &Path, names: &[String]) -> Result<Self> {
         let (cert_path, key_path, ca_path) = (dir.join(HTTPS_CERT_FILE), dir.join(HTTPS_KEY_FILE), dir.join(HTTPS_CA_FILE));
         if read_if_exists(&cert_path)?.is_some() || read_if_exists(&key_path)?.is_some() {
             let (chain, key) = read_pair(&cert_path, &key_path)?;
             let ca = read_if_exists(&ca_path)?.ok_or_else(|| TrustError::corrupt(&ca_path, "no such file"))?;
             let ca = CertificateDer::from_pem_slice(&ca).map_err(|e| TrustError::corrupt(&ca_path, format!("no certificate: {e}")))?;
-            return Self::new(ca_path, fingerprint(&ca), chain, key, names.to_vec());
+            let (held, missing) = names_held(&chain[0], &ca, names).map_err(|e| {
+                TrustError::corrupt(
+                    &cert_path,
+                    format!(
+                        "{e}; remove {HTTPS_CERT_FILE}, {HTTPS_KEY_FILE} and {HTTPS_CA_FILE} from {} to make new ones \
+                         (clients then trust the new {HTTPS_CA_FILE})",
+                        dir.display()
+                    ),
+                )
+            })?;
+            let mut id = Self::new(ca_path, fingerprint(&ca), chain, key, held)?;
+            id.missing = missing;
+            return Ok(id);
         }
-        let validity = |p: &mut rcgen::CertificateParams| {
-            p.not_before = rcgen::date_time_ymd(2025, 1, 1);
-            p.not_after = rcgen::date_time_ymd(2035, 1, 1);
+        let now = time::OffsetDateTime::now_utc();
+        let validity = |p: &mut rcgen::CertificateParams, days: i64| {
+            // A day back, for clocks a little behind this one.
+            p.not_before = now - time::Duration::days(1);
+            p.not_after = now + time::Duration::days(days);
         };
         // The authority: used once, its key dropped at the end of this function.
         let ca_key = rcgen::KeyPair::generate()?;
@@ -81,7 +108,7 @@ impl HttpsIdentity {
         ca_params.distinguished_name.push(rcgen::DnType::CommonName, format!("revis serve on {}", crate::host_name("this machine")));
         ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
         ca_params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::CrlSign];
-        validity(&mut ca_params);
+        validity(&mut ca_params, CA_DAYS);
         let ca = ca_params.self_signed(&ca_key)?;
         let key = rcgen::KeyPair::generate()?;
         let mut params = rcgen::CertificateParams::new(names.to_vec())?;
@@ -90,7 +117,7 @@ impl HttpsIdentity {
         params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
         params.use_authority_key_identifier_extension = true;
-        validity(&mut params);
+        validity(&mut params, HTTPS_CERT_DAYS);
         let cert = params.signed_by(&key, &rcgen::Issuer::new(ca_params, &ca_key))?;
         write_private_atomic(&key_path, key.serialize_pem().as_bytes())?;
         write_private_atomic(&ca_path, ca.pem().as_bytes())?;
@@ -112,13 +139,30 @@ impl HttpsIdentity {
             .with_single_cert(chain, key)
             .map_err(|e| TrustError::corrupt(&cert_path, format!("the certificate and key do not go together: {e}")))?;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Ok(Self { cert_path, fingerprint, names, config: Arc::new(config) })
+        Ok(Self { cert_path, fingerprint, names, missing: Vec::new(), config: Arc::new(config) })
     }
 
     /// Completes the TLS handshake of an accepted connection.
     pub async fn accept(&self, tcp: tokio::net::TcpStream) -> std::io::Result<HttpsStream> {
         tokio_rustls::TlsAcceptor::from(self.config.clone()).accept(tcp).await
     }
+}
+
+/// Which of `names` the certificate `leaf` holds, and which it does not;
+/// an error when it does not verify under `ca` now (expired, or not its).
+fn names_held(
+    leaf: &CertificateDer<'_>,
+    ca: &CertificateDer<'static>,
+    names: &[String],
+) -> std::result::Result<(Vec<String>, Vec<String>), rustls::Error> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.clone())?;
+    let parsed = rustls::server::ParsedCertificate::try_from(leaf)?;
+    let algorithms = tls::provider().signature_verification_algorithms.all;
+    rustls::client::verify_server_cert_signed_by_trust_anchor(&parsed, &roots, &[], rustls::pki_types::UnixTime::now(), algorithms)?;
+    Ok(names.iter().cloned().partition(|n| {
+        rustls::pki_types::ServerName::try_from(n.as_str()).is_ok_and(|name| rustls::client::verify_server_name(&parsed, &name).is_ok())
+    }))
 }
 
 /// A certificate chain and its key, from PEM files.
@@ -177,9 +221,21 @@ mod tests {
         for f in [HTTPS_CERT_FILE, HTTPS_KEY_FILE, HTTPS_CA_FILE] {
             assert_eq!(std::fs::metadata(dir.path().join(f)).unwrap().permissions().mode() & 0o777, 0o600, "{f}");
         }
-        // Read back, not made again, whatever names are asked this time.
-        let again = HttpsIdentity::load_or_create(dir.path(), &["other".into()]).unwrap();
+        // Read back, not made again, whatever names are asked this time; the
+        // names it does not hold are said.
+        let again = HttpsIdentity::load_or_create(dir.path(), &["other".into(), "10.1.2.3".into()]).unwrap();
         assert_eq!(again.fingerprint, first.fingerprint);
+        assert_eq!((again.names, again.missing), (vec!["10.1.2.3".to_owned()], vec!["other".to_owned()]));
+        // A certificate that does not verify under the authority there (here: another's) is refused, saying what to do.
+        let elsewhere = tempfile::tempdir().unwrap();
+        HttpsIdentity::load_or_create(elsewhere.path(), &names).unwrap();
+        let mixed = tempfile::tempdir().unwrap();
+        for f in [HTTPS_CERT_FILE, HTTPS_KEY_FILE] {
+            std::fs::copy(dir.path().join(f), mixed.path().join(f)).unwrap();
+        }
+        std::fs::copy(elsewhere.path().join(HTTPS_CA_FILE), mixed.path().join(HTTPS_CA_FILE)).unwrap();
+        let e = HttpsIdentity::load_or_create(mixed.path(), &names).unwrap_err().to_string();
+        assert!(e.contains(HTTPS_CERT_FILE) && e.contains("to make new ones"), "{e}");
         // A key that is not the certificate's is refused, naming the file.
         let other = tempfile::tempdir().unwrap();
         HttpsIdentity::load_or_create(other.path(), &names).unwrap();
