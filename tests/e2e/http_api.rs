@@ -265,7 +265,11 @@ fn the_raw_sse_and_ndjson_bytes_have_the_apis_shapes() {
     let r = post(
         &s,
         "/v1/completions",
-        json!({"model": "tier2", "prompt": "Hello", "stream": true, "max_tokens": 4, "stream_options": {"include_usage": true}}),
+        // Greedy, and an answer longer than 4 tokens: a sampled one may end sooner.
+        json!({
+            "model": "tier2", "prompt": "Write a long essay about the history of France.", "temperature": 0,
+            "stream": true, "max_tokens": 4, "stream_options": {"include_usage": true}
+        }),
     );
     let ev = events(&r.body);
     assert_eq!(*ev.last().unwrap(), "[DONE]");
