@@ -271,10 +271,11 @@ fn service_install_is_idempotent_and_uninstall_leaves_the_data() {
 /// arguments), install enables and starts the units, restarts only what
 /// changed, and uninstall stops and disables them; logs asks the journal.
 #[cfg(target_os = "linux")]
-#[test]
-fn service_commands_drive_systemctl_and_journalctl() {
+/// Puts a `systemctl` and a `journalctl` first on `home`'s PATH that only
+/// record how they were called; the closure returned takes the calls
+/// recorded since it was last called.
+fn fake_service_manager(home: &mut Home) -> impl Fn() -> Vec<String> + use<> {
     use std::os::unix::fs::PermissionsExt;
-    let mut home = Home::new();
     let bin = home.p("bin");
     std::fs::create_dir(&bin).unwrap();
     let calls = home.p("calls");
@@ -284,11 +285,17 @@ fn service_commands_drive_systemctl_and_journalctl() {
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     home.path = Some(format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default()));
-    let take_calls = || {
+    move || {
         let text = std::fs::read_to_string(&calls).unwrap_or_default();
         let _ = std::fs::remove_file(&calls);
         text.lines().map(str::to_owned).collect::<Vec<_>>()
-    };
+    }
+}
+
+#[test]
+fn service_commands_drive_systemctl_and_journalctl() {
+    let mut home = Home::new();
+    let take_calls = fake_service_manager(&mut home);
     let run = |args: &[&str]| {
         let out = home.service(args);
         assert!(out.status.success(), "{}", stdout(&out));

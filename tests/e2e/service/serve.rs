@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use revis_testkit::binary;
 
-use super::{Home, stdout};
+use super::{Home, fake_service_manager, stdout};
 
 const UNIT: &str = "revis-serve.service";
 
@@ -139,22 +139,8 @@ fn serve_install_writes_its_unit_refuses_flags_that_cannot_work_and_status_reads
 /// restarts it only when it changed, and touches no unit of revisd's.
 #[test]
 fn serve_service_commands_drive_systemctl_and_journalctl() {
-    use std::os::unix::fs::PermissionsExt;
     let mut home = Home::new();
-    let bin = home.p("bin");
-    std::fs::create_dir(&bin).unwrap();
-    let calls = home.p("calls");
-    for tool in ["systemctl", "journalctl"] {
-        let script = bin.join(tool);
-        std::fs::write(&script, format!("#!/bin/sh\necho \"{tool} $*\" >> '{}'\n", calls.display())).unwrap();
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    home.path = Some(format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default()));
-    let take_calls = || {
-        let text = std::fs::read_to_string(&calls).unwrap_or_default();
-        let _ = std::fs::remove_file(&calls);
-        text.lines().map(str::to_owned).collect::<Vec<_>>()
-    };
+    let take_calls = fake_service_manager(&mut home);
     let run = |args: &[&str]| {
         let out = home.revis(&[&["serve"], args].concat());
         assert!(out.status.success(), "{}", stdout(&out));
