@@ -21,8 +21,8 @@ pub const MAX_MESSAGES: usize = 1024;
 pub const MAX_STOP_STRINGS: usize = 8;
 pub const MAX_STOP_BYTES: usize = 64;
 pub const MAX_SCHEMA_BYTES: usize = 64 << 10;
-pub const MAX_TOP_K: u32 = 1000;
-pub const MAX_REPEAT_LAST_N: u32 = 4096;
+/// The sampling bounds, shared with the models' defaults (which must keep to them).
+pub use revis_models::{MAX_REPEAT_LAST_N, MAX_REPEAT_PENALTY, MAX_TEMPERATURE, MAX_TOP_K};
 /// Continuations one Score call may carry.
 pub const MAX_CONTINUATIONS: usize = 16;
 /// Texts one Embed call may carry.
@@ -179,11 +179,16 @@ fn sampling(s: Option<&pb::Sampling>, defaults: &revis_models::SamplingDefaults)
         return Err(invalid(format!("sampling.repeat_last_n is {last_n}; it must be at most {MAX_REPEAT_LAST_N}")));
     }
     Ok(Sampling {
-        temperature: check("temperature", t, (0.0..=2.0).contains(&t), "between 0 (greedy) and 2")?,
+        temperature: check("temperature", t, (0.0..=MAX_TEMPERATURE).contains(&t), &format!("between 0 (greedy) and {MAX_TEMPERATURE}"))?,
         top_k,
         top_p: check("top_p", top_p, top_p > 0.0 && top_p <= 1.0, "in (0, 1]")?,
         min_p: check("min_p", min_p, (0.0..1.0).contains(&min_p), "in [0, 1)")?,
-        repeat_penalty: check("repeat_penalty", rp, (1.0..=2.0).contains(&rp), "between 1 (off) and 2")?,
+        repeat_penalty: check(
+            "repeat_penalty",
+            rp,
+            (1.0..=MAX_REPEAT_PENALTY).contains(&rp),
+            &format!("between 1 (off) and {MAX_REPEAT_PENALTY}"),
+        )?,
         repeat_last_n: last_n,
         seed: s.seed.unwrap_or_else(rand::random),
     })

@@ -17,13 +17,14 @@ pub struct SamplingDefaults {
     pub repeat_last_n: Option<u32>,
 }
 
-/// The bounds a default must keep to be used; they are the daemon's request
-/// limits (`revis-daemon/src/validate.rs`), so a default can never make a
-/// request that leaves the setting unset invalid.
-const MAX_TEMPERATURE: f32 = 2.0;
-const MAX_TOP_K: u32 = 1000;
-const MAX_REPEAT_PENALTY: f32 = 2.0;
-const MAX_REPEAT_LAST_N: u32 = 4096;
+/// The bounds of the sampling settings: the daemon's request limits
+/// (`revis-daemon/src/validate.rs` uses these), and the bounds a default
+/// must keep to be used, so a default can never make a request that leaves
+/// the setting unset invalid.
+pub const MAX_TEMPERATURE: f32 = 2.0;
+pub const MAX_TOP_K: u32 = 1000;
+pub const MAX_REPEAT_PENALTY: f32 = 2.0;
+pub const MAX_REPEAT_LAST_N: u32 = 4096;
 
 impl SamplingDefaults {
     /// Nothing known.
