@@ -13,7 +13,7 @@ use revis_orchestrator::PrefillPhase;
 use crate::backend::Backend;
 use crate::options::Options;
 use crate::protocol::{Command, PairingEvent};
-use crate::state::{Connection, Shown, State, View};
+use crate::state::{Connection, Deep, Shown, State, View};
 
 pub struct App {
     pub state: State,
@@ -168,6 +168,7 @@ impl App {
                 if self.state.messages.is_empty() {
                     ui.weak("Type a message below and press Enter.");
                 }
+                let mut deeper = None;
                 for (i, m) in self.state.messages.iter().enumerate() {
                     ui.push_id(i, |ui| {
                         ui.add_space(4.0);
@@ -186,9 +187,43 @@ impl App {
                             if !m.from_user && !m.text.is_empty() && m.shown != Shown::Streaming && ui.small_button("Copy").clicked() {
                                 ui.ctx().copy_text(m.text.clone());
                             }
+                            if let Some(id) = m.id.filter(|_| !m.from_user && m.shown == Shown::Complete && m.gears.deep == Deep::None)
+                                && ui
+                                    .add_enabled(!self.state.streaming, egui::Button::new("Go deeper").small())
+                                    .on_hover_text("Ask tier3 for a more thorough follow-up")
+                                    .clicked()
+                            {
+                                deeper = Some(id);
+                            }
                         });
+                        if let Some(c) = &m.gears.correction {
+                            ui.weak(c);
+                        }
                         ui.label(&m.text);
+                        if let Some(e) = &m.gears.escalation {
+                            ui.weak(e);
+                        }
+                        match &m.gears.deep {
+                            Deep::None => {}
+                            Deep::Asked => {
+                                ui.weak("tier3 will follow up when you pause.");
+                            }
+                            Deep::Writing => {
+                                ui.weak("tier3 is writing a deeper follow-up…");
+                            }
+                            Deep::Done(text) => {
+                                ui.add_space(2.0);
+                                ui.strong("Deeper (tier3)");
+                                ui.label(text);
+                            }
+                            Deep::Failed(why) => {
+                                ui.weak(format!("tier3's follow-up failed: {why}"));
+                            }
+                        }
                     });
+                }
+                if let Some(id) = deeper {
+                    self.send(Command::GoDeeper(id));
                 }
             });
         });
@@ -224,7 +259,7 @@ impl App {
                 if self.state.input.is_empty() {
                     self.send(Command::InputCleared);
                 } else {
-                    self.send(Command::Keystroke { first: was_empty });
+                    self.send(Command::Keystroke { first: was_empty, draft: self.state.input.clone() });
                 }
             }
             let enter = r.has_focus() && ui.input(|i| i.key_pressed(Key::Enter) && i.modifiers.is_none());

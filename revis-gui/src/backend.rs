@@ -150,7 +150,8 @@ impl Io {
             | Command::Keystroke { .. }
             | Command::InputCleared
             | Command::Send(_)
-            | Command::Stop) => match &self.chat {
+            | Command::Stop
+            | Command::GoDeeper(_)) => match &self.chat {
                 Some(chat) => {
                     let _ = chat.send(c);
                 }

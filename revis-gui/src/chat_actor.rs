@@ -52,12 +52,18 @@ pub(crate) async fn chat_actor(daemon: Dispatcher, store: Store, opts: Options, 
         };
         let Some(cmd) = cmd else { break };
         match cmd {
-            Command::Keystroke { first } => {
+            Command::Keystroke { first, draft } => {
                 typing_until = Some(Instant::now() + opts.typing_idle);
                 if (first || !chat.gates().state().typing)
                     && let Err(e) = chat.typing_started()
                 {
                     sink.error("warming up the answer", plain_chat(&e));
+                }
+                chat.draft(&draft);
+            }
+            Command::GoDeeper(reply) => {
+                if !chat.deepen(reply).await {
+                    sink.error("going deeper", "tier3 was already asked to follow this answer up");
                 }
             }
             Command::InputCleared => {
@@ -109,7 +115,10 @@ pub(crate) async fn chat_actor(daemon: Dispatcher, store: Store, opts: Options, 
                         r = &mut turn => break Some(r),
                         c = rx.recv() => match c {
                             Some(Command::Stop) | None => break None,
-                            Some(Command::Keystroke { .. }) => typed_while_streaming = true,
+                            Some(Command::Keystroke { draft, .. }) => {
+                                typed_while_streaming = true;
+                                chat.draft(&draft);
+                            }
                             Some(Command::InputCleared) => typed_while_streaming = false,
                             Some(other) => sink.error("while the answer streams", format!("{} waits until the answer is done or stopped", describe(&other))),
                         },
@@ -164,6 +173,17 @@ fn stats(d: &revis_client::Done) -> String {
 
 /// The pre-prefill phase and the gates, as they change.
 fn forward_watches(chat: &Chat<Dispatcher>, sink: &Sink) {
+    let mut notes = chat.notes();
+    let s = sink.clone();
+    tokio::spawn(async move {
+        loop {
+            match notes.recv().await {
+                Ok(n) => s.send(Event::Note(n)),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            }
+        }
+    });
     let mut phase = chat.pre_prefill().watch();
     let s = sink.clone();
     tokio::spawn(async move {
@@ -202,8 +222,18 @@ async fn list(store: &Store, sink: &Sink) {
 }
 
 async fn open(store: &Store, sink: &Sink, id: ConversationId) {
-    match blocking(store, move |s| s.messages(id)).await {
-        Ok(messages) => sink.send(Event::Opened { id, messages }),
+    let read = blocking(store, move |s| {
+        let messages = s.messages(id)?;
+        let mut records = std::collections::BTreeMap::new();
+        for m in messages.iter().filter(|m| m.role == revis_store::Role::Assistant) {
+            if let Ok(Some(r)) = revis_orchestrator::conversation::turn_record(s, m.id) {
+                records.insert(m.id, r);
+            }
+        }
+        Ok((messages, records))
+    });
+    match read.await {
+        Ok((messages, records)) => sink.send(Event::Opened { id, messages, records }),
         Err(e) => sink.error("opening a conversation", e),
     }
 }

@@ -11,9 +11,9 @@ use std::time::Instant;
 use revis_client::ensemble::EnsembleSpec;
 use revis_client::nodes::NodeRow;
 use revis_client::{DaemonStatus, DeviceInfo, ServerMode, Tier};
-use revis_orchestrator::conversation::ChatError;
+use revis_orchestrator::conversation::{ChatError, TurnNote, TurnRecord};
 use revis_orchestrator::{GateState, PrefillPhase};
-use revis_store::{Conversation, ConversationId, StoredMessage};
+use revis_store::{Conversation, ConversationId, MessageId, StoredMessage};
 
 use crate::settings::Settings;
 
@@ -25,14 +25,18 @@ pub enum Command {
     RefreshStatus,
     NewConversation,
     OpenConversation(ConversationId),
-    /// A key was pressed in the message box; `first` = the box was empty.
+    /// A key was pressed in the message box; `first` = the box was empty;
+    /// `draft` = what it holds now (tier1 checks it when the user pauses).
     Keystroke {
         first: bool,
+        draft: String,
     },
     /// The message box was emptied without sending.
     InputCleared,
     Send(String),
     Stop,
+    /// Ask tier3 for a deeper follow-up of this answer.
+    GoDeeper(MessageId),
     Load(Tier),
     Unload(Tier),
     RefreshNodes,
@@ -96,7 +100,11 @@ pub enum Event {
     Opened {
         id: ConversationId,
         messages: Vec<StoredMessage>,
+        /// Each answer's record (its check, escalation, deeper follow-up), where it has one.
+        records: BTreeMap<MessageId, TurnRecord>,
     },
+    /// What a turn's gears report: a correction, an escalation, tier3's follow-up.
+    Note(TurnNote),
     Delta(String),
     AnswerDone {
         text: String,

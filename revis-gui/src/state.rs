@@ -6,8 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use revis_client::ensemble::{EnsembleSpec, MemberSpec, Method};
 use revis_client::nodes::NodeRow;
 use revis_client::{DaemonStatus, DeviceInfo, ServerMode, Tier};
+use revis_orchestrator::conversation::{EscalatedBy, Escalation, TurnNote, TurnRecord};
 use revis_orchestrator::{GateState, PrefillPhase};
-use revis_store::{Conversation, ConversationId, MessageState, Role};
+use revis_store::{Conversation, ConversationId, MessageId, MessageState, Role};
 
 use crate::protocol::{Event, PairingEvent, TierPlacement};
 use crate::settings::Settings;
@@ -62,6 +63,70 @@ pub struct Message {
     pub shown: Shown,
     /// Pieces of a streamed answer applied so far (0 for stored messages).
     pub pieces: u32,
+    /// The stored message, once known (an answer streaming now learns it from its first note).
+    pub id: Option<MessageId>,
+    /// What the turn's gears said of an answer.
+    pub gears: Gears,
+}
+
+/// An answer's correction, escalation and deeper follow-up, as shown.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Gears {
+    /// tier1's correction of the message, in words.
+    pub correction: Option<String>,
+    /// Why tier3 was asked to go deeper, in words.
+    pub escalation: Option<String>,
+    pub deep: Deep,
+}
+
+/// tier3's follow-up of an answer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Deep {
+    #[default]
+    None,
+    /// Asked for; waits for the gates (the user pausing).
+    Asked,
+    Writing,
+    Done(String),
+    Failed(String),
+}
+
+impl Gears {
+    /// The gears of a stored answer, from its record.
+    pub fn of(r: &TurnRecord) -> Gears {
+        let mut g = Gears::default();
+        if let Some(c) = r.check.as_ref().filter(|c| !c.corrections.is_empty()) {
+            g.correction = Some(correction(c, r.checked_before));
+        }
+        if let Some(e) = &r.escalation {
+            g.escalation = Some(escalation(e));
+        }
+        if let Some(d) = &r.deep {
+            g.deep = Deep::Done(d.clone());
+        }
+        g
+    }
+}
+
+fn correction(c: &revis_orchestrator::check::QuickCheck, before: bool) -> String {
+    let fixes: Vec<String> = c.corrections.iter().map(|c| format!("{} → {}", c.wrong, c.right)).collect();
+    if before {
+        format!("Read your message as \u{201c}{}\u{201d} ({})", c.corrected, fixes.join(", "))
+    } else {
+        format!("tier1 noticed a typo: {}", fixes.join(", "))
+    }
+}
+
+fn escalation(e: &Escalation) -> String {
+    let who = match e.by {
+        EscalatedBy::Check => "tier1's check",
+        EscalatedBy::Checklist => "tier2's checklist",
+        EscalatedBy::User => return "You asked tier3 to go deeper".to_owned(),
+    };
+    match &e.why {
+        Some(why) => format!("{who} thinks this needs tier3: {why}"),
+        None => format!("{who} thinks this needs tier3"),
+    }
 }
 
 /// A tier's ensemble as the Tiers view edits it: the members as typed
@@ -180,18 +245,21 @@ impl State {
                 self.status = Some(*s);
             }
             Event::Conversations(c) => self.conversations = c,
-            Event::Opened { id, messages } => {
+            Event::Opened { id, messages, records } => {
                 self.current = Some(id);
                 self.messages = messages
                     .into_iter()
                     .map(|m| Message {
                         from_user: m.role == Role::User,
-                        text: m.text,
                         shown: if m.state == MessageState::Complete { Shown::Complete } else { Shown::Incomplete },
                         pieces: 0,
+                        gears: records.get(&m.id).map(Gears::of).unwrap_or_default(),
+                        id: Some(m.id),
+                        text: m.text,
                     })
                     .collect();
             }
+            Event::Note(note) => self.note(note),
             Event::Delta(t) => {
                 if let Some(m) = self.messages.last_mut().filter(|m| m.shown == Shown::Streaming) {
                     m.text.push_str(&t);
@@ -252,10 +320,62 @@ impl State {
 
     /// The user sent `text`: it shows at once, with an empty answer that streams in.
     pub fn sent(&mut self, text: String) {
-        self.messages.push(Message { from_user: true, text, shown: Shown::Complete, pieces: 0 });
-        self.messages.push(Message { from_user: false, text: String::new(), shown: Shown::Streaming, pieces: 0 });
+        self.messages.push(Message { from_user: true, text, shown: Shown::Complete, pieces: 0, id: None, gears: Gears::default() });
+        let answer =
+            Message { from_user: false, text: String::new(), shown: Shown::Streaming, pieces: 0, id: None, gears: Gears::default() };
+        self.messages.push(answer);
         self.streaming = true;
         self.last_stats = None;
+    }
+
+    /// The answer a note is about: the one with its id, else (a note about
+    /// the answer just given, in this conversation) the last answer not yet
+    /// knowing its id, which learns it.
+    fn answer_for(&mut self, reply: MessageId) -> Option<&mut Message> {
+        if let Some(i) = self.messages.iter().position(|m| m.id == Some(reply)) {
+            return self.messages.get_mut(i);
+        }
+        if self.current != Some(reply.conversation) {
+            return None;
+        }
+        let m = self.messages.iter_mut().rev().find(|m| !m.from_user).filter(|m| m.id.is_none())?;
+        m.id = Some(reply);
+        Some(m)
+    }
+
+    fn note(&mut self, note: TurnNote) {
+        match note {
+            TurnNote::Checked { reply, check, before_answer } => {
+                if let Some(m) = self.answer_for(reply)
+                    && !check.corrections.is_empty()
+                {
+                    m.gears.correction = Some(correction(&check, before_answer));
+                }
+            }
+            TurnNote::Escalated { reply, escalation: e, queued } => {
+                if let Some(m) = self.answer_for(reply) {
+                    m.gears.escalation = Some(escalation(&e));
+                    if queued && m.gears.deep == Deep::None {
+                        m.gears.deep = Deep::Asked;
+                    }
+                }
+            }
+            TurnNote::DeepStarted { reply, .. } => {
+                if let Some(m) = self.answer_for(reply) {
+                    m.gears.deep = Deep::Writing;
+                }
+            }
+            TurnNote::Deep { reply, text } => {
+                if let Some(m) = self.answer_for(reply) {
+                    m.gears.deep = Deep::Done(text);
+                }
+            }
+            TurnNote::DeepFailed { reply, error } => {
+                if let Some(m) = self.answer_for(reply) {
+                    m.gears.deep = Deep::Failed(error);
+                }
+            }
+        }
     }
 
     fn end_answer(&mut self, text: Option<String>, shown: Shown, stats: Option<String>) {
@@ -282,6 +402,40 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_gears_notes_land_on_the_answer_they_are_about() {
+        let mut s = State::default();
+        let conv = ConversationId(1);
+        s.current = Some(conv);
+        s.sent("Waht is a monad?".into());
+        let reply = MessageId { conversation: conv, seq: 1 };
+        let check = revis_orchestrator::check::QuickCheck {
+            corrected: "What is a monad?".into(),
+            corrections: vec![revis_orchestrator::check::Correction { wrong: "Waht".into(), right: "What".into() }],
+            ..Default::default()
+        };
+        s.apply(Event::Note(TurnNote::Checked { reply, check, before_answer: true }));
+        s.apply(Event::Delta("A monad is".into()));
+        s.apply(Event::AnswerDone { text: "A monad is a pattern.".into(), stats: String::new() });
+        s.apply(Event::Note(TurnNote::Escalated {
+            reply,
+            escalation: Escalation { by: EscalatedBy::Checklist, why: Some("it needs care".into()) },
+            queued: true,
+        }));
+        assert_eq!(s.messages[1].gears.deep, Deep::Asked);
+        s.apply(Event::Note(TurnNote::DeepStarted { reply, tier: Tier::Tier3 }));
+        assert_eq!(s.messages[1].gears.deep, Deep::Writing);
+        // A note about another conversation's answer changes nothing here.
+        s.apply(Event::Note(TurnNote::Deep { reply: MessageId { conversation: ConversationId(9), seq: 1 }, text: "elsewhere".into() }));
+        s.apply(Event::Note(TurnNote::Deep { reply, text: "Longer.".into() }));
+        let answer = &s.messages[1];
+        assert_eq!(answer.id, Some(reply));
+        assert_eq!(answer.gears.correction.as_deref(), Some("Read your message as \u{201c}What is a monad?\u{201d} (Waht → What)"));
+        assert_eq!(answer.gears.escalation.as_deref(), Some("tier2's checklist thinks this needs tier3: it needs care"));
+        assert_eq!(answer.gears.deep, Deep::Done("Longer.".into()));
+        assert_eq!(s.messages[0].gears, Gears::default(), "the user's message carries none");
+    }
 
     #[test]
     fn ensemble_fields_read_what_was_typed_and_show_what_was_stored() {

@@ -306,3 +306,82 @@ fn ctrl_c_in_revis_chat_keeps_exactly_the_text_printed() {
     let shown = String::from_utf8(out.stdout).unwrap();
     assert!(shown.contains(&format!("revis [incomplete: cut off before it ended]: {printed}\n")), "{shown}");
 }
+
+/// The three gears of a turn with the real model: tier1 checks the draft
+/// before Enter and the answer uses it, tier2's checklist is evaluated but
+/// never streamed nor stored as the answer, and tier3 writes a follow-up
+/// when asked, stored with the turn and seen by the next prompt.
+#[tokio::test]
+async fn the_checklist_stays_private_and_tier3_follows_up_when_asked() {
+    use revis_orchestrator::Policies;
+    use revis_orchestrator::conversation::{Chat, EscalatedBy, TurnNote};
+    use revis_orchestrator::structured::TAG_OPEN;
+    use revis_store::{Role, Store};
+
+    let d = TestDaemon::new().start();
+    let db = tempfile::tempdir().unwrap();
+    let store = Store::open(db.path()).unwrap().store;
+    let conv = store.create_conversation("gears").unwrap();
+    let mut chat = Chat::new(d.client().await, store.clone(), conv, Policies::default());
+    chat.sampling = revis_client::Sampling { temperature: Some(0.0), ..Default::default() };
+    chat.max_tokens = Some(24);
+    chat.deep_max_tokens = Some(32);
+    chat.checklist = true;
+    let mut notes = chat.notes();
+
+    let typed = "Could you explain why the sky looks blue during the day and red at sunset?";
+    let mut checked = chat.draft_checked();
+    chat.typing_started().unwrap();
+    chat.draft(typed);
+    checked.wait_for(|t| t.as_deref() == Some(typed)).await.unwrap();
+    chat.typing_stopped();
+    let mut streamed = String::new();
+    let done = chat.send(typed, |t| streamed.push_str(t)).await.unwrap();
+    assert_eq!(streamed, done.text, "the stream is the answer");
+    let messages = store.messages(conv).unwrap();
+    let reply = messages.iter().rfind(|m| m.role == Role::Assistant).unwrap();
+    assert_eq!(reply.text, streamed, "the stored reply is what was shown");
+    let record = chat.record(reply.id).unwrap().expect("the turn's record");
+    assert!(record.check.is_some() && record.checked_before, "tier1's check of the draft was used: {record:?}");
+    let private = record.notes.clone().expect("the checklist's notes");
+    assert!(private.starts_with(&format!("{TAG_OPEN}\nLANGUAGE: English\nTONE:")), "{private}");
+    assert!(!streamed.contains(TAG_OPEN) && !streamed.contains(&private), "the notes never reach the user: {streamed}");
+
+    // Without --auto-deep an escalation only says so: the user asks.
+    assert!(chat.deepen(reply.id).await, "the user asks");
+    assert!(!chat.deepen(reply.id).await, "once per reply");
+    chat.background().idle().await;
+    let record = chat.record(reply.id).unwrap().unwrap();
+    let deep = record.deep.clone().expect("tier3's follow-up is stored with the turn");
+    assert!(!deep.is_empty());
+    assert!(matches!(record.escalation.as_ref().map(|e| e.by), Some(EscalatedBy::User | EscalatedBy::Check | EscalatedBy::Checklist)));
+    let seen: Vec<TurnNote> = std::iter::from_fn(|| notes.try_recv().ok()).collect();
+    assert!(seen.contains(&TurnNote::Deep { reply: reply.id, text: deep.clone() }), "{seen:#?}");
+    assert!(chat.context().unwrap().turns.iter().any(|t| t.text.ends_with(&deep)), "the next prompt sees the follow-up");
+}
+
+/// `revis chat` with piped input: `/deep` asks tier3 to follow the last
+/// answer up, and the follow-up is printed as its own part.
+#[test]
+fn piped_chat_goes_deeper_when_asked() {
+    use std::process::{Command, Stdio};
+    let d = TestDaemon::new().start();
+    let data = tempfile::tempdir().unwrap();
+    let mut child = Command::new(revis_testkit::binary("revis"))
+        .args(["chat", "--new", "--temperature", "0", "--max-tokens", "16", "--deep-max-tokens", "24", "--socket"])
+        .arg(&d.socket)
+        .env("REVIS_DATA_DIR", data.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"/deep\nWhat is a prime number?\n/deep\n/deep\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("there is no answer to go deeper on yet"), "{stderr}");
+    assert!(stderr.contains("tier3 was already asked"), "{stderr}");
+    assert_eq!(stdout.matches("--- deeper (tier3) ---").count(), 1, "one follow-up: {stdout}");
+}

@@ -45,6 +45,9 @@ async fn one_turn(d: &Daemon, store: &Store, words: usize, warm: bool) -> anyhow
     let mut chat = Chat::new(d.client.clone(), store.clone(), conv, Policies::default());
     chat.sampling = Sampling { temperature: Some(0.0), ..Default::default() };
     chat.max_tokens = Some(4);
+    // Pre-prefill alone: tier1's check and tier2's checklist are measured by --quality.
+    chat.checklist = false;
+    chat.quick_check = false;
     if warm {
         chat.typing_started()?;
         // The user types for two seconds (that is the scenario, not a synchronisation).

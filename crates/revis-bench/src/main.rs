@@ -24,6 +24,7 @@ mod llama_bench;
 mod machine;
 mod proc;
 mod prompts;
+mod quality;
 mod remote;
 mod report;
 mod stats;
@@ -129,6 +130,8 @@ struct Args {
     fault: faults::FaultArgs,
     #[command(flatten)]
     ens: ensemble::EnsembleArgs,
+    #[command(flatten)]
+    qual: quality::QualityArgs,
 }
 
 /// The workspace this binary was built from.
@@ -146,6 +149,9 @@ fn main() -> anyhow::Result<()> {
     }
     if args.ens.ensemble {
         return tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(ensemble::run(&args));
+    }
+    if args.qual.quality {
+        return tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(run_quality(&args));
     }
     if args.quick {
         args.rounds = 1;
@@ -214,6 +220,55 @@ async fn model_file(name: &str) -> anyhow::Result<PathBuf> {
     })
     .await?
     .map_err(Into::into)
+}
+
+/// `--quality`: each model of --models in turn (docs/QUALITY.md).
+async fn run_quality(args: &Args) -> anyhow::Result<()> {
+    let revisd = revisd_path(args)?;
+    let root = workspace_root();
+    let data = args.qual.quality_data.clone().unwrap_or_else(|| root.join("crates/revis-bench/data/quality"));
+    let items = if args.quick && args.qual.quality_items == 0 { 12 } else { args.qual.quality_items };
+    let threads = *args.threads.iter().max().unwrap_or(&2);
+    let machine = machine::Machine::detect();
+    let (date, command) = (machine::utc_now(), args_line());
+    for name in &args.models {
+        let model = model_file(name).await?;
+        eprintln!("revis-bench: quality of {name}");
+        let started = Instant::now();
+        let target = quality::Target { revisd: &revisd, model: &model, name, threads, context: args.context };
+        let results = [quality::run_model(&target, &args.qual, items, &data).await?];
+        let about = format!(
+            "- {date}, `{command}`, {:.1} min for this model\n- {} ({} cores, {:.0} GiB), {}; {threads} threads, every tier on {name}",
+            started.elapsed().as_secs_f64() / 60.0,
+            machine.cpu,
+            machine.cores,
+            machine.memory_gib,
+            machine.os
+        );
+        let raw = root.join(format!("target/revis-bench/last-quality-run-{name}.json"));
+        if let Some(dir) = raw.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(&raw, serde_json::to_string_pretty(&results)?)?;
+        eprintln!("revis-bench: raw figures in {}", raw.display());
+        let parts = &args.qual.quality_parts;
+        for time in [false, true] {
+            if parts.iter().all(|p| (*p == quality::QPart::Time) != time) {
+                continue;
+            }
+            let section = quality::report(&results, &about, time);
+            println!("{section}");
+            if args.write {
+                let doc = args.doc.clone().unwrap_or_else(|| root.join("docs/QUALITY.md"));
+                let old = std::fs::read_to_string(&doc).unwrap_or_else(|_| "# Quality".to_owned());
+                let (begin, end) = quality::markers(name, if time { "time" } else { "quality" });
+                let heading = if time { format!("## {name}: time to the first token") } else { format!("## {name}: latest run") };
+                std::fs::write(&doc, report::splice_marked(&old, &begin, &end, &heading, &section))?;
+                eprintln!("revis-bench: updated {}", doc.display());
+            }
+        }
+    }
+    Ok(())
 }
 
 async fn run_remote(args: Args) -> anyhow::Result<()> {

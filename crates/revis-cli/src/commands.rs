@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::input::{Input, Terminal};
 use crate::{Cli, Cmd, HistoryCmd};
-use revis_orchestrator::conversation::Chat;
+use revis_orchestrator::conversation::{Chat, EscalatedBy, TurnNote};
 use revis_store::{ConversationId, MessageState, Role, Store};
 
 #[derive(Args)]
@@ -60,6 +60,20 @@ pub struct ChatArgs {
     /// the warm cache stays).
     #[arg(long, default_value_t = 5.0)]
     typing_idle_s: f64,
+    /// No quick check by tier1 (typos, kind, whether tier3 should follow up).
+    #[arg(long)]
+    no_check: bool,
+    /// tier2 goes through a private checklist before answering (language, tone, escalate, draft). Off by
+    /// default: it makes the small models' answers worse (docs/QUALITY.md).
+    #[arg(long)]
+    checklist: bool,
+    /// tier3 follows an answer up by itself when tier1 or the checklist escalates (otherwise it says so, and
+    /// /deep asks).
+    #[arg(long)]
+    auto_deep: bool,
+    /// The longest deeper follow-up tier3 writes (after an escalation or /deep), in tokens.
+    #[arg(long, default_value_t = revis_orchestrator::conversation::DEEP_MAX_TOKENS)]
+    deep_max_tokens: u32,
     /// How often, in milliseconds, a streaming answer's text is saved while it grows (what a crash of the
     /// machine may lose; Ctrl-C loses nothing).
     #[arg(long, hide = true, default_value_t = revis_orchestrator::conversation::PARTIAL_SAVE_EVERY.as_millis() as u64)]
@@ -323,11 +337,17 @@ async fn chat<D: Runner>(daemon: D, store: Store, a: ChatArgs) -> anyhow::Result
     chat.sampling = Sampling { temperature: a.temperature, ..Default::default() };
     chat.max_tokens = a.max_tokens;
     chat.partial_save_every = std::time::Duration::from_millis(a.save_every_ms);
+    chat.quick_check = !a.no_check;
+    chat.checklist = a.checklist;
+    chat.auto_deep = a.auto_deep;
+    chat.deep_max_tokens = Some(a.deep_max_tokens);
+    // What the turns' gears report (corrections, escalations, tier3's follow-ups).
+    let notes = tokio::sync::Mutex::new(chat.notes());
     let interactive = std::io::stdin().is_terminal();
     let interrupt = Interrupt::install()?;
     // Whether the answer ran to its end; Ctrl-C stops it, and revis then ends once what was printed is saved.
     let send = |text: String| {
-        let (chat, store, verbose, interrupt) = (&chat, &store, a.verbose, &interrupt);
+        let (chat, store, verbose, interrupt, notes) = (&chat, &store, a.verbose, &interrupt, &notes);
         async move {
             // A flushed write: off the async runtime.
             let (titled, title) = (store.clone(), text.chars().take(60).collect::<String>());
@@ -339,7 +359,14 @@ async fn chat<D: Runner>(daemon: D, store: Store, a: ChatArgs) -> anyhow::Result
             })
             .await??;
             let mut out = std::io::stdout();
+            let mut first = true;
             let turn = chat.send(&text, |t| {
+                if std::mem::take(&mut first)
+                    && let Ok(mut rx) = notes.try_lock()
+                {
+                    // A correction tier1 made before the answer: said before it.
+                    print_notes(&mut rx);
+                }
                 let _ = out.write_all(t.as_bytes());
                 let _ = out.flush();
             });
@@ -355,13 +382,14 @@ async fn chat<D: Runner>(daemon: D, store: Store, a: ChatArgs) -> anyhow::Result
             if verbose {
                 print_stats(&done);
             }
+            print_notes(&mut *notes.lock().await);
             anyhow::Ok(true)
         }
     };
     if interactive {
         let n = store.messages(conversation)?.len();
         eprintln!(
-            "revis chat, conversation {conversation}{} (Ctrl-D ends)",
+            "revis chat, conversation {conversation}{} (Ctrl-D ends; {DEEP_COMMAND} asks tier3 to go deeper on the last answer)",
             if n > 0 { format!(", {n} messages so far") } else { String::new() }
         );
         let mut term = Terminal::start("> ")?;
@@ -378,24 +406,41 @@ async fn chat<D: Runner>(daemon: D, store: Store, a: ChatArgs) -> anyhow::Result
                         continue;
                     }
                 },
-                None => term.events.recv().await,
+                None => tokio::select! {
+                    ev = term.events.recv() => ev,
+                    note = async { notes.lock().await.recv().await } => {
+                        // Something arrived while the user reads or types: printed above the line.
+                        if let Ok(note) = note
+                            && let Some(text) = describe_note(&note)
+                        {
+                            term.print(text);
+                        }
+                        continue;
+                    }
+                },
             };
             let Some(ev) = ev else { break };
-            if matches!(ev, Input::TypingStarted | Input::Typing) {
+            if matches!(ev, Input::TypingStarted | Input::Typing(_)) {
                 typing_until = Some(tokio::time::Instant::now() + idle);
             } else {
                 typing_until = None;
             }
             match ev {
                 Input::TypingStarted => chat.typing_started()?,
-                Input::Typing => {
+                Input::Typing(draft) => {
                     if !chat.gates().state().typing {
                         // Typing resumed after a pause: hold background work again.
                         chat.typing_started()?;
                     }
+                    chat.draft(&draft);
                 }
                 Input::Line(line) if line.trim().is_empty() => {
                     chat.typing_stopped();
+                    term.next();
+                }
+                Input::Line(line) if line.trim() == DEEP_COMMAND => {
+                    chat.typing_stopped();
+                    eprintln!("revis: {}", go_deeper(&chat, &store).await?);
                     term.next();
                 }
                 Input::Line(line) => {
@@ -413,16 +458,76 @@ async fn chat<D: Runner>(daemon: D, store: Store, a: ChatArgs) -> anyhow::Result
     } else {
         for line in std::io::stdin().lock().lines() {
             let line = line?;
-            if !line.trim().is_empty() && !send(line).await? {
+            if line.trim() == DEEP_COMMAND {
+                eprintln!("revis: {}", go_deeper(&chat, &store).await?);
+            } else if !line.trim().is_empty() && !send(line).await? {
                 return Ok(ExitCode::from(INTERRUPTED));
             }
         }
     }
     if chat.background().outstanding() > 0 {
-        eprintln!("revis: finishing background work (profile, summary)...");
+        eprintln!("revis: finishing background work (profile, summary, tier3's follow-ups)...");
         chat.background().idle().await;
     }
+    print_notes(&mut *notes.lock().await);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The line that asks tier3 to go deeper on the last answer.
+const DEEP_COMMAND: &str = "/deep";
+
+/// `/deep`: tier3's follow-up of the conversation's last answer.
+async fn go_deeper<D: Runner>(chat: &Chat<D>, store: &Store) -> anyhow::Result<&'static str> {
+    let last =
+        store.messages(chat.conversation)?.into_iter().rev().find(|m| m.role == Role::Assistant && m.state == MessageState::Complete);
+    Ok(match last {
+        None => "there is no answer to go deeper on yet",
+        Some(m) if chat.deepen(m.id).await => "tier3 will follow the last answer up as soon as you pause",
+        Some(_) => "tier3 was already asked to follow the last answer up",
+    })
+}
+
+/// Prints what the gears reported since the last time (blocking nothing).
+fn print_notes(rx: &mut tokio::sync::broadcast::Receiver<TurnNote>) {
+    while let Ok(note) = rx.try_recv() {
+        if let Some(text) = describe_note(&note) {
+            match note {
+                TurnNote::Deep { .. } => println!("{text}"),
+                _ => eprintln!("{text}"),
+            }
+        }
+    }
+}
+
+/// A note as `revis chat` shows it; None for those it keeps quiet about.
+fn describe_note(note: &TurnNote) -> Option<String> {
+    Some(match note {
+        TurnNote::Checked { check, .. } if check.corrections.is_empty() => return None,
+        TurnNote::Checked { check, before_answer, .. } => {
+            let fixes: Vec<String> = check.corrections.iter().map(|c| format!("{} → {}", c.wrong, c.right)).collect();
+            if *before_answer {
+                format!("revis: read as \"{}\" ({})", check.corrected, fixes.join(", "))
+            } else {
+                format!("revis: tier1 noticed a typo: {}", fixes.join(", "))
+            }
+        }
+        TurnNote::Escalated { escalation, queued, .. } => {
+            let who = match escalation.by {
+                EscalatedBy::Check => "tier1's check",
+                EscalatedBy::Checklist => "tier2's checklist",
+                EscalatedBy::User => return None,
+            };
+            let why = escalation.why.as_deref().map(|w| format!(" ({w})")).unwrap_or_default();
+            if *queued {
+                format!("revis: {who} asked tier3 to go deeper{why}; it follows when you pause")
+            } else {
+                format!("revis: {who} thinks this needs the deep tier{why}; {DEEP_COMMAND} asks tier3")
+            }
+        }
+        TurnNote::DeepStarted { tier, .. } => format!("revis: {tier} is writing a deeper follow-up..."),
+        TurnNote::Deep { text, .. } => format!("\n--- deeper (tier3) ---\n{text}\n---"),
+        TurnNote::DeepFailed { error, .. } => format!("revis: tier3's follow-up failed: {error}"),
+    })
 }
 
 /// The exit status after Ctrl-C (128 + SIGINT, as the shell reports a process it ended).

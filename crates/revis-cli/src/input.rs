@@ -12,8 +12,10 @@ use tokio::sync::mpsc;
 pub enum Input {
     /// The first key of a new line was pressed.
     TypingStarted,
-    /// Another key was pressed on a line being typed.
-    Typing,
+    /// Another key was pressed on a line being typed: the line as it reads
+    /// after that key, as far as can be told (a character typed or deleted
+    /// at its end; other edits give the line before the key).
+    Typing(String),
     /// Enter: a whole line.
     Line(String),
     /// Ctrl-D, Ctrl-C or the end of input.
@@ -27,12 +29,31 @@ struct FirstKey(mpsc::UnboundedSender<Input>);
 impl ConditionalEventHandler for FirstKey {
     fn handle(&self, event: &Event, _: RepeatCount, _: bool, ctx: &EventContext) -> Option<Cmd> {
         if !ctx.line().is_empty() {
-            let _ = self.0.send(Input::Typing);
+            let _ = self.0.send(Input::Typing(draft_after(ctx.line(), ctx.pos(), event)));
         } else if starts_message(event) {
             let _ = self.0.send(Input::TypingStarted);
         }
         None
     }
+}
+
+/// The line as it will read after `event`, when that is plain: a character
+/// typed, or Backspace, at the end of the line; otherwise the line as it is.
+fn draft_after(line: &str, pos: usize, event: &Event) -> String {
+    let mut out = line.to_owned();
+    if pos != line.len() {
+        return out;
+    }
+    if let Event::KeySeq(keys) = event {
+        match keys.as_slice() {
+            [KeyEvent(KeyCode::Char(c), m)] if !m.intersects(Modifiers::CTRL | Modifiers::ALT) => out.push(*c),
+            [KeyEvent(KeyCode::Backspace, _)] => {
+                out.pop();
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// Whether a key pressed on an empty line begins a message: a character, a
@@ -53,6 +74,8 @@ fn starts_message(event: &Event) -> bool {
 pub struct Terminal {
     pub events: mpsc::UnboundedReceiver<Input>,
     next: std_mpsc::Sender<()>,
+    /// Prints above the line being edited (what arrives while the user types).
+    printer: Option<Box<dyn rustyline::ExternalPrinter + Send>>,
 }
 
 impl Terminal {
@@ -61,6 +84,7 @@ impl Terminal {
         let (next, wait) = std_mpsc::channel::<()>();
         let mut editor = rustyline::DefaultEditor::new()?;
         editor.bind_sequence(Event::Any, EventHandler::Conditional(Box::new(FirstKey(tx.clone()))));
+        let printer = editor.create_external_printer().ok().map(|p| Box::new(p) as Box<dyn rustyline::ExternalPrinter + Send>);
         std::thread::Builder::new()
             .name("revis-input".into())
             .spawn(move || {
@@ -87,7 +111,19 @@ impl Terminal {
                 }
             })
             .map_err(rustyline::error::ReadlineError::Io)?;
-        Ok(Terminal { events, next })
+        Ok(Terminal { events, next, printer })
+    }
+
+    /// Prints `text` (a whole line or more) without breaking the line being typed.
+    pub fn print(&mut self, text: String) {
+        match &mut self.printer {
+            Some(p) => {
+                if p.print(text.clone()).is_err() {
+                    println!("{text}");
+                }
+            }
+            None => println!("{text}"),
+        }
     }
 
     /// Shows the prompt for the next line.
@@ -102,6 +138,14 @@ mod tests {
 
     fn key(code: KeyCode, m: Modifiers) -> Event {
         Event::KeySeq(vec![KeyEvent(code, m)])
+    }
+
+    #[test]
+    fn the_draft_is_the_line_after_a_plain_key_at_its_end() {
+        assert_eq!(draft_after("hell", 4, &key(KeyCode::Char('o'), Modifiers::NONE)), "hello");
+        assert_eq!(draft_after("hello", 5, &key(KeyCode::Backspace, Modifiers::NONE)), "hell");
+        assert_eq!(draft_after("hllo", 1, &key(KeyCode::Char('e'), Modifiers::NONE)), "hllo", "an edit inside the line: as it was");
+        assert_eq!(draft_after("hello", 5, &KeyEvent::ctrl('W').into()), "hello");
     }
 
     #[test]

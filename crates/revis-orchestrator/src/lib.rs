@@ -2,13 +2,16 @@
 //! priorities ([`task`]), the three gates ([`gates`]), pre-prefill while the
 //! user types ([`prefill`]), prompts as static prefix + dynamic suffix
 //! ([`prompt`]), structured output from a private reasoning tag
-//! ([`structured`]), and a conversation turn end to end ([`conversation`]).
+//! ([`structured`]), tier1's quick check ([`check`]), tier2's checklist
+//! ([`checklist`]), and a conversation turn end to end ([`conversation`]).
 //!
 //! It is pure policy over revis-client's domain API: it runs every task
 //! through a [`revis_client::Runner`] (one daemon, or the dispatcher over
 //! this machine and the paired nodes) and never sees the wire. Unit tests
 //! script a runner.
 
+pub mod check;
+pub mod checklist;
 pub mod conversation;
 pub mod ensemble;
 pub mod gates;

@@ -17,9 +17,9 @@ use crate::gates::Gates;
 pub enum TaskKind {
     /// The first answer to the user.
     ChatAnswer,
-    /// A deeper answer the user asked for.
+    /// tier3's deeper follow-up, when tier1, the checklist or the user asks for it.
     DeepAnswer,
-    /// Classification or typo check of the user's input.
+    /// tier1's quick check of the user's message (typos, kind, escalation).
     Classify,
     /// Summarise history that outgrew its budget.
     Summarise,
@@ -59,8 +59,13 @@ impl TaskKind {
     pub fn default_policy(self) -> TaskPolicy {
         let (tier, urgency, rank) = match self {
             TaskKind::ChatAnswer => (Tier::Tier2, Urgency::User, 0),
-            TaskKind::DeepAnswer => (Tier::Tier3, Urgency::User, 0),
-            TaskKind::Classify => (Tier::Tier1, Urgency::User, 0),
+            // tier3's follow-up waits for the gates like any background work,
+            // but the user is waiting for it: first among them, after the check
+            // that may ask for it.
+            TaskKind::DeepAnswer => (Tier::Tier3, Urgency::Background, 4),
+            // Before the answer when it is ready in time (while the user
+            // types); else right after it, first of the background work.
+            TaskKind::Classify => (Tier::Tier1, Urgency::User, 5),
             // A summary keeps the next prompt inside its budget: first.
             TaskKind::Summarise => (Tier::Tier3, Urgency::Background, 3),
             TaskKind::ExtractFacts => (Tier::Tier3, Urgency::Background, 2),
