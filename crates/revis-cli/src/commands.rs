@@ -389,7 +389,7 @@ async fn chat<D: Runner>(daemon: D, store: Store, a: ChatArgs) -> anyhow::Result
     if interactive {
         let n = store.messages(conversation)?.len();
         eprintln!(
-            "revis chat, conversation {conversation}{} (Ctrl-D ends; {DEEP_COMMAND} asks tier3 to go deeper on the last answer)",
+            "revis chat, conversation {conversation}{} (Ctrl-D ends); {DEEP_COMMAND} has tier3 go deeper on the last answer",
             if n > 0 { format!(", {n} messages so far") } else { String::new() }
         );
         let mut term = Terminal::start("> ")?;
