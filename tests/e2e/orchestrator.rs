@@ -138,24 +138,29 @@ async fn client_prefill_len<D: Runner>(d: &revis_testkit::Running, chat: &revis_
     d.client().await.prefill(&req).await.unwrap().prompt_tokens
 }
 
+/// `revis ARGS --socket` on `d`'s socket, with its data in `data` and every stream piped.
+fn spawn_revis(d: &revis_testkit::Running, data: &std::path::Path, args: &[&str]) -> std::process::Child {
+    use std::process::{Command, Stdio};
+    Command::new(revis_testkit::binary("revis"))
+        .args(args)
+        .arg("--socket")
+        .arg(&d.socket)
+        .env("REVIS_DATA_DIR", data)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// `revis chat` with piped input: one message per line, each answer printed,
 /// and the conversation is there for `revis history` afterwards.
 #[test]
 fn piped_chat_answers_each_line_and_history_keeps_it() {
-    use std::process::{Command, Stdio};
     let d = TestDaemon::new().start();
     let data = tempfile::tempdir().unwrap();
     let revis = |args: &[&str], input: &str| {
-        let mut child = Command::new(revis_testkit::binary("revis"))
-            .args(args)
-            .arg("--socket")
-            .arg(&d.socket)
-            .env("REVIS_DATA_DIR", data.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_revis(&d, data.path(), args);
         use std::io::Write;
         child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
         let out = child.wait_with_output().unwrap();
@@ -254,18 +259,10 @@ async fn a_failed_stream_keeps_exactly_the_text_shown() {
 #[test]
 fn ctrl_c_in_revis_chat_keeps_exactly_the_text_printed() {
     use std::io::{Read, Write};
-    use std::process::{Command, Stdio};
     let d = TestDaemon::new().start();
     let data = tempfile::tempdir().unwrap();
-    let mut child = Command::new(revis_testkit::binary("revis"))
-        .args(["chat", "--new", "--temperature", "0", "--max-tokens", "400", "--save-every-ms", "3600000", "--socket"])
-        .arg(&d.socket)
-        .env("REVIS_DATA_DIR", data.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child =
+        spawn_revis(&d, data.path(), &["chat", "--new", "--temperature", "0", "--max-tokens", "400", "--save-every-ms", "3600000"]);
     child.stdin.take().unwrap().write_all(format!("{LONG}\n").as_bytes()).unwrap();
     let printed = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut stdout = child.stdout.take().unwrap();
@@ -298,7 +295,7 @@ fn ctrl_c_in_revis_chat_keeps_exactly_the_text_printed() {
     assert_cut_reply(store.messages(conv).unwrap(), printed);
     assert_eq!(status.code(), Some(130), "revis ends as Ctrl-C ends a process: {status:?}; stderr: {stderr}");
     drop(store);
-    let out = Command::new(revis_testkit::binary("revis"))
+    let out = std::process::Command::new(revis_testkit::binary("revis"))
         .args(["history", "show", &conv.to_string()])
         .env("REVIS_DATA_DIR", data.path())
         .output()
@@ -364,18 +361,9 @@ async fn the_checklist_stays_private_and_tier3_follows_up_when_asked() {
 /// answer up, and the follow-up is printed as its own part.
 #[test]
 fn piped_chat_goes_deeper_when_asked() {
-    use std::process::{Command, Stdio};
     let d = TestDaemon::new().start();
     let data = tempfile::tempdir().unwrap();
-    let mut child = Command::new(revis_testkit::binary("revis"))
-        .args(["chat", "--new", "--temperature", "0", "--max-tokens", "16", "--deep-max-tokens", "24", "--socket"])
-        .arg(&d.socket)
-        .env("REVIS_DATA_DIR", data.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_revis(&d, data.path(), &["chat", "--new", "--temperature", "0", "--max-tokens", "16", "--deep-max-tokens", "24"]);
     use std::io::Write;
     child.stdin.take().unwrap().write_all(b"/deep\nWhat is a prime number?\n/deep\n/deep\n").unwrap();
     let out = child.wait_with_output().unwrap();
