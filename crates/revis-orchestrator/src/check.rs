@@ -204,19 +204,10 @@ pub fn apply(message: &str, corrections: &[Correction]) -> String {
 /// Norwegian).
 pub const LANGUAGE_CONFIDENCE: f64 = 0.5;
 
-fn detect(text: &str) -> Option<whatlang::Lang> {
-    whatlang::detect(text).filter(|i| i.confidence() >= LANGUAGE_CONFIDENCE).map(|i| i.lang())
-}
-
 /// The language `text` is written in, by its English name, when whatlang is
 /// sure enough of it ([`LANGUAGE_CONFIDENCE`]; very short or mixed messages give `None`).
 pub fn language(text: &str) -> Option<&'static str> {
-    detect(text).map(|l| l.eng_name())
-}
-
-/// The ISO 639-3 code of the language `text` is written in, as [`language`] decides.
-pub fn language_code(text: &str) -> Option<&'static str> {
-    detect(text).map(|l| l.code())
+    whatlang::detect(text).filter(|i| i.confidence() >= LANGUAGE_CONFIDENCE).map(|i| i.lang().eng_name())
 }
 
 #[cfg(test)]
@@ -269,7 +260,7 @@ mod tests {
     #[test]
     fn the_language_is_named_only_when_whatlang_is_sure() {
         assert_eq!(language("Quelle est la meilleure façon de préparer une ratatouille pour six personnes ?"), Some("French"));
-        assert_eq!(language_code("Wie lange dauert die Zugfahrt von Berlin nach München ungefähr?"), Some("deu"));
+        assert_eq!(language("Wie lange dauert die Zugfahrt von Berlin nach München ungefähr?"), Some("German"));
         assert_eq!(language("ok"), None);
     }
 

@@ -241,16 +241,10 @@ impl<D: Runner> Shared<D> {
         let policy = *self.policies.get(TaskKind::Classify);
         let me = self.clone();
         let _done = self.background.submit(policy.rank, async move {
-            let mut req = check::request(policy.tier, &text);
-            req.priority = Priority::Background;
-            let done = match me.daemon.generate(req, |_| {}).await {
-                Ok(d) => d,
-                Err(e) => return tracing::warn!("the quick check failed: {}", e.message),
+            let c = match check::run_with(&me.daemon, policy.tier, &text, Priority::Background).await {
+                Ok(c) => c,
+                Err(e) => return tracing::warn!("the quick check failed: {e}"),
             };
-            let Ok(v) = serde_json::from_str::<serde_json::Value>(&done.text) else {
-                return tracing::warn!("the quick check's JSON did not parse");
-            };
-            let c = check::interpret(&text, &v);
             let stored = c.clone();
             if let Err(e) = me.update_async(reply, move |r| r.check = Some(stored)).await {
                 tracing::warn!("storing the quick check failed: {e}");
