@@ -23,6 +23,7 @@ mod orchestrator;
 mod process;
 mod server_mode;
 mod service;
+mod speculation;
 mod third_party;
 
 use revis_client::Client;

@@ -27,6 +27,10 @@ pub struct Launch<'a> {
     pub listen: Option<&'a str>,
     /// Commands that run revisd, each exec'ing the next.
     pub wrap: &'a [String],
+    /// `daemon.speculate` ("off", "auto", "always"): off everywhere but
+    /// `--lookup`, so the other figures measure plain decoding, comparable
+    /// with llama-bench's.
+    pub speculate: &'a str,
 }
 
 /// A running revisd; stopped when dropped.
@@ -76,7 +80,7 @@ impl Daemon {
 
     async fn start_with(revisd: &Path, model: &Path, threads: u32, context: u32, batch: u32, server: bool) -> anyhow::Result<Daemon> {
         let listen = server.then_some("127.0.0.1:0");
-        Self::start_wrapped(revisd, model, Launch { threads, context, batch, listen, wrap: &[] }).await
+        Self::start_wrapped(revisd, model, Launch { threads, context, batch, listen, wrap: &[], speculate: "off" }).await
     }
 
     /// Starts revisd as `wrap` says (e.g. `taskset -c 1`, `ip netns exec NS`,
@@ -163,7 +167,7 @@ impl Daemon {
 /// model loaded at start, and server mode as `launch.listen` says with its
 /// state in `dir`. Returns the file's path.
 pub fn write_config(dir: &Path, model: &Path, launch: &Launch<'_>) -> anyhow::Result<PathBuf> {
-    let Launch { threads, context, batch, listen, .. } = *launch;
+    let Launch { threads, context, batch, listen, speculate, .. } = *launch;
     let config = dir.join("revisd.toml");
     let model_str = model.to_str().context("model path is not UTF-8")?;
     let state = dir.join("state");
@@ -172,7 +176,7 @@ pub fn write_config(dir: &Path, model: &Path, launch: &Launch<'_>) -> anyhow::Re
     std::fs::write(
         &config,
         format!(
-            "# Written by revis-bench for one measurement.\n[daemon]\nthreads = {threads}\ncontext = {context}\nbatch = {batch}\nkeep_alive_s = 0\nload_at_start = true\n{}{}{}{}",
+            "# Written by revis-bench for one measurement.\n[daemon]\nthreads = {threads}\ncontext = {context}\nbatch = {batch}\nspeculate = \"{speculate}\"\nkeep_alive_s = 0\nload_at_start = true\n{}{}{}{}",
             tier("tier1"),
             tier("tier2"),
             tier("tier3"),

@@ -20,6 +20,7 @@ mod dispatch;
 mod ensemble;
 mod faults;
 mod http;
+mod lookup;
 mod llama_bench;
 mod machine;
 mod proc;
@@ -126,6 +127,15 @@ struct Args {
     /// non-zero when an invariant was broken.
     #[arg(long, conflicts_with_all = ["chat", "remote", "dispatch", "write"])]
     faults: bool,
+    /// Run only the speculation benchmark: prompt lookup decoding against
+    /// plain decoding (two revisd, daemon.speculate on and off) on the
+    /// orchestrator's copy-heavy tasks and on open chat, each model of
+    /// --models at each of --threads.
+    #[arg(long, conflicts_with_all = ["chat", "remote", "dispatch", "http", "faults"])]
+    lookup: bool,
+    /// With --lookup: items of each task.
+    #[arg(long, default_value_t = 6)]
+    lookup_items: usize,
     #[command(flatten)]
     fault: faults::FaultArgs,
     #[command(flatten)]
@@ -174,6 +184,9 @@ fn main() -> anyhow::Result<()> {
     }
     if args.dispatch {
         return rt.block_on(run_dispatch(args));
+    }
+    if args.lookup {
+        return rt.block_on(run_lookup(args));
     }
     if args.http {
         if args.pairs == 0 {
@@ -308,6 +321,45 @@ async fn run_remote(args: Args) -> anyhow::Result<()> {
         let doc = args.doc.clone().unwrap_or_else(|| root.join("docs/BENCHMARKS.md"));
         let old = std::fs::read_to_string(&doc).unwrap_or_default();
         std::fs::write(&doc, remote::splice(&old, &section))?;
+        eprintln!("revis-bench: updated {}", doc.display());
+    }
+    Ok(())
+}
+
+async fn run_lookup(args: Args) -> anyhow::Result<()> {
+    let revisd = revisd_path(&args)?;
+    let mut models = Vec::new();
+    for name in &args.models {
+        models.push((name.clone(), model_file(name).await?));
+    }
+    let settings = lookup::Settings {
+        threads: args.threads.clone(),
+        context: args.context,
+        batch: args.batch,
+        rounds: args.rounds,
+        items: if args.quick { 2 } else { args.lookup_items },
+        max_tokens: if args.quick { 48 } else { 128 },
+    };
+    let machine = machine::Machine::detect();
+    let date = machine::utc_now();
+    let command = args_line();
+    let started = std::time::Instant::now();
+    let cells = lookup::run(&revisd, &models, &settings).await?;
+    let about = lookup::About { date: &date, command: &command, machine: &machine, minutes: started.elapsed().as_secs_f64() / 60.0 };
+    let section = lookup::report(&cells, &settings, &about);
+    println!("{section}");
+    let root = workspace_root();
+    let raw = root.join("target/revis-bench/last-lookup-run.json");
+    if let Some(dir) = raw.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&raw, serde_json::to_string_pretty(&cells)?)?;
+    eprintln!("revis-bench: raw samples in {}", raw.display());
+    if args.write {
+        let doc = args.doc.clone().unwrap_or_else(|| root.join("docs/BENCHMARKS.md"));
+        let old = std::fs::read_to_string(&doc).unwrap_or_default();
+        let new = report::splice_marked(&old, lookup::BEGIN, lookup::END, "## Speculation from the context (`--lookup`)", &section);
+        std::fs::write(&doc, new)?;
         eprintln!("revis-bench: updated {}", doc.display());
     }
     Ok(())

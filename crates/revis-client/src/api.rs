@@ -201,6 +201,10 @@ pub struct Done {
     pub text: String,
     /// Time spent waiting in the daemon's queue.
     pub queue_ms: u64,
+    /// Tokens the daemon drafted from the context and verified, and how
+    /// many of them the model kept (the text is the same either way).
+    pub draft_tokens: u32,
+    pub draft_accepted: u32,
 }
 
 impl Done {

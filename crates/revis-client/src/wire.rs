@@ -139,6 +139,8 @@ impl From<pb::Done> for Done {
             generate_us: d.generate_us,
             text: d.text,
             queue_ms: d.queue_ms,
+            draft_tokens: d.draft_tokens,
+            draft_accepted: d.draft_accepted,
         }
     }
 }

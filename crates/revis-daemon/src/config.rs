@@ -52,6 +52,7 @@ struct RawDaemon {
     batch: Option<u32>,
     cache_slots: Option<u32>,
     cache_budget_mb: Option<u64>,
+    speculate: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -77,6 +78,11 @@ pub struct Config {
     pub stall_timeout: Duration,
     pub max_tokens_limit: u32,
     pub default_max_tokens: u32,
+    /// Draft tokens from the context and verify them in one batch (prompt
+    /// lookup decoding; revis_engine::lookup). Same greedy text, same
+    /// sampled distribution. "auto" (the default) drafts only where it is
+    /// expected to pay, "always" wherever a draft is found, "off" never.
+    pub speculate: revis_engine::Speculate,
     /// tier name → the model it uses.
     pub tiers: BTreeMap<Tier, TierModel>,
     pub server: ServerConfig,
@@ -227,6 +233,10 @@ impl Config {
             stall_timeout,
             max_tokens_limit,
             default_max_tokens,
+            speculate: match d.speculate.as_deref() {
+                None => revis_engine::Speculate::Auto,
+                Some(v) => v.parse().map_err(|m| field("daemon.speculate", m))?,
+            },
             tiers,
         })
     }
@@ -398,7 +408,7 @@ mod tests {
               |
             2 | threds = 2
               | ^^^^^^
-            unknown field `threds`, expected one of `socket`, `load_at_start`, `keep_alive_s`, `queue_capacity`, `stall_timeout_s`, `max_tokens_limit`, `default_max_tokens`, `context`, `threads`, `batch`, `cache_slots`, `cache_budget_mb`"#]],
+            unknown field `threds`, expected one of `socket`, `load_at_start`, `keep_alive_s`, `queue_capacity`, `stall_timeout_s`, `max_tokens_limit`, `default_max_tokens`, `context`, `threads`, `batch`, `cache_slots`, `cache_budget_mb`, `speculate`"#]],
         );
     }
 

@@ -207,7 +207,15 @@ impl pb::inference_server::Inference for Core {
         let cancel = Arc::new(AtomicBool::new(false));
         let stalled = Arc::new(AtomicBool::new(false));
         let seed = v.sampling.seed;
-        let job = GenerateJob { prompt, sampling: v.sampling, max_tokens: v.max_tokens, stop: v.stop, grammar, logprobs: v.logprobs };
+        let job = GenerateJob {
+            prompt,
+            sampling: v.sampling,
+            max_tokens: v.max_tokens,
+            stop: v.stop,
+            grammar,
+            logprobs: v.logprobs,
+            speculate: self.config.speculate,
+        };
         let task =
             Task { key: v.model.key.clone(), job: Job::Generate { job, deltas: engine_tx, done: done_tx }, cancel: cancel.clone(), lease };
         self.admit(v.priority, task)?;
@@ -600,6 +608,8 @@ impl Stream for EventStream {
                     generate_us: f.generate_us,
                     text: f.text,
                     queue_ms: (this.admitted.elapsed().as_micros() as u64).saturating_sub(busy_us) / 1000,
+                    draft_tokens: f.draft_tokens,
+                    draft_accepted: f.draft_accepted,
                 }))
             }
         };

@@ -21,6 +21,7 @@ async fn main() {
             stop: vec![],
             grammar: None,
             logprobs: None,
+            speculate: Speculate::Auto,
         };
         let _f = engine.run("m", Job::Generate { job, deltas: tx, done }, Arc::new(AtomicBool::new(false)), Box::new(()));
         while let Some(d) = rx.recv().await {

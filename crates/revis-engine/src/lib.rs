@@ -6,6 +6,7 @@
 
 mod cache;
 mod llama;
+pub mod lookup;
 mod prompt;
 mod stop;
 mod thread;
@@ -16,6 +17,7 @@ use std::sync::Arc;
 
 pub use cache::{ANSWER_CHUNK, Evaluated, PrefixCache, cuts, prompt_cuts};
 pub use llama::LlamaCpp;
+pub use lookup::Speculate;
 pub use prompt::{Prompt, build_prompt, build_score_prefix, build_static_prompt};
 pub use stop::{StopMatcher, Stopped};
 pub use thread::{EmbedJob, Engine, GenerateJob, Job, LoadedModel, PrefillJob, ScoreJob};
@@ -133,6 +135,10 @@ pub struct Finished {
     pub prompt_us: u64,
     pub generate_us: u64,
     pub text: String,
+    /// Tokens drafted from the context and verified ([`lookup`]), and how
+    /// many of them the model kept.
+    pub draft_tokens: u32,
+    pub draft_accepted: u32,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -14,8 +14,13 @@ use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::token::data::LlamaTokenData;
+use llama_cpp_2::token::data_array::LlamaTokenDataArray;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 use crate::cache::{Evaluated, PrefixCache};
+use crate::lookup::{self, BatchCosts, MAX_DRAFT, PRIOR_ACCEPT, Speculate, Speculation};
 use crate::{
     Backend, Delta, EngineError, FinishReason, Finished, GenerateJob, Loaded, MAX_EMBED_TOKENS, Message, ModelSpec, ModelStats, Prefilled,
     Prompt, Sampling, Scored, Session, StopMatcher, Stopped, Token, TokenInfo, Tokenizer, Utf8Stream,
@@ -85,6 +90,9 @@ impl Backend for LlamaCpp {
             n_ctx,
             live: Evaluated::default(),
             saved: PrefixCache::new(spec.cache_slots, spec.cache_budget_bytes),
+            costs: BatchCosts::default(),
+            exact_batch: None,
+            accept: PRIOR_ACCEPT,
         };
         Ok((tokenizer, Box::new(session)))
     }
@@ -160,6 +168,15 @@ struct LlamaSession {
     /// What sequence 0 of the KV cache holds now.
     live: Evaluated,
     saved: PrefixCache<SeqState>,
+    /// What decoding a batch of each size costs here (for drafting).
+    costs: BatchCosts,
+    /// The largest batch whose logits are bit-identical to decoding its
+    /// tokens one at a time, on this model and machine ([`Self::probe`]);
+    /// None until the first generation that drafts.
+    exact_batch: Option<usize>,
+    /// How often draft tokens were accepted, as of the last generation that
+    /// drafted: the next one starts from it.
+    accept: f64,
 }
 
 impl LlamaSession {
@@ -257,9 +274,14 @@ impl LlamaSession {
         Ok(())
     }
 
-    fn sampler(&self, s: &Sampling, grammar: Option<&str>) -> Result<LlamaSampler, EngineError> {
+    /// How this job picks its tokens (see [`Picker`]).
+    fn picker(&self, s: &Sampling, grammar: Option<&str>) -> Result<Picker, EngineError> {
+        let penalize = s.repeat_penalty != 1.0;
+        if s.temperature <= 0.0 && grammar.is_none() && !penalize {
+            return Ok(Picker::Argmax);
+        }
         let mut chain = Vec::new();
-        if s.repeat_penalty != 1.0 {
+        if penalize {
             chain.push(LlamaSampler::penalties(self.model.n_vocab(), s.repeat_last_n as i32, s.repeat_penalty, 0.0, 0.0));
         }
         if let Some(g) = grammar {
@@ -267,18 +289,174 @@ impl LlamaSession {
         }
         if s.temperature <= 0.0 {
             chain.push(LlamaSampler::greedy());
-        } else {
-            if s.top_k > 0 {
-                chain.push(LlamaSampler::top_k(s.top_k as i32));
-            }
-            chain.push(LlamaSampler::top_p(s.top_p, 1));
-            chain.push(LlamaSampler::min_p(s.min_p, 1));
-            chain.push(LlamaSampler::temp(s.temperature));
-            // llama.cpp reads u32::MAX as "pick a random seed": never pass it.
-            let seed = ((s.seed ^ (s.seed >> 32)) as u32).min(u32::MAX - 1);
-            chain.push(LlamaSampler::dist(seed));
+            return Ok(Picker::Chain(LlamaSampler::chain_simple(chain)));
         }
-        Ok(LlamaSampler::chain_simple(chain))
+        // Top-k first over the raw logits can be done here, on the logits
+        // themselves, when nothing before it changes them.
+        let top_k = (s.top_k > 0 && chain.is_empty()).then_some(s.top_k as usize);
+        if s.top_k > 0 && top_k.is_none() {
+            chain.push(LlamaSampler::top_k(s.top_k as i32));
+        }
+        chain.push(LlamaSampler::top_p(s.top_p, 1));
+        chain.push(LlamaSampler::min_p(s.min_p, 1));
+        chain.push(LlamaSampler::temp(s.temperature));
+        Ok(Picker::Sampled {
+            chain: LlamaSampler::chain_simple(chain),
+            top_k,
+            rng: StdRng::seed_from_u64(s.seed),
+            p: Vec::new(),
+        })
+    }
+
+    /// Finds the largest batch, up to a token and [`MAX_DRAFT`] drafts, whose
+    /// logits are bit-identical to decoding its tokens one at a time: a
+    /// verified draft then leaves exactly the text and cache that plain
+    /// decoding would. llama.cpp's CPU kernels depend on the batch's shape
+    /// for some weight types (Gemma 3's Q4_K rows go through a different
+    /// kernel from 4 rows on), so this is measured, not assumed: each size
+    /// from 2 up, stopping at the first that differs. It also measures what
+    /// each size costs. Runs on an empty sequence (what the cache held is
+    /// saved as a prefix first, when worth it) in 10-50 token evaluations.
+    fn probe(&mut self) -> Result<usize, EngineError> {
+        const PROBE_TEXT: &str = "A batch must give the very logits that one token at a time gives, or drafts would change the answer.";
+        let n = MAX_DRAFT + 1;
+        let text = to_ids(self.model.vocab().tokenize(PROBE_TEXT.as_bytes(), self.model.vocab().should_add_bos(), false));
+        self.save_live();
+        self.live = Evaluated::default();
+        self.ctx.clear_kv_cache_seq(Some(0), None, None).map_err(llama_err)?;
+        if text.len() < n + 1 {
+            return Ok(1);
+        }
+        let decode = |session: &mut Self, from: usize, to: usize, logits: bool| -> Result<Vec<Vec<f32>>, EngineError> {
+            session.batch.clear();
+            for (pos, &t) in text.iter().enumerate().take(to).skip(from) {
+                session.batch.add(LlamaToken(t as i32), pos as i32, &[0], logits).map_err(llama_err)?;
+            }
+            let started = Instant::now();
+            session.ctx.decode(&mut session.batch).map_err(llama_err)?;
+            session.costs.record(to - from, started.elapsed().as_secs_f64() * 1e6);
+            Ok(if logits { (0..to - from).map(|i| session.ctx.get_logits_ith(i as i32).to_vec()).collect() } else { Vec::new() })
+        };
+        decode(self, 0, 1, false)?;
+        let mut alone = Vec::with_capacity(n);
+        for pos in 1..=n {
+            alone.extend(decode(self, pos, pos + 1, true)?);
+        }
+        let mut exact = 1;
+        for size in 2..=n {
+            self.ctx.clear_kv_cache_seq(Some(0), Some(1), None).map_err(llama_err)?;
+            let batched = decode(self, 1, 1 + size, true)?;
+            if batched.iter().zip(&alone).any(|(b, a)| b != a) {
+                break;
+            }
+            exact = size;
+        }
+        self.ctx.clear_kv_cache_seq(Some(0), None, None).map_err(llama_err)?;
+        tracing::debug!(exact, "batches up to this size decode bit-identically to single tokens");
+        Ok(exact)
+    }
+
+    /// Drops the cache's tokens from `keep` on (rejected draft tokens). A
+    /// model whose cache cannot be cut part-way has the kept text evaluated
+    /// again; false then, so the caller stops drafting.
+    fn rollback(&mut self, keep: usize, text: &[Token]) -> Result<bool, EngineError> {
+        if self.ctx.clear_kv_cache_seq(Some(0), Some(keep as u32), None).map_err(llama_err)? {
+            self.live.truncate(keep);
+            return Ok(true);
+        }
+        self.live = Evaluated::default();
+        self.ctx.clear_kv_cache_seq(Some(0), None, None).map_err(llama_err)?;
+        let kept = &text[..keep];
+        let cuts = crate::cuts(0, kept.len(), self.chunk);
+        self.evaluate(kept, &cuts, 0, &|_| false, &mut |_, _, _| Ok(()), &|| false)?;
+        Ok(false)
+    }
+}
+
+/// How a generation picks each token from the logits at a batch position,
+/// and, given a drafted token, whether the model agrees with it.
+enum Picker {
+    /// Plain greedy: an argmax over the logits, no candidate array.
+    Argmax,
+    /// Greedy through llama.cpp's chain (grammar, repetition penalty).
+    Chain(LlamaSampler),
+    /// Sampling: llama.cpp's chain up to the temperature gives the
+    /// distribution and revis draws from it (speculative sampling needs the
+    /// distribution itself, [`lookup::resample`]).
+    Sampled {
+        chain: LlamaSampler,
+        /// Top-k done here on the logits (first in the chain), so the chain
+        /// sees k candidates, not the whole vocabulary.
+        top_k: Option<usize>,
+        rng: StdRng,
+        /// The distribution at the last position picked.
+        p: Vec<(Token, f64)>,
+    },
+}
+
+impl Picker {
+    /// The token at batch position `i`; with a `draft`, the draft when the
+    /// model agrees (greedy: it is the argmax; sampled: speculative
+    /// sampling keeps it, so the distribution is the one without drafts).
+    fn pick(&mut self, ctx: &LlamaContext<'_>, i: i32, draft: Option<LlamaToken>) -> LlamaToken {
+        match self {
+            Picker::Argmax => argmax(ctx.get_logits_ith(i)),
+            Picker::Chain(chain) => chain.sample(ctx, i),
+            Picker::Sampled { chain, top_k, rng, p } => {
+                let mut candidates = match *top_k {
+                    Some(k) => LlamaTokenDataArray::new(top_k_of(ctx.get_logits_ith(i), k), true),
+                    None => ctx.token_data_array_ith(i),
+                };
+                candidates.apply_sampler(chain);
+                softmax(&candidates.data, p);
+                let token = match draft {
+                    Some(d) => lookup::resample(p, d.0 as Token, rng.random(), rng.random()).0,
+                    None => lookup::draw(p, rng.random()),
+                };
+                let token = LlamaToken(token as i32);
+                chain.accept(token);
+                token
+            }
+        }
+    }
+}
+
+/// The `k` highest logits, highest first (the first token wins a tie, as in
+/// llama.cpp's greedy pick), in one pass over the vocabulary.
+fn top_k_of(logits: &[f32], k: usize) -> Vec<LlamaTokenData> {
+    let k = k.clamp(1, logits.len().max(1));
+    let mut best: Vec<(f32, usize)> = Vec::with_capacity(k + 1);
+    for (i, &l) in logits.iter().enumerate() {
+        if best.len() == k && !(l > best[k - 1].0) {
+            continue;
+        }
+        let at = best.partition_point(|&(b, _)| b >= l);
+        best.insert(at, (l, i));
+        best.truncate(k);
+    }
+    best.into_iter().map(|(l, i)| LlamaTokenData::new(LlamaToken(i as i32), l, 0.0)).collect()
+}
+
+/// Probabilities of the candidates left (a softmax of their logits, in f64).
+fn softmax(candidates: &[LlamaTokenData], out: &mut Vec<(Token, f64)>) {
+    out.clear();
+    let max = candidates.iter().map(|c| c.logit()).fold(f32::NEG_INFINITY, f32::max);
+    if !max.is_finite() {
+        // Nothing left with a finite logit (cannot happen with min_keep 1): the first.
+        out.extend(candidates.first().map(|c| (c.id().0 as Token, 1.0)));
+        return;
+    }
+    let mut sum = 0.0;
+    for c in candidates {
+        let l = c.logit();
+        if l.is_finite() {
+            let e = (f64::from(l) - f64::from(max)).exp();
+            sum += e;
+            out.push((c.id().0 as Token, e));
+        }
+    }
+    for (_, q) in out.iter_mut() {
+        *q /= sum;
     }
 }
 
@@ -294,10 +472,12 @@ impl Session for LlamaSession {
         if tokens.is_empty() {
             return Err(EngineError::Template("the prompt is empty".into()));
         }
-        let mut sampler = self.sampler(&job.sampling, job.grammar.as_deref())?;
-        // Plain greedy needs no sampler chain: an argmax over the logits
-        // costs a fraction of building the 50k-entry candidate array.
-        let plain_greedy = job.sampling.temperature <= 0.0 && job.grammar.is_none() && job.sampling.repeat_penalty == 1.0;
+        let mut picker = self.picker(&job.sampling, job.grammar.as_deref())?;
+        let drafting = job.speculate != Speculate::Off;
+        if drafting && self.exact_batch.is_none() {
+            // Before the prompt is placed: the probe empties the cache.
+            self.exact_batch = Some(self.probe()?);
+        }
         let started = Instant::now();
         let cuts = job.prompt.cuts(self.chunk);
         let cached = self.reuse(tokens, &cuts, tokens.len() - 1, true)?;
@@ -310,6 +490,8 @@ impl Session for LlamaSession {
             prompt_us: 0,
             generate_us: 0,
             text: String::new(),
+            draft_tokens: 0,
+            draft_accepted: 0,
         };
         if !self.evaluate(tokens, &cuts, cached, &|p| p == last, &mut |_, _, _| Ok(()), cancelled)? {
             finished.prompt_us = started.elapsed().as_micros() as u64;
@@ -318,60 +500,118 @@ impl Session for LlamaSession {
         finished.prompt_us = started.elapsed().as_micros() as u64;
         let decoding = Instant::now();
 
-        let vocab = self.model.vocab();
+        let model = self.model.clone();
+        let vocab = model.vocab();
         let mut utf8 = Utf8Stream::default();
         let mut stop = StopMatcher::new(job.stop.clone());
         let mut unsent = 0u32;
         // Log-probabilities of the tokens not yet sent, when asked.
         let mut infos: Vec<TokenInfo> = Vec::new();
         let mut piece = Vec::with_capacity(16);
+        // Drafting (prompt lookup decoding): the text so far, the draft
+        // verified in the batch just decoded, and the decisions.
+        let exact = self.exact_batch.unwrap_or(1).min(self.chunk);
+        let mut speculate = drafting && exact > 1;
+        let mut history: Vec<Token> = if speculate { tokens.clone() } else { Vec::new() };
+        let mut drafts: Vec<LlamaToken> = Vec::with_capacity(MAX_DRAFT);
+        let mut spec = Speculation::new(self.accept, job.speculate == Speculate::Always);
+        // The model's tokens from the batch just decoded.
+        let mut picked: Vec<LlamaToken> = Vec::with_capacity(MAX_DRAFT + 1);
         let mut idx = self.batch.n_tokens() - 1;
-        let reason = loop {
+        let reason = 'generate: loop {
             if cancelled() {
                 break FinishReason::Cancelled;
             }
-            let token = if plain_greedy { argmax(self.ctx.get_logits_ith(idx)) } else { sampler.sample(&self.ctx, idx) };
-            if let Some(top) = job.logprobs {
-                let mut info = token_info(&self.model, self.ctx.get_logits_ith(idx), token.0 as usize, top as usize);
+            // The token after the batch's first position, and one more for
+            // each draft token the model agrees with.
+            picked.clear();
+            for i in 0..=drafts.len() {
+                let token = picker.pick(&self.ctx, idx + i as i32, drafts.get(i).copied());
+                picked.push(token);
+                if drafts.get(i) != Some(&token) {
+                    break;
+                }
+            }
+            if !drafts.is_empty() {
+                let accepted = picked.len() - 1;
+                spec.record(drafts.len(), accepted);
+                finished.draft_tokens += drafts.len() as u32;
+                finished.draft_accepted += accepted as u32;
+                if accepted < drafts.len() {
+                    let keep = self.live.len() - (drafts.len() - accepted);
+                    speculate &= self.rollback(keep, &history)?;
+                }
+            }
+            for (i, &token) in picked.iter().enumerate() {
+                if let Some(top) = job.logprobs {
+                    let mut info = token_info(&model, self.ctx.get_logits_ith(idx + i as i32), token.0 as usize, top as usize);
+                    if vocab.is_eog(token) {
+                        info.piece.clear();
+                    }
+                    infos.push(info);
+                }
                 if vocab.is_eog(token) {
-                    info.piece.clear();
+                    break 'generate FinishReason::End;
                 }
-                infos.push(info);
-            }
-            if vocab.is_eog(token) {
-                break FinishReason::End;
-            }
-            finished.generated_tokens += 1;
-            unsent += 1;
-            piece.clear();
-            vocab.token_to_piece_into(token, &mut piece, false, None);
-            let text = utf8.push(&piece);
-            match stop.push(&text) {
-                Stopped::Yes(before) => {
-                    if !before.is_empty() {
-                        finished.text.push_str(&before);
-                        emit(Delta { text: before, tokens: unsent, logprobs: std::mem::take(&mut infos) });
+                finished.generated_tokens += 1;
+                unsent += 1;
+                piece.clear();
+                vocab.token_to_piece_into(token, &mut piece, false, None);
+                let text = utf8.push(&piece);
+                match stop.push(&text) {
+                    Stopped::Yes(before) => {
+                        if !before.is_empty() {
+                            finished.text.push_str(&before);
+                            emit(Delta { text: before, tokens: unsent, logprobs: std::mem::take(&mut infos) });
+                        }
+                        unsent = 0;
+                        break 'generate FinishReason::Stop;
                     }
-                    unsent = 0;
-                    break FinishReason::Stop;
-                }
-                Stopped::No(safe) if !safe.is_empty() => {
-                    finished.text.push_str(&safe);
-                    if !emit(Delta { text: safe, tokens: unsent, logprobs: std::mem::take(&mut infos) }) {
-                        break FinishReason::Cancelled;
+                    Stopped::No(safe) if !safe.is_empty() => {
+                        finished.text.push_str(&safe);
+                        if !emit(Delta { text: safe, tokens: unsent, logprobs: std::mem::take(&mut infos) }) {
+                            break 'generate FinishReason::Cancelled;
+                        }
+                        unsent = 0;
                     }
-                    unsent = 0;
+                    Stopped::No(_) => {}
                 }
-                Stopped::No(_) => {}
+                if finished.generated_tokens >= job.max_tokens {
+                    break 'generate FinishReason::Length;
+                }
             }
-            if finished.generated_tokens >= job.max_tokens || self.live.len() + 1 >= self.n_ctx as usize {
+            if self.live.len() + 1 >= self.n_ctx as usize {
                 break FinishReason::Length;
+            }
+            // The next batch: the last token picked, then a draft when the
+            // text so far has one and it is expected to pay.
+            let token = *picked.last().expect("at least one token is picked");
+            drafts.clear();
+            if speculate {
+                history.extend(picked.iter().map(|t| t.0 as Token));
+                let room = ((job.max_tokens - finished.generated_tokens) as usize)
+                    .saturating_sub(1)
+                    .min((self.n_ctx as usize).saturating_sub(self.live.len() + 2))
+                    .min(exact - 1);
+                let found = lookup::find_draft(&history, room.min(MAX_DRAFT));
+                let k = spec.plan(found.len(), &self.costs);
+                drafts.extend(found[..k].iter().map(|&t| LlamaToken(t as i32)));
             }
             let pos = self.live.len();
             self.batch.clear();
             self.batch.add(token, pos as i32, &[0], true).map_err(llama_err)?;
+            for (i, &d) in drafts.iter().enumerate() {
+                self.batch.add(d, (pos + 1 + i) as i32, &[0], true).map_err(llama_err)?;
+            }
+            let step = Instant::now();
             self.ctx.decode(&mut self.batch).map_err(llama_err)?;
+            if speculate {
+                self.costs.record(drafts.len() + 1, step.elapsed().as_secs_f64() * 1e6);
+            }
             self.live.push_batch(&[token.0 as Token]);
+            for &d in &drafts {
+                self.live.push_batch(&[d.0 as Token]);
+            }
             idx = 0;
         };
         if reason != FinishReason::Stop {
@@ -386,6 +626,9 @@ impl Session for LlamaSession {
                 finished.text.push_str(&rest);
                 emit(Delta { text: rest, tokens: unsent, logprobs: std::mem::take(&mut infos) });
             }
+        }
+        if finished.draft_tokens > 0 {
+            self.accept = spec.acceptance();
         }
         finished.reason = reason;
         finished.generate_us = decoding.elapsed().as_micros() as u64;
@@ -554,4 +797,38 @@ fn argmax(logits: &[f32]) -> LlamaToken {
 
 fn llama_err(e: impl std::fmt::Display) -> EngineError {
     EngineError::Llama(e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// One pass gives what sorting the whole vocabulary gives: the k
+        /// highest logits, highest first, the lower token id first on a tie.
+        #[test]
+        fn top_k_of_matches_a_full_sort(logits in proptest::collection::vec(-8i8..8, 1..200), k in 1usize..50) {
+            let logits: Vec<f32> = logits.into_iter().map(f32::from).collect();
+            let mut sorted: Vec<usize> = (0..logits.len()).collect();
+            sorted.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+            sorted.truncate(k);
+            let got: Vec<usize> = top_k_of(&logits, k).iter().map(|d| d.id().0 as usize).collect();
+            prop_assert_eq!(got, sorted);
+        }
+    }
+
+    #[test]
+    fn softmax_keeps_finite_candidates_and_sums_to_one() {
+        let c = [
+            LlamaTokenData::new(LlamaToken(3), 2.0, 0.0),
+            LlamaTokenData::new(LlamaToken(4), f32::NEG_INFINITY, 0.0),
+            LlamaTokenData::new(LlamaToken(5), 0.0, 0.0),
+        ];
+        let mut p = Vec::new();
+        softmax(&c, &mut p);
+        assert_eq!(p.iter().map(|x| x.0).collect::<Vec<_>>(), [3, 5], "a token the grammar ruled out is not drawn");
+        assert!((p.iter().map(|x| x.1).sum::<f64>() - 1.0).abs() < 1e-12);
+        assert!((p[0].1 / p[1].1 - 2f64.exp()).abs() < 1e-9);
+    }
 }

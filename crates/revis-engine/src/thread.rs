@@ -25,6 +25,10 @@ pub struct GenerateJob {
     /// Report each token's log-probability with this many alternatives
     /// (in [`Delta::logprobs`]); None = no log-probabilities.
     pub logprobs: Option<u32>,
+    /// Draft tokens from the context and verify them in one batch (prompt
+    /// lookup decoding, [`crate::lookup`]): the same text when greedy, the
+    /// same distribution when sampled; `Auto` drafts only where it pays.
+    pub speculate: crate::lookup::Speculate,
 }
 
 pub struct PrefillJob {

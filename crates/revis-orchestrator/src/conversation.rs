@@ -339,6 +339,18 @@ impl<D: Runner> Chat<D> {
     }
 }
 
+/// The summarising task for a conversation written out as `text` ("User:
+/// ..." and "Assistant: ..." lines), and the schema of its answer.
+pub fn summary_task(text: &str) -> (String, serde_json::Value) {
+    let schema = json!({
+        "type": "object",
+        "properties": {"summary": {"type": "string", "minLength": 1, "maxLength": 800}},
+        "required": ["summary"],
+        "additionalProperties": false
+    });
+    (format!("Summarise this conversation in a few sentences, keeping names and decisions.\n\n{text}"), schema)
+}
+
 /// The facts the user states about themselves in `said`, as the model
 /// extracts them (`{"facts": [...]}`), before [`grounded`] sorts them.
 pub async fn extract_facts<D: Runner>(daemon: &D, tier: Tier, said: &str) -> Result<serde_json::Value, structured::StructuredError> {
@@ -807,13 +819,7 @@ impl<D: Runner> Chat<D> {
                 text.push_str(&m.text);
                 text.push('\n');
             }
-            let schema = json!({
-                "type": "object",
-                "properties": {"summary": {"type": "string", "minLength": 1, "maxLength": 800}},
-                "required": ["summary"],
-                "additionalProperties": false
-            });
-            let task = format!("Summarise this conversation in a few sentences, keeping names and decisions.\n\n{text}");
+            let (task, schema) = summary_task(&text);
             match structured::run(&daemon, summarise.tier, &task, &schema).await {
                 Ok(v) => {
                     if let (Some(s), Some(last)) = (v["summary"].as_str().map(str::to_owned), old.last().map(|m| m.id))

@@ -346,7 +346,7 @@ pub async fn run(revisd: &Path, revis: &Path, model: &Path, settings: &Settings,
         settings.expected_minutes().ceil()
     );
     let launch =
-        crate::daemon::Launch { threads: settings.threads, context: settings.context, batch: settings.batch, listen: None, wrap: &[] };
+        crate::daemon::Launch { threads: settings.threads, context: settings.context, batch: settings.batch, listen: None, wrap: &[], speculate: "off" };
     let mut parts = Vec::new();
     let mut violations = 0;
     for part in &settings.parts {

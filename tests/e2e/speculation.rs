@@ -1,0 +1,98 @@
+//! Speculation from the context (prompt lookup decoding, `daemon.speculate`):
+//! drafts change how fast an answer comes, never which answer.
+
+use revis_client::wire::v1 as pb;
+use revis_testkit::TestDaemon;
+
+use crate::{generate, greedy, user};
+
+const PASSAGE: &str = "The lighthouse keeper climbed the spiral stairs every evening at dusk. \
+    He wound the clockwork, trimmed the wick and polished the great lens until it shone. \
+    Ships passing the rocks at night saw the beam sweep across the water every ten seconds.";
+
+/// Greedy requests that go through each way of picking a token (argmax, the
+/// grammar, the repetition penalty) and end in each way (the model's end,
+/// max_tokens inside a copied run, a stop string inside one).
+fn requests() -> Vec<(&'static str, pb::GenerateRequest)> {
+    let copy = |max_tokens: u32, stop: Vec<&str>| pb::GenerateRequest {
+        messages: vec![user(&format!("Repeat this text exactly, word for word:\n\n{PASSAGE}"))],
+        sampling: greedy(),
+        max_tokens,
+        stop: stop.into_iter().map(|s| s.as_bytes().to_vec().into()).collect(),
+        ..Default::default()
+    };
+    let schema = r#"{"type":"object","properties":{"facts":{"type":"array","items":{"type":"string","maxLength":120},"maxItems":4}},"required":["facts"],"additionalProperties":false}"#;
+    vec![
+        ("copy", copy(96, vec![])),
+        ("copy, max_tokens 7", copy(7, vec![])),
+        ("copy, stop string", copy(96, vec!["great lens"])),
+        (
+            "JSON",
+            pb::GenerateRequest {
+                messages: vec![user(&format!("List the facts in this text as JSON: {PASSAGE}"))],
+                sampling: greedy(),
+                max_tokens: 120,
+                format: pb::OutputFormat::Json as i32,
+                json_schema: schema.as_bytes().to_vec().into(),
+                ..Default::default()
+            },
+        ),
+        (
+            "repetition penalty",
+            pb::GenerateRequest {
+                messages: vec![user(&format!("Summarise in one sentence: {PASSAGE}"))],
+                sampling: Some(pb::Sampling { temperature: Some(0.0), repeat_penalty: Some(1.1), ..Default::default() }),
+                max_tokens: 60,
+                ..Default::default()
+            },
+        ),
+        ("open question", pb::GenerateRequest { messages: vec![user("Name three colours and say why people like them.")], sampling: greedy(), max_tokens: 64, ..Default::default() }),
+    ]
+}
+
+#[tokio::test]
+async fn drafts_from_the_context_leave_greedy_text_unchanged() {
+    for model in [revis_testkit::smollm2(), revis_testkit::gemma3()] {
+        let off = TestDaemon::new().model(model.clone()).daemon("speculate = \"off\"").start();
+        let always = TestDaemon::new().model(model.clone()).daemon("speculate = \"always\"").start();
+        let (mut plain, mut drafting) = (off.client().await, always.client().await);
+        let (mut drafted, mut accepted) = (0, 0);
+        for (what, req) in requests() {
+            let a = generate(&mut plain, req.clone()).await.unwrap().done;
+            let b = generate(&mut drafting, req).await.unwrap().done;
+            let m = model.display();
+            assert_eq!(a.text, b.text, "{m}, {what}: the same text with drafts");
+            assert_eq!((a.finish_reason, a.generated_tokens), (b.finish_reason, b.generated_tokens), "{m}, {what}");
+            assert_eq!(a.draft_tokens, 0, "{m}, {what}: speculate = \"off\" drafts nothing");
+            assert!(b.draft_accepted <= b.draft_tokens);
+            if what == "copy, max_tokens 7" {
+                assert_eq!(b.generated_tokens, 7, "{m}: a draft never runs past max_tokens");
+            }
+            if what == "copy, stop string" {
+                assert!(!b.text.contains("great lens") && b.text.contains("polished the"), "{m}: {:?}", b.text);
+            }
+            drafted += b.draft_tokens;
+            accepted += b.draft_accepted;
+        }
+        assert!(accepted > 0 && drafted > accepted, "{}: drafts were verified, kept and rejected ({accepted} of {drafted} kept)", model.display());
+    }
+}
+
+#[tokio::test]
+async fn sampled_answers_with_drafts_follow_their_seed() {
+    let d = TestDaemon::new().daemon("speculate = \"always\"").start();
+    let mut c = d.client().await;
+    let req = |seed: u64| pb::GenerateRequest {
+        messages: vec![user(&format!("Repeat this text exactly, word for word:\n\n{PASSAGE}"))],
+        sampling: Some(pb::Sampling { temperature: Some(0.8), seed: Some(seed), ..Default::default() }),
+        max_tokens: 64,
+        ..Default::default()
+    };
+    let first = generate(&mut c, req(3)).await.unwrap().done;
+    let again = generate(&mut c, req(3)).await.unwrap().done;
+    assert_eq!(first.text, again.text, "same seed, same text");
+    assert!(first.draft_accepted > 0, "the copy was drafted and kept: {first:?}");
+    // What it copies is the passage, as without drafts (the distribution is
+    // unchanged; the statistical test is revis-engine's lookup::tests).
+    assert!(first.text.contains("lighthouse keeper"), "{:?}", first.text);
+}
