@@ -8,6 +8,7 @@ mod cache;
 mod llama;
 pub mod lookup;
 mod prompt;
+pub mod sample;
 mod stop;
 mod thread;
 mod utf8;

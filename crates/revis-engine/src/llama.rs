@@ -14,13 +14,13 @@ use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
-use llama_cpp_2::token::data::LlamaTokenData;
 use llama_cpp_2::token::data_array::LlamaTokenDataArray;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::cache::{Evaluated, PrefixCache};
 use crate::lookup::{self, BatchCosts, MAX_DRAFT, PRIOR_ACCEPT, Speculate, Speculation};
+use crate::sample::{argmax, softmax, top_k_of};
 use crate::{
     Backend, Delta, EngineError, FinishReason, Finished, GenerateJob, Loaded, MAX_EMBED_TOKENS, Message, ModelSpec, ModelStats, Prefilled,
     Prompt, Sampling, Scored, Session, StopMatcher, Stopped, Token, TokenInfo, Tokenizer, Utf8Stream,
@@ -300,12 +300,12 @@ impl LlamaSession {
         chain.push(LlamaSampler::top_p(s.top_p, 1));
         chain.push(LlamaSampler::min_p(s.min_p, 1));
         chain.push(LlamaSampler::temp(s.temperature));
-        Ok(Picker::Sampled {
+        Ok(Picker::Sampled(Box::new(Sampled {
             chain: LlamaSampler::chain_simple(chain),
             top_k,
             rng: StdRng::seed_from_u64(s.seed),
             p: Vec::new(),
-        })
+        })))
     }
 
     /// Finds the largest batch, up to a token and [`MAX_DRAFT`] drafts, whose
@@ -383,15 +383,17 @@ enum Picker {
     /// Sampling: llama.cpp's chain up to the temperature gives the
     /// distribution and revis draws from it (speculative sampling needs the
     /// distribution itself, [`lookup::resample`]).
-    Sampled {
-        chain: LlamaSampler,
-        /// Top-k done here on the logits (first in the chain), so the chain
-        /// sees k candidates, not the whole vocabulary.
-        top_k: Option<usize>,
-        rng: StdRng,
-        /// The distribution at the last position picked.
-        p: Vec<(Token, f64)>,
-    },
+    Sampled(Box<Sampled>),
+}
+
+struct Sampled {
+    chain: LlamaSampler,
+    /// Top-k done here on the logits (first in the chain), so the chain
+    /// sees k candidates, not the whole vocabulary.
+    top_k: Option<usize>,
+    rng: StdRng,
+    /// The distribution at the last position picked.
+    p: Vec<(Token, f64)>,
 }
 
 impl Picker {
@@ -400,9 +402,10 @@ impl Picker {
     /// sampling keeps it, so the distribution is the one without drafts).
     fn pick(&mut self, ctx: &LlamaContext<'_>, i: i32, draft: Option<LlamaToken>) -> LlamaToken {
         match self {
-            Picker::Argmax => argmax(ctx.get_logits_ith(i)),
+            Picker::Argmax => LlamaToken(argmax(ctx.get_logits_ith(i)) as i32),
             Picker::Chain(chain) => chain.sample(ctx, i),
-            Picker::Sampled { chain, top_k, rng, p } => {
+            Picker::Sampled(sampled) => {
+                let Sampled { chain, top_k, rng, p } = sampled.as_mut();
                 let mut candidates = match *top_k {
                     Some(k) => LlamaTokenDataArray::new(top_k_of(ctx.get_logits_ith(i), k), true),
                     None => ctx.token_data_array_ith(i),
@@ -418,45 +421,6 @@ impl Picker {
                 token
             }
         }
-    }
-}
-
-/// The `k` highest logits, highest first (the first token wins a tie, as in
-/// llama.cpp's greedy pick), in one pass over the vocabulary.
-fn top_k_of(logits: &[f32], k: usize) -> Vec<LlamaTokenData> {
-    let k = k.clamp(1, logits.len().max(1));
-    let mut best: Vec<(f32, usize)> = Vec::with_capacity(k + 1);
-    for (i, &l) in logits.iter().enumerate() {
-        if best.len() == k && !(l > best[k - 1].0) {
-            continue;
-        }
-        let at = best.partition_point(|&(b, _)| b >= l);
-        best.insert(at, (l, i));
-        best.truncate(k);
-    }
-    best.into_iter().map(|(l, i)| LlamaTokenData::new(LlamaToken(i as i32), l, 0.0)).collect()
-}
-
-/// Probabilities of the candidates left (a softmax of their logits, in f64).
-fn softmax(candidates: &[LlamaTokenData], out: &mut Vec<(Token, f64)>) {
-    out.clear();
-    let max = candidates.iter().map(|c| c.logit()).fold(f32::NEG_INFINITY, f32::max);
-    if !max.is_finite() {
-        // Nothing left with a finite logit (cannot happen with min_keep 1): the first.
-        out.extend(candidates.first().map(|c| (c.id().0 as Token, 1.0)));
-        return;
-    }
-    let mut sum = 0.0;
-    for c in candidates {
-        let l = c.logit();
-        if l.is_finite() {
-            let e = (f64::from(l) - f64::from(max)).exp();
-            sum += e;
-            out.push((c.id().0 as Token, e));
-        }
-    }
-    for (_, q) in out.iter_mut() {
-        *q /= sum;
     }
 }
 
@@ -784,51 +748,7 @@ fn token_info(model: &LlamaModel, logits: &[f32], token: usize, top: usize) -> T
     TokenInfo { piece: piece(token), logprob: logprob(token), top: best.into_iter().map(|i| (piece(i), logprob(i))).collect() }
 }
 
-/// The first token with the highest logit, as llama.cpp's greedy sampler picks.
-fn argmax(logits: &[f32]) -> LlamaToken {
-    let mut best = 0;
-    for (i, &l) in logits.iter().enumerate() {
-        if l > logits[best] {
-            best = i;
-        }
-    }
-    LlamaToken(best as i32)
-}
-
 fn llama_err(e: impl std::fmt::Display) -> EngineError {
     EngineError::Llama(e.to_string())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    proptest! {
-        /// One pass gives what sorting the whole vocabulary gives: the k
-        /// highest logits, highest first, the lower token id first on a tie.
-        #[test]
-        fn top_k_of_matches_a_full_sort(logits in proptest::collection::vec(-8i8..8, 1..200), k in 1usize..50) {
-            let logits: Vec<f32> = logits.into_iter().map(f32::from).collect();
-            let mut sorted: Vec<usize> = (0..logits.len()).collect();
-            sorted.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
-            sorted.truncate(k);
-            let got: Vec<usize> = top_k_of(&logits, k).iter().map(|d| d.id().0 as usize).collect();
-            prop_assert_eq!(got, sorted);
-        }
-    }
-
-    #[test]
-    fn softmax_keeps_finite_candidates_and_sums_to_one() {
-        let c = [
-            LlamaTokenData::new(LlamaToken(3), 2.0, 0.0),
-            LlamaTokenData::new(LlamaToken(4), f32::NEG_INFINITY, 0.0),
-            LlamaTokenData::new(LlamaToken(5), 0.0, 0.0),
-        ];
-        let mut p = Vec::new();
-        softmax(&c, &mut p);
-        assert_eq!(p.iter().map(|x| x.0).collect::<Vec<_>>(), [3, 5], "a token the grammar ruled out is not drawn");
-        assert!((p.iter().map(|x| x.1).sum::<f64>() - 1.0).abs() < 1e-12);
-        assert!((p[0].1 / p[1].1 - 2f64.exp()).abs() < 1e-9);
-    }
-}
