@@ -14,7 +14,7 @@ use crate::prompts::{self, Prompts};
 /// The daemon's defaults for a model (see revis-daemon's config), so both
 /// sides load the model the same way.
 pub fn spec(path: &Path, threads: u32, n_ctx: u32, batch: u32) -> ModelSpec {
-    ModelSpec { path: path.to_owned(), n_ctx, threads, batch, cache_slots: 4, cache_budget_bytes: 256 << 20 }
+    ModelSpec { path: path.to_owned(), n_ctx, threads, batch, cache_slots: 4, cache_budget_bytes: 256 << 20, probe: false }
 }
 
 /// One timed generation.
@@ -56,10 +56,15 @@ impl Alone {
 
     /// Runs a greedy generation of at most `max_tokens` tokens for `messages`.
     pub async fn generate(&self, messages: &[Message], max_tokens: u32) -> anyhow::Result<Generation> {
+        self.generate_with(messages, max_tokens, Sampling::greedy()).await
+    }
+
+    /// Runs a generation with `sampling`.
+    pub async fn generate_with(&self, messages: &[Message], max_tokens: u32, sampling: Sampling) -> anyhow::Result<Generation> {
         let prompt = build_prompt(self.loaded.tokenizer.as_ref(), messages, messages.len().saturating_sub(1))?;
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let (done, done_rx) = tokio::sync::oneshot::channel();
-        let job = GenerateJob { prompt, sampling: Sampling::greedy(), max_tokens, stop: vec![], grammar: None, logprobs: None, speculate: revis_engine::Speculate::Off };
+        let job = GenerateJob { prompt, sampling, max_tokens, stop: vec![], grammar: None, logprobs: None, speculate: revis_engine::Speculate::Off };
         let _finished = self.engine.run(KEY, Job::Generate { job, deltas: tx, done }, Arc::new(AtomicBool::new(false)), Box::new(()));
         let mut first = None;
         while rx.recv().await.is_some() {
@@ -81,7 +86,20 @@ impl Alone {
         self.generate(&[prompts::user(prompts::DECODE_PROMPT)], max_tokens).await
     }
 
+    /// The same decode with revis's default sampling (as the daemon fills
+    /// in for a request that sets none), a fixed seed.
+    pub async fn decode_run_sampled(&self, max_tokens: u32) -> anyhow::Result<Generation> {
+        self.engine.purge(None).await?;
+        self.generate_with(&[prompts::user(prompts::DECODE_PROMPT)], max_tokens, default_sampling()).await
+    }
+
     pub async fn unload(self) {
         let _ = self.engine.unload(KEY).await;
     }
+}
+
+/// revis's default sampling (revis-daemon's validate.rs for a model that
+/// publishes none), with a fixed seed.
+pub fn default_sampling() -> Sampling {
+    Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, min_p: 0.05, repeat_penalty: 1.0, repeat_last_n: 64, seed: 1 }
 }

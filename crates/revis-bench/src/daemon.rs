@@ -151,6 +151,19 @@ impl Daemon {
         generate(&mut self.client, messages, static_messages, max_tokens).await
     }
 
+    /// The same Generate with revis's default sampling (none set in the
+    /// request; SmolLM2 and Gemma 3 publish none, so revis's own), a fixed seed.
+    pub async fn generate_sampled(&mut self, messages: Vec<pb::ChatMessage>, max_tokens: u32) -> anyhow::Result<Timed> {
+        let req = pb::GenerateRequest {
+            tier: "tier2".into(),
+            messages,
+            sampling: Some(pb::Sampling { seed: Some(1), ..Default::default() }),
+            max_tokens,
+            ..Default::default()
+        };
+        generate_req(&mut self.client, req).await
+    }
+
     /// Its PID (revisd's own, whatever wrapped it).
     pub fn pid(&self) -> Option<u32> {
         self.child.0.as_ref().map(Child::id)
@@ -215,6 +228,11 @@ pub async fn generate(
         max_tokens,
         ..Default::default()
     };
+    generate_req(client, req).await
+}
+
+/// One Generate on `client`, timed on the client side.
+pub async fn generate_req(client: &mut Client, req: pb::GenerateRequest) -> anyhow::Result<Timed> {
     // The raw stub: this measures the wire, one call, no retry.
     let run = async move {
         let sent = Instant::now();

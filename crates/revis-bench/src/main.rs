@@ -622,8 +622,14 @@ async fn measure(setup: &Setup, model: &report::Model, threads: u32, s: &mut Sam
     // 2. The engine alone, in this process.
     let engine = alone::Alone::load(alone::spec(&model.path, threads, setup.context, setup.batch)).await?;
     let g = engine.decode_run(setup.n_gen).await;
+    let sampled = engine.decode_run_sampled(setup.n_gen).await;
     engine.unload().await;
     let g = g?;
+    let sampled = sampled?;
+    if sampled.generate_us > 0 {
+        // Wall clock from the first delta, like the greedy figure it is compared with.
+        s.alone_tg_sampled.push(1e6 / sampled.wall_us_per_token());
+    }
     s.alone_us_per_token.push(g.wall_us_per_token());
     s.alone_generated.push(g.generated);
     if g.generate_us > 0 {
@@ -656,6 +662,11 @@ async fn measure_daemon(setup: &Setup, model: &report::Model, d: &mut daemon::Da
     }
     if t.done.generate_us > 0 {
         s.rv_tg_done.push(f64::from(n) * 1e6 / t.done.generate_us as f64);
+    }
+    d.purge().await?;
+    let t = d.generate_sampled(vec![msg(user, prompts::DECODE_PROMPT)], setup.n_gen).await?;
+    if t.done.generated_tokens >= 2 && t.first.is_some() {
+        s.rv_tg_sampled.push(f64::from(t.done.generated_tokens - 1) / t.stream_wall().as_secs_f64());
     }
 
     // Prompt speed, cold.

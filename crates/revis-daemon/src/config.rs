@@ -128,6 +128,9 @@ pub struct TierModel {
     pub batch: u32,
     pub cache_slots: usize,
     pub cache_budget_bytes: usize,
+    /// `daemon.speculate` (the same for every tier): whether the model is
+    /// probed at load for drafting.
+    pub speculate: revis_engine::Speculate,
     /// What a request that leaves a sampling setting unset gets: the model
     /// file's own (GGUF metadata), else the catalog's (`revis_models::sampling_defaults`).
     pub sampling: revis_models::SamplingDefaults,
@@ -185,6 +188,10 @@ impl Config {
             max_tokens_limit.into(),
         )? as u32;
         let keep_alive_s = range("daemon.keep_alive_s", d.keep_alive_s, 300, 0, 30 * 86_400)?;
+        let speculate = match d.speculate.as_deref() {
+            None => revis_engine::Speculate::Auto,
+            Some(v) => v.parse().map_err(|m| field("daemon.speculate", m))?,
+        };
 
         for name in raw.tiers.keys() {
             if name.parse::<Tier>().is_err() {
@@ -207,6 +214,7 @@ impl Config {
                 batch,
                 cache_slots,
                 cache_budget_bytes: (range(&f("cache_budget_mb"), t.and_then(|t| t.cache_budget_mb), cache_mb, 0, 1 << 20)? << 20) as usize,
+                speculate,
             };
             tiers.insert(tier, model);
         }
@@ -233,10 +241,7 @@ impl Config {
             stall_timeout,
             max_tokens_limit,
             default_max_tokens,
-            speculate: match d.speculate.as_deref() {
-                None => revis_engine::Speculate::Auto,
-                Some(v) => v.parse().map_err(|m| field("daemon.speculate", m))?,
-            },
+            speculate,
             tiers,
         })
     }
@@ -373,6 +378,10 @@ mod tests {
     #[test]
     fn errors_name_the_field() {
         check("[daemon]\ncontext = 10\n", expect!["config revisd.toml: `daemon.context` is 10; it must be between 256 and 131072"]);
+        check(
+            "[daemon]\nspeculate = \"yes\"\n",
+            expect![[r#"config revisd.toml: `daemon.speculate` is "yes"; it must be "auto", "always" or "off""#]],
+        );
         check(
             "[tiers.tier4]\nmodel = \"x\"\n",
             expect!["config revisd.toml: `tiers.tier4` is not a tier; the tiers are tier1, tier2 and tier3"],

@@ -271,6 +271,7 @@ impl Model {
                 batch: m.batch,
                 cache_slots: m.cache_slots,
                 cache_budget_bytes: m.cache_budget_bytes,
+                probe: m.speculate != revis_engine::Speculate::Off,
             },
             slot: Mutex::new(Slot { phase: Phase::Unloaded, tokenizer: None, memory_bytes: 0, last_used: Instant::now(), in_use: 0 }),
             load_lock: tokio::sync::Mutex::new(()),

@@ -62,6 +62,10 @@ pub struct ModelSpec {
     /// Saved prefixes kept besides the live sequence.
     pub cache_slots: usize,
     pub cache_budget_bytes: usize,
+    /// Probe at load which batch sizes decode bit-identically to single
+    /// tokens (for drafting; see `lookup`), so the first generation that
+    /// drafts need not empty the cache to find out.
+    pub probe: bool,
 }
 
 /// Sampling settings, already validated.

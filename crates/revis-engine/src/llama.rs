@@ -80,7 +80,7 @@ impl Backend for LlamaCpp {
         let ctx: LlamaContext<'static> = unsafe { std::mem::transmute::<LlamaContext<'_>, LlamaContext<'static>>(ctx) };
         let add_bos = model.vocab().should_add_bos();
         let tokenizer = Arc::new(LlamaTokenizer { model: model.clone(), template, n_ctx, add_bos });
-        let session = LlamaSession {
+        let mut session = LlamaSession {
             embed_ctx: None,
             ctx,
             model,
@@ -94,6 +94,10 @@ impl Backend for LlamaCpp {
             exact_batch: None,
             accept: PRIOR_ACCEPT,
         };
+        if spec.probe {
+            // The cache is empty now: nothing to save or lose.
+            session.exact_batch = Some(session.probe()?);
+        }
         Ok((tokenizer, Box::new(session)))
     }
 
