@@ -46,7 +46,15 @@ fn requests() -> Vec<(&'static str, pb::GenerateRequest)> {
                 ..Default::default()
             },
         ),
-        ("open question", pb::GenerateRequest { messages: vec![user("Name three colours and say why people like them.")], sampling: greedy(), max_tokens: 64, ..Default::default() }),
+        (
+            "open question",
+            pb::GenerateRequest {
+                messages: vec![user("Name three colours and say why people like them.")],
+                sampling: greedy(),
+                max_tokens: 64,
+                ..Default::default()
+            },
+        ),
     ]
 }
 
@@ -74,7 +82,11 @@ async fn drafts_from_the_context_leave_greedy_text_unchanged() {
             drafted += b.draft_tokens;
             accepted += b.draft_accepted;
         }
-        assert!(accepted > 0 && drafted > accepted, "{}: drafts were verified, kept and rejected ({accepted} of {drafted} kept)", model.display());
+        assert!(
+            accepted > 0 && drafted > accepted,
+            "{}: drafts were verified, kept and rejected ({accepted} of {drafted} kept)",
+            model.display()
+        );
     }
 }
 

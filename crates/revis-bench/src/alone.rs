@@ -64,7 +64,15 @@ impl Alone {
         let prompt = build_prompt(self.loaded.tokenizer.as_ref(), messages, messages.len().saturating_sub(1))?;
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let (done, done_rx) = tokio::sync::oneshot::channel();
-        let job = GenerateJob { prompt, sampling, max_tokens, stop: vec![], grammar: None, logprobs: None, speculate: revis_engine::Speculate::Off };
+        let job = GenerateJob {
+            prompt,
+            sampling,
+            max_tokens,
+            stop: vec![],
+            grammar: None,
+            logprobs: None,
+            speculate: revis_engine::Speculate::Off,
+        };
         let _finished = self.engine.run(KEY, Job::Generate { job, deltas: tx, done }, Arc::new(AtomicBool::new(false)), Box::new(()));
         let mut first = None;
         while rx.recv().await.is_some() {

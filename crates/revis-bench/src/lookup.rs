@@ -208,7 +208,7 @@ pub async fn run(revisd: &Path, models: &[(String, PathBuf)], s: &Settings) -> a
             let mut groups: Vec<(String, Vec<Call>, Vec<Call>)> = GROUPS.iter().map(|(g, _)| (g.to_string(), vec![], vec![])).collect();
             for round in 0..s.rounds {
                 for (i, (group, plain_calls, lookup_calls)) in groups.iter_mut().enumerate() {
-                    let order = if (round as usize + i) % 2 == 0 { [&plain_rec, &lookup_rec] } else { [&lookup_rec, &plain_rec] };
+                    let order = if (round as usize + i).is_multiple_of(2) { [&plain_rec, &lookup_rec] } else { [&lookup_rec, &plain_rec] };
                     for r in order {
                         run_group(r, group, &inputs, s.max_tokens).await?;
                     }

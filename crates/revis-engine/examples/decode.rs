@@ -12,9 +12,13 @@ async fn main() {
     let sampled = args.next().is_some_and(|m| m == "sampled");
     let rounds: u32 = args.next().map_or(5, |r| r.parse().expect("rounds"));
     let engine = Engine::spawn(Arc::new(LlamaCpp));
-    let spec = ModelSpec { path: path.into(), n_ctx: 2048, threads, batch: 512, cache_slots: 4, cache_budget_bytes: 256 << 20, probe: false };
+    let spec =
+        ModelSpec { path: path.into(), n_ctx: 2048, threads, batch: 512, cache_slots: 4, cache_budget_bytes: 256 << 20, probe: false };
     let loaded = engine.load("m", spec).await.expect("load");
-    let msgs = vec![Message { role: Role::User, content: "Count from 1 to 500, separated by spaces. Write every number; do not stop early.".into() }];
+    let msgs = vec![Message {
+        role: Role::User,
+        content: "Count from 1 to 500, separated by spaces. Write every number; do not stop early.".into(),
+    }];
     let prompt = build_prompt(loaded.tokenizer.as_ref(), &msgs, 0).expect("prompt");
     let sampling = if sampled {
         Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, min_p: 0.05, repeat_penalty: 1.0, repeat_last_n: 64, seed: 1 }

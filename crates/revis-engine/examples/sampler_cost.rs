@@ -15,7 +15,8 @@ fn main() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(1);
     for vocab in [49_152usize, 262_144] {
         // Logits shaped like a model's: most low, a few high.
-        let logits: Vec<f32> = (0..vocab).map(|_| rng.random::<f32>() * 4.0 + if rng.random::<f32>() < 0.001 { 12.0 } else { 0.0 }).collect();
+        let logits: Vec<f32> =
+            (0..vocab).map(|_| rng.random::<f32>() * 4.0 + if rng.random::<f32>() < 0.001 { 12.0 } else { 0.0 }).collect();
         let chain = |top_k: bool| {
             let mut v = Vec::new();
             if top_k {
@@ -46,6 +47,8 @@ fn main() {
             std::hint::black_box(revis_engine::sample::argmax(std::hint::black_box(&logits)));
         }
         let argmax = started.elapsed().as_secs_f64() * 1e6 / f64::from(iterations);
-        println!("vocabulary {vocab}: whole-vocabulary chain {whole:.0} us, top-k here then the chain {here:.0} us, greedy argmax {argmax:.0} us a token");
+        println!(
+            "vocabulary {vocab}: whole-vocabulary chain {whole:.0} us, top-k here then the chain {here:.0} us, greedy argmax {argmax:.0} us a token"
+        );
     }
 }

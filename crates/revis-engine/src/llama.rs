@@ -755,4 +755,3 @@ fn token_info(model: &LlamaModel, logits: &[f32], token: usize, top: usize) -> T
 fn llama_err(e: impl std::fmt::Display) -> EngineError {
     EngineError::Llama(e.to_string())
 }
-

@@ -345,8 +345,14 @@ pub async fn run(revisd: &Path, revis: &Path, model: &Path, settings: &Settings,
         settings.parts,
         settings.expected_minutes().ceil()
     );
-    let launch =
-        crate::daemon::Launch { threads: settings.threads, context: settings.context, batch: settings.batch, listen: None, wrap: &[], speculate: "off" };
+    let launch = crate::daemon::Launch {
+        threads: settings.threads,
+        context: settings.context,
+        batch: settings.batch,
+        listen: None,
+        wrap: &[],
+        speculate: "off",
+    };
     let mut parts = Vec::new();
     let mut violations = 0;
     for part in &settings.parts {
