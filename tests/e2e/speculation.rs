@@ -1,10 +1,14 @@
 //! Speculation from the context (prompt lookup decoding, `daemon.speculate`):
-//! drafts change how fast an answer comes, never which answer.
+//! drafts change how fast an answer comes, never which answer. (The long
+//! story also runs past `lookup::EXACT_CONTEXT`, where drafting stops.)
 
 use revis_client::wire::v1 as pb;
 use revis_testkit::TestDaemon;
 
 use crate::{generate, greedy, user};
+
+/// revis_engine::lookup::EXACT_CONTEXT: no drafts past this many tokens.
+const EXACT_CONTEXT: usize = 256;
 
 const PASSAGE: &str = "The lighthouse keeper climbed the spiral stairs every evening at dusk. \
     He wound the clockwork, trimmed the wick and polished the great lens until it shone. \
@@ -25,6 +29,15 @@ fn requests() -> Vec<(&'static str, pb::GenerateRequest)> {
     vec![
         ("copy", copy(96, vec![])),
         ("copy, max_tokens 7", copy(7, vec![])),
+        (
+            "long copy",
+            pb::GenerateRequest {
+                messages: vec![user(&format!("Repeat this text exactly, word for word:\n\n{}", [PASSAGE; 5].join("\n\n")))],
+                sampling: greedy(),
+                max_tokens: 40,
+                ..Default::default()
+            },
+        ),
         ("copy, stop string", copy(96, vec!["great lens"])),
         (
             "JSON",
@@ -75,6 +88,10 @@ async fn drafts_from_the_context_leave_greedy_text_unchanged() {
             assert!(b.draft_accepted <= b.draft_tokens);
             if what == "copy, max_tokens 7" {
                 assert_eq!(b.generated_tokens, 7, "{m}: a draft never runs past max_tokens");
+            }
+            if what == "long copy" {
+                assert_eq!(b.draft_tokens, 0, "{m}: past {} tokens nothing is drafted", EXACT_CONTEXT);
+                assert!(b.prompt_tokens as usize > EXACT_CONTEXT, "{m}: the prompt is long enough");
             }
             if what == "copy, stop string" {
                 assert!(!b.text.contains("great lens") && b.text.contains("polished the"), "{m}: {:?}", b.text);

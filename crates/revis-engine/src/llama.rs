@@ -19,7 +19,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::cache::{Evaluated, PrefixCache};
-use crate::lookup::{self, BatchCosts, MAX_DRAFT, PRIOR_ACCEPT, Speculate, Speculation};
+use crate::lookup::{self, BatchCosts, EXACT_CONTEXT, MAX_DRAFT, PRIOR_ACCEPT, Speculate, Speculation};
 use crate::sample::{argmax, softmax, top_k_of};
 use crate::{
     Backend, Delta, EngineError, FinishReason, Finished, GenerateJob, Loaded, MAX_EMBED_TOKENS, Message, ModelSpec, ModelStats, Prefilled,
@@ -560,6 +560,7 @@ impl Session for LlamaSession {
                 let room = ((job.max_tokens - finished.generated_tokens) as usize)
                     .saturating_sub(1)
                     .min((self.n_ctx as usize).saturating_sub(self.live.len() + 2))
+                    .min(EXACT_CONTEXT.saturating_sub(self.live.len() + 1))
                     .min(exact - 1);
                 let found = lookup::find_draft(&history, room.min(MAX_DRAFT));
                 let k = spec.plan(found.len(), &self.costs);

@@ -12,6 +12,8 @@
 //!   often a draft token is accepted and weighs that against what a batch of
 //!   each size costs on this machine ([`BatchCosts`], measured as it runs), so
 //!   it turns itself off where drafts are rarely right.
+//! - Drafting stops when the sequence passes [`EXACT_CONTEXT`] tokens, where
+//!   a batch stops decoding bit-identically to single tokens.
 //! - [`resample`]: speculative sampling for a drafted token, so sampled output
 //!   keeps the distribution it has without drafts.
 
@@ -25,6 +27,16 @@ pub const NGRAM_MIN: usize = 2;
 pub const MAX_DRAFT: usize = 8;
 /// How far back the lookup searches, in tokens: it runs once per step.
 pub const LOOKUP_WINDOW: usize = 4096;
+/// Drafts are verified only while the sequence, draft included, is at most
+/// this long. Past it, llama.cpp's CPU attention decodes a single token
+/// another way than a batch (it splits the cache across threads once a
+/// token attends over 512 cells or more, `nek1 >= 512` in ggml-cpu's
+/// ops.cpp, and the cache is padded to 256 cells), so a verified draft
+/// would no longer give bit-identical logits: measured after a 600-token
+/// prompt, every row of batches of 2, 4 and 8 differed from single-token
+/// decoding, with flash attention on and off
+/// (`examples/batch_numerics.rs`), and a greedy answer changed words.
+pub const EXACT_CONTEXT: usize = 256;
 
 /// The tokens that followed the most recent earlier occurrence of the last
 /// `n` tokens of `history` (the longest `n` from [`NGRAM_MAX`] down to
