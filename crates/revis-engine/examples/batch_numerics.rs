@@ -38,8 +38,8 @@ fn main() {
             ctx.clear_kv_cache();
             for start in (0..n).step_by(512) {
                 batch.clear();
-                for i in start..(start + 512).min(n) {
-                    batch.add(prompt[i], i as i32, &[0], i == n - 1).unwrap();
+                for (i, &t) in prompt.iter().enumerate().take((start + 512).min(n)).skip(start) {
+                    batch.add(t, i as i32, &[0], i == n - 1).unwrap();
                 }
                 ctx.decode(batch).unwrap();
             }
