@@ -26,6 +26,10 @@ use crate::{
     Prompt, Sampling, Scored, Session, StopMatcher, Stopped, Token, TokenInfo, Tokenizer, Utf8Stream,
 };
 
+/// How long the batch probe ([`LlamaSession::probe`]) may take before it
+/// stops trying larger batches (it runs at load).
+const PROBE_BUDGET: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Sequences shorter than this are not worth saving when they are evicted from the live slot.
 const MIN_SAVED_TOKENS: usize = 32;
 
@@ -320,11 +324,13 @@ impl LlamaSession {
     /// kernel from 4 rows on), so this is measured, not assumed: each size
     /// from 2 up, stopping at the first that differs. It also measures what
     /// each size costs. Runs on an empty sequence (what the cache held is
-    /// saved as a prefix first, when worth it) in 10-50 token evaluations.
+    /// saved as a prefix first, when worth it) in 10-50 token evaluations,
+    /// trying no larger size once it has taken [`PROBE_BUDGET`].
     fn probe(&mut self) -> Result<usize, EngineError> {
         const PROBE_TEXT: &str = "A batch must give the very logits that one token at a time gives, or drafts would change the answer.";
         let n = MAX_DRAFT + 1;
         let text = to_ids(self.model.vocab().tokenize(PROBE_TEXT.as_bytes(), self.model.vocab().should_add_bos(), false));
+        let started = Instant::now();
         self.save_live();
         self.live = Evaluated::default();
         self.ctx.clear_kv_cache_seq(Some(0), None, None).map_err(llama_err)?;
@@ -348,6 +354,11 @@ impl LlamaSession {
         }
         let mut exact = 1;
         for size in 2..=n {
+            // A large model on a slow machine stops early: what was found
+            // so far holds, larger drafts are just not verified.
+            if started.elapsed() > PROBE_BUDGET {
+                break;
+            }
             self.ctx.clear_kv_cache_seq(Some(0), Some(1), None).map_err(llama_err)?;
             let batched = decode(self, 1, 1 + size, true)?;
             if batched.iter().zip(&alone).any(|(b, a)| b != a) {
