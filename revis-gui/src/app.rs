@@ -303,6 +303,8 @@ impl App {
                 ui.label(short).on_hover_text(format!("{}{shared}", t.model_path));
                 let placement = self.state.placements.get(&t.tier);
                 match placement.map(|p| p.runs_on.as_str()) {
+                    // A split tier: its layers' placement ("layers 1-15 here, 16-30 on desk").
+                    None | Some("this machine") if !t.split.is_empty() => ui.label(&t.split),
                     None | Some("this machine") => ui.label(&here),
                     Some(elsewhere) => ui.label(elsewhere),
                 };

@@ -1,4 +1,4 @@
-//! `revisd pair`, `revisd server`, `revisd devices`, `revisd revoke`: the
+//! `revisd pair`, `revisd server`, `revisd lend`, `revisd devices`, `revisd revoke`: the
 //! server-mode controls, run on the daemon's machine against the running
 //! daemon over its local socket (the only place these calls are accepted).
 
@@ -29,6 +29,11 @@ pub enum Action {
         #[arg(value_enum)]
         switch: Switch,
     },
+    /// Lending: let paired machines run the later layers of a model too big for them here (server mode must be on too).
+    Lend {
+        #[arg(value_enum)]
+        switch: Switch,
+    },
     /// List the devices paired with this daemon.
     Devices,
     /// Unpair a device (by device ID or name): its open calls are cut and it cannot connect again.
@@ -54,6 +59,7 @@ pub async fn run(action: Action, socket: &Path) -> ExitCode {
     let result = match action {
         Action::Pair { window_s } => pair(&client, window_s.unwrap_or(0)).await,
         Action::Server { switch } => server(&client, switch).await,
+        Action::Lend { switch } => lend(&client, switch).await,
         Action::Devices => devices(&client).await,
         Action::Revoke { device } => revoke(&client, &device).await,
     };
@@ -117,6 +123,22 @@ async fn server(client: &Client, switch: Switch) -> Result<ExitCode, ClientError
         );
     } else {
         println!("Server mode is off: no TCP port is open; {} paired device(s).", s.paired_devices);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn lend(client: &Client, switch: Switch) -> Result<ExitCode, ClientError> {
+    let s = match switch {
+        Switch::Status => client.status().await?.server.unwrap_or_default(),
+        Switch::On | Switch::Off => client.set_lending(matches!(switch, Switch::On)).await?,
+    };
+    match (s.lending, s.enabled) {
+        (true, true) => println!(
+            "Lending is on: paired devices may run layers of their models here, through {} ({} session(s) now).",
+            s.listen_address, s.lending_sessions
+        ),
+        (true, false) => println!("Lending is on, but server mode is off, so no device can reach it; `revisd server on` opens the port."),
+        (false, _) => println!("Lending is off: no paired device runs layers here."),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -38,6 +38,41 @@ enum Command {
     Service(service::Action),
     #[command(flatten)]
     Admin(admin::Action),
+    /// (started by revisd) llama.cpp's RPC server lending this machine's CPU, on 127.0.0.1.
+    #[command(hide = true)]
+    RpcWorker {
+        #[arg(long)]
+        endpoint: String,
+        #[arg(long)]
+        cache_dir: PathBuf,
+        #[arg(long)]
+        threads: u32,
+    },
+    /// (started by revisd) a split tier's engine, serving it on a private socket.
+    #[command(hide = true)]
+    SplitEngine {
+        #[arg(long)]
+        socket: PathBuf,
+        #[arg(long)]
+        tier: String,
+        #[arg(long)]
+        model: PathBuf,
+        #[arg(long)]
+        context: u32,
+        #[arg(long)]
+        threads: u32,
+        #[arg(long)]
+        batch: u32,
+        #[arg(long)]
+        max_tokens_limit: u32,
+        /// ENDPOINT=NODE, once per node.
+        #[arg(long)]
+        rpc: Vec<String>,
+        #[arg(long)]
+        split_local: Option<f64>,
+        #[arg(long)]
+        state_dir: PathBuf,
+    },
 }
 
 /// sysexits.h: a bad config is a usage error.
@@ -55,6 +90,15 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
+    if let Some(Command::RpcWorker { endpoint, cache_dir, threads }) = &args.command {
+        revis_daemon::child::exit_with_parent();
+        let e = revis_daemon::lend::run_worker(endpoint, cache_dir, *threads);
+        eprintln!("revisd rpc-worker: {e}");
+        return ExitCode::FAILURE;
+    }
+    if let Some(Command::SplitEngine { .. }) = &args.command {
+        return split_engine(args);
+    }
     if let Some(Command::Admin(action)) = args.command {
         let socket = match args.socket.clone() {
             Some(s) => s,
@@ -104,6 +148,49 @@ fn main() -> ExitCode {
     let ready = unsafe { take_ready_pipe() };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     runtime.block_on(serve(config, args.socket, inherited, ready))
+}
+
+/// `revisd split-engine`: one split tier, on the socket its revisd gave.
+fn split_engine(args: Args) -> ExitCode {
+    let Some(Command::SplitEngine { socket, tier, model, context, threads, batch, max_tokens_limit, rpc, split_local, state_dir }) =
+        args.command
+    else {
+        unreachable!("called for split-engine only")
+    };
+    // SAFETY: no other thread exists yet.
+    let ready = unsafe { take_ready_pipe() };
+    revis_daemon::child::exit_with_parent();
+    let Ok(tier) = tier.parse() else {
+        eprintln!("revisd split-engine: {tier:?} is not a tier");
+        return ExitCode::from(EX_USAGE);
+    };
+    let mut nodes = Vec::new();
+    for r in rpc {
+        match r.split_once('=') {
+            Some((ep, name)) => nodes.push((ep.to_owned(), name.to_owned())),
+            None => {
+                eprintln!("revisd split-engine: --rpc {r:?} is not ENDPOINT=NODE");
+                return ExitCode::from(EX_USAGE);
+            }
+        }
+    }
+    let a = revis_daemon::split::EngineArgs { tier, model, context, threads, batch, max_tokens_limit, rpc: nodes, split_local, state_dir };
+    let models = match revis_models::models_dir() {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("revisd split-engine: {e}");
+            return ExitCode::from(EX_USAGE);
+        }
+    };
+    let config = match revis_daemon::split::engine_config(&a, &models) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("revisd split-engine: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    runtime.block_on(serve(config, Some(socket), None, ready))
 }
 
 fn load_config(path: Option<PathBuf>) -> anyhow::Result<Config> {

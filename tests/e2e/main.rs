@@ -24,6 +24,7 @@ mod process;
 mod server_mode;
 mod service;
 mod speculation;
+mod split;
 mod third_party;
 
 use revis_client::Client;

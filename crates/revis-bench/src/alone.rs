@@ -14,7 +14,7 @@ use crate::prompts::{self, Prompts};
 /// The daemon's defaults for a model (see revis-daemon's config), so both
 /// sides load the model the same way.
 pub fn spec(path: &Path, threads: u32, n_ctx: u32, batch: u32) -> ModelSpec {
-    ModelSpec { path: path.to_owned(), n_ctx, threads, batch, cache_slots: 4, cache_budget_bytes: 256 << 20, probe: false }
+    ModelSpec { path: path.to_owned(), n_ctx, threads, batch, cache_slots: 4, cache_budget_bytes: 256 << 20, probe: false, split: None }
 }
 
 /// One timed generation.

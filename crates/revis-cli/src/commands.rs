@@ -187,6 +187,7 @@ async fn status(paths: &Paths, client: &Client, as_json: bool) -> anyhow::Result
                     "tier": t.tier.as_str(), "model": t.model, "model_path": t.model_path, "state": t.state.as_str(),
                     "memory_bytes": t.memory_bytes, "cached_prefixes": t.cached_prefixes, "cache_bytes": t.cache_bytes,
                     "context_tokens": t.context_tokens, "shared_with": t.shared_with.iter().map(|t| t.as_str()).collect::<Vec<_>>(),
+                    "split": t.split,
                 })
             })
             .collect();
@@ -198,7 +199,9 @@ async fn status(paths: &Paths, client: &Client, as_json: bool) -> anyhow::Result
             "server": s.server.as_ref().map(|m| json!({
                 "enabled": m.enabled, "listen_address": m.listen_address, "advertised": m.advertised,
                 "remote_connections": m.remote_connections, "paired_devices": m.paired_devices, "pairing_open": m.pairing_open,
+                "lending": m.lending, "lending_sessions": m.lending_sessions,
             })),
+            "memory_free_bytes": s.memory_free_bytes,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
@@ -219,6 +222,7 @@ async fn status(paths: &Paths, client: &Client, as_json: bool) -> anyhow::Result
         } else {
             format!(" (shared with {})", t.shared_with.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(", "))
         };
+        let shared = if t.split.is_empty() { shared } else { format!("{shared}; {}", t.split) };
         println!(
             "  {}: {:<22} {:<9} {:>4} MiB, ctx {}, {} cached prefixes{shared}",
             t.tier,

@@ -224,11 +224,12 @@ pub fn server_line(s: &DaemonStatus) -> Option<String> {
     let server = s.server.as_ref()?;
     Some(if server.enabled {
         format!(
-            "server mode on: {} (mutual TLS){}, {} paired, {} connected; device ID {}",
+            "server mode on: {} (mutual TLS){}, {} paired, {} connected{}; device ID {}",
             server.listen_address,
             if server.advertised { ", advertised" } else { "" },
             server.paired_devices,
             server.remote_connections,
+            if server.lending { format!(", lending ({} session(s))", server.lending_sessions) } else { String::new() },
             s.device_id
         )
     } else {

@@ -295,6 +295,8 @@ pub struct TierStatus {
     pub context_tokens: u32,
     /// Other tiers that use the same model (loaded once).
     pub shared_with: Vec<Tier>,
+    /// A tier split across machines: how its layers are placed; empty otherwise.
+    pub split: String,
 }
 
 /// A daemon's server mode (other machines reaching it over mutual TLS).
@@ -306,6 +308,9 @@ pub struct ServerMode {
     pub remote_connections: u32,
     pub paired_devices: u32,
     pub pairing_open: bool,
+    /// Lending this machine's layers to paired devices (`revisd lend`).
+    pub lending: bool,
+    pub lending_sessions: u32,
 }
 
 /// What a daemon says of itself.
@@ -322,6 +327,8 @@ pub struct DaemonStatus {
     pub device_id: String,
     pub name: String,
     pub server: Option<ServerMode>,
+    /// Memory free on the daemon's machine.
+    pub memory_free_bytes: u64,
 }
 
 impl DaemonStatus {

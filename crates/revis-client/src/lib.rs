@@ -299,6 +299,11 @@ impl Client {
             .map_err(|s| self.failure(s))
     }
 
+    /// Switches lending on or off (`revisd lend`); returns server mode's state after.
+    pub async fn set_lending(&self, enabled: bool) -> Result<ServerMode, ClientError> {
+        self.admin.clone().set_lending(pb::SetLendingRequest { enabled }).await.map(|r| r.into_inner().into()).map_err(|s| self.failure(s))
+    }
+
     /// Opens a pairing window (`window_s` = 0: the daemon's default length)
     /// and follows it: `Opened` (the code to type on the other machine),
     /// then `Paired` or `Closed`.

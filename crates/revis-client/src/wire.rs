@@ -200,6 +200,7 @@ impl From<pb::TierStatus> for TierStatus {
             cache_bytes: t.cache_bytes,
             context_tokens: t.context_tokens,
             shared_with: t.shared_with.iter().filter_map(|s| tier(s)).collect(),
+            split: t.split,
         }
     }
 }
@@ -213,6 +214,8 @@ impl From<pb::ServerModeStatus> for ServerMode {
             remote_connections: s.remote_connections,
             paired_devices: s.paired_devices,
             pairing_open: s.pairing_open,
+            lending: s.lending,
+            lending_sessions: s.lending_sessions,
         }
     }
 }
@@ -231,6 +234,7 @@ impl From<pb::StatusResponse> for DaemonStatus {
             device_id: s.device_id,
             name: s.name,
             server: s.server.map(Into::into),
+            memory_free_bytes: s.memory_free_bytes,
         }
     }
 }

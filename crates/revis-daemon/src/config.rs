@@ -33,6 +33,8 @@ struct RawServer {
     pairing_window_s: Option<u64>,
     max_connections: Option<u32>,
     peer_timeout_ms: Option<u64>,
+    lend: Option<bool>,
+    keyring: Option<PathBuf>,
     /// Only here to refuse `tls = false` with a message of its own.
     tls: Option<bool>,
 }
@@ -62,6 +64,8 @@ struct RawTier {
     context: Option<u32>,
     threads: Option<u32>,
     cache_budget_mb: Option<u64>,
+    split: Option<Vec<String>>,
+    split_local: Option<f64>,
 }
 
 /// A validated configuration.
@@ -109,6 +113,11 @@ pub struct ServerConfig {
     /// acknowledged) for this long is closed: a laptop that went to sleep
     /// gives its slot back. See `remote::http2_keepalive`.
     pub peer_timeout: Duration,
+    /// `server.lend`: lending on or off at start; None: as it was last left (off at first).
+    pub lend: Option<bool>,
+    /// The user's client keyring (`$REVIS_DATA_DIR/client`, as `revis pair`
+    /// writes it): the identity and the nodes a split tier borrows from.
+    pub keyring: PathBuf,
 }
 
 /// The TCP port server mode listens on unless told otherwise.
@@ -134,7 +143,27 @@ pub struct TierModel {
     /// What a request that leaves a sampling setting unset gets: the model
     /// file's own (GGUF metadata), else the catalog's (`revis_models::sampling_defaults`).
     pub sampling: revis_models::SamplingDefaults,
+    /// `tiers.X.split`: the paired nodes (names in this user's client
+    /// keyring) that run the model's later layers; empty: all of it here.
+    pub split: Vec<String>,
+    /// `tiers.X.split_local`: the share of layers kept here (0 < s < 1);
+    /// None: in proportion to free memory here and on the nodes.
+    pub split_local: Option<f64>,
+    /// Set only inside a split engine (`revisd split-engine`): the devices
+    /// the layers go to. Never read from a file.
+    pub engine_split: Option<EngineSplit>,
 }
+
+/// A split engine's placement of its model's layers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineSplit {
+    pub split: revis_engine::Split,
+    /// As a person reads it: "layers 1-15 here, 16-30 on desktop".
+    pub note: String,
+}
+
+/// The most nodes one tier may be split across (llama.cpp's limit on RPC servers is 16).
+pub const MAX_SPLIT_NODES: usize = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -205,7 +234,37 @@ impl Config {
             let name = t.and_then(|t| t.model.clone()).unwrap_or_else(|| revis_models::default_model(models_dir));
             let path = resolve_model(&name, models_dir).map_err(|m| field(&f("model"), m))?;
             let sampling = revis_models::sampling_defaults(&name, &path);
+            let split = t.and_then(|t| t.split.clone()).unwrap_or_default();
+            if split.len() > MAX_SPLIT_NODES {
+                return Err(field(
+                    &f("split"),
+                    format!("names {} nodes; a tier may be split across at most {MAX_SPLIT_NODES}", split.len()),
+                ));
+            }
+            for (i, n) in split.iter().enumerate() {
+                if n.trim().is_empty() || n.chars().count() > 64 || n.chars().any(char::is_control) {
+                    return Err(field(&f("split"), format!("names {n:?}; a node name is 1 to 64 printable characters")));
+                }
+                if split[..i].contains(n) {
+                    return Err(field(&f("split"), format!("names {n:?} twice")));
+                }
+            }
+            let split_local = t.and_then(|t| t.split_local);
+            if let Some(s) = split_local {
+                if split.is_empty() {
+                    return Err(field(&f("split_local"), "is set, but the tier has no `split` nodes to share the layers with".into()));
+                }
+                if !(s > 0.0 && s < 1.0) {
+                    return Err(field(
+                        &f("split_local"),
+                        format!("is {s}; it is the share of layers kept on this machine, between 0 and 1 (exclusive)"),
+                    ));
+                }
+            }
             let model = TierModel {
+                split,
+                split_local,
+                engine_split: None,
                 sampling,
                 name,
                 path,
@@ -225,7 +284,7 @@ impl Config {
                     return Err(field(
                         &format!("tiers.{b}"),
                         format!(
-                            "uses the same model as {a} with different context, threads or cache settings; a shared model is loaded once, so give both the same settings"
+                            "uses the same model as {a} with different context, threads, cache or split settings; a shared model is loaded once, so give both the same settings"
                         ),
                     ));
                 }
@@ -294,6 +353,8 @@ fn server_config(
     // The default sits beside the models: `$REVIS_DATA_DIR/daemon`.
     let state_dir = s.state_dir.unwrap_or_else(|| models_dir.parent().unwrap_or(models_dir).join("daemon"));
     Ok(ServerConfig {
+        lend: s.lend,
+        keyring: s.keyring.unwrap_or_else(|| models_dir.parent().unwrap_or(models_dir).join("client")),
         enabled: s.enabled,
         listen,
         name,
@@ -407,7 +468,7 @@ mod tests {
         check(
             "[tiers.tier2]\ncontext = 1024\n",
             expect![
-                "config revisd.toml: `tiers.tier2` uses the same model as tier1 with different context, threads or cache settings; a shared model is loaded once, so give both the same settings"
+                "config revisd.toml: `tiers.tier2` uses the same model as tier1 with different context, threads, cache or split settings; a shared model is loaded once, so give both the same settings"
             ],
         );
         check(
@@ -434,6 +495,42 @@ mod tests {
         revis_models::set_default_model(dir.path(), &revis_models::ModelRef::parse("hf:owner/repo:Q8_0").unwrap().unwrap()).unwrap();
         let c = Config::parse("", Path::new("x"), dir.path()).unwrap();
         assert!(c.tiers.values().all(|t| t.path == file && t.name == "hf:owner/repo:Q8_0"), "{:?}", c.tiers);
+    }
+
+    #[test]
+    fn a_split_names_nodes_and_a_share_between_0_and_1() {
+        let t3 = |rest: &str| format!("[tiers.tier3]\nmodel = \"$DIR/other.gguf\"\n{rest}");
+        check(
+            &t3("split = [\"desk\"]\nsplit_local = 0.25\n"),
+            expect!["ok: tier1=smollm2-135m-instruct ctx4096, tier2=smollm2-135m-instruct ctx4096, tier3=$DIR/other.gguf ctx4096"],
+        );
+        check(
+            &t3("split_local = 0.5\n"),
+            expect!["config revisd.toml: `tiers.tier3.split_local` is set, but the tier has no `split` nodes to share the layers with"],
+        );
+        check(
+            &t3("split = [\"desk\"]\nsplit_local = 1.0\n"),
+            expect![
+                "config revisd.toml: `tiers.tier3.split_local` is 1; it is the share of layers kept on this machine, between 0 and 1 (exclusive)"
+            ],
+        );
+        check(&t3("split = [\"desk\", \"desk\"]\n"), expect![[r#"config revisd.toml: `tiers.tier3.split` names "desk" twice"#]]);
+        check(
+            &t3("split = [\"\"]\n"),
+            expect![[r#"config revisd.toml: `tiers.tier3.split` names ""; a node name is 1 to 64 printable characters"#]],
+        );
+        let nine: Vec<String> = (0..9).map(|i| format!("\"n{i}\"")).collect();
+        check(
+            &t3(&format!("split = [{}]\n", nine.join(", "))),
+            expect!["config revisd.toml: `tiers.tier3.split` names 9 nodes; a tier may be split across at most 8"],
+        );
+        // Tiers sharing a model load it once: split alike or not at all.
+        check(
+            "[tiers.tier1]\nsplit = [\"desk\"]\n",
+            expect![
+                "config revisd.toml: `tiers.tier2` uses the same model as tier1 with different context, threads, cache or split settings; a shared model is loaded once, so give both the same settings"
+            ],
+        );
     }
 
     #[test]

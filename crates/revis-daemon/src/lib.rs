@@ -4,14 +4,17 @@
 
 pub mod admission;
 pub mod authority;
+pub mod child;
 pub mod config;
 pub mod error;
+pub mod lend;
 pub mod registry;
 pub mod remote;
 pub mod rpc;
 pub mod scheduler;
 pub mod server;
 pub mod socket;
+pub mod split;
 pub mod validate;
 
 pub use config::{Config, ConfigError};

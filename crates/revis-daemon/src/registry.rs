@@ -35,6 +35,11 @@ pub struct Model {
     pub name: String,
     pub path: PathBuf,
     pub spec: ModelSpec,
+    /// The nodes this model is split across (`tiers.X.split`): it runs in a
+    /// split engine (`split.rs`), never in this process.
+    pub split: Vec<String>,
+    /// In a split engine: how its layers are placed, for Status.
+    pub split_note: String,
     slot: Mutex<Slot>,
     /// Serialises load and unload of this model.
     load_lock: tokio::sync::Mutex<()>,
@@ -168,6 +173,14 @@ impl Registry {
 
     /// Loads a model if it is not loaded; returns its tokenizer.
     pub async fn load(&self, model: &Arc<Model>) -> Result<Arc<dyn Tokenizer>, EngineError> {
+        // A split model's RPC client may abort the process: it loads only in its split engine.
+        if !model.split.is_empty() {
+            return Err(EngineError::Llama(format!(
+                "{} is split across {}; it runs in its split engine, not here",
+                model.name,
+                model.split.join(", ")
+            )));
+        }
         let _g = model.load_lock.lock().await;
         {
             let mut s = model.lock();
@@ -272,7 +285,10 @@ impl Model {
                 cache_slots: m.cache_slots,
                 cache_budget_bytes: m.cache_budget_bytes,
                 probe: m.speculate != revis_engine::Speculate::Off,
+                split: m.engine_split.as_ref().map(|e| e.split.clone()),
             },
+            split: m.split.clone(),
+            split_note: m.engine_split.as_ref().map(|e| e.note.clone()).unwrap_or_default(),
             slot: Mutex::new(Slot { phase: Phase::Unloaded, tokenizer: None, memory_bytes: 0, last_used: Instant::now(), in_use: 0 }),
             load_lock: tokio::sync::Mutex::new(()),
         }

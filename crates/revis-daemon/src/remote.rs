@@ -2,10 +2,12 @@
 //! TCP path), pairing on the same port, the mDNS advertisement, and the
 //! open connections, which a revoke or switching server mode off cuts.
 //!
-//! One port serves two protocols, told apart by ALPN before the handshake
+//! One port serves three protocols, told apart by ALPN before the handshake
 //! finishes: `h2` is gRPC for paired devices (client certificate pinned to
 //! the trust set), `revis-pair/1` is a pairing attempt (any certificate whose
-//! key signs the handshake; the code decides). TLS is terminated here with
+//! key signs the handshake; the code decides), `revis-rpc/1` is a lending
+//! session (paired devices only, while lending is on: spliced to the RPC
+//! worker on 127.0.0.1, see `lend.rs`). TLS is terminated here with
 //! tokio-rustls and the connections are handed to tonic through
 //! `serve_with_incoming`, because tonic's own TLS cannot take a custom
 //! verifier.
@@ -20,8 +22,8 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
 use revis_trust::{
-    ALPN_PAIRING, Advertisement, Advertiser, DeviceId, Identity, Interfaces, MAX_ATTEMPTS, PairedDevice, PairingWindow, TrustError,
-    TrustSet, TrustStore,
+    ALPN_PAIRING, ALPN_RPC, Advertisement, Advertiser, DeviceId, Identity, Interfaces, MAX_ATTEMPTS, PairedDevice, PairingWindow,
+    TrustError, TrustSet, TrustStore,
 };
 use rustls::server::Acceptor;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -38,6 +40,7 @@ use tonic::transport::server::Connected;
 use tonic::{Request, Status};
 
 use crate::config::ServerConfig;
+use crate::lend::{LendError, Lender};
 
 /// A TLS handshake (pairing or not) must finish within this.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -76,6 +79,8 @@ pub enum RemoteError {
     Off,
     #[error("no paired device is called or has the ID {0:?}; `revisd devices` lists them")]
     UnknownDevice(String),
+    #[error(transparent)]
+    Lend(#[from] LendError),
 }
 
 impl From<RemoteError> for Status {
@@ -86,7 +91,7 @@ impl From<RemoteError> for Status {
             RemoteError::UnknownDevice(_) => Status::not_found(msg),
             RemoteError::Trust(TrustError::InvalidName(_) | TrustError::InvalidDeviceId(_)) => Status::invalid_argument(msg),
             RemoteError::Listen { .. } => Status::failed_precondition(msg),
-            RemoteError::Trust(_) | RemoteError::Switch { .. } => Status::internal(msg),
+            RemoteError::Trust(_) | RemoteError::Switch { .. } | RemoteError::Lend(_) => Status::internal(msg),
         }
     }
 }
@@ -107,6 +112,8 @@ pub struct ServerState {
     pub connections: usize,
     pub paired: usize,
     pub pairing_open: bool,
+    pub lending: bool,
+    pub lending_sessions: usize,
 }
 
 /// A paired device and its open connections.
@@ -125,6 +132,9 @@ pub struct Remote {
     trusted: TrustSet,
     rpc_tls: Arc<rustls::ServerConfig>,
     pairing_tls: Arc<rustls::ServerConfig>,
+    lend_tls: Arc<rustls::ServerConfig>,
+    /// The lending switch and the RPC worker.
+    lender: Lender,
     /// The gRPC services, set once by the server before the first switch-on.
     routes: OnceLock<Routes>,
     tiers: Vec<String>,
@@ -163,6 +173,8 @@ struct OpenWindow {
 struct Conn {
     device: DeviceId,
     cut: CancellationToken,
+    /// A lending session (else gRPC).
+    lending: bool,
 }
 
 impl Remote {
@@ -174,7 +186,12 @@ impl Remote {
         let trusted = store.trust_set();
         let rpc_tls = revis_trust::server_config(&identity, trusted.clone())?;
         let pairing_tls = revis_trust::pairing_server_config(&identity)?;
+        let lend_tls = revis_trust::lend_server_config(&identity, trusted.clone())?;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+        let lender = Lender::new(config.state_dir.clone(), config.lend, cores);
         Ok(Arc::new(Remote {
+            lend_tls,
+            lender,
             config,
             identity,
             store: Mutex::new(store),
@@ -323,7 +340,37 @@ impl Remote {
             connections: state.conns.len(),
             paired,
             pairing_open: state.window.as_ref().is_some_and(|w| w.window.is_open(Instant::now())),
+            lending: self.lender.is_on(),
+            lending_sessions: state.conns.values().filter(|c| c.lending).count(),
         }
+    }
+
+    /// Switches lending on or off (saved for the next start when
+    /// `remember`); off ends the RPC worker and cuts every lending session.
+    pub fn set_lending(&self, on: bool, remember: bool) -> Result<ServerState, RemoteError> {
+        let set = || self.lender.set(on, remember);
+        let on_workers =
+            tokio::runtime::Handle::try_current().is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if on_workers {
+            tokio::task::block_in_place(set)?
+        } else {
+            set()?
+        };
+        if !on {
+            let mut state = self.lock();
+            let ids: Vec<u64> = state.conns.iter().filter(|(_, c)| c.lending).map(|(id, _)| *id).collect();
+            for id in ids {
+                if let Some(c) = state.conns.remove(&id) {
+                    c.cut.cancel();
+                }
+            }
+        }
+        Ok(self.state())
+    }
+
+    /// The RPC worker's process ID while one runs.
+    pub fn lending_worker_pid(&self) -> Option<u32> {
+        self.lender.worker_pid()
     }
 
     /// The paired devices, with their open connections.
@@ -454,6 +501,9 @@ impl Remote {
                             () = this.pair(*tls, addr) => {}
                         }
                     }
+                    Ok(Ok(Handshaken::Lend(tls))) => {
+                        this.lend(*tls, addr, cut, unsettled).await;
+                    }
                     Ok(Ok(Handshaken::Rpc(tls))) => {
                         if let Some(io) = this.register(*tls, addr, cut) {
                             drop(unsettled);
@@ -468,9 +518,12 @@ impl Remote {
     async fn handshake(&self, tcp: TcpStream) -> io::Result<Handshaken> {
         let _ = tcp.set_nodelay(true);
         let start = LazyConfigAcceptor::new(Acceptor::default(), tcp).await?;
-        let pairing = start.client_hello().alpn().is_some_and(|mut a| a.any(|p| p == ALPN_PAIRING));
+        let offers = |alpn: &[u8]| start.client_hello().alpn().is_some_and(|mut a| a.any(|p| p == alpn));
+        let (pairing, lending) = (offers(ALPN_PAIRING), offers(ALPN_RPC));
         Ok(if pairing {
             Handshaken::Pairing(Box::new(start.into_stream(self.pairing_tls.clone()).await?))
+        } else if lending {
+            Handshaken::Lend(Box::new(start.into_stream(self.lend_tls.clone()).await?))
         } else {
             Handshaken::Rpc(Box::new(start.into_stream(self.rpc_tls.clone()).await?))
         })
@@ -487,7 +540,7 @@ impl Remote {
             }
             state.next_id += 1;
             let id = state.next_id;
-            state.conns.insert(id, Conn { device: device_id, cut: cut.clone() });
+            state.conns.insert(id, Conn { device: device_id, cut: cut.clone(), lending: false });
             id
         };
         // The file is rewritten at most once a minute per device, not on
@@ -510,6 +563,50 @@ impl Remote {
             cut: Box::pin(cut.cancelled_owned()),
             _guard: ConnGuard { remote: Arc::downgrade(self), id },
         })
+    }
+
+    /// Runs one lending session: a paired device's llama.cpp RPC client,
+    /// spliced to the RPC worker until either side closes, lending goes
+    /// off, the device is revoked, or server mode goes off.
+    async fn lend(self: &Arc<Self>, mut tls: TlsStream<TcpStream>, addr: SocketAddr, cut: CancellationToken, unsettled: Unsettled) {
+        let Some(device_id) = revis_trust::peer_device_id(tls.get_ref().1) else { return };
+        let this = self.clone();
+        let worker = match tokio::task::spawn_blocking(move || this.lender.worker()).await {
+            Ok(Ok(w)) => w,
+            Ok(Err(e)) => {
+                tracing::info!(%addr, %device_id, "refusing a lending session: {e}");
+                return;
+            }
+            Err(_) => return,
+        };
+        let id = {
+            let mut state = self.lock();
+            if !self.trusted.contains(&device_id) || !self.lender.is_on() {
+                return;
+            }
+            state.next_id += 1;
+            let id = state.next_id;
+            state.conns.insert(id, Conn { device: device_id, cut: cut.clone(), lending: true });
+            id
+        };
+        let _guard = ConnGuard { remote: Arc::downgrade(self), id };
+        drop(unsettled);
+        let mut upstream = match TcpStream::connect(worker).await {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::warn!(%addr, %device_id, "lending: the RPC worker at {worker} refused: {e}");
+                return;
+            }
+        };
+        let _ = upstream.set_nodelay(true);
+        tracing::info!(%addr, %device_id, "lending session open");
+        tokio::select! {
+            () = cut.cancelled() => tracing::info!(%addr, %device_id, "lending session cut"),
+            r = tokio::io::copy_bidirectional_with_sizes(&mut tls, &mut upstream, LEND_BUFFER, LEND_BUFFER) => match r {
+                Ok((up, down)) => tracing::info!(%addr, %device_id, up, down, "lending session closed"),
+                Err(e) => tracing::info!(%addr, %device_id, "lending session ended: {e}"),
+            },
+        }
     }
 
     /// Runs one pairing attempt against the open window (or a closed one,
@@ -573,8 +670,12 @@ pub fn tcp_keepalive(peer_timeout: Duration) -> socket2::TcpKeepalive {
         .with_retries(TCP_KEEPALIVE_RETRIES)
 }
 
+/// Bytes buffered each way in a lending session (weights cross it at load).
+const LEND_BUFFER: usize = 256 << 10;
+
 enum Handshaken {
     Rpc(Box<TlsStream<TcpStream>>),
+    Lend(Box<TlsStream<TcpStream>>),
     Pairing(Box<TlsStream<TcpStream>>),
 }
 

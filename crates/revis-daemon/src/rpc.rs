@@ -25,7 +25,9 @@ use crate::error::DaemonError;
 use crate::registry::{Lease, Phase, Registry};
 use crate::remote::{DeviceInfo, PairingOutcome, Remote, ServerState, is_remote, local_only};
 use crate::scheduler::{Priority, Queue};
+use crate::split::{SplitEngine, Splits};
 use crate::validate;
+use crate::validate::GRPC_MAX_MESSAGE_BYTES;
 
 /// Deltas buffered between the forwarder and the gRPC stream; the caller
 /// has "taken" a delta once it left this buffer for the HTTP/2 stream.
@@ -70,6 +72,15 @@ pub struct Core {
     pub admission: Admission,
     /// Where prompts are rendered and tokenized: see [`tokenizer_pool`].
     pub tokenizers: Arc<rayon::ThreadPool>,
+    /// Tiers split across machines, forwarded to their split engines.
+    pub splits: Arc<Splits>,
+}
+
+/// A client of a split engine, with the daemon's message limits.
+fn engine_client(channel: tonic::transport::Channel) -> pb::inference_client::InferenceClient<tonic::transport::Channel> {
+    pb::inference_client::InferenceClient::new(channel)
+        .max_decoding_message_size(GRPC_MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(GRPC_MAX_MESSAGE_BYTES)
 }
 
 /// Threads that render and tokenize prompts, off the async runtime. Two, so
@@ -88,6 +99,11 @@ pub fn tokenizer_pool() -> rayon::ThreadPool {
 }
 
 impl Core {
+    /// The split engine serving the tier a request names, if it is split.
+    fn split_of(&self, tier: &str) -> Option<Arc<SplitEngine>> {
+        Tier::from_wire(tier).ok().and_then(|t| self.splits.get(t).cloned())
+    }
+
     /// Refuses new work once shutdown began, before any model is loaded for it.
     fn open(&self) -> Result<(), DaemonError> {
         if self.closing.load(Ordering::SeqCst) {
@@ -137,7 +153,28 @@ impl Core {
             cache_bytes: if ready { stats.cache_bytes } else { 0 },
             context_tokens: view.n_ctx.unwrap_or(model.spec.n_ctx),
             shared_with: self.registry.shared_with(tier).iter().map(Tier::to_string).collect(),
+            split: if model.split.is_empty() {
+                model.split_note.clone()
+            } else {
+                format!("split across {} (its engine starts on first use)", model.split.join(", "))
+            },
         }
+    }
+
+    /// `tier_status`, from its split engine while that runs.
+    async fn tier_status_live(&self, tier: Tier, remote: bool) -> pb::TierStatus {
+        let mut status = self.tier_status(tier, remote);
+        if let Some(engine) = self.splits.get(tier)
+            && let Some(live) = engine.status().await
+        {
+            status.state = live.state;
+            status.memory_bytes = live.memory_bytes;
+            status.cached_prefixes = live.cached_prefixes;
+            status.cache_bytes = live.cache_bytes;
+            status.context_tokens = live.context_tokens;
+            status.split = live.split;
+        }
+        status
     }
 }
 
@@ -174,13 +211,24 @@ async fn blocking<T: Send + 'static>(
 
 #[tonic::async_trait]
 impl pb::inference_server::Inference for Core {
-    type GenerateStream = EventStream;
+    type GenerateStream = crate::split::Forwarded;
 
-    async fn generate(&self, req: Request<pb::GenerateRequest>) -> Result<Response<EventStream>, Status> {
+    async fn generate(&self, req: Request<pb::GenerateRequest>) -> Result<Response<Self::GenerateStream>, Status> {
         let admitted_at = Instant::now();
         self.open()?;
         let admitted = self.admitted(&req)?;
         let v = validate::generate(req.get_ref(), &self.registry, &self.config)?;
+        if let Some(engine) = self.splits.get(v.tier).cloned() {
+            // Validated here, against this daemon's limits; run there.
+            let mut msg = req.into_inner();
+            msg.max_tokens = v.max_tokens;
+            let mut client = engine_client(engine.channel().await?);
+            let events = match client.generate(msg).await {
+                Ok(r) => r.into_inner(),
+                Err(s) => return Err(engine.translate(s).await),
+            };
+            return Ok(Response::new(crate::split::forward_stream(engine, events, admitted)));
+        }
         let lease = self.registry.lease(&v.model).await.map_err(DaemonError::from)?;
         let tok = lease.tokenizer.clone();
         let (messages, static_count, json, prefix) = (v.messages, v.static_count, v.json, v.answer_prefix);
@@ -221,7 +269,7 @@ impl pb::inference_server::Inference for Core {
         self.admit(v.priority, task)?;
         let stall = Stall { timeout: self.config.stall_timeout, cancel: cancel.clone(), stalled: stalled.clone() };
         tokio::spawn(forward(engine_rx, deltas_tx, stall, admitted));
-        Ok(Response::new(EventStream {
+        Ok(Response::new(Box::pin(EventStream {
             started: Some(started),
             deltas,
             done: Some(done),
@@ -230,7 +278,7 @@ impl pb::inference_server::Inference for Core {
             stall_timeout: self.config.stall_timeout,
             seed,
             admitted: admitted_at,
-        }))
+        })))
     }
 
     async fn prefill(&self, req: Request<pb::PrefillRequest>) -> Result<Response<pb::PrefillResponse>, Status> {
@@ -238,6 +286,13 @@ impl pb::inference_server::Inference for Core {
         // Held until the answer is sent, or the caller leaves (tonic drops this future).
         let _admitted = self.admitted(&req)?;
         let v = validate::prefill(req.get_ref(), &self.registry)?;
+        if let Some(engine) = self.splits.get(v.tier).cloned() {
+            let mut client = engine_client(engine.channel().await?);
+            return match client.prefill(req.into_inner()).await {
+                Ok(r) => Ok(r),
+                Err(s) => Err(engine.translate(s).await),
+            };
+        }
         let lease = self.registry.lease(&v.model).await.map_err(DaemonError::from)?;
         let tok = lease.tokenizer.clone();
         let messages = v.messages;
@@ -262,6 +317,13 @@ impl pb::inference_server::Inference for Core {
         self.open()?;
         let _admitted = self.admitted(&req)?;
         let v = validate::embed(req.get_ref(), &self.registry)?;
+        if let Some(engine) = self.splits.get(v.tier).cloned() {
+            let mut client = engine_client(engine.channel().await?);
+            return match client.embed(req.into_inner()).await {
+                Ok(r) => Ok(r),
+                Err(s) => Err(engine.translate(s).await),
+            };
+        }
         let lease = self.registry.lease(&v.model).await.map_err(DaemonError::from)?;
         let tok = lease.tokenizer.clone();
         let inputs = v.inputs;
@@ -296,6 +358,13 @@ impl pb::inference_server::Inference for Core {
         self.open()?;
         let _admitted = self.admitted(&req)?;
         let v = validate::score(req.get_ref(), &self.registry)?;
+        if let Some(engine) = self.splits.get(v.tier).cloned() {
+            let mut client = engine_client(engine.channel().await?);
+            return match client.score(req.into_inner()).await {
+                Ok(r) => Ok(r),
+                Err(s) => Err(engine.translate(s).await),
+            };
+        }
         let lease = self.registry.lease(&v.model).await.map_err(DaemonError::from)?;
         let tok = lease.tokenizer.clone();
         let (messages, static_count, prefix, texts) = (v.messages, v.static_count, v.prefix, v.continuations.clone());
@@ -357,12 +426,17 @@ impl pb::admin_server::Admin for Core {
         // pairings, file paths or process ID.
         let remote = is_remote(&req);
         let server = (!remote).then(|| server_status(&self.remote.state()));
+        let mut tiers = Vec::new();
+        for (t, _) in self.registry.tiers() {
+            tiers.push(self.tier_status_live(t, remote).await);
+        }
         Ok(Response::new(pb::StatusResponse {
+            memory_free_bytes: revis_engine::rpc::local_free_bytes(),
             device_id: self.remote.device_id().to_string(),
             name: self.remote.name().to_owned(),
             server,
             version: env!("CARGO_PKG_VERSION").to_owned(),
-            tiers: self.registry.tiers().map(|(t, _)| self.tier_status(t, remote)).collect(),
+            tiers,
             queue_depth: self.queue.len() as u32,
             queue_capacity: self.admission.capacity() as u32,
             rss_bytes: revis_engine::rss_bytes(),
@@ -376,15 +450,24 @@ impl pb::admin_server::Admin for Core {
         local_only(&req, "LoadModel")?;
         let (tier, model) = validate::tier(&self.registry, &req.get_ref().tier)?;
         let t0 = Instant::now();
-        self.registry.load(model).await.map_err(DaemonError::from)?;
-        Ok(Response::new(pb::LoadModelResponse { tier: Some(self.tier_status(tier, false)), elapsed_ms: t0.elapsed().as_millis() as u64 }))
+        match self.split_of(&req.get_ref().tier) {
+            Some(engine) => drop(engine.channel().await?),
+            None => drop(self.registry.load(model).await.map_err(DaemonError::from)?),
+        }
+        Ok(Response::new(pb::LoadModelResponse {
+            tier: Some(self.tier_status_live(tier, false).await),
+            elapsed_ms: t0.elapsed().as_millis() as u64,
+        }))
     }
 
     async fn unload_model(&self, req: Request<pb::UnloadModelRequest>) -> Result<Response<pb::UnloadModelResponse>, Status> {
         local_only(&req, "UnloadModel")?;
         let (tier, model) = validate::tier(&self.registry, &req.get_ref().tier)?;
         let rss_before_bytes = revis_engine::rss_bytes();
-        self.registry.unload(model).await.map_err(DaemonError::from)?;
+        match self.split_of(&req.get_ref().tier) {
+            Some(engine) => drop(engine.stop().await),
+            None => drop(self.registry.unload(model).await.map_err(DaemonError::from)?),
+        }
         Ok(Response::new(pb::UnloadModelResponse {
             tier: Some(self.tier_status(tier, false)),
             rss_before_bytes,
@@ -404,6 +487,13 @@ impl pb::admin_server::Admin for Core {
         local_only(&req, "SetServerMode")?;
         self.open()?;
         let state = self.remote.set_enabled(req.get_ref().enabled, true).await?;
+        Ok(Response::new(server_status(&state)))
+    }
+
+    async fn set_lending(&self, req: Request<pb::SetLendingRequest>) -> Result<Response<pb::ServerModeStatus>, Status> {
+        local_only(&req, "SetLending")?;
+        self.open()?;
+        let state = self.remote.set_lending(req.get_ref().enabled, true)?;
         Ok(Response::new(server_status(&state)))
     }
 
@@ -478,6 +568,8 @@ fn server_status(s: &ServerState) -> pb::ServerModeStatus {
         remote_connections: s.connections as u32,
         paired_devices: s.paired as u32,
         pairing_open: s.pairing_open,
+        lending: s.lending,
+        lending_sessions: s.lending_sessions as u32,
     }
 }
 

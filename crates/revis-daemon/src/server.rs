@@ -63,9 +63,17 @@ pub async fn run(
 ) -> Result<(), ServeError> {
     let engine = Engine::spawn(Arc::new(LlamaCpp));
     let registry = Arc::new(Registry::new(&config, engine.clone()));
+    let splits = Arc::new(crate::split::Splits::new(&config));
     if config.load_at_start {
-        for m in registry.models() {
+        for m in registry.models().into_iter().filter(|m| m.split.is_empty()) {
             registry.load(&m).await.map_err(|source| ServeError::LoadAtStart { model: m.name.clone(), source })?;
+        }
+        // Split tiers need their nodes, which may be away now: a failure
+        // here is logged, and the next call tries again.
+        for engine in splits.engines() {
+            if let Err(e) = engine.channel().await {
+                tracing::warn!(nodes = %engine.nodes().join(", "), "a split tier did not start: {}", e.message());
+            }
         }
     }
     // Admission gives out queue_capacity + 1 places (the queue and the job
@@ -80,6 +88,7 @@ pub async fn run(
     let daemon = Core {
         admission: admission.clone(),
         tokenizers: Arc::new(crate::rpc::tokenizer_pool()),
+        splits: splits.clone(),
         remote: remote.clone(),
         registry: registry.clone(),
         queue: queue.clone(),
@@ -158,6 +167,9 @@ pub async fn run(
     }
     tracing::info!("grace period over: cancelling running work");
     engine.cancel_all();
+    for e in splits.engines() {
+        e.stop().await;
+    }
     match tokio::time::timeout(SHUTDOWN_HARD, &mut server).await {
         Ok(r) => r.expect("server task").map_err(Into::into),
         Err(_) => {

@@ -12,8 +12,16 @@ async fn main() {
     let sampled = args.next().is_some_and(|m| m == "sampled");
     let rounds: u32 = args.next().map_or(5, |r| r.parse().expect("rounds"));
     let engine = Engine::spawn(Arc::new(LlamaCpp));
-    let spec =
-        ModelSpec { path: path.into(), n_ctx: 2048, threads, batch: 512, cache_slots: 4, cache_budget_bytes: 256 << 20, probe: false };
+    let spec = ModelSpec {
+        path: path.into(),
+        n_ctx: 2048,
+        threads,
+        batch: 512,
+        cache_slots: 4,
+        cache_budget_bytes: 256 << 20,
+        probe: false,
+        split: None,
+    };
     let loaded = engine.load("m", spec).await.expect("load");
     let msgs = vec![Message {
         role: Role::User,

@@ -6,8 +6,16 @@ use std::sync::{Arc, atomic::AtomicBool};
 async fn main() {
     let path = std::env::args().nth(1).expect("model path");
     let engine = Engine::spawn(Arc::new(LlamaCpp));
-    let spec =
-        ModelSpec { path: path.into(), n_ctx: 2048, threads: 2, batch: 512, cache_slots: 4, cache_budget_bytes: 256 << 20, probe: true };
+    let spec = ModelSpec {
+        path: path.into(),
+        n_ctx: 2048,
+        threads: 2,
+        batch: 512,
+        cache_slots: 4,
+        cache_budget_bytes: 256 << 20,
+        probe: true,
+        split: None,
+    };
     let loaded = engine.load("m", spec).await.unwrap();
     println!("loaded {} MB in {} ms", loaded.memory_bytes >> 20, loaded.load_ms);
     let msgs = vec![Message { role: Role::User, content: "What is the capital of France?".into() }];

@@ -8,6 +8,7 @@ mod cache;
 mod llama;
 pub mod lookup;
 mod prompt;
+pub mod rpc;
 pub mod sample;
 mod stop;
 mod thread;
@@ -66,6 +67,18 @@ pub struct ModelSpec {
     /// tokens (for drafting; see `lookup`), so the first generation that
     /// drafts need not empty the cache to find out.
     pub probe: bool,
+    /// The model's later layers on other machines' RPC servers (a split
+    /// engine only; see [`rpc`]); None: all of it here.
+    pub split: Option<Split>,
+}
+
+/// Where a split model's layers go: the last `remote_layers` repeating
+/// layers onto `devices` (llama.cpp device indices from [`rpc::connect`]);
+/// the embeddings, the first layers and the output layer stay here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Split {
+    pub devices: Vec<usize>,
+    pub remote_layers: u32,
 }
 
 /// Sampling settings, already validated.

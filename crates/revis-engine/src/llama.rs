@@ -33,7 +33,7 @@ const PROBE_BUDGET: std::time::Duration = std::time::Duration::from_secs(1);
 /// Sequences shorter than this are not worth saving when they are evicted from the live slot.
 const MIN_SAVED_TOKENS: usize = 32;
 
-fn raw_backend() -> &'static RawBackend {
+pub(crate) fn raw_backend() -> &'static RawBackend {
     static BACKEND: OnceLock<RawBackend> = OnceLock::new();
     BACKEND.get_or_init(|| {
         let mut b = RawBackend::init().expect("llama.cpp backend initializes once per process");
@@ -54,8 +54,23 @@ impl Backend for LlamaCpp {
         if !spec.path.is_file() {
             return Err(load_err("no such file".into()));
         }
-        let model =
-            LlamaModel::load_from_file(raw_backend(), &spec.path, &LlamaModelParams::default()).map_err(|e| load_err(e.to_string()))?;
+        let mut params = std::pin::pin!(match &spec.split {
+            None => LlamaModelParams::default(),
+            // llama.cpp offloads from the end, the output layer first: one
+            // more than the repeating layers wanted there.
+            Some(split) => LlamaModelParams::default()
+                .with_devices(&split.devices)
+                .map_err(|e| load_err(e.to_string()))?
+                .with_n_gpu_layers(split.remote_layers + 1),
+        });
+        if spec.split.is_some() {
+            // ...but the output layer's weights stay here (its matrix is
+            // vocabulary × embedding): then a token's hidden state crosses
+            // the network, not its logits (a 49k-entry vocabulary's logits
+            // are 192 KiB a token, the hidden state 2 KiB).
+            params.as_mut().add_cpu_buft_override(c"^(output|token_embd)");
+        }
+        let model = LlamaModel::load_from_file(raw_backend(), &spec.path, &params).map_err(|e| load_err(e.to_string()))?;
         let model = Arc::new(model);
         let template = match model.chat_template(None) {
             Ok(t) => t,

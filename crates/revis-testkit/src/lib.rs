@@ -54,6 +54,7 @@ pub struct TestDaemon {
     server: String,
     model: Option<PathBuf>,
     tier_models: Vec<(String, PathBuf)>,
+    tier_extra: Vec<(String, String)>,
     netns: Option<String>,
 }
 
@@ -65,7 +66,14 @@ impl Default for TestDaemon {
 
 impl TestDaemon {
     pub fn new() -> Self {
-        TestDaemon { config: String::new(), server: String::new(), model: None, tier_models: Vec::new(), netns: None }
+        TestDaemon {
+            config: String::new(),
+            server: String::new(),
+            model: None,
+            tier_models: Vec::new(),
+            tier_extra: Vec::new(),
+            netns: None,
+        }
     }
 
     /// Every tier uses this model file (default: SmolLM2).
@@ -77,6 +85,12 @@ impl TestDaemon {
     /// This tier uses this model file instead.
     pub fn tier_model(mut self, tier: &str, path: PathBuf) -> Self {
         self.tier_models.push((tier.to_owned(), path));
+        self
+    }
+
+    /// Extra `[tiers.TIER]` settings, TOML lines such as `split = ["desk"]`.
+    pub fn tier(mut self, tier: &str, toml: &str) -> Self {
+        self.tier_extra.push((tier.to_owned(), toml.to_owned()));
         self
     }
 
@@ -117,6 +131,10 @@ impl TestDaemon {
         for t in ["tier1", "tier2", "tier3"] {
             let m = self.tier_models.iter().find(|(tier, _)| tier == t).map_or(&model, |(_, p)| p);
             config.push_str(&format!("[tiers.{t}]\nmodel = {:?}\n", m.display().to_string()));
+            for (_, extra) in self.tier_extra.iter().filter(|(tier, _)| tier == t) {
+                config.push_str(extra);
+                config.push('\n');
+            }
         }
         let state = dir.path().join("state");
         config.push_str(&format!("[server]\nstate_dir = {:?}\n{}", state.display().to_string(), self.server));

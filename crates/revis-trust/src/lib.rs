@@ -52,8 +52,8 @@ pub use pairing::{
 };
 pub use store::{PairedDevice, TRUST_FILE, TrustSet, TrustStore};
 pub use tls::{
-    ALPN_H2, ALPN_PAIRING, PeerVerifier, Pin, client_config, pairing_client_config, pairing_server_config, peer_device_id, provider,
-    server_config, server_name,
+    ALPN_H2, ALPN_PAIRING, ALPN_RPC, PeerVerifier, Pin, client_config, lend_client_config, lend_server_config, pairing_client_config,
+    pairing_server_config, peer_device_id, provider, server_config, server_name,
 };
 
 /// The `Result` of this crate.

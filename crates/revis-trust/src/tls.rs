@@ -212,6 +212,23 @@ pub fn client_config(identity: &Identity, server: DeviceId) -> Result<Arc<Client
     client_with(identity, Pin::Device(server), ALPN_H2)
 }
 
+/// The application protocol of a lending connection: llama.cpp's RPC
+/// protocol, tunnelled to the lender's RPC server (bound to 127.0.0.1)
+/// between paired devices only. Distinct from `h2`, so neither side can
+/// take one for the other.
+pub const ALPN_RPC: &[u8] = b"revis-rpc/1";
+
+/// The lender's side of a lending connection: as [`server_config`] (the
+/// client's device ID must be in `trusted`), ALPN [`ALPN_RPC`].
+pub fn lend_server_config(identity: &Identity, trusted: TrustSet) -> Result<Arc<ServerConfig>> {
+    server_with(identity, Pin::Trusted(trusted), ALPN_RPC)
+}
+
+/// The borrower's side: pinned to the lender's device ID, ALPN [`ALPN_RPC`].
+pub fn lend_client_config(identity: &Identity, server: DeviceId) -> Result<Arc<ClientConfig>> {
+    client_with(identity, Pin::Device(server), ALPN_RPC)
+}
+
 /// The application protocol of a pairing connection, distinct from `h2` so
 /// that a pairing session can never be mistaken for a gRPC one.
 pub const ALPN_PAIRING: &[u8] = b"revis-pair/1";

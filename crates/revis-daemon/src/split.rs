@@ -1,0 +1,515 @@
+//! Tiers split across machines (`tiers.X.split = ["desktop"]`): the model's
+//! first layers here, its later layers on paired nodes that lend (`lend.rs`
+//! on their side), over llama.cpp's RPC backend.
+//!
+//! llama.cpp's RPC client aborts its process when a node disappears, so a
+//! split model never loads in revisd: it runs in a split engine, a child
+//! `revisd split-engine` serving that tier on a private Unix socket, and
+//! revisd forwards the tier's calls to it. The engine's RPC client dials
+//! loopback ports opened here; each is a tunnel to one node's server-mode
+//! port under mutual TLS (ALPN `revis-rpc/1`, pinned to the node's device
+//! ID, with this user's client identity). A node lost mid-answer ends that
+//! engine; the call gets UNAVAILABLE naming the node, every other tier goes
+//! on, and the next call starts the engine again.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use revis_proto::Tier;
+use revis_proto::v1 as pb;
+use revis_trust::{DeviceId, Identity, TrustStore};
+use tokio::net::{TcpListener, TcpStream, UnixStream};
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsConnector;
+use tokio_stream::{Stream, StreamExt};
+use tonic::Status;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+use crate::config::{Config, TierModel};
+
+/// How long a split engine may take to start: connect to every node and
+/// load the model, which sends the nodes their layers (once; their weight
+/// cache keeps them for the next load).
+pub const ENGINE_START: Duration = Duration::from_secs(300);
+/// A node's server-mode port must answer within this.
+pub const NODE_CONNECT: Duration = Duration::from_secs(5);
+/// A node that acknowledges nothing for this long is taken for lost.
+pub const NODE_SILENCE: Duration = Duration::from_secs(10);
+/// Bytes buffered each way in a tunnel.
+const TUNNEL_BUFFER: usize = 256 << 10;
+
+/// The split tiers of this daemon (tiers sharing a model share an engine).
+#[derive(Default)]
+pub struct Splits {
+    tiers: BTreeMap<Tier, Arc<SplitEngine>>,
+}
+
+impl Splits {
+    pub fn new(config: &Config) -> Splits {
+        let mut tiers: BTreeMap<Tier, Arc<SplitEngine>> = BTreeMap::new();
+        for (tier, m) in config.tiers.iter().filter(|(_, m)| !m.split.is_empty()) {
+            let shared = tiers.values().find(|e| e.model.path == m.path).cloned();
+            let engine = shared.unwrap_or_else(|| {
+                Arc::new(SplitEngine {
+                    tier: *tier,
+                    model: m.clone(),
+                    keyring: config.server.keyring.clone(),
+                    run_dir: config.server.state_dir.join("split"),
+                    max_tokens_limit: config.max_tokens_limit,
+                    running: tokio::sync::Mutex::new(None),
+                })
+            });
+            tiers.insert(*tier, engine);
+        }
+        Splits { tiers }
+    }
+
+    pub fn get(&self, tier: Tier) -> Option<&Arc<SplitEngine>> {
+        self.tiers.get(&tier)
+    }
+
+    /// The engines, once each.
+    pub fn engines(&self) -> Vec<Arc<SplitEngine>> {
+        let mut out: Vec<Arc<SplitEngine>> = Vec::new();
+        for e in self.tiers.values() {
+            if !out.iter().any(|o| Arc::ptr_eq(o, e)) {
+                out.push(e.clone());
+            }
+        }
+        out
+    }
+}
+
+/// One split model and, while it runs, its engine process and tunnels.
+pub struct SplitEngine {
+    /// The first tier that uses it (its engine serves this tier's name).
+    tier: Tier,
+    model: TierModel,
+    keyring: PathBuf,
+    run_dir: PathBuf,
+    max_tokens_limit: u32,
+    running: tokio::sync::Mutex<Option<Running>>,
+}
+
+struct Running {
+    child: tokio::process::Child,
+    channel: Channel,
+    tunnels: Vec<Tunnel>,
+}
+
+struct Tunnel {
+    node: String,
+    accept: JoinHandle<()>,
+    /// The last failure reaching the node, for the error a caller sees.
+    broken: Arc<Mutex<Option<String>>>,
+}
+
+impl Drop for Tunnel {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+impl Running {
+    /// Why the engine is gone, naming the node when a tunnel saw it go.
+    fn loss(&self) -> String {
+        let broken: Vec<String> = self.tunnels.iter().filter_map(|t| t.broken.lock().unwrap_or_else(|e| e.into_inner()).clone()).collect();
+        if broken.is_empty() {
+            let nodes: Vec<&str> = self.tunnels.iter().map(|t| t.node.as_str()).collect();
+            format!("lost {} (its RPC server closed the connection or stopped answering)", nodes.join(", "))
+        } else {
+            broken.join("; ")
+        }
+    }
+}
+
+impl SplitEngine {
+    pub fn nodes(&self) -> &[String] {
+        &self.model.split
+    }
+
+    fn unavailable(&self, why: &str) -> Status {
+        Status::unavailable(format!("{} is split across {} and cannot run now: {why}", self.tier, self.model.split.join(", ")))
+    }
+
+    /// A channel to the running engine, starting it first when it is not
+    /// running (first use, or it ended with a lost node).
+    pub async fn channel(&self) -> Result<Channel, Status> {
+        let mut running = self.running.lock().await;
+        if let Some(r) = running.as_mut() {
+            match r.child.try_wait() {
+                Ok(None) => return Ok(r.channel.clone()),
+                _ => {
+                    tracing::warn!(tier = %self.tier, "the split engine had ended ({}); starting it again", r.loss());
+                    *running = None;
+                }
+            }
+        }
+        let r = self.start().await?;
+        let channel = r.channel.clone();
+        *running = Some(r);
+        Ok(channel)
+    }
+
+    /// After a call failed on the transport: whether the engine ended, and
+    /// then why (naming the node), for the caller's UNAVAILABLE.
+    pub async fn ended(&self) -> Option<Status> {
+        let mut running = self.running.lock().await;
+        let r = running.as_mut()?;
+        // The stream breaks a moment before the process is reaped.
+        let exited = tokio::time::timeout(Duration::from_secs(2), r.child.wait()).await.is_ok();
+        if !exited {
+            return None;
+        }
+        let why = r.loss();
+        *running = None;
+        Some(self.unavailable(&format!("its split engine stopped mid-call: {why}")))
+    }
+
+    /// Ends the engine (an unload, or revisd stopping).
+    pub async fn stop(&self) -> bool {
+        let mut running = self.running.lock().await;
+        match running.take() {
+            Some(mut r) => {
+                let _ = r.child.start_kill();
+                let _ = r.child.wait().await;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The engine's status of this tier while it runs (None otherwise).
+    pub async fn status(&self) -> Option<pb::TierStatus> {
+        let channel = {
+            let mut running = self.running.lock().await;
+            let r = running.as_mut()?;
+            if !matches!(r.child.try_wait(), Ok(None)) {
+                return None;
+            }
+            r.channel.clone()
+        };
+        let mut admin = pb::admin_client::AdminClient::new(channel);
+        let s = tokio::time::timeout(Duration::from_secs(2), admin.status(pb::StatusRequest {})).await.ok()?.ok()?.into_inner();
+        s.tiers.into_iter().find(|t| t.tier == self.tier.as_str())
+    }
+
+    async fn start(&self) -> Result<Running, Status> {
+        let nodes = self.resolve()?;
+        let connector = nodes.0;
+        let mut tunnels = Vec::new();
+        let mut endpoints = Vec::new();
+        for (name, device_id, addr) in nodes.1 {
+            let (tunnel, local) = open_tunnel(name, device_id, addr, connector.clone())
+                .await
+                .map_err(|e| self.unavailable(&format!("cannot open a loopback port for the tunnel: {e}")))?;
+            tunnels.push(tunnel);
+            endpoints.push(local);
+        }
+        std::fs::create_dir_all(&self.run_dir).map_err(|e| Status::internal(format!("{}: {e}", self.run_dir.display())))?;
+        let socket = self.run_dir.join(format!("{}.sock", self.tier));
+        let _ = std::fs::remove_file(&socket);
+        let (read_end, write_end) = pipe().map_err(|e| Status::internal(format!("pipe: {e}")))?;
+        let exe = std::env::current_exe().map_err(|e| Status::internal(e.to_string()))?;
+        let m = &self.model;
+        let mut cmd = std::process::Command::new(exe);
+        cmd.arg("split-engine")
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--tier")
+            .arg(self.tier.as_str())
+            .arg("--model")
+            .arg(&m.path)
+            .arg("--context")
+            .arg(m.context.to_string())
+            .arg("--threads")
+            .arg(m.threads.to_string())
+            .arg("--batch")
+            .arg(m.batch.to_string())
+            .arg("--max-tokens-limit")
+            .arg(self.max_tokens_limit.to_string())
+            .arg("--state-dir")
+            .arg(self.run_dir.join(format!("{}-state", self.tier)));
+        for (ep, name) in endpoints.iter().zip(&m.split) {
+            cmd.arg("--rpc").arg(format!("{ep}={name}"));
+        }
+        if let Some(s) = m.split_local {
+            cmd.arg("--split-local").arg(s.to_string());
+        }
+        cmd.env("REVIS_READY_FD", write_end.as_raw_fd().to_string()).stdout(std::io::stderr()).stderr(std::io::stderr());
+        crate::child::die_with_parent(&mut cmd);
+        let mut cmd = tokio::process::Command::from(cmd);
+        cmd.kill_on_drop(true);
+        let mut child = cmd.spawn().map_err(|e| Status::internal(format!("starting the split engine: {e}")))?;
+        drop(write_end);
+        tracing::info!(tier = %self.tier, pid = child.id(), nodes = %m.split.join(", "), "split engine starting");
+        let wait = tokio::task::spawn_blocking(move || {
+            let mut f = std::fs::File::from(read_end);
+            let mut buf = String::new();
+            let _ = f.read_to_string(&mut buf);
+            buf
+        });
+        let said = match tokio::time::timeout(ENGINE_START, wait).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(_)) => String::new(),
+            Err(_) => {
+                let _ = child.start_kill();
+                return Err(self.unavailable(&format!("its split engine did not load within {}s", ENGINE_START.as_secs())));
+            }
+        };
+        let running = |child, channel| Running { child, channel, tunnels };
+        if !said.starts_with("ready") {
+            let _ = child.wait().await;
+            let r = running(child, Endpoint::from_static("http://split").connect_lazy());
+            return Err(self.unavailable(&format!("its split engine could not load the model: {} (revisd's log says more)", r.loss())));
+        }
+        let channel = Endpoint::from_static("http://split-engine")
+            .connect_with_connector(tower::service_fn(move |_: Uri| {
+                let socket = socket.clone();
+                async move { UnixStream::connect(socket).await.map(TokioIo::new) }
+            }))
+            .await
+            .map_err(|e| self.unavailable(&format!("its split engine does not answer: {e}")))?;
+        Ok(running(child, channel))
+    }
+
+    /// This user's client identity and each node's device ID and address,
+    /// from the keyring `revis pair` writes.
+    #[allow(clippy::type_complexity)]
+    fn resolve(&self) -> Result<(TlsConnectorFor, Vec<(String, DeviceId, SocketAddr)>), Status> {
+        let nodes = self.model.split.join(", ");
+        if !self.keyring.join(revis_trust::TRUST_FILE).is_file() {
+            return Err(Status::failed_precondition(format!(
+                "{} is split across {nodes}, but this machine has paired with no node: pair it first (`revis pair {}`)",
+                self.tier, self.model.split[0]
+            )));
+        }
+        let identity = Identity::load_or_create(&self.keyring).map_err(|e| Status::internal(e.to_string()))?;
+        let store = TrustStore::open(&self.keyring).map_err(|e| Status::internal(e.to_string()))?;
+        let mut out = Vec::new();
+        for name in &self.model.split {
+            let Some(d) = store.find(name).ok().flatten() else {
+                return Err(Status::failed_precondition(format!(
+                    "{} is split across {nodes}, but no paired node is called {name:?}; `revis nodes` lists them, `revis pair {name}` pairs it",
+                    self.tier
+                )));
+            };
+            let Some(addr) = d.address.as_deref().and_then(|a| a.parse::<SocketAddr>().ok()) else {
+                return Err(Status::failed_precondition(format!(
+                    "{} is split across {nodes}, but where {name} is has not been seen yet; `revis nodes` finds it",
+                    self.tier
+                )));
+            };
+            out.push((d.name.clone(), d.device_id, addr));
+        }
+        Ok((TlsConnectorFor(Arc::new(identity)), out))
+    }
+}
+
+/// Makes a TLS connector pinned to one node, presenting this user's identity.
+#[derive(Clone)]
+struct TlsConnectorFor(Arc<Identity>);
+
+impl TlsConnectorFor {
+    fn to(&self, node: DeviceId) -> Result<TlsConnector, String> {
+        revis_trust::lend_client_config(&self.0, node).map(TlsConnector::from).map_err(|e| e.to_string())
+    }
+}
+
+/// A loopback port whose connections are carried to `addr` under mutual TLS.
+async fn open_tunnel(name: String, device_id: DeviceId, addr: SocketAddr, tls: TlsConnectorFor) -> std::io::Result<(Tunnel, SocketAddr)> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+    let local = listener.local_addr()?;
+    let broken = Arc::new(Mutex::new(None));
+    let accept = tokio::spawn({
+        let (broken, name) = (broken.clone(), name.clone());
+        async move {
+            loop {
+                let Ok((inner, _)) = listener.accept().await else { return };
+                let (broken, name, tls) = (broken.clone(), name.clone(), tls.clone());
+                tokio::spawn(async move {
+                    let record = |why: String| {
+                        tracing::warn!(node = %name, "split: {why}");
+                        *broken.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+                    };
+                    match carry(inner, device_id, addr, &tls).await {
+                        Ok(()) => {}
+                        Err(e) => record(format!("{name} at {addr}: {e}")),
+                    }
+                });
+            }
+        }
+    });
+    Ok((Tunnel { node: name, accept, broken }, local))
+}
+
+/// One tunnelled connection, until either side closes.
+async fn carry(mut inner: TcpStream, device_id: DeviceId, addr: SocketAddr, tls: &TlsConnectorFor) -> Result<(), String> {
+    let _ = inner.set_nodelay(true);
+    let tcp = tokio::time::timeout(NODE_CONNECT, TcpStream::connect(addr))
+        .await
+        .map_err(|_| format!("no answer within {}s", NODE_CONNECT.as_secs()))?
+        .map_err(|e| format!("cannot connect: {e}"))?;
+    let _ = tcp.set_nodelay(true);
+    // A node that vanishes (cable out, asleep) must end the session, not
+    // hang it: unacknowledged data gives up after NODE_SILENCE, and an idle
+    // connection is probed.
+    let sock = socket2::SockRef::from(&tcp);
+    let _ = sock.set_tcp_keepalive(
+        &socket2::TcpKeepalive::new().with_time(Duration::from_secs(2)).with_interval(Duration::from_secs(2)).with_retries(3),
+    );
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let _ = sock.set_tcp_user_timeout(Some(NODE_SILENCE));
+    let connector = tls.to(device_id)?;
+    let mut outer = tokio::time::timeout(NODE_CONNECT, connector.connect(revis_trust::server_name(), tcp))
+        .await
+        .map_err(|_| "the TLS handshake timed out".to_string())?
+        .map_err(|e| format!("TLS: {e} (is this machine still paired there?)"))?;
+    match tokio::io::copy_bidirectional_with_sizes(&mut inner, &mut outer, TUNNEL_BUFFER, TUNNEL_BUFFER).await {
+        Ok((_, 0)) => Err("it closed the session without a word (lending off there, or this machine not paired there)".into()),
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!("the connection broke: {e}")),
+    }
+}
+
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe writes two descriptors into the array.
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors are fresh and ours from here on.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: setting a flag on our own descriptor.
+    unsafe { libc::fcntl(r.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+    Ok((r, w))
+}
+
+/// A forwarded Generate stream: the engine's events, with a transport
+/// failure (the engine ended: a node was lost) turned into UNAVAILABLE
+/// naming the node.
+pub type Forwarded = Pin<Box<dyn Stream<Item = Result<pb::GenerateEvent, Status>> + Send>>;
+
+pub fn forward_stream(engine: Arc<SplitEngine>, events: tonic::Streaming<pb::GenerateEvent>, hold: impl Send + 'static) -> Forwarded {
+    let stream = async_stream(engine, events, hold);
+    Box::pin(stream)
+}
+
+fn async_stream(
+    engine: Arc<SplitEngine>,
+    mut events: tonic::Streaming<pb::GenerateEvent>,
+    hold: impl Send + 'static,
+) -> impl Stream<Item = Result<pb::GenerateEvent, Status>> + Send {
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(async move {
+        let _hold = hold;
+        while let Some(item) = events.next().await {
+            let item = match item {
+                Ok(e) => Ok(e),
+                Err(s) => Err(engine.translate(s).await),
+            };
+            let end = item.is_err();
+            if tx.send(item).await.is_err() || end {
+                return;
+            }
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+impl SplitEngine {
+    /// A failed forwarded call: the engine's own answer as it is, a broken
+    /// engine as UNAVAILABLE naming the node.
+    pub async fn translate(&self, s: Status) -> Status {
+        let transport =
+            matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Internal | tonic::Code::Cancelled);
+        if transport && let Some(ended) = self.ended().await {
+            return ended;
+        }
+        s
+    }
+}
+
+/// What a split engine (`revisd split-engine`) is started with.
+#[derive(Clone, Debug)]
+pub struct EngineArgs {
+    pub tier: Tier,
+    pub model: PathBuf,
+    pub context: u32,
+    pub threads: u32,
+    pub batch: u32,
+    pub max_tokens_limit: u32,
+    /// (loopback endpoint of a tunnel, the node's name)
+    pub rpc: Vec<(String, String)>,
+    pub split_local: Option<f64>,
+    pub state_dir: PathBuf,
+}
+
+/// In the split engine: connects to every node's RPC server (through its
+/// tunnel), places the layers, and returns the engine's configuration: the
+/// one model on every tier, loaded at start, server mode and lending off.
+/// llama.cpp aborts this process if a node cannot be reached; the revisd
+/// that started it reports that node.
+pub fn engine_config(a: &EngineArgs, models_dir: &std::path::Path) -> Result<Config, String> {
+    let mut devices = Vec::new();
+    let mut remote_free = 0u64;
+    for (endpoint, name) in &a.rpc {
+        let found = revis_engine::rpc::connect(endpoint).map_err(|e| format!("{name}: {e}"))?;
+        for d in &found {
+            tracing::info!(node = %name, free_mb = d.free_bytes >> 20, total_mb = d.total_bytes >> 20, "lent device");
+            remote_free += d.free_bytes;
+        }
+        devices.extend(found.iter().map(|d| d.index));
+    }
+    let n_layer = revis_engine::rpc::layer_count(&a.model).map_err(|e| e.to_string())?;
+    let plan = revis_engine::rpc::SplitPlan::new(n_layer, a.split_local, revis_engine::rpc::local_free_bytes(), remote_free);
+    let names: Vec<&str> = a.rpc.iter().map(|(_, n)| n.as_str()).collect();
+    let note = describe(&plan, &names);
+    tracing::info!(tier = %a.tier, "{note}");
+    let quote = |s: &str| toml::Value::String(s.to_owned()).to_string();
+    let model = quote(&a.model.to_string_lossy());
+    let mut text = format!(
+        "[daemon]\nload_at_start = true\nspeculate = \"off\"\ncontext = {}\nthreads = {}\nbatch = {}\nmax_tokens_limit = {}\n\
+         [server]\nenabled = false\nadvertise = false\nlend = false\nstate_dir = {}\n",
+        a.context,
+        a.threads,
+        a.batch,
+        a.max_tokens_limit,
+        quote(&a.state_dir.to_string_lossy())
+    );
+    for t in Tier::ALL {
+        text.push_str(&format!("[tiers.{t}]\nmodel = {model}\n"));
+    }
+    let mut config = Config::parse(&text, std::path::Path::new("(split engine)"), models_dir).map_err(|e| e.to_string())?;
+    let split = crate::config::EngineSplit { split: revis_engine::Split { devices, remote_layers: plan.remote_layers }, note };
+    for t in config.tiers.values_mut() {
+        t.engine_split = Some(split.clone());
+    }
+    Ok(config)
+}
+
+/// "layers 1-15 here, 16-30 on desktop", for Status and the log.
+pub fn describe(plan: &revis_engine::rpc::SplitPlan, nodes: &[&str]) -> String {
+    let here = plan.local_layers();
+    let there = if nodes.len() > 1 { format!("{} (by their free memory)", nodes.join(" and ")) } else { nodes.join("") };
+    format!("layers 1-{here} here, {}-{} on {there}", here + 1, plan.n_layer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn describes_the_placement() {
+        let plan = revis_engine::rpc::SplitPlan { n_layer: 30, remote_layers: 15 };
+        assert_eq!(describe(&plan, &["desktop"]), "layers 1-15 here, 16-30 on desktop");
+        assert_eq!(describe(&plan, &["a", "b"]), "layers 1-15 here, 16-30 on a and b (by their free memory)");
+    }
+}

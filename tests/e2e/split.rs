@@ -1,0 +1,256 @@
+//! One model across two machines (`tiers.X.split`, `revisd lend`): the
+//! lender "desk" runs in namespace a, this machine (the test's thread, its
+//! revisd and the split engine that revisd starts) in namespace b, and
+//! llama.cpp's RPC traffic crosses the veth only inside mutual TLS.
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use revis_client::wire::v1 as pb;
+use revis_client::{Client, Keyring};
+use revis_testkit::netns::NetnsPair;
+use revis_testkit::{Running, TestDaemon, gemma3};
+
+use crate::server_mode::{listen_addr, open_pairing, pairing_end};
+use crate::{generate, greedy, user};
+
+/// SmolLM2-135M has 30 layers; `split_local = 0.5` keeps 15 here.
+const PLACEMENT: &str = "layers 1-15 here, 16-30 on desk";
+
+/// The lender: server mode on (not advertised), lending as asked, one thread.
+fn desk(net: &NetnsPair, lend: bool) -> Running {
+    TestDaemon::new()
+        .daemon("threads = 1")
+        .netns(&net.a.name)
+        .server(&format!(
+            "enabled = true\nlisten = \"0.0.0.0:0\"\nadvertise = false\nname = \"desk\"\nlend = {lend}\npeer_timeout_ms = 2000"
+        ))
+        .start()
+}
+
+/// This machine's revisd: tier2 (SmolLM2) split with desk, half the layers
+/// each; tier1 and tier3 run Gemma 3 here, whole.
+fn laptop(keyring: &Path) -> Running {
+    TestDaemon::new()
+        .daemon("threads = 1")
+        .tier_model("tier1", gemma3())
+        .tier_model("tier3", gemma3())
+        .tier("tier2", "split = [\"desk\"]\nsplit_local = 0.5")
+        .server(&format!("keyring = {:?}", keyring.display().to_string()))
+        .start()
+}
+
+/// Pairs this machine's client keyring with desk, reached over the veth.
+async fn pair(keyring: &mut Keyring, net: &NetnsPair, node: &Running) -> SocketAddr {
+    let mut local = node.client().await;
+    let port = listen_addr(&mut local).await.port();
+    let (code, mut events) = open_pairing(&mut local).await;
+    let addr = SocketAddr::from((net.a.addr, port));
+    revis_client::pair(keyring, addr, "desk", &code.parse().unwrap(), "laptop").await.unwrap();
+    assert!(matches!(pairing_end(&mut events).await, pb::pairing_event::Event::Paired(_)));
+    addr
+}
+
+/// Every field is bound by the caller: one left out would drop (the namespaces with it).
+struct TwoMachines {
+    net: NetnsPair,
+    desk: Running,
+    laptop: Running,
+    dir: tempfile::TempDir,
+}
+
+async fn two_machines() -> TwoMachines {
+    let net = NetnsPair::new();
+    net.b.enter();
+    let desk = desk(&net, true);
+    let dir = tempfile::tempdir().unwrap();
+    let keyring_dir = dir.path().join("client");
+    let mut keyring = Keyring::open(&keyring_dir).unwrap();
+    pair(&mut keyring, &net, &desk).await;
+    let laptop = laptop(&keyring_dir);
+    TwoMachines { net, desk, laptop, dir }
+}
+
+fn tier2(text: &str, max_tokens: u32) -> pb::GenerateRequest {
+    pb::GenerateRequest { tier: "tier2".into(), messages: vec![user(text)], sampling: greedy(), max_tokens, ..Default::default() }
+}
+
+/// The children of a process we started (`/proc/PID/task/*/children`).
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        out.extend(list.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+    }
+    out
+}
+
+fn cmdline(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline")).map(|b| String::from_utf8_lossy(&b).replace('\0', " ")).unwrap_or_default()
+}
+
+/// The lender's RPC worker: the child of desk's revisd that runs `rpc-worker`.
+fn worker_of(desk: &Running) -> u32 {
+    let pids: Vec<u32> = children(desk.pid()).into_iter().filter(|p| cmdline(*p).contains("rpc-worker")).collect();
+    assert_eq!(pids.len(), 1, "one RPC worker under desk's revisd: {pids:?}");
+    pids[0]
+}
+
+/// Streams `req` and calls `act` once after `after` deltas; the stream's end.
+async fn stream_then(client: &mut Client, req: pb::GenerateRequest, after: usize, act: impl FnOnce()) -> Result<usize, tonic::Status> {
+    let mut stream = client.inference.generate(req).await?.into_inner();
+    let (mut deltas, mut act) = (0, Some(act));
+    while let Some(ev) = stream.message().await? {
+        if let Some(pb::generate_event::Event::Delta(_)) = ev.event {
+            deltas += 1;
+            if deltas == after
+                && let Some(a) = act.take()
+            {
+                a();
+            }
+        }
+    }
+    Ok(deltas)
+}
+
+/// The same greedy answers as the whole model on one machine, the split
+/// shown in Status, the session counted on the lender.
+#[tokio::test(flavor = "current_thread")]
+async fn a_split_model_answers_as_the_whole_model_does() {
+    let TwoMachines { net: _net, desk, laptop, dir: _dir } = two_machines().await;
+    let whole = TestDaemon::new().daemon("threads = 1").start();
+    let (mut split, mut one) = (laptop.client().await, whole.client().await);
+    for prompt in ["What is the capital of France?", "Write a short poem about the sea."] {
+        let a = generate(&mut split, tier2(prompt, 48)).await.expect("the split tier answers");
+        let b = generate(&mut one, tier2(prompt, 48)).await.unwrap();
+        let text = |x: &crate::Answer| x.deltas.iter().map(|d| d.text.as_str()).collect::<String>();
+        assert_eq!(text(&a), text(&b), "{prompt:?}: split and whole differ");
+        assert_eq!(a.done.generated_tokens, b.done.generated_tokens);
+        assert!(a.done.generated_tokens > 0);
+    }
+    let status = split.status().await.unwrap();
+    let t2 = status.tier(revis_client::Tier::Tier2).unwrap();
+    assert_eq!(t2.split, PLACEMENT);
+    assert_eq!(t2.state, revis_client::ModelState::Ready);
+    let t1 = status.tier(revis_client::Tier::Tier1).unwrap();
+    assert!(t1.split.is_empty(), "tier1 is whole: {t1:?}");
+    let server = desk.client().await.status().await.unwrap().server.unwrap();
+    assert!(server.lending);
+    assert_eq!(server.lending_sessions, 1, "the split engine's one session");
+    assert!(desk.log_text().contains("lending session open"), "the layers ran on desk");
+}
+
+/// The lender's RPC worker killed mid-answer, then the veth cut mid-answer:
+/// each time the call ends UNAVAILABLE naming desk, this revisd and its
+/// other tiers go on, and the next call on the split tier works again.
+#[tokio::test(flavor = "current_thread")]
+async fn a_lost_lender_ends_the_answer_with_unavailable_and_the_next_one_works() {
+    let TwoMachines { net, desk, laptop, dir: _dir } = two_machines().await;
+    let mut c = laptop.client().await;
+    let first = generate(&mut c, tier2("What is the capital of France?", 24)).await.unwrap();
+    let story = || tier2("Write a long story about a dragon who learns to fly.", 300);
+
+    let worker = worker_of(&desk);
+    let r = stream_then(&mut c, story(), 5, || {
+        // SAFETY: a child of the desk revisd this test started, found by its PID.
+        unsafe { libc::kill(worker as i32, libc::SIGKILL) };
+    })
+    .await;
+    let e = r.expect_err("the answer cannot finish without desk's layers");
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    assert!(e.message().contains("desk"), "names the node: {}", e.message());
+
+    // This machine's other tiers never depended on desk.
+    let t1 = generate(&mut c, pb::GenerateRequest { tier: "tier1".into(), ..tier2("Say hello.", 8) }).await.unwrap();
+    assert!(t1.done.generated_tokens > 0);
+    // desk starts another worker; this revisd another engine.
+    let again = generate(&mut c, tier2("What is the capital of France?", 24)).await.expect("the split tier recovers");
+    assert_eq!(again.deltas, first.deltas, "the same greedy answer as before the loss");
+    assert_ne!(worker_of(&desk), worker);
+
+    let r = stream_then(&mut c, story(), 5, || net.set_link(false)).await;
+    let e = r.expect_err("the answer cannot finish across a cut link");
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    assert!(e.message().contains("desk"), "names the node: {}", e.message());
+    net.set_link(true);
+    let again = generate(&mut c, tier2("What is the capital of France?", 24)).await.expect("the split tier recovers after the link");
+    assert_eq!(again.deltas, first.deltas);
+    assert!(laptop.log_text().contains("split engine starting"));
+}
+
+/// Only paired devices reach the RPC server, only through the server-mode
+/// port, only while lending is on; nothing else listens on the veth.
+#[tokio::test(flavor = "current_thread")]
+async fn strangers_and_plain_tcp_get_nothing_and_lending_off_cuts() {
+    let net = NetnsPair::new();
+    net.b.enter();
+    let desk = desk(&net, true);
+    let dir = tempfile::tempdir().unwrap();
+    let mut keyring = Keyring::open(&dir.path().join("client")).unwrap();
+    let addr = pair(&mut keyring, &net, &desk).await;
+    let desk_id = keyring.store.find("desk").unwrap().unwrap().device_id;
+
+    // A paired session reaches the worker (which it starts).
+    let paired = tokio_rustls::TlsConnector::from(revis_trust::lend_client_config(&keyring.identity, desk_id).unwrap());
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut session = paired.connect(revis_trust::server_name(), tcp).await.unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    session.write_all(&hello()).await.unwrap();
+    let mut answer = [0u8; 8 + 28];
+    session.read_exact(&mut answer).await.expect("the worker answers a paired device");
+    assert_eq!((answer[0], answer[8]), (28, 7), "a HELLO answer of RPC protocol 7: {answer:?}");
+
+    // Nothing but the server-mode port listens off loopback (the worker is on 127.0.0.1).
+    let ss = net.a.command("ss").args(["-ltnH"]).output().unwrap();
+    let listening = String::from_utf8_lossy(&ss.stdout).into_owned();
+    let mut found_worker = false;
+    for line in listening.lines() {
+        let local = line.split_whitespace().nth(3).unwrap_or_default();
+        let (host, port) = local.rsplit_once(':').unwrap();
+        if host == "127.0.0.1" {
+            found_worker = true;
+            continue;
+        }
+        assert_eq!(port, addr.port().to_string(), "only the server-mode port listens off loopback:\n{listening}");
+    }
+    assert!(found_worker, "the worker listens on loopback:\n{listening}");
+
+    // A stranger (a key never paired) with the lending protocol: refused in the handshake.
+    let stranger = revis_trust::Identity::generate().unwrap();
+    let connector = tokio_rustls::TlsConnector::from(revis_trust::lend_client_config(&stranger, desk_id).unwrap());
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut s = connector.connect(revis_trust::server_name(), tcp).await.unwrap();
+    let _ = s.write_all(&hello()).await;
+    let mut buf = [0u8; 16];
+    assert!(matches!(s.read(&mut buf).await, Ok(0) | Err(_)), "a stranger gets nothing");
+
+    // Plain TCP speaking the RPC protocol: nothing (it is not even TLS).
+    let mut plain = std::net::TcpStream::connect(addr).unwrap();
+    plain.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let _ = plain.write_all(&hello());
+    let mut got = Vec::new();
+    let _ = plain.read_to_end(&mut got);
+    assert!(!got.starts_with(&[28, 0, 0, 0, 0, 0, 0, 0]), "no RPC answer to plain TCP: {got:?}");
+
+    // Lending off: the open session is cut, a new one gets nothing.
+    let off = desk.client().await.set_lending(false).await.unwrap();
+    assert!(!off.lending);
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), session.read_to_end(&mut rest)).await.expect("the session is cut");
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut s = paired.connect(revis_trust::server_name(), tcp).await.unwrap();
+    let _ = s.write_all(&hello()).await;
+    let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await.expect("closed, not left hanging");
+    assert!(matches!(n, Ok(0) | Err(_)), "lending off: nothing");
+}
+
+/// llama.cpp's RPC HELLO (protocol 7): command 14, a 24-byte payload of
+/// connection capabilities (none). A server answers 28 bytes, version first.
+fn hello() -> Vec<u8> {
+    let mut m = vec![14u8];
+    m.extend_from_slice(&24u64.to_le_bytes());
+    m.extend_from_slice(&[0u8; 24]);
+    m
+}
