@@ -129,7 +129,7 @@ if [ "$MODE" = crate-libs ]; then
     # shellcheck disable=SC2206
     cxxflags=($(cache_get CMAKE_CXX_FLAGS "$cache") $(cache_get "CMAKE_CXX_FLAGS_$btype_uc" "$cache"))
     libs=()
-    for name in llama-common llama-common-base cpp-httplib vendor-hash llama ggml ggml-cpu ggml-base; do
+    for name in llama-common llama-common-base cpp-httplib vendor-hash llama ggml ggml-cpu ggml-rpc ggml-base; do
         f=$(find "$SYS_OUT" -name "lib$name.a" -not -path '*/CMakeFiles/*' | head -n1)
         [ -n "$f" ] && libs+=("$f")
     done

@@ -31,6 +31,19 @@ pub struct Launch<'a> {
     /// `--lookup`, so the other figures measure plain decoding, comparable
     /// with llama-bench's.
     pub speculate: &'a str,
+    pub extra: Extra<'a>,
+}
+
+/// More config lines (TOML), for `--split`: in `[server]` and in every
+/// `[tiers.X]` (the tiers share the one model, so they agree).
+#[derive(Clone, Copy, Default)]
+pub struct Extra<'a> {
+    pub server: &'a str,
+    pub tiers: &'a str,
+}
+
+impl Extra<'_> {
+    pub const NONE: Extra<'static> = Extra { server: "", tiers: "" };
 }
 
 /// A running revisd; stopped when dropped.
@@ -80,7 +93,8 @@ impl Daemon {
 
     async fn start_with(revisd: &Path, model: &Path, threads: u32, context: u32, batch: u32, server: bool) -> anyhow::Result<Daemon> {
         let listen = server.then_some("127.0.0.1:0");
-        Self::start_wrapped(revisd, model, Launch { threads, context, batch, listen, wrap: &[], speculate: "off" }).await
+        Self::start_wrapped(revisd, model, Launch { threads, context, batch, listen, wrap: &[], speculate: "off", extra: Extra::NONE })
+            .await
     }
 
     /// Starts revisd as `wrap` says (e.g. `taskset -c 1`, `ip netns exec NS`,
@@ -180,20 +194,21 @@ impl Daemon {
 /// model loaded at start, and server mode as `launch.listen` says with its
 /// state in `dir`. Returns the file's path.
 pub fn write_config(dir: &Path, model: &Path, launch: &Launch<'_>) -> anyhow::Result<PathBuf> {
-    let Launch { threads, context, batch, listen, speculate, .. } = *launch;
+    let Launch { threads, context, batch, listen, speculate, extra, .. } = *launch;
     let config = dir.join("revisd.toml");
     let model_str = model.to_str().context("model path is not UTF-8")?;
     let state = dir.join("state");
     let state_str = state.to_str().context("temporary directory is not UTF-8")?;
-    let tier = |t: &str| format!("[tiers.{t}]\nmodel = {}\n", toml_string(model_str));
+    let tier = |t: &str| format!("[tiers.{t}]\nmodel = {}\n{}\n", toml_string(model_str), extra.tiers);
     std::fs::write(
         &config,
         format!(
-            "# Written by revis-bench for one measurement.\n[daemon]\nthreads = {threads}\ncontext = {context}\nbatch = {batch}\nspeculate = \"{speculate}\"\nkeep_alive_s = 0\nload_at_start = true\n{}{}{}{}",
+            "# Written by revis-bench for one measurement.\n[daemon]\nthreads = {threads}\ncontext = {context}\nbatch = {batch}\nspeculate = \"{speculate}\"\nkeep_alive_s = 0\nload_at_start = true\n{}{}{}{}{}\n",
             tier("tier1"),
             tier("tier2"),
             tier("tier3"),
-            server_section(listen, state_str)
+            server_section(listen, state_str),
+            extra.server
         ),
     )?;
     Ok(config)

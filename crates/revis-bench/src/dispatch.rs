@@ -27,7 +27,7 @@ use revis_orchestrator::{Background, Gates};
 use revis_testkit::netns::NetnsPair;
 use serde_json::json;
 
-use crate::daemon::{Daemon, Launch};
+use crate::daemon::{Daemon, Extra, Launch};
 use crate::machine::{self, Machine};
 use crate::remote::{NODE_NAME, pair};
 use crate::report::verdict;
@@ -107,7 +107,8 @@ async fn burst(d: &Dispatcher, n: usize, max_tokens: u32) -> anyhow::Result<f64>
 
 pub async fn run(revisd: &Path, model: &Path, s: &Settings) -> anyhow::Result<Results> {
     let mut r = Results::default();
-    let launch = |listen, wrap| Launch { threads: 1, context: s.context, batch: s.batch, listen, wrap, speculate: "off" };
+    let launch =
+        |listen, wrap| Launch { threads: 1, context: s.context, batch: s.batch, listen, wrap, speculate: "off", extra: Extra::NONE };
     let (core0, core1) = (pinned(0), pinned(1));
     let here = Daemon::start_wrapped(revisd, model, launch(None, &core0)).await?;
     let mut node = Daemon::start_wrapped(revisd, model, launch(Some("127.0.0.1:0"), &core1)).await?;
@@ -168,7 +169,7 @@ fn fallback_trials(revisd: &Path, model: &Path, trials: u32, context: u32, batch
     rt.block_on(async {
         let mut out: Trials = Default::default();
         let wrap_here = pinned(0);
-        let launch = |listen, wrap| Launch { threads: 1, context, batch, listen, wrap, speculate: "off" };
+        let launch = |listen, wrap| Launch { threads: 1, context, batch, listen, wrap, speculate: "off", extra: Extra::NONE };
         let here = Daemon::start_wrapped(revisd, model, launch(None, &wrap_here)).await?;
         let mut in_a = vec!["ip".to_owned(), "netns".into(), "exec".into(), net.a.name.clone()];
         in_a.extend(pinned(1));

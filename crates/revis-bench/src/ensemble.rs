@@ -32,7 +32,7 @@ use anyhow::{Context, bail};
 use clap::ValueEnum;
 use revis_client::{Client, ScoreParams, Scored, Tier, TokenLogprob};
 
-use crate::daemon::{Daemon, Launch};
+use crate::daemon::{Daemon, Extra, Launch};
 
 /// The options of `--ensemble`.
 #[derive(clap::Args, Debug)]
@@ -231,7 +231,8 @@ pub async fn run(args: &crate::Args) -> anyhow::Result<()> {
     // daemon.rs writes a one-model config; `env` in front (it execs revisd,
     // so the PID stays revisd's) puts this two-model one in its place.
     let wrap = ["env".to_owned(), format!("REVIS_CONFIG={}", config.display())];
-    let launch = Launch { threads, context: args.context, batch: args.batch, listen: None, wrap: &wrap, speculate: "off" };
+    let launch =
+        Launch { threads, context: args.context, batch: args.batch, listen: None, wrap: &wrap, speculate: "off", extra: Extra::NONE };
     let daemon = Daemon::start_wrapped(&revisd, &files[0], launch).await?;
     let mut r = Results { members: members.clone(), piqa_split: sets.split, capitals_total: sets.capitals.len(), ..Default::default() };
     let outcome = run_parts(&daemon.client, &members, &sets, a, &mut r).await;

@@ -20,7 +20,7 @@ use revis_client::{Done, GenerateParams, Message, PrefillParams, Prefilled, Runn
 use revis_orchestrator::{check, conversation, structured};
 use serde::Deserialize;
 
-use crate::daemon::{Daemon, Launch};
+use crate::daemon::{Daemon, Extra, Launch};
 use crate::machine::Machine;
 
 pub struct Settings {
@@ -195,7 +195,8 @@ pub async fn run(revisd: &Path, models: &[(String, PathBuf)], s: &Settings) -> a
     for (name, path) in models {
         for &threads in &s.threads {
             eprintln!("revis-bench: lookup, {name}, {threads} thread(s)");
-            let launch = |speculate| Launch { threads, context: s.context, batch: s.batch, listen: None, wrap: &[], speculate };
+            let launch =
+                |speculate| Launch { threads, context: s.context, batch: s.batch, listen: None, wrap: &[], speculate, extra: Extra::NONE };
             let plain = Daemon::start_wrapped(revisd, path, launch("off")).await?;
             let lookup = Daemon::start_wrapped(revisd, path, launch("auto")).await?;
             let rec = |d: &Daemon| Recorder { client: d.client.clone(), calls: Arc::default() };

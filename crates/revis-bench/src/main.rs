@@ -11,7 +11,8 @@
 //! `--http` `revis serve`'s OpenAI API against the gRPC client;
 //! `--dispatch` a second daemon through the dispatcher, and fallback latency;
 //! `--faults` what revis does under misbehaving callers and kill -9
-//! (docs/RELIABILITY.md).
+//! (docs/RELIABILITY.md); `--split` one model across two machines
+//! (network namespaces) against the whole model on one.
 
 mod alone;
 mod chat;
@@ -28,6 +29,7 @@ mod prompts;
 mod quality;
 mod remote;
 mod report;
+mod split;
 mod stats;
 
 use std::path::{Path, PathBuf};
@@ -133,6 +135,14 @@ struct Args {
     /// --models at each of --threads.
     #[arg(long, conflicts_with_all = ["chat", "remote", "dispatch", "http", "faults"])]
     lookup: bool,
+    /// Run only the split benchmark: the first model of --models split
+    /// across two one-core nodes (network namespaces, a veth shaped with tc
+    /// netem; needs root) against the whole model on one node.
+    #[arg(long, conflicts_with_all = ["chat", "remote", "dispatch", "http", "faults", "lookup"])]
+    split: bool,
+    /// With --split: the share of layers kept on this machine.
+    #[arg(long, default_value_t = 0.5)]
+    split_local: f64,
     /// With --lookup: items of each task.
     #[arg(long, default_value_t = 6)]
     lookup_items: usize,
@@ -187,6 +197,9 @@ fn main() -> anyhow::Result<()> {
     }
     if args.lookup {
         return rt.block_on(run_lookup(args));
+    }
+    if args.split {
+        return run_split(args, &rt);
     }
     if args.http {
         if args.pairs == 0 {
@@ -359,6 +372,43 @@ async fn run_lookup(args: Args) -> anyhow::Result<()> {
         let doc = args.doc.clone().unwrap_or_else(|| root.join("docs/BENCHMARKS.md"));
         let old = std::fs::read_to_string(&doc).unwrap_or_default();
         let new = report::splice_marked(&old, lookup::BEGIN, lookup::END, "## Speculation from the context (`--lookup`)", &section);
+        std::fs::write(&doc, new)?;
+        eprintln!("revis-bench: updated {}", doc.display());
+    }
+    Ok(())
+}
+
+fn run_split(args: Args, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
+    let revisd = revisd_path(&args)?;
+    let name = args.models.first().context("--models is empty")?.clone();
+    let model = rt.block_on(model_file(&name))?;
+    let settings = split::Settings {
+        context: args.context.max(4096),
+        batch: args.batch,
+        rounds: args.rounds,
+        sentences: if args.quick { 20 } else { 76 },
+        n_gen: args.n_gen,
+        local_share: args.split_local,
+    };
+    let machine = machine::Machine::detect();
+    let date = machine::utc_now();
+    let command = args_line();
+    // On a thread of its own: it enters a network namespace for good.
+    let results = std::thread::scope(|scope| scope.spawn(|| split::run(&revisd, &name, &model, &settings)).join())
+        .map_err(|_| anyhow::anyhow!("the split benchmark panicked"))??;
+    let section = split::report(&results, &settings, &split::About { date: &date, command: &command, machine: &machine });
+    println!("{section}");
+    let root = workspace_root();
+    let raw = root.join("target/revis-bench/last-split-run.json");
+    if let Some(dir) = raw.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&raw, serde_json::to_string_pretty(&results)?)?;
+    eprintln!("revis-bench: raw samples in {}", raw.display());
+    if args.write {
+        let doc = args.doc.clone().unwrap_or_else(|| root.join("docs/BENCHMARKS.md"));
+        let old = std::fs::read_to_string(&doc).unwrap_or_default();
+        let new = report::splice_marked(&old, split::BEGIN, split::END, split::HEADING, &section);
         std::fs::write(&doc, new)?;
         eprintln!("revis-bench: updated {}", doc.display());
     }

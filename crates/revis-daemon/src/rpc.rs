@@ -477,10 +477,34 @@ impl pb::admin_server::Admin for Core {
 
     async fn purge(&self, req: Request<pb::PurgeRequest>) -> Result<Response<pb::PurgeResponse>, Status> {
         local_only(&req, "Purge")?;
+        // A split tier's caches are in its engine (one tier, or every one that runs).
+        let tier = req.get_ref().tier.clone();
+        let engines = match self.split_of(&tier) {
+            Some(e) => vec![e],
+            None if tier.is_empty() => self.splits.engines(),
+            None => Vec::new(),
+        };
+        let (mut n, mut bytes) = (0, 0);
+        for engine in &engines {
+            if engine.status().await.is_none() {
+                continue;
+            }
+            let mut admin = pb::admin_client::AdminClient::new(engine.channel().await?);
+            match admin.purge(pb::PurgeRequest { tier: tier.clone() }).await {
+                Ok(r) => {
+                    n += r.get_ref().dropped_prefixes;
+                    bytes += r.get_ref().freed_bytes;
+                }
+                Err(s) => return Err(engine.translate(s).await),
+            }
+        }
+        if self.split_of(&tier).is_some() {
+            return Ok(Response::new(pb::PurgeResponse { dropped_prefixes: n, freed_bytes: bytes }));
+        }
         let key =
             if req.get_ref().tier.is_empty() { None } else { Some(validate::tier(&self.registry, &req.get_ref().tier)?.1.key.clone()) };
-        let (n, bytes) = self.registry.engine().purge(key.as_deref()).await.map_err(DaemonError::from)?;
-        Ok(Response::new(pb::PurgeResponse { dropped_prefixes: n, freed_bytes: bytes }))
+        let (here, here_bytes) = self.registry.engine().purge(key.as_deref()).await.map_err(DaemonError::from)?;
+        Ok(Response::new(pb::PurgeResponse { dropped_prefixes: n + here, freed_bytes: bytes + here_bytes }))
     }
 
     async fn set_server_mode(&self, req: Request<pb::SetServerModeRequest>) -> Result<Response<pb::ServerModeStatus>, Status> {

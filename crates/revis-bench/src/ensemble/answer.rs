@@ -14,7 +14,7 @@ use revis_testkit::netns::NetnsPair;
 
 use super::data::Capital;
 use super::{Answers, Member, progress};
-use crate::daemon::{Daemon, Launch};
+use crate::daemon::{Daemon, Extra, Launch};
 
 /// The question as a chat message, greedy.
 fn question(tier: Tier, q: &Capital, max_tokens: u32) -> GenerateParams {
@@ -109,7 +109,8 @@ pub fn two_machines(members: &[Member], questions: &[Capital], s: &TwoMachines<'
     net.b.enter();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
-        let launch = |listen, wrap| Launch { threads: 1, context: s.context, batch: s.batch, listen, wrap, speculate: "off" };
+        let launch =
+            |listen, wrap| Launch { threads: 1, context: s.context, batch: s.batch, listen, wrap, speculate: "off", extra: Extra::NONE };
         let here_wrap = crate::dispatch::pinned(0);
         let here = Daemon::start_wrapped(s.revisd, &s.models[0], launch(None, &here_wrap)).await?;
         let mut node_wrap = vec!["ip".to_owned(), "netns".into(), "exec".into(), net.a.name.clone()];

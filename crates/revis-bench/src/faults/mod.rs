@@ -352,6 +352,7 @@ pub async fn run(revisd: &Path, revis: &Path, model: &Path, settings: &Settings,
         listen: None,
         wrap: &[],
         speculate: "off",
+        extra: crate::daemon::Extra::NONE,
     };
     let mut parts = Vec::new();
     let mut violations = 0;
