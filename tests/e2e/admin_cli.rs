@@ -1,4 +1,4 @@
-//! `revisd pair | server on|off|status | devices | revoke` (the README's
+//! `revisd pair | server on|off|status | lend on|off|status | devices | revoke` (the README's
 //! server-mode quick start) run as the commands a person types, against a
 //! running daemon's socket, with a real client pairing through `revis pair`.
 
@@ -211,4 +211,24 @@ fn revisd_commands_without_a_daemon_exit_69() {
         assert_eq!(o.status.code(), Some(69), "revisd {args:?}: {o:?}");
         assert!(stderr(&o).contains("start it first (`revisd`, or `revisd service install`)"), "{}", stderr(&o));
     }
+}
+
+/// `revisd lend on|off|status`: off by default, says when server mode must
+/// be on too, and is remembered across a restart.
+#[test]
+fn revisd_lend_switches_and_is_remembered() {
+    let mut d = daemon();
+    let s = d.socket.clone();
+    assert!(ok(&s, &["lend", "status"]).contains("Lending is off"), "off by default");
+    let on = ok(&s, &["lend", "on"]);
+    assert!(on.contains("server mode is off") && on.contains("revisd server on"), "{on}");
+    let both = ok(&s, &["server", "on"]);
+    assert!(both.contains("Server mode is on"), "{both}");
+    let lending = ok(&s, &["lend", "status"]);
+    assert!(lending.contains("Lending is on") && lending.contains("0 session(s)"), "{lending}");
+    d.signal(libc::SIGTERM);
+    assert!(d.wait_exit(Duration::from_secs(10)).is_some(), "revisd stops on SIGTERM");
+    d.restart();
+    assert!(ok(&s, &["lend", "status"]).contains("Lending is on"), "remembered");
+    assert!(ok(&s, &["lend", "off"]).contains("Lending is off"));
 }

@@ -341,8 +341,8 @@ mod tests {
 
     #[test]
     fn the_prompt_is_new_each_round() {
-        let text = |r| long_prompt(r, 3)[0].content.clone();
+        let text = |r| String::from_utf8(long_prompt(r, 3)[0].content.to_vec()).unwrap();
         assert_ne!(text(1), text(2));
-        assert!(text(1).lines().count() == 4);
+        assert_eq!(text(1).lines().count(), 4, "the question, then one line a note");
     }
 }
