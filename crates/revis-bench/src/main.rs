@@ -386,7 +386,7 @@ fn run_split(args: Args, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
         context: args.context.max(4096),
         batch: args.batch,
         rounds: args.rounds,
-        sentences: if args.quick { 20 } else { 76 },
+        sentences: if args.quick { 20 } else { 54 },
         n_gen: args.n_gen,
         local_share: args.split_local,
     };

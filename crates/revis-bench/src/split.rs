@@ -63,7 +63,7 @@ pub struct Settings {
     pub context: u32,
     pub batch: u32,
     pub rounds: u32,
-    /// Notes in the long prompt (about 26 SmolLM2 tokens each; 76 make ~2,000).
+    /// Notes in the long prompt (about 37 SmolLM2 tokens each; 54 make ~2,000).
     pub sentences: usize,
     pub n_gen: u32,
     /// `tiers.tier2.split_local`.
