@@ -98,11 +98,6 @@ impl Lender {
         Ok(addr)
     }
 
-    /// The worker's process ID, for tests and `status` (None when none runs).
-    pub fn worker_pid(&self) -> Option<u32> {
-        self.lock().worker.as_ref().map(|w| w.child.id())
-    }
-
     fn start(&self) -> Result<Worker, LendError> {
         let err = |m: String| LendError::Worker(m);
         // A free port on loopback, given to the worker (llama.cpp binds it

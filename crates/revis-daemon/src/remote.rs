@@ -368,11 +368,6 @@ impl Remote {
         Ok(self.state())
     }
 
-    /// The RPC worker's process ID while one runs.
-    pub fn lending_worker_pid(&self) -> Option<u32> {
-        self.lender.worker_pid()
-    }
-
     /// The paired devices, with their open connections.
     pub fn devices(&self) -> Vec<DeviceInfo> {
         let devices = self.store().devices().to_vec();

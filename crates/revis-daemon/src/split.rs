@@ -120,13 +120,17 @@ impl Drop for Tunnel {
 impl Running {
     /// Why the engine is gone, naming the node when a tunnel saw it go.
     fn loss(&self) -> String {
-        let broken: Vec<String> = self.tunnels.iter().filter_map(|t| t.broken.lock().unwrap_or_else(|e| e.into_inner()).clone()).collect();
-        if broken.is_empty() {
-            let nodes: Vec<&str> = self.tunnels.iter().map(|t| t.node.as_str()).collect();
-            format!("lost {} (its RPC server closed the connection or stopped answering)", nodes.join(", "))
-        } else {
-            broken.join("; ")
-        }
+        loss(&self.tunnels)
+    }
+}
+
+fn loss(tunnels: &[Tunnel]) -> String {
+    let broken: Vec<String> = tunnels.iter().filter_map(|t| t.broken.lock().unwrap_or_else(|e| e.into_inner()).clone()).collect();
+    if broken.is_empty() {
+        let nodes: Vec<&str> = tunnels.iter().map(|t| t.node.as_str()).collect();
+        format!("lost {} (its RPC server closed the connection or stopped answering)", nodes.join(", "))
+    } else {
+        broken.join("; ")
     }
 }
 
@@ -264,11 +268,10 @@ impl SplitEngine {
                 return Err(self.unavailable(&format!("its split engine did not load within {}s", ENGINE_START.as_secs())));
             }
         };
-        let running = |child, channel| Running { child, channel, tunnels };
         if !said.starts_with("ready") {
             let _ = child.wait().await;
-            let r = running(child, Endpoint::from_static("http://split").connect_lazy());
-            return Err(self.unavailable(&format!("its split engine could not load the model: {} (revisd's log says more)", r.loss())));
+            let why = loss(&tunnels);
+            return Err(self.unavailable(&format!("its split engine could not load the model: {why} (revisd's log says more)")));
         }
         let channel = Endpoint::from_static("http://split-engine")
             .connect_with_connector(tower::service_fn(move |_: Uri| {
@@ -277,7 +280,7 @@ impl SplitEngine {
             }))
             .await
             .map_err(|e| self.unavailable(&format!("its split engine does not answer: {e}")))?;
-        Ok(running(child, channel))
+        Ok(Running { child, channel, tunnels })
     }
 
     /// This user's client identity and each node's device ID and address,
@@ -397,18 +400,10 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
 /// naming the node.
 pub type Forwarded = Pin<Box<dyn Stream<Item = Result<pb::GenerateEvent, Status>> + Send>>;
 
-pub fn forward_stream(engine: Arc<SplitEngine>, events: tonic::Streaming<pb::GenerateEvent>, hold: impl Send + 'static) -> Forwarded {
-    let stream = async_stream(engine, events, hold);
-    Box::pin(stream)
-}
-
-fn async_stream(
-    engine: Arc<SplitEngine>,
-    mut events: tonic::Streaming<pb::GenerateEvent>,
-    hold: impl Send + 'static,
-) -> impl Stream<Item = Result<pb::GenerateEvent, Status>> + Send {
+pub fn forward_stream(engine: Arc<SplitEngine>, mut events: tonic::Streaming<pb::GenerateEvent>, hold: impl Send + 'static) -> Forwarded {
     let (tx, rx) = tokio::sync::mpsc::channel(16);
     tokio::spawn(async move {
+        // The caller's place in this daemon's queue, held until the stream ends.
         let _hold = hold;
         while let Some(item) = events.next().await {
             let item = match item {
@@ -421,7 +416,7 @@ fn async_stream(
             }
         }
     });
-    tokio_stream::wrappers::ReceiverStream::new(rx)
+    Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
 }
 
 impl SplitEngine {
