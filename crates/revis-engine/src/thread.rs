@@ -128,8 +128,9 @@ impl Engine {
         rx.await.map_err(|_| EngineError::Stopped)
     }
 
-    /// Cache figures of each loaded model as of the end of the last command;
-    /// answers at once, even while a job runs.
+    /// Cache figures of each loaded model, answered at once, even while a
+    /// job runs. They are published before a job's or a purge's reply is
+    /// sent, so what follows a reply sees what that job or purge did.
     pub fn stats(&self) -> HashMap<String, ModelStats> {
         self.stats.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
@@ -164,13 +165,23 @@ fn engine_loop(
 ) {
     let mut models: HashMap<String, Box<dyn Session>> = HashMap::new();
     while let Ok(cmd) = rx.recv() {
-        handle(cmd, &backend, &mut models, &shutdown);
-        let stats = models.iter().map(|(k, s)| (k.clone(), s.stats())).collect();
-        *published.lock().unwrap_or_else(|p| p.into_inner()) = stats;
+        handle(cmd, &backend, &mut models, &shutdown, &published);
+        publish_all(&models, &published);
     }
 }
 
-fn handle(cmd: Command, backend: &Arc<dyn Backend>, models: &mut HashMap<String, Box<dyn Session>>, shutdown: &AtomicBool) {
+fn publish_all(models: &HashMap<String, Box<dyn Session>>, published: &Mutex<HashMap<String, ModelStats>>) {
+    let stats = models.iter().map(|(k, s)| (k.clone(), s.stats())).collect();
+    *published.lock().unwrap_or_else(|p| p.into_inner()) = stats;
+}
+
+fn handle(
+    cmd: Command,
+    backend: &Arc<dyn Backend>,
+    models: &mut HashMap<String, Box<dyn Session>>,
+    shutdown: &AtomicBool,
+    published: &Mutex<HashMap<String, ModelStats>>,
+) {
     {
         match cmd {
             Command::Load { key, spec, reply } => {
@@ -208,6 +219,7 @@ fn handle(cmd: Command, backend: &Arc<dyn Backend>, models: &mut HashMap<String,
                         total = (total.0 + n, total.1 + b);
                     }
                 }
+                publish_all(models, published);
                 let _ = reply.send(total);
             }
             Command::Run { key, job, cancel, hold, _finished } => {
@@ -224,34 +236,43 @@ fn handle(cmd: Command, backend: &Arc<dyn Backend>, models: &mut HashMap<String,
                     fail(job, EngineError::Stopped);
                     return;
                 }
-                run_job(session.as_mut(), job, &stopped);
+                // A job's figures are published before its reply goes out, so
+                // a Status that follows a reply counts what that job cached.
+                let publish = |s: &dyn Session| {
+                    published.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), s.stats());
+                };
+                run_job(session.as_mut(), job, &stopped, &publish);
             }
         }
     }
 }
 
-fn run_job(session: &mut dyn Session, job: Job, stopped: &dyn Fn() -> bool) {
+fn run_job(session: &mut dyn Session, job: Job, stopped: &dyn Fn() -> bool, publish: &dyn Fn(&dyn Session)) {
     match job {
         Job::Generate { job, deltas, done } => {
             let cancelled = || stopped() || deltas.is_closed();
             // Never a blocking send: the engine must not wait for a consumer.
             let mut emit = |d: Delta| !stopped() && deltas.send(d).is_ok();
             let result = session.generate(&job, &mut emit, &cancelled);
+            publish(session);
             let _ = done.send(result);
         }
         Job::Prefill { job, done } => {
             let cancelled = || stopped() || done.is_closed();
             let result = session.prefill(&job.prompt, &cancelled);
+            publish(session);
             let _ = done.send(result);
         }
         Job::Score { job, done } => {
             let cancelled = || stopped() || done.is_closed();
             let result = session.score(&job.prefix, &job.continuations, job.top, &cancelled);
+            publish(session);
             let _ = done.send(result);
         }
         Job::Embed { job, done } => {
             let cancelled = || stopped() || done.is_closed();
             let result = session.embed(&job.texts, &cancelled);
+            publish(session);
             let _ = done.send(result);
         }
     }
@@ -271,5 +292,105 @@ fn fail(job: Job, e: EngineError) {
         Job::Embed { done, .. } => {
             let _ = done.send(Err(e));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Message;
+
+    /// A model that counts the prompts it was given.
+    struct Counting(u32);
+
+    impl Session for Counting {
+        fn generate(&mut self, _: &GenerateJob, _: &mut dyn FnMut(Delta) -> bool, _: &dyn Fn() -> bool) -> Result<Finished, EngineError> {
+            unreachable!("prefill only")
+        }
+        fn prefill(&mut self, prompt: &Prompt, _: &dyn Fn() -> bool) -> Result<Prefilled, EngineError> {
+            self.0 += 1;
+            Ok(Prefilled { prompt_tokens: prompt.tokens.len() as u32, cached_tokens: 0, elapsed_us: 0 })
+        }
+        fn score(&mut self, _: &Prompt, _: &[Vec<Token>], _: u32, _: &dyn Fn() -> bool) -> Result<Vec<Scored>, EngineError> {
+            unreachable!("prefill only")
+        }
+        fn embed(&mut self, _: &[Vec<Token>], _: &dyn Fn() -> bool) -> Result<Vec<Vec<f32>>, EngineError> {
+            unreachable!("prefill only")
+        }
+        fn purge(&mut self) -> (u32, u64) {
+            (std::mem::take(&mut self.0), 0)
+        }
+        fn stats(&self) -> ModelStats {
+            ModelStats { cached_prefixes: self.0, cache_bytes: 0, n_ctx: 64 }
+        }
+    }
+
+    struct NoText;
+
+    impl Tokenizer for NoText {
+        fn render(&self, _: &[Message], _: bool) -> Result<String, EngineError> {
+            Ok(String::new())
+        }
+        fn tokenize(&self, _: &str, _: bool) -> Vec<Token> {
+            Vec::new()
+        }
+        fn tokenize_plain(&self, _: &str) -> Vec<Token> {
+            Vec::new()
+        }
+        fn n_ctx(&self) -> u32 {
+            64
+        }
+        fn json_grammar(&self, _: Option<&str>) -> Result<String, EngineError> {
+            Ok(String::new())
+        }
+    }
+
+    struct Fake;
+
+    impl Backend for Fake {
+        fn load(&self, _: &ModelSpec) -> Result<crate::Loaded, EngineError> {
+            Ok((Arc::new(NoText), Box::new(Counting(0))))
+        }
+    }
+
+    /// Held by a job and dropped on the engine thread after it, where it
+    /// waits until the test lets go: the engine is still busy with the job.
+    struct Gate(std::sync::mpsc::Receiver<()>);
+
+    impl Drop for Gate {
+        fn drop(&mut self) {
+            let _ = self.0.recv();
+        }
+    }
+
+    fn spec() -> ModelSpec {
+        ModelSpec {
+            path: "fake.gguf".into(),
+            n_ctx: 64,
+            threads: 1,
+            batch: 8,
+            cache_slots: 1,
+            cache_budget_bytes: 0,
+            probe: false,
+            split: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_jobs_figures_are_out_before_its_reply() {
+        let engine = Engine::spawn(Arc::new(Fake));
+        engine.load("m", spec()).await.unwrap();
+        assert_eq!(engine.stats()["m"].cached_prefixes, 0);
+        let (release, gate) = std::sync::mpsc::channel();
+        let (done, reply) = oneshot::channel();
+        let prompt = Prompt { tokens: vec![1, 2, 3], split: 0, answer: 3 };
+        let finished = engine.run("m", Job::Prefill { job: PrefillJob { prompt }, done }, Arc::default(), Box::new(Gate(gate)));
+        assert_eq!(reply.await.unwrap().unwrap().prompt_tokens, 3);
+        // The engine thread is still inside the job (the gate holds it).
+        assert_eq!(engine.stats()["m"].cached_prefixes, 1, "Status after the reply counts the job");
+        release.send(()).unwrap();
+        let _ = finished.await;
+        assert_eq!(engine.purge(None).await.unwrap(), (1, 0));
+        assert_eq!(engine.stats()["m"].cached_prefixes, 0, "and after a purge's reply, the purge");
     }
 }
