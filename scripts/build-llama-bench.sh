@@ -1,35 +1,42 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's own `llama-bench`, the reference that `revis-bench`
-# compares revis against, from the same llama.cpp that revis links.
+# Builds two of llama.cpp's own tools from the same llama.cpp that revis
+# links: `llama-bench`, the reference that `revis-bench` compares revis
+# against, and `llama-batched-bench` (N parallel sequences decoded in one
+# batch: prompt and generation throughput per number of sequences).
 #
 # llama-cpp-sys-2 vendors llama.cpp without its tools/, so `llama-bench.cpp`
-# is taken from the llama-cpp-python source package on PyPI and compiled
-# against the *vendored* tree of llama-cpp-sys-2. Everything lands under
-# target/llama-bench/ (ignored by git); nothing of llama.cpp is committed.
+# and `batched-bench.cpp` are taken from the llama-cpp-python source package
+# on PyPI and compiled against the *vendored* tree of llama-cpp-sys-2, both
+# with the same flags and linked against the same libraries. Everything lands
+# under target/llama-bench/ (ignored by git); nothing of llama.cpp is
+# committed.
 #
 # Two ways to get the libraries:
 #   1. --llama-sys-out DIR (or $LLAMA_SYS_OUT): DIR is the OUT_DIR of the
 #      llama-cpp-sys-2 build script, i.e. the very static libraries revisd is
-#      linked with. llama-bench.cpp is compiled with that build's own compiler
-#      flags (read from its CMakeCache.txt) and linked against those archives.
+#      linked with. The tools' sources are compiled with that build's own
+#      compiler flags (read from its CMakeCache.txt) and linked against those
+#      archives.
 #      Same objects, same flags: the fairest comparison. Linux only.
 #      `revis-bench` passes this (it learns DIR from cargo at build time).
 #   2. Otherwise: configure the vendored tree with CMake the way
 #      llama-cpp-sys-2's build.rs does (GGML_NATIVE=OFF, OpenMP, static libs,
 #      common on, tools/tests/examples/server off, CMAKE_BUILD_TYPE
 #      RelWithDebInfo as for cargo's release profile with debug info, GGML_*
-#      environment variables forwarded) and build llama-bench with it. On
+#      environment variables forwarded) and build both tools with it. On
 #      x86-64 ggml then enables SSE4.2/AVX/AVX2/BMI2/FMA/F16C, exactly as in
 #      the crate's default build; on Apple Silicon it builds Metal.
 #      Never -march=native (SIGILL in ggml's AMX code on these CPUs).
 #
-# Idempotent: the sdist is downloaded once, and the binary is rebuilt only
-# when the libraries it was built from changed (or with --force).
+# Idempotent: the sdist is downloaded once, and the binaries are rebuilt only
+# when the libraries they were built from changed, when one of them is
+# missing, or with --force.
 #
 # Usage: scripts/build-llama-bench.sh [--llama-sys-out DIR] [--force]
 # Env:   LLAMA_CPP_PYTHON_VERSION (default 0.3.36), REVIS_LLAMA_BENCH_DIR
 #        (default target/llama-bench), JOBS (parallel compile jobs).
-# Prints the path of the binary on its last line of stdout.
+# Prints the path of the llama-bench binary (and nothing else) on stdout;
+# llama-batched-bench lies next to it, in the same directory.
 
 set -euo pipefail
 
@@ -45,7 +52,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --llama-sys-out) SYS_OUT=$2; shift 2 ;;
         --force) FORCE=1; shift ;;
-        -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
         *) echo "build-llama-bench: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -56,6 +63,7 @@ die() { log "$*"; exit 1; }
 
 mkdir -p "$OUT"
 BIN=$OUT/llama-bench
+BBIN=$OUT/llama-batched-bench
 INFO=$OUT/build-info.txt
 
 # --- the vendored llama.cpp of llama-cpp-sys-2 -------------------------------
@@ -81,10 +89,13 @@ for p in json.load(sys.stdin)["packages"]:
 }
 LLAMA_SRC=$(find_vendored)
 
-# --- llama-bench.cpp from the llama-cpp-python sdist -------------------------
+# --- llama-bench.cpp and batched-bench.cpp from the llama-cpp-python sdist ---
 SRC=$OUT/src
-if [ ! -s "$SRC/llama-bench.cpp" ]; then
+# extract_tool DIR FILE: tools/DIR/FILE of the sdist's llama.cpp -> $SRC/FILE.
+extract_tool() {
+    [ -s "$SRC/$2" ] && return 0
     mkdir -p "$OUT/sdist" "$SRC"
+    local sdist member
     sdist=$(ls "$OUT"/sdist/llama_cpp_python-"$PY_VERSION".tar.gz 2>/dev/null || true)
     if [ -z "$sdist" ]; then
         log "downloading the llama-cpp-python $PY_VERSION source package (once)"
@@ -92,15 +103,23 @@ if [ ! -s "$SRC/llama-bench.cpp" ]; then
             || die "pip download of llama-cpp-python==$PY_VERSION failed (set LLAMA_CPP_PYTHON_VERSION to another version)"
         sdist=$(ls "$OUT"/sdist/llama_cpp_python-"$PY_VERSION".tar.gz)
     fi
-    member="llama_cpp_python-$PY_VERSION/vendor/llama.cpp/tools/llama-bench/llama-bench.cpp"
-    tar -xzf "$sdist" -O "$member" > "$SRC/llama-bench.cpp.tmp" || die "$member is not in $sdist"
-    mv "$SRC/llama-bench.cpp.tmp" "$SRC/llama-bench.cpp"
-fi
-# The upstream main.cpp only forwards to llama_bench(); this one does the same.
+    member="llama_cpp_python-$PY_VERSION/vendor/llama.cpp/tools/$1/$2"
+    tar -xzf "$sdist" -O "$member" > "$SRC/$2.tmp" || die "$member is not in $sdist"
+    mv "$SRC/$2.tmp" "$SRC/$2"
+}
+extract_tool llama-bench llama-bench.cpp
+extract_tool batched-bench batched-bench.cpp
+# Upstream, each tool's main.cpp only forwards to llama_bench() or
+# llama_batched_bench() (the tool's .cpp has no main()); these do the same.
 cat > "$SRC/main.cpp" <<'EOF'
 // Entry point of the reference llama-bench built by scripts/build-llama-bench.sh.
 int llama_bench(int argc, char ** argv);
 int main(int argc, char ** argv) { return llama_bench(argc, argv); }
+EOF
+cat > "$SRC/main-batched-bench.cpp" <<'EOF'
+// Entry point of the llama-batched-bench built by scripts/build-llama-bench.sh.
+int llama_batched_bench(int argc, char ** argv);
+int main(int argc, char ** argv) { return llama_batched_bench(argc, argv); }
 EOF
 
 # --- what the binary would be built from (for idempotence) --------------------
@@ -112,8 +131,8 @@ else
     MODE=cmake
     KEY="mode=$MODE sdist=$PY_VERSION src=$LLAMA_SRC env=$( { env | grep '^GGML_' || true; } | sort | tr '\n' ' ')"
 fi
-if [ "$FORCE" = 0 ] && [ -x "$BIN" ] && [ -f "$OUT/key.txt" ] && [ "$(cat "$OUT/key.txt")" = "$KEY" ]; then
-    log "up to date: $BIN"
+if [ "$FORCE" = 0 ] && [ -x "$BIN" ] && [ -x "$BBIN" ] && [ -f "$OUT/key.txt" ] && [ "$(cat "$OUT/key.txt")" = "$KEY" ]; then
+    log "up to date: $BIN, $BBIN"
     echo "$BIN"
     exit 0
 fi
@@ -138,14 +157,18 @@ if [ "$MODE" = crate-libs ]; then
     [ "$(cache_get GGML_OPENMP "$cache")" = ON ] && extra=(-fopenmp "${extra[@]}")
     httplib=$(find "$SYS_OUT" -name libcpp-httplib.a -not -path '*/CMakeFiles/*' | head -n1)
     if [ -n "$httplib" ] && nm "$httplib" 2>/dev/null | grep ' U SSL_' >/dev/null; then extra+=(-lssl -lcrypto); fi
-    log "compiling llama-bench.cpp against $SYS_OUT ($btype: ${cxxflags[*]})"
-    "$cxx" -std=c++17 "${cxxflags[@]}" -I"$LLAMA_SRC/include" -I"$LLAMA_SRC/common" -I"$LLAMA_SRC/ggml/include" -I"$LLAMA_SRC/vendor" \
-        -c "$SRC/llama-bench.cpp" -o "$OUT/llama-bench.o"
+    incs=(-I"$LLAMA_SRC/include" -I"$LLAMA_SRC/common" -I"$LLAMA_SRC/ggml/include" -I"$LLAMA_SRC/vendor")
+    log "compiling llama-bench.cpp and batched-bench.cpp against $SYS_OUT ($btype: ${cxxflags[*]})"
+    "$cxx" -std=c++17 "${cxxflags[@]}" "${incs[@]}" -c "$SRC/llama-bench.cpp" -o "$OUT/llama-bench.o"
+    "$cxx" -std=c++17 "${cxxflags[@]}" "${incs[@]}" -c "$SRC/batched-bench.cpp" -o "$OUT/batched-bench.o"
     "$cxx" -std=c++17 "${cxxflags[@]}" -c "$SRC/main.cpp" -o "$OUT/main.o"
+    "$cxx" -std=c++17 "${cxxflags[@]}" -c "$SRC/main-batched-bench.cpp" -o "$OUT/main-batched-bench.o"
     "$cxx" "$OUT/main.o" "$OUT/llama-bench.o" -Wl,--start-group "${libs[@]}" -Wl,--end-group "${extra[@]}" -Wl,--gc-sections -o "$BIN.tmp"
+    "$cxx" "$OUT/main-batched-bench.o" "$OUT/batched-bench.o" -Wl,--start-group "${libs[@]}" -Wl,--end-group "${extra[@]}" -Wl,--gc-sections -o "$BBIN.tmp"
     mv "$BIN.tmp" "$BIN"
+    mv "$BBIN.tmp" "$BBIN"
     {
-        echo "llama-bench.cpp: llama-cpp-python $PY_VERSION sdist"
+        echo "llama-bench.cpp, batched-bench.cpp: llama-cpp-python $PY_VERSION sdist"
         echo "libraries: the llama-cpp-sys-2 $SYS_VERSION build that revis links ($SYS_OUT)"
         echo "build type: $btype; flags: $(cache_get CMAKE_CXX_FLAGS "$cache")"
         echo "ggml: $(ggml_flags "$cache")"
@@ -156,14 +179,17 @@ else
     proj=$OUT/cmake-project
     mkdir -p "$proj"
     cat > "$proj/CMakeLists.txt" <<EOF
-# Generated by scripts/build-llama-bench.sh: builds llama-bench against the
-# llama.cpp vendored by llama-cpp-sys-2 $SYS_VERSION.
+# Generated by scripts/build-llama-bench.sh: builds llama-bench and
+# llama-batched-bench against the llama.cpp vendored by llama-cpp-sys-2 $SYS_VERSION.
 cmake_minimum_required(VERSION 3.14)
 project(revis_llama_bench C CXX)
 add_subdirectory("$LLAMA_SRC" llama.cpp EXCLUDE_FROM_ALL)
 add_executable(llama-bench "$SRC/main.cpp" "$SRC/llama-bench.cpp")
 target_link_libraries(llama-bench PRIVATE llama-common llama \${CMAKE_THREAD_LIBS_INIT})
 target_compile_features(llama-bench PRIVATE cxx_std_17)
+add_executable(llama-batched-bench "$SRC/main-batched-bench.cpp" "$SRC/batched-bench.cpp")
+target_link_libraries(llama-batched-bench PRIVATE llama-common llama \${CMAKE_THREAD_LIBS_INIT})
+target_compile_features(llama-batched-bench PRIVATE cxx_std_17)
 EOF
     args=(
         -DCMAKE_BUILD_TYPE=RelWithDebInfo
@@ -188,18 +214,20 @@ EOF
     done < <(env | grep '^GGML_' || true)
     log "configuring the vendored llama.cpp ($LLAMA_SRC) with CMake"
     cmake -S "$proj" -B "$OUT/build" "${args[@]}" >&2
-    log "building llama + ggml + llama-bench with $JOBS jobs (several minutes on 2 cores)"
-    cmake --build "$OUT/build" --target llama-bench -j "$JOBS" >&2
+    log "building llama + ggml + llama-bench + llama-batched-bench with $JOBS jobs (several minutes on 2 cores)"
+    cmake --build "$OUT/build" --target llama-bench llama-batched-bench -j "$JOBS" >&2
     cp "$OUT/build/llama-bench" "$BIN.tmp" && mv "$BIN.tmp" "$BIN"
+    cp "$OUT/build/llama-batched-bench" "$BBIN.tmp" && mv "$BBIN.tmp" "$BBIN"
     {
-        echo "llama-bench.cpp: llama-cpp-python $PY_VERSION sdist"
+        echo "llama-bench.cpp, batched-bench.cpp: llama-cpp-python $PY_VERSION sdist"
         echo "libraries: the vendored llama.cpp of llama-cpp-sys-2 $SYS_VERSION, built by CMake here ($LLAMA_SRC)"
         echo "build type: RelWithDebInfo; flags: $(cache_get CMAKE_CXX_FLAGS "$OUT/build/CMakeCache.txt")"
         echo "ggml: $(ggml_flags "$OUT/build/CMakeCache.txt")"
     } > "$INFO"
 fi
-echo "$KEY" > "$OUT/key.txt"
 "$BIN" --help >/dev/null 2>&1 || die "the built $BIN does not run"
-log "built $BIN"
+"$BBIN" --help >/dev/null 2>&1 || die "the built $BBIN does not run"
+echo "$KEY" > "$OUT/key.txt"
+log "built $BIN and $BBIN"
 cat "$INFO" >&2
 echo "$BIN"

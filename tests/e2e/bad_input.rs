@@ -94,7 +94,7 @@ async fn bad_requests_get_clear_errors_and_the_daemon_keeps_serving() {
 
 #[tokio::test]
 async fn a_full_queue_answers_resource_exhausted_with_a_retry_hint() {
-    let d = TestDaemon::new().daemon("queue_capacity = 1").start();
+    let d = TestDaemon::new().daemon("queue_capacity = 1\nstreams = 1").start();
     let mut c = d.client().await;
     let mut long = ask("Write a very long essay about rivers.");
     long.max_tokens = 400;

@@ -93,7 +93,7 @@ async fn score_prefers_the_true_continuation() {
 /// wrongly restored prefix would change it).
 #[tokio::test]
 async fn a_full_prefix_cache_never_restores_the_wrong_prefix() {
-    let d = TestDaemon::new().daemon("cache_slots = 1").start();
+    let d = TestDaemon::new().daemon("cache_slots = 1\nstreams = 1").start();
     let mut c = d.client().await;
     let req = |rules: &str| pb::GenerateRequest {
         messages: vec![system(rules), user("Name one colour.")],

@@ -92,6 +92,14 @@ async fn a_caller_that_never_reads_does_not_hold_up_the_others() {
     second.unwrap().unwrap();
     eprintln!("second answer after {took:?} (own time {own:?}, stall timeout {STALL:?})");
 
+    // The two decode together, so the second did not wait for the stall
+    // timeout; the frozen one is cancelled once it passes: the engine idles.
+    let deadline = Instant::now() + STALL + Duration::from_secs(30);
+    while c.status().await.unwrap().busy {
+        assert!(Instant::now() < deadline, "the frozen caller's answer was never cancelled");
+        tokio::time::sleep(Duration::from_millis(20)).await; // a polling interval, not a wait for an event
+    }
+
     // The frozen caller, once it reads, learns why its answer stopped.
     let _ = frozen.open.send(());
     let mut body = frozen.response.into_body();
@@ -120,7 +128,7 @@ async fn a_flood_of_large_calls_on_one_connection_is_refused_before_it_costs_mem
     /// Every refusal arrives within this time of the first call.
     const REFUSED_WITHIN: Duration = Duration::from_secs(10);
 
-    let d = TestDaemon::new().daemon(&format!("queue_capacity = {QUEUE}")).start();
+    let d = TestDaemon::new().daemon(&format!("queue_capacity = {QUEUE}\nstreams = 1")).start();
     let c = d.client().await;
     generate(&mut c.clone(), ask("Say hello.")).await.unwrap();
     let pid = d.pid();

@@ -4,6 +4,7 @@
 mod admin;
 mod admin_cli;
 mod bad_input;
+mod batch;
 mod cache;
 mod chat;
 mod cli;

@@ -483,7 +483,7 @@ async fn server_mode_off_closes_the_port_and_the_switch_is_remembered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_paired_device_cannot_take_every_place_in_the_queue() {
     let d = TestDaemon::new()
-        .daemon("queue_capacity = 4")
+        .daemon("queue_capacity = 4\nstreams = 1")
         .server("enabled = true\nlisten = \"127.0.0.1:0\"\nadvertise = false\nname = \"desk\"")
         .start();
     let mut local = d.client().await;

@@ -14,7 +14,17 @@ use crate::prompts::{self, Prompts};
 /// The daemon's defaults for a model (see revis-daemon's config), so both
 /// sides load the model the same way.
 pub fn spec(path: &Path, threads: u32, n_ctx: u32, batch: u32) -> ModelSpec {
-    ModelSpec { path: path.to_owned(), n_ctx, threads, batch, cache_slots: 4, cache_budget_bytes: 256 << 20, probe: false, split: None }
+    ModelSpec {
+        path: path.to_owned(),
+        n_ctx,
+        threads,
+        batch,
+        cache_slots: 4,
+        cache_budget_bytes: 256 << 20,
+        probe: false,
+        split: None,
+        streams: 1,
+    }
 }
 
 /// One timed generation.
@@ -73,7 +83,13 @@ impl Alone {
             logprobs: None,
             speculate: revis_engine::Speculate::Off,
         };
-        let _finished = self.engine.run(KEY, Job::Generate { job, deltas: tx, done }, Arc::new(AtomicBool::new(false)), Box::new(()));
+        let _finished = self.engine.run(
+            KEY,
+            Job::Generate { job, deltas: tx, done },
+            revis_engine::Class::User,
+            Arc::new(AtomicBool::new(false)),
+            Box::new(()),
+        );
         let mut first = None;
         while rx.recv().await.is_some() {
             first.get_or_insert_with(Instant::now);

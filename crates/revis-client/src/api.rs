@@ -205,6 +205,9 @@ pub struct Done {
     /// many of them the model kept (the text is the same either way).
     pub draft_tokens: u32,
     pub draft_accepted: u32,
+    /// The most answers that shared one decode step with this one, itself
+    /// included (1: it was decoded alone).
+    pub batch_peak: u32,
 }
 
 impl Done {

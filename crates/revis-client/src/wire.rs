@@ -141,6 +141,7 @@ impl From<pb::Done> for Done {
             queue_ms: d.queue_ms,
             draft_tokens: d.draft_tokens,
             draft_accepted: d.draft_accepted,
+            batch_peak: d.batch_peak,
         }
     }
 }

@@ -2,7 +2,7 @@
 //! here, before tonic has read or decoded its body: a call that finds none
 //! left is answered RESOURCE_EXHAUSTED at once, its (up to 4 MiB) request
 //! never buffered, validated, tokenized or given a model lease. The permits
-//! are the queue's places plus the one job running, so whatever gets past
+//! are the queue's places plus the jobs running (`daemon.streams`), so whatever gets past
 //! this gate also fits in the queue. A permit is held for as long as its
 //! caller is owed work: by the handler for Prefill and Score, by the delta
 //! forwarder for Generate (`service.rs`), which lets go when the job ends
@@ -31,7 +31,7 @@ use crate::remote::RemotePeer;
 /// for one to close; the calls themselves are admitted by [`Admission`].
 pub const MAX_CONCURRENT_STREAMS: u32 = 64;
 
-/// The permits: `daemon.queue_capacity` waiting plus the one job running.
+/// The permits: `daemon.queue_capacity` waiting plus the jobs running.
 #[derive(Clone)]
 pub struct Admission {
     permits: Arc<Semaphore>,
@@ -45,11 +45,11 @@ pub struct Admission {
 pub struct Admitted(#[allow(dead_code)] Arc<(OwnedSemaphorePermit, Option<OwnedSemaphorePermit>)>);
 
 impl Admission {
-    pub fn new(queue_capacity: usize) -> Admission {
-        Admission { permits: Arc::new(Semaphore::new(queue_capacity + 1)), capacity: queue_capacity }
+    pub fn new(queue_capacity: usize, running: usize) -> Admission {
+        Admission { permits: Arc::new(Semaphore::new(queue_capacity + running.max(1))), capacity: queue_capacity }
     }
 
-    /// Places in the queue (`daemon.queue_capacity`), besides the job running.
+    /// Places in the queue (`daemon.queue_capacity`), besides the jobs running.
     pub fn capacity(&self) -> usize {
         self.capacity
     }
@@ -126,9 +126,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn places_are_the_queue_plus_the_running_job_and_come_back() {
-        let a = Admission::new(2);
-        let mut held: Vec<Admitted> = (0..3).map(|_| a.try_admit().unwrap()).collect();
+    fn places_are_the_queue_plus_the_running_jobs_and_come_back() {
+        let a = Admission::new(2, 3);
+        let mut held: Vec<Admitted> = (0..5).map(|_| a.try_admit().unwrap()).collect();
         let e = a.try_admit().err().unwrap();
         let status = tonic::Status::from(e);
         assert_eq!(status.code(), tonic::Code::ResourceExhausted);

@@ -55,6 +55,7 @@ struct RawDaemon {
     cache_slots: Option<u32>,
     cache_budget_mb: Option<u64>,
     speculate: Option<String>,
+    streams: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -87,6 +88,10 @@ pub struct Config {
     /// sampled distribution. "auto" (the default) drafts only where it is
     /// expected to pay, "always" wherever a draft is found, "off" never.
     pub speculate: revis_engine::Speculate,
+    /// Generations one model decodes together in one batch (`daemon.streams`);
+    /// each has a KV cache of the whole context, so a model's cache takes
+    /// this many times the memory of one. 1: one at a time.
+    pub streams: u32,
     /// tier name → the model it uses.
     pub tiers: BTreeMap<Tier, TierModel>,
     pub server: ServerConfig,
@@ -120,6 +125,10 @@ pub struct ServerConfig {
     pub keyring: PathBuf,
 }
 
+/// `daemon.streams` unless told otherwise: four generations of a model
+/// decode together (a reply and the facts, audit and summary after it).
+pub const DEFAULT_STREAMS: u32 = 4;
+
 /// The TCP port server mode listens on unless told otherwise.
 pub const DEFAULT_PORT: u16 = 47470;
 /// `server.peer_timeout_ms` unless told otherwise: a paired device that
@@ -140,6 +149,8 @@ pub struct TierModel {
     /// `daemon.speculate` (the same for every tier): whether the model is
     /// probed at load for drafting.
     pub speculate: revis_engine::Speculate,
+    /// `daemon.streams` (the same for every tier).
+    pub streams: u32,
     /// What a request that leaves a sampling setting unset gets: the model
     /// file's own (GGUF metadata), else the catalog's (`revis_models::sampling_defaults`).
     pub sampling: revis_models::SamplingDefaults,
@@ -217,6 +228,8 @@ impl Config {
             max_tokens_limit.into(),
         )? as u32;
         let keep_alive_s = range("daemon.keep_alive_s", d.keep_alive_s, 300, 0, 30 * 86_400)?;
+        let streams =
+            range("daemon.streams", d.streams.map(u64::from), DEFAULT_STREAMS.into(), 1, revis_engine::MAX_STREAMS.into())? as u32;
         let speculate = match d.speculate.as_deref() {
             None => revis_engine::Speculate::Auto,
             Some(v) => v.parse().map_err(|m| field("daemon.speculate", m))?,
@@ -274,6 +287,7 @@ impl Config {
                 cache_slots,
                 cache_budget_bytes: (range(&f("cache_budget_mb"), t.and_then(|t| t.cache_budget_mb), cache_mb, 0, 1 << 20)? << 20) as usize,
                 speculate,
+                streams,
             };
             tiers.insert(tier, model);
         }
@@ -301,6 +315,7 @@ impl Config {
             max_tokens_limit,
             default_max_tokens,
             speculate,
+            streams,
             tiers,
         })
     }
@@ -439,6 +454,7 @@ mod tests {
     #[test]
     fn errors_name_the_field() {
         check("[daemon]\ncontext = 10\n", expect!["config revisd.toml: `daemon.context` is 10; it must be between 256 and 131072"]);
+        check("[daemon]\nstreams = 0\n", expect!["config revisd.toml: `daemon.streams` is 0; it must be between 1 and 16"]);
         check(
             "[daemon]\nspeculate = \"yes\"\n",
             expect![[r#"config revisd.toml: `daemon.speculate` is "yes"; it must be "auto", "always" or "off""#]],
@@ -478,7 +494,7 @@ mod tests {
               |
             2 | threds = 2
               | ^^^^^^
-            unknown field `threds`, expected one of `socket`, `load_at_start`, `keep_alive_s`, `queue_capacity`, `stall_timeout_s`, `max_tokens_limit`, `default_max_tokens`, `context`, `threads`, `batch`, `cache_slots`, `cache_budget_mb`, `speculate`"#]],
+            unknown field `threds`, expected one of `socket`, `load_at_start`, `keep_alive_s`, `queue_capacity`, `stall_timeout_s`, `max_tokens_limit`, `default_max_tokens`, `context`, `threads`, `batch`, `cache_slots`, `cache_budget_mb`, `speculate`, `streams`"#]],
         );
     }
 

@@ -15,7 +15,7 @@ pub enum DaemonError {
     #[error("{0}")]
     TooLarge(String),
     #[error(
-        "the queue is full ({capacity} requests waiting besides the one running, daemon.queue_capacity); retry in {}s",
+        "the queue is full ({capacity} requests waiting besides those running, daemon.queue_capacity); retry in {}s",
         RETRY_AFTER_MS / 1000
     )]
     QueueFull { capacity: usize },

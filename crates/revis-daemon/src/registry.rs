@@ -286,6 +286,7 @@ impl Model {
                 cache_budget_bytes: m.cache_budget_bytes,
                 probe: m.speculate != revis_engine::Speculate::Off,
                 split: m.engine_split.as_ref().map(|e| e.split.clone()),
+                streams: m.streams,
             },
             split: m.split.clone(),
             split_note: m.engine_split.as_ref().map(|e| e.note.clone()).unwrap_or_default(),

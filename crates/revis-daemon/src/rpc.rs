@@ -10,8 +10,8 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use revis_engine::{
-    Delta, EmbedJob, EngineError, FinishReason, Finished, GenerateJob, Job, PrefillJob, Prompt, ScoreJob, build_prompt, build_score_prefix,
-    build_static_prompt,
+    Class, Delta, EmbedJob, EngineError, FinishReason, Finished, GenerateJob, Job, PrefillJob, Prompt, ScoreJob, build_prompt,
+    build_score_prefix, build_static_prompt,
 };
 use revis_proto::Tier;
 use revis_proto::v1 as pb;
@@ -41,18 +41,32 @@ pub struct Task {
     pub lease: Lease,
 }
 
-/// Runs queued jobs on the engine one at a time, most urgent first.
-pub async fn run_queue(queue: Arc<Queue<Task>>, registry: Arc<Registry>) {
+/// Hands queued jobs to the engine, most urgent first, at most `streams`
+/// at a time: the engine decodes that many generations of a model together
+/// and runs other jobs between their steps. The rest wait in the queue, in
+/// order, so a user job that comes later still goes first.
+pub async fn run_queue(queue: Arc<Queue<Task>>, registry: Arc<Registry>, streams: usize) {
+    let places = Arc::new(tokio::sync::Semaphore::new(streams.max(1)));
     loop {
-        let task = queue.pop().await;
+        let Ok(place) = places.clone().acquire_owned().await else { return };
+        let (priority, task) = queue.pop().await;
         if task.job.abandoned() {
             continue;
         }
-        queue.set_busy(true);
+        let class = match priority {
+            Priority::User => Class::User,
+            Priority::Background => Class::Background,
+        };
+        queue.started();
         // The lease goes with the job and is dropped on the engine thread as
         // soon as the job ends, so an unload right after frees the weights.
-        let _ = registry.engine().run(&task.key, task.job, task.cancel, Box::new(task.lease)).await;
-        queue.set_busy(false);
+        let finished = registry.engine().run(&task.key, task.job, class, task.cancel, Box::new(task.lease));
+        let queue = queue.clone();
+        tokio::spawn(async move {
+            let _ = finished.await;
+            queue.ended();
+            drop(place);
+        });
     }
 }
 
@@ -726,6 +740,7 @@ impl Stream for EventStream {
                     queue_ms: (this.admitted.elapsed().as_micros() as u64).saturating_sub(busy_us) / 1000,
                     draft_tokens: f.draft_tokens,
                     draft_accepted: f.draft_accepted,
+                    batch_peak: f.batch_peak,
                 }))
             }
         };

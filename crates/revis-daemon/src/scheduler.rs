@@ -1,11 +1,12 @@
 //! Admission and order: a bounded priority queue in front of the engine.
-//! One job runs at a time (inference is memory-bandwidth bound); user jobs
-//! go before background ones, first come first served within a priority.
+//! The worker hands the engine as many jobs as a model decodes together
+//! (`daemon.streams`), the most urgent first: user jobs before background
+//! ones, first come first served within a priority.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 
 use tokio::sync::Notify;
 
@@ -50,14 +51,15 @@ pub struct Queue<T> {
     heap: Mutex<(BinaryHeap<Entry<T>>, u64)>,
     notify: Notify,
     capacity: usize,
-    busy: AtomicBool,
+    /// Jobs the engine has now.
+    running: AtomicUsize,
     /// Items nobody waits for any more; they give up their place when the queue is full.
     abandoned: fn(&T) -> bool,
 }
 
 impl<T> Queue<T> {
     pub fn new(capacity: usize, abandoned: fn(&T) -> bool) -> Self {
-        Queue { heap: Mutex::new((BinaryHeap::new(), 0)), notify: Notify::new(), capacity, busy: AtomicBool::new(false), abandoned }
+        Queue { heap: Mutex::new((BinaryHeap::new(), 0)), notify: Notify::new(), capacity, running: AtomicUsize::new(0), abandoned }
     }
 
     /// Adds an item, or says the queue is full.
@@ -79,11 +81,11 @@ impl<T> Queue<T> {
     }
 
     /// Waits for the most urgent item.
-    pub async fn pop(&self) -> T {
+    pub async fn pop(&self) -> (Priority, T) {
         loop {
             let notified = self.notify.notified();
             if let Some(e) = self.heap.lock().unwrap_or_else(|p| p.into_inner()).0.pop() {
-                return e.item;
+                return (e.priority, e.item);
             }
             notified.await;
         }
@@ -103,13 +105,19 @@ impl<T> Queue<T> {
         self.capacity
     }
 
-    /// Whether a job is running now (set by the worker).
-    pub fn set_busy(&self, busy: bool) {
-        self.busy.store(busy, AtomicOrdering::SeqCst);
+    /// The worker handed a job to the engine.
+    pub fn started(&self) {
+        self.running.fetch_add(1, AtomicOrdering::SeqCst);
     }
 
+    /// The engine is done with a job.
+    pub fn ended(&self) {
+        self.running.fetch_sub(1, AtomicOrdering::SeqCst);
+    }
+
+    /// Whether the engine has a job now.
     pub fn busy(&self) -> bool {
-        self.busy.load(AtomicOrdering::SeqCst)
+        self.running.load(AtomicOrdering::SeqCst) > 0
     }
 }
 
@@ -126,7 +134,7 @@ mod tests {
         q.push(Priority::User, "u2").unwrap();
         let mut order = Vec::new();
         for _ in 0..4 {
-            order.push(q.pop().await);
+            order.push(q.pop().await.1);
         }
         assert_eq!(order, ["u1", "u2", "b1", "b2"]);
     }
@@ -150,7 +158,7 @@ mod tests {
         let q = std::sync::Arc::new(Queue::new(2, |_: &i32| false));
         let waiter = tokio::spawn({
             let q = q.clone();
-            async move { q.pop().await }
+            async move { q.pop().await.1 }
         });
         tokio::task::yield_now().await;
         assert!(!waiter.is_finished());

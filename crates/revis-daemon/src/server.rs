@@ -76,15 +76,16 @@ pub async fn run(
             }
         }
     }
-    // Admission gives out queue_capacity + 1 places (the queue and the job
-    // running) and is the limit callers see. The queue itself has room for
-    // all of them: a finished job gives its place back a moment before the
-    // worker takes the next one off the queue, and the call admitted in that
-    // moment must not find the queue full.
-    let queue = Arc::new(Queue::new(config.queue_capacity + 1, |t: &crate::rpc::Task| t.job.abandoned()));
+    // Admission gives out queue_capacity + streams places (the queue and the
+    // jobs running) and is the limit callers see. The queue itself has room
+    // for all of them: a finished job gives its place back a moment before
+    // the worker takes the next one off the queue, and the call admitted in
+    // that moment must not find the queue full.
+    let running = config.streams as usize;
+    let queue = Arc::new(Queue::new(config.queue_capacity + running, |t: &crate::rpc::Task| t.job.abandoned()));
     let closing = Arc::new(AtomicBool::new(false));
     let remote = Remote::new(config.server.clone(), config.tiers.keys().map(|t| t.to_string()).collect())?;
-    let admission = Admission::new(config.queue_capacity);
+    let admission = Admission::new(config.queue_capacity, running);
     let daemon = Core {
         admission: admission.clone(),
         tokenizers: Arc::new(crate::rpc::tokenizer_pool()),
@@ -96,7 +97,7 @@ pub async fn run(
         started: Instant::now(),
         closing: closing.clone(),
     };
-    tokio::spawn(run_queue(queue, registry.clone()));
+    tokio::spawn(run_queue(queue, registry.clone(), running));
     tokio::spawn(registry.clone().unload_idle_models());
 
     let (health, health_service) = tonic_health::server::health_reporter();

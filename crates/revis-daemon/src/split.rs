@@ -471,7 +471,7 @@ pub fn engine_config(a: &EngineArgs, models_dir: &std::path::Path) -> Result<Con
     let quote = |s: &str| toml::Value::String(s.to_owned()).to_string();
     let model = quote(&a.model.to_string_lossy());
     let mut text = format!(
-        "[daemon]\nload_at_start = true\nspeculate = \"off\"\ncontext = {}\nthreads = {}\nbatch = {}\nmax_tokens_limit = {}\n\
+        "[daemon]\nload_at_start = true\nspeculate = \"off\"\nstreams = 1\ncontext = {}\nthreads = {}\nbatch = {}\nmax_tokens_limit = {}\n\
          [server]\nenabled = false\nadvertise = false\nlend = false\nstate_dir = {}\n",
         a.context,
         a.threads,

@@ -21,6 +21,7 @@ async fn main() {
         cache_budget_bytes: 256 << 20,
         probe: false,
         split: None,
+        streams: 1,
     };
     let loaded = engine.load("m", spec).await.expect("load");
     let msgs = vec![Message {
@@ -46,7 +47,13 @@ async fn main() {
             logprobs: None,
             speculate: Speculate::Off,
         };
-        let _f = engine.run("m", Job::Generate { job, deltas: tx, done }, Arc::new(AtomicBool::new(false)), Box::new(()));
+        let _f = engine.run(
+            "m",
+            Job::Generate { job, deltas: tx, done },
+            revis_engine::Class::User,
+            Arc::new(AtomicBool::new(false)),
+            Box::new(()),
+        );
         while rx.recv().await.is_some() {}
         let f = done_rx.await.expect("engine").expect("generate");
         println!("round {round}: {} tokens, {:.1} t/s", f.generated_tokens, f64::from(f.generated_tokens) * 1e6 / f.generate_us as f64);

@@ -15,6 +15,7 @@ async fn main() {
         cache_budget_bytes: 256 << 20,
         probe: true,
         split: None,
+        streams: 1,
     };
     let loaded = engine.load("m", spec).await.unwrap();
     println!("loaded {} MB in {} ms", loaded.memory_bytes >> 20, loaded.load_ms);
@@ -32,7 +33,13 @@ async fn main() {
             logprobs: None,
             speculate: Speculate::Auto,
         };
-        let _f = engine.run("m", Job::Generate { job, deltas: tx, done }, Arc::new(AtomicBool::new(false)), Box::new(()));
+        let _f = engine.run(
+            "m",
+            Job::Generate { job, deltas: tx, done },
+            revis_engine::Class::User,
+            Arc::new(AtomicBool::new(false)),
+            Box::new(()),
+        );
         while let Some(d) = rx.recv().await {
             print!("{}", d.text);
         }

@@ -22,7 +22,7 @@ pub use llama::LlamaCpp;
 pub use lookup::Speculate;
 pub use prompt::{Prompt, build_prompt, build_score_prefix, build_static_prompt};
 pub use stop::{StopMatcher, Stopped};
-pub use thread::{EmbedJob, Engine, GenerateJob, Job, LoadedModel, PrefillJob, ScoreJob};
+pub use thread::{Class, EmbedJob, Engine, GenerateJob, Job, LoadedModel, PrefillJob, ScoreJob};
 pub use utf8::Utf8Stream;
 
 /// A token id in the model's vocabulary.
@@ -70,6 +70,9 @@ pub struct ModelSpec {
     /// The model's later layers on other machines' RPC servers (a split
     /// engine only; see [`rpc`]); None: all of it here.
     pub split: Option<Split>,
+    /// Generations decoded together, each on a sequence with a cache of
+    /// `n_ctx` tokens of its own (1 to [`MAX_STREAMS`]).
+    pub streams: u32,
 }
 
 /// Where a split model's layers go: the last `remote_layers` repeating
@@ -157,6 +160,8 @@ pub struct Finished {
     /// many of them the model kept.
     pub draft_tokens: u32,
     pub draft_accepted: u32,
+    /// The most streams that shared one step with this one, itself included.
+    pub batch_peak: u32,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -225,17 +230,48 @@ pub trait Tokenizer: Send + Sync {
     fn json_grammar(&self, schema: Option<&str>) -> Result<String, EngineError>;
 }
 
+/// A generation running on a session, between decode steps.
+pub type StreamId = usize;
+
+/// The most generations one model decodes together (`daemon.streams`).
+pub const MAX_STREAMS: u32 = 16;
+
+/// What starting a generation gave.
+#[derive(Debug)]
+pub enum Begun {
+    /// It runs: [`Session::step`] decodes it.
+    Running(StreamId),
+    /// It ended at its first token, or was cancelled during its prompt.
+    Done(Finished),
+}
+
 /// The engine-thread half of a loaded model: owns its context and caches.
 /// Not `Sync`; only the engine thread touches it.
+///
+/// Generations run as streams that decode together: [`Session::start`]
+/// evaluates a prompt and picks the first token, each [`Session::step`]
+/// decodes one batch with a token (or a verified draft) of each stream it
+/// is given. A stream's text and tokens never depend on which others share
+/// its steps beyond what llama.cpp's kernels do with the batch's shape (see
+/// ARCHITECTURE.md, "Several answers in one batch").
 pub trait Session: Send {
-    /// Generates; `emit` returns false when the receiver has gone, which
-    /// cancels within one token step. `cancelled` is polled between prompt batches.
-    fn generate(
+    /// How many generations can run at once.
+    fn streams(&self) -> usize;
+    /// Whether a sequence is free for a generation, a prefill or a score.
+    fn has_free_sequence(&self) -> bool;
+    /// Starts a generation on a free sequence: evaluates its prompt (polling
+    /// `cancelled` between batches) and picks its first token, streaming
+    /// its text through `emit` (false: the receiver has gone).
+    fn start(&mut self, job: GenerateJob, emit: &mut dyn FnMut(Delta) -> bool, cancelled: &dyn Fn() -> bool) -> Result<Begun, EngineError>;
+    /// Decodes one step of `streams` in one batch; returns those that ended.
+    /// On an error every one of them has ended without an answer.
+    fn step(
         &mut self,
-        job: &GenerateJob,
-        emit: &mut dyn FnMut(Delta) -> bool,
-        cancelled: &dyn Fn() -> bool,
-    ) -> Result<Finished, EngineError>;
+        streams: &[StreamId],
+        emit: &mut dyn FnMut(StreamId, Delta) -> bool,
+    ) -> Result<Vec<(StreamId, Finished)>, EngineError>;
+    /// Ends a stream now (its reason: cancelled).
+    fn cancel(&mut self, stream: StreamId) -> Finished;
     fn prefill(&mut self, prompt: &Prompt, cancelled: &dyn Fn() -> bool) -> Result<Prefilled, EngineError>;
     /// Scores each continuation after the same prefix, which is evaluated
     /// once; `top` alternatives per position. The numbers are the same

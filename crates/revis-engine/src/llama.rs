@@ -22,8 +22,8 @@ use crate::cache::{Evaluated, PrefixCache};
 use crate::lookup::{self, BatchCosts, EXACT_CONTEXT, MAX_DRAFT, PRIOR_ACCEPT, Speculate, Speculation};
 use crate::sample::{argmax, softmax, top_k_of};
 use crate::{
-    Backend, Delta, EngineError, FinishReason, Finished, GenerateJob, Loaded, MAX_EMBED_TOKENS, Message, ModelSpec, ModelStats, Prefilled,
-    Prompt, Sampling, Scored, Session, StopMatcher, Stopped, Token, TokenInfo, Tokenizer, Utf8Stream,
+    Backend, Begun, Delta, EngineError, FinishReason, Finished, GenerateJob, Loaded, MAX_EMBED_TOKENS, Message, ModelSpec, ModelStats,
+    Prefilled, Prompt, Sampling, Scored, Session, StopMatcher, Stopped, StreamId, Token, TokenInfo, Tokenizer, Utf8Stream,
 };
 
 /// How long the batch probe ([`LlamaSession::probe`]) may take before it
@@ -83,13 +83,18 @@ impl Backend for LlamaCpp {
         };
         let n_ctx = spec.n_ctx.min(model.n_ctx_train().max(1));
         let threads = spec.threads.max(1) as i32;
+        let streams = spec.streams.clamp(1, crate::MAX_STREAMS);
         let params = LlamaContextParams::default()
-            .with_n_ctx(NonZeroU32::new(n_ctx))
+            // One sequence per stream, each with a cache of its own of the
+            // whole context (not one pool they share): a stream never runs
+            // out of cells because of the others, and attends over its own.
+            .with_n_ctx(NonZeroU32::new(n_ctx * streams))
+            .with_n_seq_max(streams)
+            .with_kv_unified(false)
             .with_n_batch(spec.batch)
             .with_n_ubatch(spec.batch)
             .with_n_threads(threads)
             .with_n_threads_batch(threads)
-            .with_n_seq_max(1)
             // Keep the whole sliding-window cache (Gemma 3) so prefixes can be trimmed and restored.
             .with_swa_full(true);
         let ctx = model.new_context(raw_backend(), params).map_err(|e| load_err(e.to_string()))?;
@@ -107,7 +112,9 @@ impl Backend for LlamaCpp {
             batch: LlamaBatch::new(spec.batch as usize, 1),
             chunk: spec.batch as usize,
             n_ctx,
-            live: Evaluated::default(),
+            seqs: (0..streams).map(|_| Seq::default()).collect(),
+            gens: (0..streams).map(|_| None).collect(),
+            tick: 0,
             saved: PrefixCache::new(spec.cache_slots, spec.cache_budget_bytes),
             costs: BatchCosts::default(),
             exact_batch: None,
@@ -187,9 +194,14 @@ struct LlamaSession {
     threads: i32,
     batch: LlamaBatch<'static>,
     chunk: usize,
+    /// Context of each sequence, in tokens.
     n_ctx: u32,
-    /// What sequence 0 of the KV cache holds now.
-    live: Evaluated,
+    /// The KV cache's sequences, one per stream: what each holds.
+    seqs: Vec<Seq>,
+    /// The generation running on each sequence.
+    gens: Vec<Option<Gen>>,
+    /// Counts uses of sequences, for least-recently-used choices.
+    tick: u64,
     saved: PrefixCache<SeqState>,
     /// What decoding a batch of each size costs here (for drafting).
     costs: BatchCosts,
@@ -202,70 +214,114 @@ struct LlamaSession {
     accept: f64,
 }
 
+/// One sequence of the KV cache.
+#[derive(Default)]
+struct Seq {
+    /// What it holds.
+    live: Evaluated,
+    /// A generation, prefill or score has it now.
+    busy: bool,
+    /// When it was last used ([`LlamaSession::tick`]).
+    used: u64,
+}
+
 impl LlamaSession {
-    /// Makes sequence 0 hold the longest reusable prefix of `tokens` (at most
-    /// `limit` tokens), restoring a saved prefix if that gives more. Returns
-    /// how many tokens are already evaluated. With `save`, what the live
+    /// The free sequence to put `tokens` on: the one that holds the longest
+    /// reusable prefix of it, else the least recently used. None when every
+    /// sequence is busy.
+    fn choose(&self, tokens: &[Token], cuts: &[usize], limit: usize) -> Option<usize> {
+        (0..self.seqs.len())
+            .filter(|&i| !self.seqs[i].busy)
+            .max_by_key(|&i| (self.seqs[i].live.reusable(tokens, cuts, limit), std::cmp::Reverse(self.seqs[i].used)))
+    }
+
+    /// Takes a free sequence for `tokens` (see [`Self::choose`]) and makes it
+    /// hold the longest reusable prefix of them (see [`Self::reuse`]).
+    fn place(&mut self, tokens: &[Token], cuts: &[usize], limit: usize, save: bool) -> Result<(usize, usize), EngineError> {
+        let seq = self.choose(tokens, cuts, limit).ok_or(EngineError::Llama("every sequence is busy".into()))?;
+        self.tick += 1;
+        self.seqs[seq].used = self.tick;
+        let cached = self.reuse(seq, tokens, cuts, limit, save)?;
+        Ok((seq, cached))
+    }
+
+    /// Makes sequence `seq` hold the longest reusable prefix of `tokens` (at
+    /// most `limit` tokens), restoring a saved prefix if that gives more.
+    /// Returns how many tokens are already evaluated. With `save`, what the
     /// sequence loses is saved as a cached prefix first (when worth it).
-    fn reuse(&mut self, tokens: &[Token], cuts: &[usize], limit: usize, save: bool) -> Result<usize, EngineError> {
-        let from_live = self.live.reusable(tokens, cuts, limit);
-        if save && from_live < self.live.len() {
+    fn reuse(&mut self, seq: usize, tokens: &[Token], cuts: &[usize], limit: usize, save: bool) -> Result<usize, EngineError> {
+        let from_live = self.seqs[seq].live.reusable(tokens, cuts, limit);
+        if save && from_live < self.seqs[seq].live.len() {
             // Save what is about to be cut first: saving may evict entries, so
             // a saved entry is chosen only afterwards.
-            self.save_live();
+            self.save_live(seq);
         }
+        let id = Some(seq as u32);
         let from_saved = self.saved.best(tokens, cuts, limit).filter(|&(_, n)| n > from_live);
         let n = match from_saved {
             Some((index, n)) => {
                 // Forget what the sequence held before touching it, so an error
                 // below never leaves stale bookkeeping behind.
-                self.live = Evaluated::default();
-                self.ctx.clear_kv_cache_seq(Some(0), None, None).map_err(llama_err)?;
+                self.seqs[seq].live = Evaluated::default();
+                self.ctx.clear_kv_cache_seq(id, None, None).map_err(llama_err)?;
                 let saved = self.saved.get(index);
-                self.ctx.state_seq_set(&saved.state, 0).map_err(llama_err)?;
-                self.live = saved.seq.clone();
+                self.ctx.state_seq_set(&saved.state, seq as i32).map_err(llama_err)?;
+                self.seqs[seq].live = saved.seq.clone();
                 n
             }
             None => from_live,
         };
-        if n < self.live.len() {
-            let trimmed = self.ctx.clear_kv_cache_seq(Some(0), Some(n as u32), None).map_err(llama_err)?;
+        if n < self.seqs[seq].live.len() {
+            let trimmed = self.ctx.clear_kv_cache_seq(id, Some(n as u32), None).map_err(llama_err)?;
             if !trimmed {
                 // This model's cache cannot be trimmed part-way: start over.
-                self.live = Evaluated::default();
-                self.ctx.clear_kv_cache_seq(Some(0), None, None).map_err(llama_err)?;
+                self.seqs[seq].live = Evaluated::default();
+                self.ctx.clear_kv_cache_seq(id, None, None).map_err(llama_err)?;
                 return Ok(0);
             }
         }
-        self.live.truncate(n);
+        self.seqs[seq].live.truncate(n);
         Ok(n)
     }
 
-    /// Saves the live sequence as a cached prefix before it is cut, if it is
+    /// Saves sequence `seq` as a cached prefix before it is cut, if it is
     /// long enough and no saved prefix already holds it.
-    fn save_live(&mut self) {
-        if self.live.len() < MIN_SAVED_TOKENS || self.saved.covers(&self.live) {
+    fn save_live(&mut self, seq: usize) {
+        let live = &self.seqs[seq].live;
+        if live.len() < MIN_SAVED_TOKENS || self.saved.covers(live) {
             return;
         }
         // Ask the size first: copying a state that cannot be kept is wasted work.
-        if self.ctx.state_seq_get_size_ext(0, LlamaStateSeqFlags::empty()) > self.saved.budget_bytes() {
+        if self.ctx.state_seq_get_size_ext(seq as i32, LlamaStateSeqFlags::empty()) > self.saved.budget_bytes() {
             return;
         }
-        match self.ctx.state_seq_get(0, LlamaStateSeqFlags::empty()) {
+        match self.ctx.state_seq_get(seq as i32, LlamaStateSeqFlags::empty()) {
             Ok(state) if state.byte_len() <= self.saved.budget_bytes() => {
                 let bytes = state.byte_len();
-                self.saved.insert(self.live.clone(), state, bytes);
+                self.saved.insert(self.seqs[seq].live.clone(), state, bytes);
             }
             Ok(_) => {}
             Err(e) => tracing::warn!("could not save a cached prefix: {e}"),
         }
     }
 
-    /// Evaluates `tokens[from..]` batch by batch at `cuts`. `wants_logits(pos)`
-    /// says which positions need logits; `after_batch(session, start)` runs
-    /// after each batch. Returns false if cancelled between batches.
+    /// Forgets what sequence `seq` holds (after an error left it unknown).
+    fn forget(&mut self, seq: usize) {
+        self.seqs[seq].live = Evaluated::default();
+        self.seqs[seq].busy = false;
+        if let Err(e) = self.ctx.clear_kv_cache_seq(Some(seq as u32), None, None) {
+            tracing::warn!("could not clear sequence {seq}: {e}");
+        }
+    }
+
+    /// Evaluates `tokens[from..]` on sequence `seq`, batch by batch at
+    /// `cuts`. `wants_logits(pos)` says which positions need logits;
+    /// `after_batch(session, start)` runs after each batch. Returns false if
+    /// cancelled between batches.
+    #[allow(clippy::too_many_arguments)]
     fn evaluate(
         &mut self,
+        seq: usize,
         tokens: &[Token],
         cuts: &[usize],
         from: usize,
@@ -274,16 +330,17 @@ impl LlamaSession {
         cancelled: &dyn Fn() -> bool,
     ) -> Result<bool, EngineError> {
         let mut start = from;
+        let id = [seq as i32];
         for &end in cuts.iter().filter(|&&c| c > from) {
             if cancelled() {
                 return Ok(false);
             }
             self.batch.clear();
             for (pos, &token) in tokens.iter().enumerate().take(end).skip(start) {
-                self.batch.add(LlamaToken(token as i32), pos as i32, &[0], wants_logits(pos)).map_err(llama_err)?;
+                self.batch.add(LlamaToken(token as i32), pos as i32, &id, wants_logits(pos)).map_err(llama_err)?;
             }
             self.ctx.decode(&mut self.batch).map_err(llama_err)?;
-            self.live.push_batch(&tokens[start..end]);
+            self.seqs[seq].live.push_batch(&tokens[start..end]);
             after_batch(self, start, end)?;
             start = end;
         }
@@ -346,8 +403,8 @@ impl LlamaSession {
         let n = MAX_DRAFT + 1;
         let text = to_ids(self.model.vocab().tokenize(PROBE_TEXT.as_bytes(), self.model.vocab().should_add_bos(), false));
         let started = Instant::now();
-        self.save_live();
-        self.live = Evaluated::default();
+        self.save_live(0);
+        self.seqs[0].live = Evaluated::default();
         self.ctx.clear_kv_cache_seq(Some(0), None, None).map_err(llama_err)?;
         if text.len() < n + 1 {
             return Ok(1);
@@ -389,16 +446,17 @@ impl LlamaSession {
     /// Drops the cache's tokens from `keep` on (rejected draft tokens). A
     /// model whose cache cannot be cut part-way has the kept text evaluated
     /// again; false then, so the caller stops drafting.
-    fn rollback(&mut self, keep: usize, text: &[Token]) -> Result<bool, EngineError> {
-        if self.ctx.clear_kv_cache_seq(Some(0), Some(keep as u32), None).map_err(llama_err)? {
-            self.live.truncate(keep);
+    fn rollback(&mut self, seq: usize, keep: usize, text: &[Token]) -> Result<bool, EngineError> {
+        let id = Some(seq as u32);
+        if self.ctx.clear_kv_cache_seq(id, Some(keep as u32), None).map_err(llama_err)? {
+            self.seqs[seq].live.truncate(keep);
             return Ok(true);
         }
-        self.live = Evaluated::default();
-        self.ctx.clear_kv_cache_seq(Some(0), None, None).map_err(llama_err)?;
+        self.seqs[seq].live = Evaluated::default();
+        self.ctx.clear_kv_cache_seq(id, None, None).map_err(llama_err)?;
         let kept = &text[..keep];
         let cuts = crate::cuts(0, kept.len(), self.chunk);
-        self.evaluate(kept, &cuts, 0, &|_| false, &mut |_, _, _| Ok(()), &|| false)?;
+        self.evaluate(seq, kept, &cuts, 0, &|_| false, &mut |_, _, _| Ok(()), &|| false)?;
         Ok(false)
     }
 }
@@ -454,28 +512,183 @@ impl Picker {
     }
 }
 
+/// A generation in progress on one sequence, between decode steps.
+struct Gen {
+    seq: usize,
+    job: GenerateJob,
+    picker: Picker,
+    utf8: Utf8Stream,
+    stop: StopMatcher,
+    /// Tokens generated since the last delta, with their log-probabilities
+    /// when asked.
+    unsent: u32,
+    infos: Vec<TokenInfo>,
+    finished: Finished,
+    decoding: Instant,
+    /// Drafting (prompt lookup decoding): on, the text so far, the draft
+    /// verified in the batch just decoded, and the decisions. A stream
+    /// drafts only in a step it has to itself.
+    speculate: bool,
+    exact: usize,
+    history: Vec<Token>,
+    drafts: Vec<LlamaToken>,
+    spec: Speculation,
+    /// The model's tokens from the batch just decoded.
+    picked: Vec<LlamaToken>,
+    /// Where this stream's logits are in the batch just decoded.
+    idx: i32,
+    /// The token the next step feeds.
+    next: LlamaToken,
+}
+
+impl LlamaSession {
+    /// Takes the tokens the batch just decoded gives stream `id` (see
+    /// [`Picker::pick`]), streams their text, and says whether it is done;
+    /// if not, its next token is set.
+    fn pick(&mut self, id: StreamId, emit: &mut dyn FnMut(Delta) -> bool) -> Result<Option<FinishReason>, EngineError> {
+        let mut g = self.gens[id].take().expect("a running stream");
+        let reason = self.pick_into(&mut g, emit);
+        self.gens[id] = Some(g);
+        reason
+    }
+
+    fn pick_into(&mut self, g: &mut Gen, emit: &mut dyn FnMut(Delta) -> bool) -> Result<Option<FinishReason>, EngineError> {
+        let model = self.model.clone();
+        let vocab = model.vocab();
+        // The token after the batch's first position, and one more for
+        // each draft token the model agrees with.
+        g.picked.clear();
+        for i in 0..=g.drafts.len() {
+            let token = g.picker.pick(&self.ctx, g.idx + i as i32, g.drafts.get(i).copied());
+            g.picked.push(token);
+            if g.drafts.get(i) != Some(&token) {
+                break;
+            }
+        }
+        if !g.drafts.is_empty() {
+            let accepted = g.picked.len() - 1;
+            g.spec.record(g.drafts.len(), accepted);
+            g.finished.draft_tokens += g.drafts.len() as u32;
+            g.finished.draft_accepted += accepted as u32;
+            if accepted < g.drafts.len() {
+                let keep = self.seqs[g.seq].live.len() - (g.drafts.len() - accepted);
+                g.speculate &= self.rollback(g.seq, keep, &g.history)?;
+            }
+        }
+        let mut piece = Vec::with_capacity(16);
+        for i in 0..g.picked.len() {
+            let token = g.picked[i];
+            if let Some(top) = g.job.logprobs {
+                let mut info = token_info(&model, self.ctx.get_logits_ith(g.idx + i as i32), token.0 as usize, top as usize);
+                if vocab.is_eog(token) {
+                    info.piece.clear();
+                }
+                g.infos.push(info);
+            }
+            if vocab.is_eog(token) {
+                return Ok(Some(FinishReason::End));
+            }
+            g.finished.generated_tokens += 1;
+            g.unsent += 1;
+            piece.clear();
+            vocab.token_to_piece_into(token, &mut piece, false, None);
+            let text = g.utf8.push(&piece);
+            match g.stop.push(&text) {
+                Stopped::Yes(before) => {
+                    if !before.is_empty() {
+                        g.finished.text.push_str(&before);
+                        emit(Delta { text: before, tokens: g.unsent, logprobs: std::mem::take(&mut g.infos) });
+                    }
+                    g.unsent = 0;
+                    return Ok(Some(FinishReason::Stop));
+                }
+                Stopped::No(safe) if !safe.is_empty() => {
+                    g.finished.text.push_str(&safe);
+                    if !emit(Delta { text: safe, tokens: g.unsent, logprobs: std::mem::take(&mut g.infos) }) {
+                        return Ok(Some(FinishReason::Cancelled));
+                    }
+                    g.unsent = 0;
+                }
+                Stopped::No(_) => {}
+            }
+            if g.finished.generated_tokens >= g.job.max_tokens {
+                return Ok(Some(FinishReason::Length));
+            }
+        }
+        if self.seqs[g.seq].live.len() + 1 >= self.n_ctx as usize {
+            return Ok(Some(FinishReason::Length));
+        }
+        g.next = *g.picked.last().expect("at least one token is picked");
+        if g.speculate {
+            g.history.extend(g.picked.iter().map(|t| t.0 as Token));
+        }
+        g.drafts.clear();
+        Ok(None)
+    }
+
+    /// Ends stream `id`: the text held back is streamed (unless cancelled)
+    /// and its sequence is free again, holding what it evaluated.
+    fn finish(&mut self, id: StreamId, reason: FinishReason, emit: &mut dyn FnMut(Delta) -> bool) -> Finished {
+        let mut g = self.gens[id].take().expect("a running stream");
+        self.seqs[g.seq].busy = false;
+        if reason != FinishReason::Stop {
+            let mut rest = g.utf8.finish();
+            rest = match g.stop.push(&rest) {
+                Stopped::Yes(before) => before,
+                Stopped::No(safe) => safe + &g.stop.finish(),
+            };
+            // Tokens with no text left to show (the turn's end, a held-back
+            // piece) still bring their log-probabilities.
+            if (!rest.is_empty() || !g.infos.is_empty()) && reason != FinishReason::Cancelled {
+                g.finished.text.push_str(&rest);
+                emit(Delta { text: rest, tokens: g.unsent, logprobs: std::mem::take(&mut g.infos) });
+            }
+        }
+        if g.finished.draft_tokens > 0 {
+            self.accept = g.spec.acceptance();
+        }
+        g.finished.reason = reason;
+        g.finished.generate_us = g.decoding.elapsed().as_micros() as u64;
+        g.finished
+    }
+}
+
+impl LlamaSession {
+    /// Ends streams without an answer (an error left their sequences unknown).
+    fn drop_streams(&mut self, ids: &[StreamId]) {
+        for &id in ids {
+            if let Some(g) = self.gens[id].take() {
+                self.forget(g.seq);
+            }
+        }
+    }
+}
+
 impl Session for LlamaSession {
-    fn generate(
-        &mut self,
-        job: &GenerateJob,
-        emit: &mut dyn FnMut(Delta) -> bool,
-        cancelled: &dyn Fn() -> bool,
-    ) -> Result<Finished, EngineError> {
+    fn streams(&self) -> usize {
+        self.seqs.len()
+    }
+
+    fn has_free_sequence(&self) -> bool {
+        self.seqs.iter().any(|s| !s.busy)
+    }
+
+    fn start(&mut self, job: GenerateJob, emit: &mut dyn FnMut(Delta) -> bool, cancelled: &dyn Fn() -> bool) -> Result<Begun, EngineError> {
         let tokens = &job.prompt.tokens;
         self.check_fits(tokens.len())?;
         if tokens.is_empty() {
             return Err(EngineError::Template("the prompt is empty".into()));
         }
-        let mut picker = self.picker(&job.sampling, job.grammar.as_deref())?;
+        let picker = self.picker(&job.sampling, job.grammar.as_deref())?;
         let drafting = job.speculate != Speculate::Off;
-        if drafting && self.exact_batch.is_none() {
-            // Before the prompt is placed: the probe empties the cache.
+        if drafting && self.exact_batch.is_none() && !self.seqs.iter().any(|s| s.busy) {
+            // Before the prompt is placed: the probe empties sequence 0.
             self.exact_batch = Some(self.probe()?);
         }
         let started = Instant::now();
         let cuts = job.prompt.cuts(self.chunk);
-        let cached = self.reuse(tokens, &cuts, tokens.len() - 1, true)?;
         let last = tokens.len() - 1;
+        let (seq, cached) = self.place(tokens, &cuts, last, true)?;
         let mut finished = Finished {
             reason: FinishReason::Cancelled,
             prompt_tokens: tokens.len() as u32,
@@ -486,148 +699,125 @@ impl Session for LlamaSession {
             text: String::new(),
             draft_tokens: 0,
             draft_accepted: 0,
+            batch_peak: 1,
         };
-        if !self.evaluate(tokens, &cuts, cached, &|p| p == last, &mut |_, _, _| Ok(()), cancelled)? {
-            finished.prompt_us = started.elapsed().as_micros() as u64;
-            return Ok(finished);
-        }
+        self.seqs[seq].busy = true;
+        let tokens = tokens.clone();
+        let evaluated = self.evaluate(seq, &tokens, &cuts, cached, &|p| p == last, &mut |_, _, _| Ok(()), cancelled);
         finished.prompt_us = started.elapsed().as_micros() as u64;
-        let decoding = Instant::now();
-
-        let model = self.model.clone();
-        let vocab = model.vocab();
-        let mut utf8 = Utf8Stream::default();
-        let mut stop = StopMatcher::new(job.stop.clone());
-        let mut unsent = 0u32;
-        // Log-probabilities of the tokens not yet sent, when asked.
-        let mut infos: Vec<TokenInfo> = Vec::new();
-        let mut piece = Vec::with_capacity(16);
-        // Drafting (prompt lookup decoding): the text so far, the draft
-        // verified in the batch just decoded, and the decisions.
+        match evaluated {
+            Ok(true) => {}
+            Ok(false) => {
+                self.seqs[seq].busy = false;
+                return Ok(Begun::Done(finished));
+            }
+            Err(e) => {
+                self.forget(seq);
+                return Err(e);
+            }
+        }
         let exact = self.exact_batch.unwrap_or(1).min(self.chunk);
-        let mut speculate = drafting && exact > 1;
-        let mut history: Vec<Token> = if speculate { tokens.clone() } else { Vec::new() };
-        let mut drafts: Vec<LlamaToken> = Vec::with_capacity(MAX_DRAFT);
-        let mut spec = Speculation::new(self.accept, job.speculate == Speculate::Always);
-        // The model's tokens from the batch just decoded.
-        let mut picked: Vec<LlamaToken> = Vec::with_capacity(MAX_DRAFT + 1);
-        let mut idx = self.batch.n_tokens() - 1;
-        let reason = 'generate: loop {
-            if cancelled() {
-                break FinishReason::Cancelled;
+        let speculate = drafting && exact > 1;
+        let always = job.speculate == Speculate::Always;
+        self.gens[seq] = Some(Gen {
+            seq,
+            picker,
+            utf8: Utf8Stream::default(),
+            stop: StopMatcher::new(job.stop.clone()),
+            unsent: 0,
+            infos: Vec::new(),
+            finished,
+            decoding: Instant::now(),
+            speculate,
+            exact,
+            history: if speculate { tokens } else { Vec::new() },
+            drafts: Vec::with_capacity(MAX_DRAFT),
+            spec: Speculation::new(self.accept, always),
+            picked: Vec::with_capacity(MAX_DRAFT + 1),
+            idx: self.batch.n_tokens() - 1,
+            next: LlamaToken(0),
+            job,
+        });
+        match self.pick(seq, emit) {
+            Ok(None) => Ok(Begun::Running(seq)),
+            Ok(Some(reason)) => Ok(Begun::Done(self.finish(seq, reason, emit))),
+            Err(e) => {
+                self.gens[seq] = None;
+                self.forget(seq);
+                Err(e)
             }
-            // The token after the batch's first position, and one more for
-            // each draft token the model agrees with.
-            picked.clear();
-            for i in 0..=drafts.len() {
-                let token = picker.pick(&self.ctx, idx + i as i32, drafts.get(i).copied());
-                picked.push(token);
-                if drafts.get(i) != Some(&token) {
-                    break;
-                }
-            }
-            if !drafts.is_empty() {
-                let accepted = picked.len() - 1;
-                spec.record(drafts.len(), accepted);
-                finished.draft_tokens += drafts.len() as u32;
-                finished.draft_accepted += accepted as u32;
-                if accepted < drafts.len() {
-                    let keep = self.live.len() - (drafts.len() - accepted);
-                    speculate &= self.rollback(keep, &history)?;
-                }
-            }
-            for (i, &token) in picked.iter().enumerate() {
-                if let Some(top) = job.logprobs {
-                    let mut info = token_info(&model, self.ctx.get_logits_ith(idx + i as i32), token.0 as usize, top as usize);
-                    if vocab.is_eog(token) {
-                        info.piece.clear();
-                    }
-                    infos.push(info);
-                }
-                if vocab.is_eog(token) {
-                    break 'generate FinishReason::End;
-                }
-                finished.generated_tokens += 1;
-                unsent += 1;
-                piece.clear();
-                vocab.token_to_piece_into(token, &mut piece, false, None);
-                let text = utf8.push(&piece);
-                match stop.push(&text) {
-                    Stopped::Yes(before) => {
-                        if !before.is_empty() {
-                            finished.text.push_str(&before);
-                            emit(Delta { text: before, tokens: unsent, logprobs: std::mem::take(&mut infos) });
-                        }
-                        unsent = 0;
-                        break 'generate FinishReason::Stop;
-                    }
-                    Stopped::No(safe) if !safe.is_empty() => {
-                        finished.text.push_str(&safe);
-                        if !emit(Delta { text: safe, tokens: unsent, logprobs: std::mem::take(&mut infos) }) {
-                            break 'generate FinishReason::Cancelled;
-                        }
-                        unsent = 0;
-                    }
-                    Stopped::No(_) => {}
-                }
-                if finished.generated_tokens >= job.max_tokens {
-                    break 'generate FinishReason::Length;
-                }
-            }
-            if self.live.len() + 1 >= self.n_ctx as usize {
-                break FinishReason::Length;
-            }
+        }
+    }
+
+    fn step(&mut self, ids: &[StreamId], emit: &mut dyn FnMut(StreamId, Delta) -> bool) -> Result<Vec<(StreamId, Finished)>, EngineError> {
+        let alone = ids.len() == 1;
+        self.batch.clear();
+        let mut drafted = 0;
+        for &id in ids {
+            let g = self.gens[id].as_mut().expect("a running stream");
+            let pos = self.seqs[g.seq].live.len();
             // The next batch: the last token picked, then a draft when the
-            // text so far has one and it is expected to pay.
-            let token = *picked.last().expect("at least one token is picked");
-            drafts.clear();
-            if speculate {
-                history.extend(picked.iter().map(|t| t.0 as Token));
-                let room = ((job.max_tokens - finished.generated_tokens) as usize)
+            // stream has the step to itself, the text so far has one, and
+            // it is expected to pay.
+            if alone && g.speculate {
+                let room = ((g.job.max_tokens - g.finished.generated_tokens) as usize)
                     .saturating_sub(1)
-                    .min((self.n_ctx as usize).saturating_sub(self.live.len() + 2))
-                    .min(EXACT_CONTEXT.saturating_sub(self.live.len() + 1))
-                    .min(exact - 1);
-                let found = lookup::find_draft(&history, room.min(MAX_DRAFT));
-                let k = spec.plan(found.len(), &self.costs);
-                drafts.extend(found[..k].iter().map(|&t| LlamaToken(t as i32)));
+                    .min((self.n_ctx as usize).saturating_sub(pos + 2))
+                    .min(EXACT_CONTEXT.saturating_sub(pos + 1))
+                    .min(g.exact - 1);
+                let found = lookup::find_draft(&g.history, room.min(MAX_DRAFT));
+                let k = g.spec.plan(found.len(), &self.costs);
+                g.drafts.extend(found[..k].iter().map(|&t| LlamaToken(t as i32)));
+                drafted = g.drafts.len();
             }
-            let pos = self.live.len();
-            self.batch.clear();
-            self.batch.add(token, pos as i32, &[0], true).map_err(llama_err)?;
-            for (i, &d) in drafts.iter().enumerate() {
-                self.batch.add(d, (pos + 1 + i) as i32, &[0], true).map_err(llama_err)?;
-            }
-            let step = Instant::now();
-            self.ctx.decode(&mut self.batch).map_err(llama_err)?;
-            if speculate {
-                self.costs.record(drafts.len() + 1, step.elapsed().as_secs_f64() * 1e6);
-            }
-            self.live.push_batch(&[token.0 as Token]);
-            for &d in &drafts {
-                self.live.push_batch(&[d.0 as Token]);
-            }
-            idx = 0;
-        };
-        if reason != FinishReason::Stop {
-            let mut rest = utf8.finish();
-            rest = match stop.push(&rest) {
-                Stopped::Yes(before) => before,
-                Stopped::No(safe) => safe + &stop.finish(),
-            };
-            // Tokens with no text left to show (the turn's end, a held-back
-            // piece) still bring their log-probabilities.
-            if (!rest.is_empty() || !infos.is_empty()) && reason != FinishReason::Cancelled {
-                finished.text.push_str(&rest);
-                emit(Delta { text: rest, tokens: unsent, logprobs: std::mem::take(&mut infos) });
+            g.idx = self.batch.n_tokens();
+            g.finished.batch_peak = g.finished.batch_peak.max(ids.len() as u32);
+            let seq = [g.seq as i32];
+            let added = std::iter::once(g.next)
+                .chain(g.drafts.iter().copied())
+                .enumerate()
+                .try_for_each(|(i, t)| self.batch.add(t, (pos + i) as i32, &seq, true));
+            if let Err(e) = added {
+                self.drop_streams(ids);
+                return Err(llama_err(e));
             }
         }
-        if finished.draft_tokens > 0 {
-            self.accept = spec.acceptance();
+        let step = Instant::now();
+        if let Err(e) = self.ctx.decode(&mut self.batch) {
+            self.drop_streams(ids);
+            return Err(llama_err(e));
         }
-        finished.reason = reason;
-        finished.generate_us = decoding.elapsed().as_micros() as u64;
-        Ok(finished)
+        if alone && self.gens[ids[0]].as_ref().is_some_and(|g| g.speculate) {
+            self.costs.record(drafted + 1, step.elapsed().as_secs_f64() * 1e6);
+        }
+        for &id in ids {
+            let g = self.gens[id].as_ref().expect("a running stream");
+            let (seq, next) = (g.seq, g.next.0 as Token);
+            let drafts: Vec<Token> = g.drafts.iter().map(|d| d.0 as Token).collect();
+            self.seqs[seq].live.push_batch(&[next]);
+            for d in drafts {
+                self.seqs[seq].live.push_batch(&[d]);
+            }
+        }
+        let mut done = Vec::new();
+        for (n, &id) in ids.iter().enumerate() {
+            let mut emit_one = |d: Delta| emit(id, d);
+            match self.pick(id, &mut emit_one) {
+                Ok(None) => {}
+                Ok(Some(reason)) => done.push((id, self.finish(id, reason, &mut emit_one))),
+                Err(e) => {
+                    // This stream's sequence is in an unknown state; the
+                    // ones not picked yet lose their logits with it.
+                    self.drop_streams(&ids[n..]);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    fn cancel(&mut self, id: StreamId) -> Finished {
+        self.finish(id, FinishReason::Cancelled, &mut |_| false)
     }
 
     fn prefill(&mut self, prompt: &Prompt, cancelled: &dyn Fn() -> bool) -> Result<Prefilled, EngineError> {
@@ -636,8 +826,8 @@ impl Session for LlamaSession {
         self.check_fits(tokens.len())?;
         let cuts = prompt.cuts(self.chunk);
         // A later request always has more tokens, so the whole prefill may be reused.
-        let cached = self.reuse(tokens, &cuts, tokens.len(), true)?;
-        if !self.evaluate(tokens, &cuts, cached, &|_| false, &mut |_, _, _| Ok(()), cancelled)? {
+        let (seq, cached) = self.place(tokens, &cuts, tokens.len(), true)?;
+        if !self.evaluate(seq, tokens, &cuts, cached, &|_| false, &mut |_, _, _| Ok(()), cancelled)? {
             return Err(EngineError::Stopped);
         }
         Ok(Prefilled { prompt_tokens: tokens.len() as u32, cached_tokens: cached as u32, elapsed_us: started.elapsed().as_micros() as u64 })
@@ -670,6 +860,7 @@ impl Session for LlamaSession {
         let prefix_cuts = prompt.cuts(self.chunk);
         let mut out = Vec::with_capacity(continuations.len());
         let mut predicts_first: Option<Vec<f32>> = None;
+        let mut seq = None;
         for continuation in continuations {
             let all: Vec<Token> = prefix.iter().chain(continuation).copied().collect();
             let mut cuts = prefix_cuts.clone();
@@ -678,7 +869,11 @@ impl Session for LlamaSession {
             let limit = if predicts_first.is_some() { prefix.len() } else { first };
             // Only the first continuation may save what the sequence held
             // before; the others would save the previous continuation.
-            let cached = self.reuse(&all, &cuts, limit, predicts_first.is_none())?;
+            let (at, cached) = match seq {
+                None => self.place(&all, &cuts, limit, true)?,
+                Some(at) => (at, self.reuse(at, &all, &cuts, limit, false)?),
+            };
+            seq = Some(at);
             let mut scored: Vec<TokenInfo> = Vec::with_capacity(continuation.len());
             if cached > first {
                 let logits = predicts_first.as_deref().expect("the prefix was evaluated with its last logits kept");
@@ -694,7 +889,7 @@ impl Session for LlamaSession {
                 }
                 Ok(())
             };
-            if !self.evaluate(&all, &cuts, cached, &|p| p >= first && p <= last, &mut collect, cancelled)? {
+            if !self.evaluate(at, &all, &cuts, cached, &|p| p >= first && p <= last, &mut collect, cancelled)? {
                 return Err(EngineError::Stopped);
             }
             out.push(Scored { logprob: scored.iter().map(|t| t.logprob).sum(), tokens: scored, prefix_tokens: prefix.len() as u32 });
@@ -744,15 +939,21 @@ impl Session for LlamaSession {
 
     fn purge(&mut self) -> (u32, u64) {
         let (n, bytes) = self.saved.clear();
-        let live = u32::from(!self.live.is_empty());
-        self.ctx.clear_kv_cache();
-        self.live = Evaluated::default();
+        let mut live = 0;
+        // A sequence a stream runs on keeps what it holds.
+        for seq in 0..self.seqs.len() {
+            if self.seqs[seq].busy {
+                continue;
+            }
+            live += u32::from(!self.seqs[seq].live.is_empty());
+            self.forget(seq);
+        }
         (n as u32 + live, bytes as u64)
     }
 
     fn stats(&self) -> ModelStats {
         ModelStats {
-            cached_prefixes: self.saved.len() as u32 + u32::from(!self.live.is_empty()),
+            cached_prefixes: self.saved.len() as u32 + self.seqs.iter().filter(|s| !s.live.is_empty()).count() as u32,
             cache_bytes: self.saved.total_bytes() as u64,
             n_ctx: self.n_ctx,
         }

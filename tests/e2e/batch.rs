@@ -1,0 +1,125 @@
+//! Several answers in one batch: generations of one model decode together
+//! (`daemon.streams`), each with the text it gives alone.
+
+use revis_client::wire::v1 as pb;
+use revis_testkit::TestDaemon;
+
+use crate::{Answer, ask, generate, system, user};
+
+/// Four requests unlike each other: plain, a stop string, log-probabilities,
+/// and a longer system prompt.
+fn requests() -> Vec<pb::GenerateRequest> {
+    vec![
+        ask("Count from one to twenty in words."),
+        pb::GenerateRequest { stop: vec!["ten".into()], ..ask("Count from one to twenty in words, separated by commas.") },
+        pb::GenerateRequest { logprobs: true, top_logprobs: 2, ..ask("Name some animals that live in rivers.") },
+        pb::GenerateRequest {
+            messages: vec![system("You answer in full sentences and never use lists."), user("Describe a lighthouse.")],
+            ..ask("")
+        },
+    ]
+}
+
+/// What an answer streamed, as the caller saw it.
+type Seen = (String, Vec<(u32, Vec<(Vec<u8>, f64)>)>);
+
+fn seen(a: &Answer) -> Seen {
+    let text = a.deltas.iter().map(|d| d.text.as_str()).collect();
+    let logprobs = a.deltas.iter().map(|d| (d.tokens, d.logprobs.iter().map(|l| (l.piece.to_vec(), l.logprob)).collect())).collect();
+    (text, logprobs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_greedy_answers_decoded_together_are_each_the_answer_alone() {
+    let d = TestDaemon::new().start();
+    let mut c = d.client().await;
+    let mut alone = Vec::new();
+    for req in requests() {
+        let a = generate(&mut c, req).await.unwrap();
+        assert_eq!(a.done.batch_peak, 1, "one at a time, each is decoded alone");
+        alone.push(a);
+    }
+    assert_eq!(alone[1].done.finish_reason, pb::FinishReason::Stop as i32, "the stop string matched: {:?}", alone[1].done.text);
+
+    let calls: Vec<_> = requests()
+        .into_iter()
+        .map(|req| {
+            let mut c = c.clone();
+            tokio::spawn(async move { generate(&mut c, req).await.unwrap() })
+        })
+        .collect();
+    let mut together = Vec::new();
+    for call in calls {
+        together.push(call.await.unwrap());
+    }
+    let peaks: Vec<u32> = together.iter().map(|a| a.done.batch_peak).collect();
+    assert_eq!(peaks.iter().max(), Some(&4), "the four shared steps: {peaks:?}");
+    for (i, (a, b)) in alone.iter().zip(&together).enumerate() {
+        assert_eq!(seen(b), seen(a), "request {i}: the same deltas, log-probabilities included, with others as alone");
+        assert_eq!(b.done.text, a.done.text);
+        assert_eq!((b.done.finish_reason, b.done.generated_tokens), (a.done.finish_reason, a.done.generated_tokens), "request {i}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_cancelled_mid_batch_leaves_the_others_whole() {
+    let d = TestDaemon::new().start();
+    let mut c = d.client().await;
+    let long = || pb::GenerateRequest { max_tokens: 400, ..ask("Write a long story about a dragon.") };
+    let keep = [ask("Count from one to twenty in words."), ask("Name some animals that live in rivers.")];
+    let mut alone = Vec::new();
+    for req in &keep {
+        alone.push(generate(&mut c, req.clone()).await.unwrap().done.text);
+    }
+
+    // The long one streams; the caller leaves after its first text.
+    let mut stream = c.inference.generate(long()).await.unwrap().into_inner();
+    let others: Vec<_> = keep
+        .iter()
+        .map(|req| {
+            let (mut c, req) = (c.clone(), req.clone());
+            tokio::spawn(async move { generate(&mut c, req).await.unwrap().done })
+        })
+        .collect();
+    loop {
+        let e = stream.message().await.unwrap().expect("the long answer streams");
+        if matches!(e.event, Some(pb::generate_event::Event::Delta(_))) {
+            break;
+        }
+    }
+    drop(stream);
+    for (i, other) in others.into_iter().enumerate() {
+        let done = other.await.unwrap();
+        assert_eq!(done.text, alone[i], "request {i} lost nothing when the long answer beside it was cancelled");
+    }
+    // The cancelled one's sequence is free again: a fourth answer runs.
+    assert_eq!(generate(&mut c, keep[0].clone()).await.unwrap().done.text, alone[0]);
+}
+
+/// Two conversations prefilled in turn (two windows, two clients) each keep
+/// their prefix on a sequence of their own: neither evicts the other, so
+/// each answer reuses its whole prefill.
+#[tokio::test]
+async fn two_prefilled_conversations_each_keep_their_own_prefix() {
+    let d = TestDaemon::new().daemon("cache_slots = 0").start();
+    let mut c = d.client().await;
+    let history = |topic: &str| {
+        vec![
+            system(&format!("You are a guide who only talks about {topic}. {}", "Keep every answer short. ".repeat(8))),
+            user("Tell me one fact."),
+            crate::message(pb::Role::Assistant, "Here is one."),
+        ]
+    };
+    let mut prefilled = Vec::new();
+    for topic in ["rivers", "mountains"] {
+        let req = pb::PrefillRequest { messages: history(topic), ..Default::default() };
+        prefilled.push(c.inference.prefill(req).await.unwrap().into_inner().prompt_tokens);
+    }
+    for (topic, prefilled) in ["rivers", "mountains"].into_iter().zip(prefilled) {
+        let mut messages = history(topic);
+        messages.push(user("And another?"));
+        let done = generate(&mut c, pb::GenerateRequest { messages, max_tokens: 8, ..ask("") }).await.unwrap().done;
+        // No saved prefixes (cache_slots = 0): one sequence would hold only the last prefill.
+        assert_eq!(done.cached_tokens, prefilled, "{topic}: its whole prefill was reused");
+    }
+}
