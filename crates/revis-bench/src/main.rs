@@ -11,10 +11,11 @@
 //! `--http` `revis serve`'s OpenAI API against the gRPC client;
 //! `--dispatch` a second daemon through the dispatcher, and fallback latency;
 //! `--faults` what revis does under misbehaving callers and kill -9
-//! (docs/RELIABILITY.md); `--split` one model across two machines
+//! (docs/RELIABILITY.md); `--split` one model across two machines; `--batch-streams` several answers in one batch
 //! (network namespaces) against the whole model on one.
 
 mod alone;
+mod batch;
 mod chat;
 mod daemon;
 mod dispatch;
@@ -140,6 +141,12 @@ struct Args {
     /// netem; needs root) against the whole model on one node.
     #[arg(long, conflicts_with_all = ["chat", "remote", "dispatch", "http", "faults", "lookup"])]
     split: bool,
+    /// Run only the batching benchmark: one stream alone, four at once, and
+    /// a user stream beside three background ones (`daemon.streams`),
+    /// against llama-batched-bench with the same shapes, each model of
+    /// --models at the most --threads.
+    #[arg(long, conflicts_with_all = ["chat", "remote", "dispatch", "http", "faults", "lookup", "split"])]
+    batch_streams: bool,
     /// With --split: the share of layers kept on this machine.
     #[arg(long, default_value_t = 0.5)]
     split_local: f64,
@@ -197,6 +204,9 @@ fn main() -> anyhow::Result<()> {
     }
     if args.lookup {
         return rt.block_on(run_lookup(args));
+    }
+    if args.batch_streams {
+        return rt.block_on(run_batch(args));
     }
     if args.split {
         return run_split(args, &rt);
@@ -372,6 +382,45 @@ async fn run_lookup(args: Args) -> anyhow::Result<()> {
         let doc = args.doc.clone().unwrap_or_else(|| root.join("docs/BENCHMARKS.md"));
         let old = std::fs::read_to_string(&doc).unwrap_or_default();
         let new = report::splice_marked(&old, lookup::BEGIN, lookup::END, "## Speculation from the context (`--lookup`)", &section);
+        std::fs::write(&doc, new)?;
+        eprintln!("revis-bench: updated {}", doc.display());
+    }
+    Ok(())
+}
+
+async fn run_batch(args: Args) -> anyhow::Result<()> {
+    let revisd = revisd_path(&args)?;
+    let root = workspace_root();
+    let bin = llama_bench::default_path(&root);
+    llama_bench::build(&root, &bin, args.rebuild_llama_bench)?;
+    let batched = bin.with_file_name("llama-batched-bench");
+    let mut models = Vec::new();
+    for name in &args.models {
+        models.push((name.clone(), model_file(name).await?));
+    }
+    let settings = batch::Settings {
+        threads: args.threads.iter().copied().max().unwrap_or(2),
+        context: args.context,
+        batch: args.batch,
+        rounds: args.rounds,
+        n_gen: args.n_gen,
+    };
+    let machine = machine::Machine::detect();
+    let date = machine::utc_now();
+    let command = args_line();
+    let cells = batch::run(&revisd, &batched, &models, &settings).await?;
+    let section = batch::report(&cells, &settings, &batch::About { date: &date, command: &command, machine: &machine });
+    println!("{section}");
+    let raw = root.join("target/revis-bench/last-batch-run.json");
+    if let Some(dir) = raw.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&raw, serde_json::to_string_pretty(&cells)?)?;
+    eprintln!("revis-bench: raw samples in {}", raw.display());
+    if args.write {
+        let doc = args.doc.clone().unwrap_or_else(|| root.join("docs/BENCHMARKS.md"));
+        let old = std::fs::read_to_string(&doc).unwrap_or_default();
+        let new = report::splice_marked(&old, batch::BEGIN, batch::END, batch::HEADING, &section);
         std::fs::write(&doc, new)?;
         eprintln!("revis-bench: updated {}", doc.display());
     }

@@ -253,7 +253,7 @@ pub enum Begun {
 /// decodes one batch with a token (or a verified draft) of each stream it
 /// is given. A stream's text and tokens never depend on which others share
 /// its steps beyond what llama.cpp's kernels do with the batch's shape (see
-/// ARCHITECTURE.md, "Several answers in one batch").
+/// ARCHITECTURE.md, "Architecture invariants").
 pub trait Session: Send {
     /// How many generations can run at once.
     fn streams(&self) -> usize;
