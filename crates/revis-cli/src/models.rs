@@ -213,9 +213,10 @@ pub async fn models(paths: &Paths) -> anyhow::Result<ExitCode> {
         );
     }
     println!(
-        "this machine: {}; memory = file + KV cache at {} tokens + {} MiB; speed = {:.0}% of the read bandwidth / file size; \
+        "this machine: {}; memory = file + {} KV caches at {} tokens (daemon.streams) + {} MiB; speed = {:.0}% of the read bandwidth / file size; \
          a model fits when it needs at most half the memory and writes at least {:.0} tokens/s",
         machine.describe(),
+        revis_models::choose::STREAMS,
         revis_models::choose::CONTEXT_TOKENS,
         revis_models::choose::RUNTIME_OVERHEAD_BYTES >> 20,
         revis_models::choose::DECODE_EFFICIENCY * 100.0,

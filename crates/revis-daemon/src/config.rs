@@ -454,6 +454,7 @@ mod tests {
     #[test]
     fn errors_name_the_field() {
         check("[daemon]\ncontext = 10\n", expect!["config revisd.toml: `daemon.context` is 10; it must be between 256 and 131072"]);
+        assert_eq!(u64::from(DEFAULT_STREAMS), revis_models::choose::STREAMS, "the default-model choice counts this many caches");
         check("[daemon]\nstreams = 0\n", expect!["config revisd.toml: `daemon.streams` is 0; it must be between 1 and 16"]);
         check(
             "[daemon]\nspeculate = \"yes\"\n",

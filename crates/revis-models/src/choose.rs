@@ -3,7 +3,8 @@
 //! A model fits when both hold:
 //!
 //! * memory, with room to spare: the file (its weights are read into memory),
-//!   plus its KV cache at the daemon's default context of [`CONTEXT_TOKENS`],
+//!   plus its KV caches at the daemon's default context of [`CONTEXT_TOKENS`],
+//!   one for each of the [`STREAMS`] answers it decodes together,
 //!   plus [`RUNTIME_OVERHEAD_BYTES`] for compute buffers, saved prefixes and
 //!   revisd itself, is at most [`MEMORY_SHARE`] of the machine's memory (the
 //!   rest is the system's and the user's other programs');
@@ -27,6 +28,9 @@ pub const DECODE_EFFICIENCY: f64 = 0.5;
 pub const READING_SPEED_TOKENS_PER_S: f64 = 8.0;
 /// The context the memory estimate counts the KV cache for: the daemon's default `daemon.context`.
 pub const CONTEXT_TOKENS: u64 = 4096;
+/// Answers a model decodes together, each with a KV cache of its own: the
+/// daemon's default `daemon.streams`.
+pub const STREAMS: u64 = 4;
 /// Compute buffers and revisd (384 MiB), plus the saved prefixes' default budget (256 MiB).
 pub const RUNTIME_OVERHEAD_BYTES: u64 = 640 << 20;
 /// Downloads larger than this are asked about first (unless `--yes`).
@@ -35,7 +39,7 @@ pub const ASK_ABOVE_BYTES: u64 = 1_000_000_000;
 /// What a model would cost on a machine.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Estimate {
-    /// File + KV cache at [`CONTEXT_TOKENS`] + [`RUNTIME_OVERHEAD_BYTES`].
+    /// File + [`STREAMS`] KV caches at [`CONTEXT_TOKENS`] + [`RUNTIME_OVERHEAD_BYTES`].
     pub memory_bytes: u64,
     /// Expected decoding speed: [`DECODE_EFFICIENCY`] × bandwidth ÷ file size.
     pub tokens_per_s: f64,
@@ -54,7 +58,7 @@ impl Estimate {
 
 /// What `entry` would cost on `machine`.
 pub fn estimate(entry: &CatalogEntry, machine: &Machine) -> Estimate {
-    let memory_bytes = entry.size + entry.kv_bytes_per_token * CONTEXT_TOKENS + RUNTIME_OVERHEAD_BYTES;
+    let memory_bytes = entry.size + entry.kv_bytes_per_token * CONTEXT_TOKENS * STREAMS + RUNTIME_OVERHEAD_BYTES;
     let tokens_per_s = DECODE_EFFICIENCY * machine.bandwidth_bytes_per_s / entry.size.max(1) as f64;
     Estimate {
         memory_bytes,
@@ -162,14 +166,14 @@ mod tests {
     fn the_choice_grows_with_the_machine() {
         // (memory GiB, bandwidth GB/s) → the model, from a small single-board computer to a workstation.
         let cases = [
-            ((1, 5.0), "smollm2-135m-instruct"), // nothing fits: the smallest
-            ((2, 10.0), "gemma3-270m"),
+            ((1, 5.0), "smollm2-135m-instruct"),  // nothing fits: the smallest
+            ((2, 10.0), "smollm2-135m-instruct"), // Gemma 3 with its four caches needs 1.2 GB, over half of 2 GB
             ((4, 20.0), "qwen2.5-1.5b-instruct"),
-            ((8, 40.0), "llama3.2-3b-instruct"),   // a laptop: the 3B, not the 8B that needs 6 GB
-            ((8, 20.0), "qwen2.5-1.5b-instruct"),  // the same memory, slower: a 3B would write 5 tokens/s
-            ((16, 60.0), "phi3.5-mini-instruct"),  // room for the 8B, but 6 tokens/s is too slow
+            ((8, 40.0), "qwen2.5-3b-instruct"), // a laptop: a 3B with small caches, not the 8B that needs 8 GB
+            ((8, 20.0), "qwen2.5-1.5b-instruct"), // the same memory, slower: a 3B would write 5 tokens/s
+            ((16, 60.0), "llama3.2-3b-instruct"), // Phi 3.5's four caches take 6.4 GB; the 8B would write 6 tokens/s
             ((16, 100.0), "llama3.1-8b-instruct"), // fast memory: the 8B at 10 tokens/s
-            ((32, 120.0), "gemma3-12b-it"),        // the 14B would write 6.7 tokens/s
+            ((32, 120.0), "gemma3-12b-it"),     // the 14B would write 6.7 tokens/s
             ((32, 200.0), "qwen2.5-14b-instruct"),
             ((512, 1000.0), "qwen2.5-14b-instruct"), // the largest the catalog has
         ];
@@ -212,7 +216,7 @@ mod tests {
     fn the_estimate_is_the_stated_arithmetic() {
         let qwen = crate::catalog::find("qwen2.5-3b-instruct").unwrap();
         let e = estimate(qwen, &machine(8, 40.0));
-        assert_eq!(e.memory_bytes, 1_930_000_000 + 36 * 2 * 128 * 4 * 4096 + (640 << 20));
+        assert_eq!(e.memory_bytes, 1_930_000_000 + 36 * 2 * 128 * 4 * 4096 * 4 + (640 << 20));
         assert!((e.tokens_per_s - 0.5 * 40e9 / 1.93e9).abs() < 1e-9);
         assert!(e.fits());
     }
@@ -220,10 +224,10 @@ mod tests {
     #[test]
     fn the_choice_explains_itself_with_its_numbers() {
         let m = machine(8, 40.0);
-        expect_test::expect![[r#"llama3.2-3b-instruct (2.0 GB) needs about 3.2 GB of memory and should write about 10 tokens/s here: the largest catalog model within half this machine's memory (4.3 GB) and at reading speed (at least 8 tokens/s)"#]]
+        expect_test::expect![[r#"qwen2.5-3b-instruct (1.9 GB) needs about 3.2 GB of memory and should write about 10 tokens/s here: the largest catalog model within half this machine's memory (4.3 GB) and at reading speed (at least 8 tokens/s)"#]]
             .assert_eq(&choose(&m, catalog()).explain(&m));
         let tiny = machine(1, 5.0);
-        expect_test::expect![[r#"no catalog model fits within half this machine's memory (537 MB) at reading speed (at least 8 tokens/s), so the smallest: smollm2-135m-instruct (98 MB) needs about 864 MB of memory and should write about 25 tokens/s here"#]]
+        expect_test::expect![[r#"no catalog model fits within half this machine's memory (537 MB) at reading speed (at least 8 tokens/s), so the smallest: smollm2-135m-instruct (98 MB) needs about 1.1 GB of memory and should write about 25 tokens/s here"#]]
             .assert_eq(&choose(&tiny, catalog()).explain(&tiny));
         assert_eq!(m.describe(), "8.6 GB of memory, read at 40 GB/s");
     }
