@@ -323,8 +323,11 @@ mod tests {
             Some(name) => {
                 let d = tempfile::tempdir().unwrap();
                 std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-                let mut probe = Command::new("sleep").arg("0").spawn().unwrap();
+                // A probe that lives until it is read (a `sleep 0` may be
+                // gone before its /proc entry is, as CI once found).
+                let mut probe = Command::new("sleep").arg("60").spawn().unwrap();
                 let sleep = std::fs::read_link(format!("/proc/{}/exe", probe.id())).unwrap();
+                probe.kill().unwrap();
                 probe.wait().unwrap();
                 let copy = d.path().join(name);
                 std::fs::copy(sleep, &copy).unwrap();

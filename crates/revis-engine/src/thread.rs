@@ -507,7 +507,7 @@ const MAX_CREDIT_US: f64 = 100_000.0;
 pub(crate) struct Share {
     credit_us: f64,
     /// Mean time of a step with only a person's rows, by model and rows.
-    solo_us: HashMap<(String, usize), f64>,
+    solo_us: HashMap<String, [f64; crate::MAX_STREAMS as usize + 1]>,
 }
 
 impl Share {
@@ -530,7 +530,11 @@ impl Share {
             return;
         }
         let allowance = 1.0 / USER_SHARE - 1.0;
-        let solo = self.solo_us.entry((key.to_owned(), users)).or_insert(0.0);
+        if !self.solo_us.contains_key(key) {
+            self.solo_us.insert(key.to_owned(), [0.0; crate::MAX_STREAMS as usize + 1]);
+        }
+        let by_rows = self.solo_us.get_mut(key).expect("inserted above");
+        let solo = &mut by_rows[users.min(crate::MAX_STREAMS as usize)];
         if mixed {
             // What the background rows added; all of it while the solo cost is unknown.
             let base = solo.min(us);
