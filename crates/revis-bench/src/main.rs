@@ -349,6 +349,28 @@ async fn run_remote(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Prints a mode's section, keeps its raw samples in
+/// `target/revis-bench/RAW`, and with --write replaces the section between
+/// its markers (begin, end, and the heading it gets when first written) in
+/// docs/BENCHMARKS.md (or --doc).
+fn save_marked(args: &Args, raw: &str, data: &impl serde::Serialize, section: &str, marks: (&str, &str, &str)) -> anyhow::Result<()> {
+    println!("{section}");
+    let root = workspace_root();
+    let raw = root.join("target/revis-bench").join(raw);
+    if let Some(dir) = raw.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&raw, serde_json::to_string_pretty(data)?)?;
+    eprintln!("revis-bench: raw samples in {}", raw.display());
+    if args.write {
+        let doc = args.doc.clone().unwrap_or_else(|| root.join("docs/BENCHMARKS.md"));
+        let old = std::fs::read_to_string(&doc).unwrap_or_default();
+        std::fs::write(&doc, report::splice_marked(&old, marks.0, marks.1, marks.2, section))?;
+        eprintln!("revis-bench: updated {}", doc.display());
+    }
+    Ok(())
+}
+
 async fn run_lookup(args: Args) -> anyhow::Result<()> {
     let revisd = revisd_path(&args)?;
     let mut models = Vec::new();
@@ -370,22 +392,13 @@ async fn run_lookup(args: Args) -> anyhow::Result<()> {
     let cells = lookup::run(&revisd, &models, &settings).await?;
     let about = lookup::About { date: &date, command: &command, machine: &machine, minutes: started.elapsed().as_secs_f64() / 60.0 };
     let section = lookup::report(&cells, &settings, &about);
-    println!("{section}");
-    let root = workspace_root();
-    let raw = root.join("target/revis-bench/last-lookup-run.json");
-    if let Some(dir) = raw.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(&raw, serde_json::to_string_pretty(&cells)?)?;
-    eprintln!("revis-bench: raw samples in {}", raw.display());
-    if args.write {
-        let doc = args.doc.clone().unwrap_or_else(|| root.join("docs/BENCHMARKS.md"));
-        let old = std::fs::read_to_string(&doc).unwrap_or_default();
-        let new = report::splice_marked(&old, lookup::BEGIN, lookup::END, "## Speculation from the context (`--lookup`)", &section);
-        std::fs::write(&doc, new)?;
-        eprintln!("revis-bench: updated {}", doc.display());
-    }
-    Ok(())
+    save_marked(
+        &args,
+        "last-lookup-run.json",
+        &cells,
+        &section,
+        (lookup::BEGIN, lookup::END, "## Speculation from the context (`--lookup`)"),
+    )
 }
 
 async fn run_batch(args: Args) -> anyhow::Result<()> {
@@ -410,21 +423,7 @@ async fn run_batch(args: Args) -> anyhow::Result<()> {
     let command = args_line();
     let cells = batch::run(&revisd, &batched, &models, &settings).await?;
     let section = batch::report(&cells, &settings, &batch::About { date: &date, command: &command, machine: &machine });
-    println!("{section}");
-    let raw = root.join("target/revis-bench/last-batch-run.json");
-    if let Some(dir) = raw.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(&raw, serde_json::to_string_pretty(&cells)?)?;
-    eprintln!("revis-bench: raw samples in {}", raw.display());
-    if args.write {
-        let doc = args.doc.clone().unwrap_or_else(|| root.join("docs/BENCHMARKS.md"));
-        let old = std::fs::read_to_string(&doc).unwrap_or_default();
-        let new = report::splice_marked(&old, batch::BEGIN, batch::END, batch::HEADING, &section);
-        std::fs::write(&doc, new)?;
-        eprintln!("revis-bench: updated {}", doc.display());
-    }
-    Ok(())
+    save_marked(&args, "last-batch-run.json", &cells, &section, (batch::BEGIN, batch::END, batch::HEADING))
 }
 
 fn run_split(args: Args, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
@@ -446,22 +445,7 @@ fn run_split(args: Args, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     let results = std::thread::scope(|scope| scope.spawn(|| split::run(&revisd, &name, &model, &settings)).join())
         .map_err(|_| anyhow::anyhow!("the split benchmark panicked"))??;
     let section = split::report(&results, &settings, &split::About { date: &date, command: &command, machine: &machine });
-    println!("{section}");
-    let root = workspace_root();
-    let raw = root.join("target/revis-bench/last-split-run.json");
-    if let Some(dir) = raw.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(&raw, serde_json::to_string_pretty(&results)?)?;
-    eprintln!("revis-bench: raw samples in {}", raw.display());
-    if args.write {
-        let doc = args.doc.clone().unwrap_or_else(|| root.join("docs/BENCHMARKS.md"));
-        let old = std::fs::read_to_string(&doc).unwrap_or_default();
-        let new = report::splice_marked(&old, split::BEGIN, split::END, split::HEADING, &section);
-        std::fs::write(&doc, new)?;
-        eprintln!("revis-bench: updated {}", doc.display());
-    }
-    Ok(())
+    save_marked(&args, "last-split-run.json", &results, &section, (split::BEGIN, split::END, split::HEADING))
 }
 
 async fn run_http(args: Args) -> anyhow::Result<()> {
