@@ -127,7 +127,11 @@ pub async fn run(revisd: &Path, batched_bench: &Path, models: &[(String, std::pa
                 .collect();
             // The background streams decode first: wait for the engine to have them.
             let deadline = Instant::now() + Duration::from_secs(60);
-            while d.client.status().await?.queue_depth > 0 || !d.client.status().await?.busy {
+            loop {
+                let status = d.client.status().await?;
+                if status.busy && status.queue_depth == 0 {
+                    break;
+                }
                 if Instant::now() > deadline {
                     bail!("{name}: the background streams never started");
                 }

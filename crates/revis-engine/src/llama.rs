@@ -792,11 +792,9 @@ impl Session for LlamaSession {
         }
         for &id in ids {
             let g = self.gens[id].as_ref().expect("a running stream");
-            let (seq, next) = (g.seq, g.next.0 as Token);
-            let drafts: Vec<Token> = g.drafts.iter().map(|d| d.0 as Token).collect();
-            self.seqs[seq].live.push_batch(&[next]);
-            for d in drafts {
-                self.seqs[seq].live.push_batch(&[d]);
+            let live = &mut self.seqs[g.seq].live;
+            for t in std::iter::once(g.next).chain(g.drafts.iter().copied()) {
+                live.push_batch(&[t.0 as Token]);
             }
         }
         let mut done = Vec::new();
