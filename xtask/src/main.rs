@@ -53,8 +53,9 @@ fn have(program: &str) -> bool {
     Command::new("sh").arg("-c").arg(format!("command -v {program} >/dev/null 2>&1")).status().is_ok_and(|s| s.success())
 }
 
-/// cmake (llama.cpp), libclang (bindgen), protoc (the gRPC code) and, on
-/// Linux, systemd-analyze (the service tests verify the generated units).
+/// A C/C++ toolchain, make and cmake (llama.cpp), libclang (bindgen), protoc
+/// (the gRPC code) and, on Linux, systemd-analyze (the service tests verify
+/// the generated units).
 fn deps(for_tests: bool) -> anyhow::Result<()> {
     let libclang = ["/usr/lib/llvm-14/lib", "/usr/lib/llvm-15/lib", "/usr/lib/llvm-16/lib", "/usr/lib/x86_64-linux-gnu"].iter().any(|d| {
         std::fs::read_dir(d).is_ok_and(|mut r| r.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("libclang"))))
@@ -65,26 +66,18 @@ fn deps(for_tests: bool) -> anyhow::Result<()> {
     // The GUI's headless tests render with Mesa's CPU drivers (EGL + llvmpipe,
     // or lavapipe); the multi-machine tests make network namespaces with `ip`.
     let gui = !for_tests || cfg!(target_os = "macos") || installed(TEST_PACKAGES);
-    if have("cmake") && have("protoc") && (libclang || cfg!(target_os = "macos")) && systemd && gui {
+    let compilers = have("cc") && have("c++") && have("make");
+    if compilers && have("cmake") && have("protoc") && (libclang || cfg!(target_os = "macos")) && systemd && gui {
         return Ok(());
     }
     if cfg!(target_os = "macos") {
         return run(Command::new("brew").args(["install", "cmake", "protobuf"]));
     }
     if !have("apt-get") {
-        bail!("install cmake, libclang and protoc (protobuf-compiler) with your package manager, then run this again");
+        bail!("install a C++ compiler, make, cmake, libclang and protoc (protobuf-compiler), then run this again");
     }
-    let sudo = if unsafe_is_root() { vec![] } else { vec!["sudo"] };
-    let apt = |args: &[&str]| {
-        let mut all: Vec<&str> = sudo.clone();
-        all.push("apt-get");
-        all.extend_from_slice(args);
-        let mut c = Command::new(all[0]);
-        c.args(&all[1..]).env("DEBIAN_FRONTEND", "noninteractive");
-        run(&mut c)
-    };
     apt(&["update", "-qq"])?;
-    apt(&["install", "-y", "-qq", "cmake", "libclang-dev", "protobuf-compiler", "python3-pip"])?;
+    apt(&["install", "-y", "-qq", "build-essential", "cmake", "libclang-dev", "protobuf-compiler"])?;
     if !systemd {
         apt(&["install", "-y", "-qq", "systemd"])?;
     }
@@ -109,6 +102,15 @@ fn installed(packages: &[&str]) -> bool {
             .args(packages)
             .output()
             .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).lines().all(|l| l.ends_with(" installed")))
+}
+
+/// `apt-get ARGS`, through sudo unless this is root.
+fn apt(args: &[&str]) -> anyhow::Result<()> {
+    let mut c = Command::new(if unsafe_is_root() { "apt-get" } else { "sudo" });
+    if !unsafe_is_root() {
+        c.arg("apt-get");
+    }
+    run(c.args(args).env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
 fn unsafe_is_root() -> bool {
@@ -145,26 +147,99 @@ fn screenshots() -> anyhow::Result<()> {
 
 fn test(args: &[String]) -> anyhow::Result<()> {
     deps(true)?;
-    // The third-party client tests use Google's grpcio and the official
-    // openai and ollama packages (`revis serve`) from PyPI.
-    let py = "import grpc, grpc_tools, openai, ollama";
-    if !Command::new("python3").args(["-c", py]).status().is_ok_and(|s| s.success()) {
-        run(Command::new("python3").args(["-m", "pip", "install", "--quiet", "grpcio", "grpcio-tools", "openai", "ollama"]))?;
-    }
+    python_venv()?;
+    nextest()?;
     build()?;
     // Both test models, through the same code path a user's `revis pull` takes.
     for model in ["smollm2-135m-instruct", "gemma3-270m"] {
         run(Command::new(root().join("target/release/revis")).args(["pull", model]))?;
     }
     lint()?;
-    if have("cargo-nextest") {
-        run(cargo().args(["nextest", "run", "--release", "--workspace", "--profile", "ci"]).args(args))
-    } else {
-        // Without nextest the end-to-end tests' one-at-a-time rule
-        // (.config/nextest.toml) is kept by running every test serially.
-        eprintln!("xtask: cargo-nextest not found (`cargo install --locked cargo-nextest`); running every test one at a time");
-        run(cargo().args(["test", "--release", "--workspace"]).args(args).args(["--", "--test-threads=1"]))
+    // The ci profile (.config/nextest.toml): a time limit for every test,
+    // and JUnit timings, of which the slowest are printed, pass or fail.
+    let result = run(cargo().args(["nextest", "run", "--release", "--workspace", "--profile", "ci"]).args(args));
+    let junit = target_dir()?.join("nextest/ci/junit.xml");
+    match std::fs::read_to_string(&junit) {
+        Ok(xml) => {
+            eprintln!("xtask: the {SLOWEST} slowest tests (all timings: {}):", junit.display());
+            for (secs, name) in slowest(&xml, SLOWEST) {
+                eprintln!("{secs:>9.1} s  {name}");
+            }
+        }
+        Err(e) => eprintln!("xtask: no test timings ({}: {e})", junit.display()),
     }
+    result
+}
+
+/// How many of the slowest tests `test` prints.
+const SLOWEST: usize = 20;
+
+/// The `n` slowest test cases of a JUnit report, slowest first, as
+/// (seconds, "classname name").
+fn slowest(junit: &str, n: usize) -> Vec<(f64, String)> {
+    let attr = |tag: &str, key: &str| -> Option<String> {
+        let start = tag.find(&format!(" {key}=\""))? + key.len() + 3;
+        Some(tag[start..].split('"').next()?.to_owned())
+    };
+    let mut cases: Vec<(f64, String)> = junit
+        .split("<testcase")
+        .skip(1)
+        .filter_map(|case| {
+            let tag = &case[..case.find('>')?];
+            let secs = attr(tag, "time")?.parse().ok()?;
+            Some((secs, format!("{} {}", attr(tag, "classname").unwrap_or_default(), attr(tag, "name")?)))
+        })
+        .collect();
+    cases.sort_by(|a, b| b.0.total_cmp(&a.0));
+    cases.truncate(n);
+    cases
+}
+
+/// The workspace's target directory (CARGO_TARGET_DIR or `target/`).
+fn target_dir() -> anyhow::Result<PathBuf> {
+    let out = cargo().args(["metadata", "--format-version", "1", "--no-deps", "--offline"]).output().context("cargo metadata")?;
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).context("cargo metadata's JSON")?;
+    Ok(PathBuf::from(meta["target_directory"].as_str().context("no target_directory in cargo metadata")?))
+}
+
+/// The Python the third-party client tests run (Google's grpcio, OpenAI's
+/// and Ollama's packages, pinned in tests/python/requirements.txt): a
+/// virtual environment in the target directory (`target/python`, where
+/// revis-testkit's `python()` finds it). Debian and Ubuntu refuse pip
+/// installs into the system Python (PEP 668), and a user's Python is theirs.
+fn python_venv() -> anyhow::Result<()> {
+    let venv = target_dir()?.join("python");
+    let python = venv.join("bin/python3");
+    let requirements = root().join("tests/python/requirements.txt");
+    let stamp = venv.join("requirements.txt");
+    let wanted = std::fs::read_to_string(&requirements).with_context(|| format!("reading {}", requirements.display()))?;
+    if python.is_file() && std::fs::read_to_string(&stamp).is_ok_and(|s| s == wanted) {
+        return Ok(());
+    }
+    let make = || Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv).status().is_ok_and(|s| s.success());
+    if !make() {
+        // Debian and Ubuntu ship venv's pip bootstrap (ensurepip) apart.
+        if cfg!(target_os = "linux") && have("apt-get") {
+            apt(&["update", "-qq"])?;
+            apt(&["install", "-y", "-qq", "python3-venv"])?;
+        }
+        if !make() {
+            bail!("`python3 -m venv` failed: the tests need Python 3 with its venv module (Debian/Ubuntu: python3-venv)");
+        }
+    }
+    run(Command::new(&python).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"]).arg(&requirements))?;
+    std::fs::write(&stamp, wanted)?;
+    Ok(())
+}
+
+/// cargo-nextest runs the suite (per-test time limits, one daemon test at a
+/// time, JUnit timings); installed from crates.io when missing.
+fn nextest() -> anyhow::Result<()> {
+    if have("cargo-nextest") {
+        return Ok(());
+    }
+    eprintln!("xtask: installing cargo-nextest (it runs the tests: per-test time limits, one end-to-end test at a time)");
+    run(cargo().args(["install", "--locked", "cargo-nextest"]))
 }
 
 /// The lint gates the suite runs behind: rustfmt's layout and clippy with
@@ -275,6 +350,22 @@ mod tests {
 
     fn meta(packages: serde_json::Value) -> serde_json::Value {
         serde_json::json!({ "packages": packages })
+    }
+
+    #[test]
+    fn the_slowest_tests_come_first_from_a_junit_report() {
+        let xml = r#"<?xml version="1.0" encoding="UTF-8"?>
+<testsuites name="nextest-run" tests="3" failures="0" errors="0" time="31.5">
+    <testsuite name="revis-tests::e2e" tests="3" disabled="0" errors="0" failures="0">
+        <testcase name="cache::warm" classname="revis-tests::e2e" timestamp="2026-12-04T12:00:00Z" time="2.250">
+        </testcase>
+        <testcase name="lan::cut" classname="revis-tests::e2e" timestamp="2026-12-04T12:00:02Z" time="29.000"/>
+        <testcase name="fast" classname="revis-store::it" time="0.250"></testcase>
+    </testsuite>
+</testsuites>"#;
+        assert_eq!(slowest(xml, 2), [(29.0, "revis-tests::e2e lan::cut".to_owned()), (2.25, "revis-tests::e2e cache::warm".to_owned())]);
+        assert_eq!(slowest(xml, 20).len(), 3);
+        assert!(slowest("", 20).is_empty());
     }
 
     #[test]

@@ -38,14 +38,31 @@ pub fn gemma3() -> PathBuf {
 
 /// A binary built by this workspace (tests run from target/<profile>/deps).
 pub fn binary(name: &str) -> PathBuf {
+    let p = binary_dir().join(name);
+    assert!(p.is_file(), "{} is not built; run the tests with `cargo nextest run --workspace --release`", p.display());
+    p
+}
+
+/// The Python the tests run (grpcio, openai, ollama): the virtual
+/// environment `cargo xtask test` makes in the target directory
+/// (`target/python`), never the system Python, which Debian and Ubuntu mark
+/// externally managed (PEP 668). Panics, saying how to make it, when missing.
+pub fn python() -> PathBuf {
+    // Binaries are in target/<profile>/; the venv is target/python.
+    let profile = binary_dir();
+    let p = profile.parent().expect("the target dir").join("python/bin/python3");
+    assert!(p.is_file(), "{} is missing: `cargo xtask test` makes it (a venv with grpcio, grpcio-tools, openai and ollama)", p.display());
+    p
+}
+
+/// target/<profile>: where the workspace's binaries are.
+fn binary_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
     let mut dir = exe.parent().expect("exe dir").to_path_buf();
     if dir.ends_with("deps") {
         dir.pop();
     }
-    let p = dir.join(name);
-    assert!(p.is_file(), "{} is not built; run the tests with `cargo nextest run --workspace --release`", p.display());
-    p
+    dir
 }
 
 /// Builder for a real revisd.

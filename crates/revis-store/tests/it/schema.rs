@@ -4,22 +4,14 @@
 use expect_test::expect;
 use revis_store::{SCHEMA_VERSION, Store, StoreError};
 
-use crate::{dump, files_under, open, siblings, temp_db};
+use crate::{dump, files_under, open, siblings, temp_db, wait_closed};
 
 /// sled itself, on a database a [`Store`] may just have closed: sled lets go
 /// of its lock when its I/O threads are done with the file, a moment after
-/// the close, so this polls for it (as `Store::open` does).
+/// the close, so this waits for that first.
 fn raw_sled(dir: &std::path::Path) -> sled::Db {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
-        match sled::open(dir) {
-            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
-                assert!(std::time::Instant::now() < deadline, "{e}");
-                std::thread::yield_now();
-            }
-            other => return other.unwrap(),
-        }
-    }
+    wait_closed(dir);
+    sled::open(dir).unwrap()
 }
 
 /// The version sled holds, read with sled directly.
