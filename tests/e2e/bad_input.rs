@@ -29,6 +29,7 @@ async fn expect_error(c: &mut revis_client::Client, req: pb::GenerateRequest, co
 async fn bad_requests_get_clear_errors_and_the_daemon_keeps_serving() {
     let d = TestDaemon::new().start();
     let mut c = d.client().await;
+    let before = generate(&mut c, ask("What is the capital of France?")).await.unwrap().done;
     let base = ask("Hi");
     let with = |f: &dyn Fn(&mut pb::GenerateRequest)| {
         let mut r = base.clone();
@@ -89,15 +90,15 @@ async fn bad_requests_get_clear_errors_and_the_daemon_keeps_serving() {
     let err = c.admin.load_model(pb::LoadModelRequest { tier: "tier0".into() }).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
 
-    assert!(generate(&mut c, ask("What is the capital of France?")).await.unwrap().done.text.contains("Paris"));
+    let after = generate(&mut c, ask("What is the capital of France?")).await.unwrap().done;
+    assert_eq!(after.text, before.text, "the same greedy answer after the bad requests as before them");
 }
 
 #[tokio::test]
 async fn a_full_queue_answers_resource_exhausted_with_a_retry_hint() {
     let d = TestDaemon::new().daemon("queue_capacity = 1\nstreams = 1").start();
     let mut c = d.client().await;
-    let mut long = ask("Write a very long essay about rivers.");
-    long.max_tokens = 400;
+    let long = crate::long_answer(400);
     // One request running...
     let mut running = c.inference.generate(long.clone()).await.unwrap().into_inner();
     loop {
@@ -120,7 +121,7 @@ async fn a_full_queue_answers_resource_exhausted_with_a_retry_hint() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while c.status().await.unwrap().queue_depth > 0 {
         assert!(std::time::Instant::now() < deadline, "abandoned requests still counted after 10 s");
-        tokio::task::yield_now().await;
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     let mut prompt = ask("Say hello to");
     prompt.messages.push(user("Say hello."));

@@ -6,12 +6,14 @@ use revis_testkit::TestDaemon;
 
 use crate::{Answer, ask, generate, system, user};
 
-/// Four requests unlike each other: plain, a stop string, log-probabilities,
-/// and a longer system prompt.
-fn requests() -> Vec<pb::GenerateRequest> {
+const COUNT: &str = "Count from one to twenty in words, separated by commas.";
+
+/// Four requests unlike each other: plain, a stop string (cut from the plain
+/// answer to [`COUNT`] by the test), log-probabilities, and a longer system prompt.
+fn requests(stop: &str) -> Vec<pb::GenerateRequest> {
     vec![
         ask("Count from one to twenty in words."),
-        pb::GenerateRequest { stop: vec!["ten".into()], ..ask("Count from one to twenty in words, separated by commas.") },
+        pb::GenerateRequest { stop: vec![stop.to_owned().into_bytes().into()], ..ask(COUNT) },
         pb::GenerateRequest { logprobs: true, top_logprobs: 2, ..ask("Name some animals that live in rivers.") },
         pb::GenerateRequest {
             messages: vec![system("You answer in full sentences and never use lists."), user("Describe a lighthouse.")],
@@ -33,15 +35,16 @@ fn seen(a: &Answer) -> Seen {
 async fn four_greedy_answers_decoded_together_are_each_the_answer_alone() {
     let d = TestDaemon::new().start();
     let mut c = d.client().await;
+    let stop = crate::stop_from(&generate(&mut c, ask(COUNT)).await.unwrap().done.text, 4);
     let mut alone = Vec::new();
-    for req in requests() {
+    for req in requests(&stop) {
         let a = generate(&mut c, req).await.unwrap();
         assert_eq!(a.done.batch_peak, 1, "one at a time, each is decoded alone");
         alone.push(a);
     }
     assert_eq!(alone[1].done.finish_reason, pb::FinishReason::Stop as i32, "the stop string matched: {:?}", alone[1].done.text);
 
-    let calls: Vec<_> = requests()
+    let calls: Vec<_> = requests(&stop)
         .into_iter()
         .map(|req| {
             let mut c = c.clone();
@@ -65,7 +68,7 @@ async fn four_greedy_answers_decoded_together_are_each_the_answer_alone() {
 async fn an_answer_cancelled_mid_batch_leaves_the_others_whole() {
     let d = TestDaemon::new().start();
     let mut c = d.client().await;
-    let long = || pb::GenerateRequest { max_tokens: 400, ..ask("Write a long story about a dragon.") };
+    let long = || crate::long_answer(400);
     let keep = [ask("Count from one to twenty in words."), ask("Name some animals that live in rivers.")];
     let mut alone = Vec::new();
     for req in &keep {

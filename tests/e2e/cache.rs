@@ -66,26 +66,28 @@ async fn prefill_then_generate_reuses_the_prefill_and_matches_a_cold_run() {
 }
 
 #[tokio::test]
-async fn score_prefers_the_true_continuation() {
+async fn score_prefers_the_models_own_greedy_answer_to_its_reversal() {
     let d = TestDaemon::new().start();
-    let c = d.client().await;
-    let score = |cont: &str| {
-        let req = pb::ScoreRequest {
-            prefix: b"The capital of France is".to_vec().into(),
-            continuation: cont.as_bytes().to_vec().into(),
-            ..Default::default()
-        };
-        let mut c = c.clone();
-        async move { c.inference.score(req).await.unwrap().into_inner() }
+    let mut c = d.client().await;
+    // What the model answers greedily is, token by token, its likeliest
+    // continuation; the same characters reversed are not.
+    let question = "Describe the sea in one sentence.";
+    let answer = generate(&mut c, pb::GenerateRequest { max_tokens: 24, ..crate::ask(question) }).await.unwrap().done.text;
+    let reversed: String = answer.chars().rev().collect();
+    assert!(answer.chars().count() >= 2 && reversed != answer, "an answer to reverse: {answer:?}");
+    let req = pb::ScoreRequest {
+        messages: vec![user(question)],
+        continuations: vec![answer.clone().into_bytes().into(), reversed.into_bytes().into()],
+        ..Default::default()
     };
-    let paris = score(" Paris").await;
-    let berlin = score(" Berlin").await;
-    assert!(paris.logprob > berlin.logprob, "log p(Paris) {} vs log p(Berlin) {}", paris.logprob, berlin.logprob);
-    assert_eq!(paris.byte_length, 6);
-    assert!(!paris.tokens.is_empty());
-    let sum: f64 = paris.tokens.iter().map(|t| t.logprob).sum();
-    assert!((sum - paris.logprob).abs() < 1e-9);
-    assert!(paris.tokens.iter().all(|t| t.logprob <= 0.0));
+    let scores = c.inference.score(req).await.unwrap().into_inner().results;
+    let (own, other) = (&scores[0], &scores[1]);
+    assert!(own.logprob > other.logprob, "log p(answer) {} vs log p(reversed) {}", own.logprob, other.logprob);
+    assert_eq!(own.byte_length as usize, answer.len());
+    assert!(!own.tokens.is_empty());
+    let sum: f64 = own.tokens.iter().map(|t| t.logprob).sum();
+    assert!((sum - own.logprob).abs() < 1e-9);
+    assert!(own.tokens.iter().all(|t| t.logprob <= 0.0));
 }
 
 /// With room for one saved prefix, A, B, A: saving B evicts A, so the third

@@ -194,6 +194,7 @@ fn random_request(rng: &mut StdRng, method: &str) -> Vec<u8> {
 async fn random_and_mangled_requests_get_a_status_and_the_daemon_goes_on() {
     let d = TestDaemon::new().start();
     let mut c = d.client().await;
+    let before = crate::generate(&mut c, ask("What is the capital of France?")).await.unwrap().done;
     // Fixed: a failing case is found again by running the test again.
     let mut rng = StdRng::seed_from_u64(0x5EED_2026);
     let methods = methods();
@@ -236,8 +237,8 @@ async fn random_and_mangled_requests_get_a_status_and_the_daemon_goes_on() {
     assert!(codes.get("InvalidArgument").is_some_and(|&n| n > 300), "{codes:?}");
     assert!(codes.get("OK").is_some_and(|&n| n > 50), "some random requests were valid ones: {codes:?}");
     // Still serving, and nothing panicked.
-    let answer = crate::generate(&mut c, ask("What is the capital of France?")).await.unwrap();
-    assert!(answer.done.text.contains("Paris"), "{}", answer.done.text);
+    let after = crate::generate(&mut c, ask("What is the capital of France?")).await.unwrap().done;
+    assert_eq!(after.text, before.text, "the same greedy answer after the fuzzing as before it");
     assert_eq!(c.status().await.unwrap().pid, d.pid());
     let log = d.log_text();
     assert!(!log.contains("panicked"), "{log}");

@@ -47,6 +47,34 @@ pub fn ask(text: &str) -> pb::GenerateRequest {
     pb::GenerateRequest { messages: vec![user(text)], sampling: greedy(), max_tokens: 48, ..Default::default() }
 }
 
+/// A greedy request whose answer runs to `max_tokens` whatever the model:
+/// JSON the schema makes far longer than `max_tokens` tokens can hold (an
+/// array of `max_tokens / 2` strings of at least 64 characters, and a token
+/// of natural text averages well under 16 of them), so the model cannot end
+/// it early. For tests that need an answer still running. (llama.cpp's
+/// grammars refuse a repetition of over 2000, hence no one long string.)
+pub fn long_answer(max_tokens: u32) -> pb::GenerateRequest {
+    let schema = serde_json::json!({
+        "type": "array",
+        "items": { "type": "string", "minLength": 64 },
+        "minItems": max_tokens.div_ceil(2),
+    });
+    pb::GenerateRequest {
+        format: pb::OutputFormat::Json as i32,
+        json_schema: schema.to_string().into_bytes().into(),
+        max_tokens,
+        ..ask("Write a long story about a lighthouse, as a JSON array of its sentences.")
+    }
+}
+
+/// `len` characters from the middle of a greedy answer: a stop string the
+/// same request is sure to meet, whatever the model said.
+pub fn stop_from(answer: &str, len: usize) -> String {
+    let chars: Vec<char> = answer.chars().collect();
+    assert!(chars.len() >= 2 * len, "an answer long enough to cut a {len}-character stop string from: {answer:?}");
+    chars[chars.len() / 2..chars.len() / 2 + len].iter().collect()
+}
+
 /// What one Generate streamed.
 #[derive(Debug)]
 pub struct Answer {
