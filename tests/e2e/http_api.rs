@@ -11,9 +11,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use revis_client::wire::v1 as pb;
-use revis_client::{GenerateParams, Message, Runner, Sampling, Tier};
+use revis_client::{Done, FinishReason, GenerateParams, Message, ModelState, Runner, Sampling, Tier};
 use revis_testkit::netns::NetnsPair;
-use revis_testkit::{Running, TestDaemon, binary};
+use revis_testkit::{Running, TestDaemon, binary, gemma3};
 use serde_json::{Value, json};
 
 /// How long a step may take on a busy 2-core machine (a model load, a short answer).
@@ -135,6 +135,31 @@ fn http(s: &Serve, method: &str, path: &str, key: Option<&str>, body: &str) -> R
     Reply { status, headers, body }
 }
 
+/// [`request_bytes`] on a connection that stays open for the next request.
+fn keep_alive(s: &Serve, method: &str, path: &str, body: &str) -> Vec<u8> {
+    let bytes = String::from_utf8(request_bytes(s, method, path, s.key.as_deref(), body)).unwrap();
+    bytes.replace("Connection: close\r\n", "").into_bytes()
+}
+
+/// One reply read from a connection that stays open (a body of `Content-Length` bytes).
+fn read_reply(c: &mut TcpStream) -> Reply {
+    let mut raw = Vec::new();
+    let mut byte = [0u8; 1];
+    while !raw.ends_with(b"\r\n\r\n") {
+        assert_eq!(c.read(&mut byte).expect("read a head"), 1, "closed mid-head: {}", String::from_utf8_lossy(&raw));
+        raw.push(byte[0]);
+    }
+    let head = String::from_utf8(raw).expect("UTF-8");
+    let mut lines = head.lines();
+    let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|c| c.parse().ok()).expect("a status line");
+    let headers: Vec<(String, String)> =
+        lines.filter_map(|l| l.split_once(':')).map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned())).collect();
+    let length: usize = headers.iter().find(|(n, _)| n == "content-length").and_then(|(_, v)| v.parse().ok()).expect("a Content-Length");
+    let mut body = vec![0u8; length];
+    c.read_exact(&mut body).expect("the body");
+    Reply { status, headers, body: String::from_utf8(body).expect("UTF-8") }
+}
+
 fn dechunk(mut s: &str) -> String {
     let mut out = String::new();
     loop {
@@ -154,13 +179,13 @@ fn post(s: &Serve, path: &str, body: Value) -> Reply {
 
 fn python(script: &str, s: &Serve, model: &str) -> Value {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let out = Command::new("python3")
+    let out = Command::new(revis_testkit::python())
         .arg(root.join("tests/python").join(script))
         .arg(format!("http://{}", s.addr))
         .arg(s.key.as_deref().unwrap_or_default())
         .arg(model)
         .output()
-        .expect("python3 runs (install openai and ollama: see .ci/run)");
+        .expect("the tests' Python runs");
     assert!(out.status.success(), "{script} failed:\n{}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
 }
@@ -173,13 +198,22 @@ fn the_openai_python_package_lists_chats_streams_keeps_to_a_schema_completes_and
     let models: Vec<&str> = v["models"].as_array().unwrap().iter().map(|m| m.as_str().unwrap()).collect();
     assert_eq!(models, ["tier1", "tier2", "tier3", "smollm2-135m-instruct"]);
 
+    // Greedy: the HTTP answer is the one revisd gives its own client (the
+    // model's name means the default tier), ended and counted the same.
     let chat = &v["chat"];
-    assert!(chat["text"].as_str().unwrap().contains("Paris"), "{chat}");
+    let max = v["max_tokens"].as_u64().unwrap() as u32;
+    let own = ask_grpc(&d, Tier::Tier2, v["question"].as_str().unwrap(), max);
+    assert!(!own.text.is_empty(), "an answer");
+    assert_eq!(chat["text"], own.text);
     assert_eq!((&chat["role"], &chat["object"]), (&json!("assistant"), &json!("chat.completion")));
-    assert!(["stop", "length"].contains(&chat["finish_reason"].as_str().unwrap()));
+    assert_eq!(chat["finish_reason"], reason(&own), "{chat}");
     let u = &chat["usage"];
-    assert!(u["prompt_tokens"].as_u64().unwrap() > 0 && u["completion_tokens"].as_u64().unwrap() > 0, "{u}");
-    assert_eq!(u["total_tokens"].as_u64(), Some(u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap()));
+    assert_eq!(
+        (u["prompt_tokens"].as_u64(), u["completion_tokens"].as_u64()),
+        (Some(own.prompt_tokens.into()), Some(own.generated_tokens.into())),
+        "{u}"
+    );
+    assert_eq!(u["total_tokens"].as_u64(), Some(u64::from(own.prompt_tokens + own.generated_tokens)));
 
     let st = &v["stream"];
     assert_eq!(st["text"], chat["text"], "greedy: the stream says what the whole answer said");
@@ -214,15 +248,25 @@ fn the_ollama_python_package_chats_streaming_generates_embeds_and_lists_tags() {
     let s = serve(&d, &[]);
     let v = python("ollama_client.py", &s, "tier2");
     assert_eq!(v["tags"], json!(["tier1", "tier2", "tier3", "smollm2-135m-instruct"]));
+    // Greedy: the HTTP answer is the one revisd gives its own client, ended and counted the same.
     let chat = &v["chat"];
-    assert!(chat["text"].as_str().unwrap().contains("Paris"), "{chat}");
+    let own = ask_grpc(&d, Tier::Tier2, v["question"].as_str().unwrap(), v["max_tokens"].as_u64().unwrap() as u32);
+    assert!(!own.text.is_empty(), "an answer");
+    assert_eq!(chat["text"], own.text);
     let done = chat["done"].as_array().unwrap();
     assert!(done.len() > 3 && done[..done.len() - 1].iter().all(|d| d == false) && done[done.len() - 1] == true, "{chat}");
-    assert!(["stop", "length"].contains(&chat["done_reason"].as_str().unwrap()));
-    assert!(chat["eval_count"].as_u64().unwrap() > 0 && chat["prompt_eval_count"].as_u64().unwrap() > 0);
+    assert_eq!(chat["done_reason"], reason(&own), "{chat}");
+    assert_eq!(
+        (chat["eval_count"].as_u64(), chat["prompt_eval_count"].as_u64()),
+        (Some(own.generated_tokens.into()), Some(own.prompt_tokens.into())),
+        "{chat}"
+    );
     assert!(chat["total_duration"].as_u64().unwrap() >= chat["eval_duration"].as_u64().unwrap(), "{chat}");
     assert_eq!(v["generate"]["text"], chat["text"], "greedy: generate and chat answer the same prompt the same way");
-    assert_eq!(v["generate"]["done"], true);
+    assert_eq!(
+        (&v["generate"]["done"], &v["generate"]["done_reason"], &v["generate"]["eval_count"]),
+        (&json!(true), &chat["done_reason"], &chat["eval_count"])
+    );
     assert!(v["json"]["name"].is_string(), "{}", v["json"]);
     let vectors: Vec<Vec<f64>> = serde_json::from_value(v["embed"]["vectors"].clone()).unwrap();
     assert_eq!(vectors.len(), 2);
@@ -230,6 +274,31 @@ fn the_ollama_python_package_chats_streaming_generates_embeds_and_lists_tags() {
     assert!(v["embed"]["prompt_eval_count"].as_u64().unwrap() > 0);
     assert_eq!(v["unknown_model"]["status"], 404);
     assert_eq!(v["no_key"]["status"], 401, "Ollama's client sends no key unless told: refused");
+}
+
+/// The same greedy chat asked through revis's own gRPC client: what an
+/// HTTP answer must equal, text, counts and end.
+fn ask_grpc(d: &Running, tier: Tier, question: &str, max_tokens: u32) -> Done {
+    let req = GenerateParams {
+        tier,
+        messages: vec![Message::user(question)],
+        sampling: Sampling { temperature: Some(0.0), ..Default::default() },
+        max_tokens: Some(max_tokens),
+        ..Default::default()
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let done = rt.block_on(async { Runner::generate(&d.client().await, req, |_| {}).await.unwrap() });
+    // The end follows from the count: revisd counts no end-of-text token.
+    assert_eq!(done.finish_reason == FinishReason::Length, done.generated_tokens == max_tokens, "{done:?}");
+    done
+}
+
+/// How OpenAI and Ollama name the way an answer ended (no stop strings asked).
+fn reason(d: &Done) -> &'static str {
+    match d.finish_reason {
+        FinishReason::Length => "length",
+        FinishReason::End | FinishReason::Stop => "stop",
+    }
 }
 
 /// The `data:` events of an SSE body.
@@ -244,8 +313,10 @@ fn events(body: &str) -> Vec<&str> {
 fn the_raw_sse_and_ndjson_bytes_have_the_apis_shapes() {
     let d = TestDaemon::new().start();
     let s = serve(&d, &[]);
-    // Long enough an answer that 12 tokens cut it.
-    let ask = json!([{"role": "user", "content": "Write a long essay about the history of France."}]);
+    // Greedy, so each route's end and counts are those revisd gives its own client.
+    let essay = "Write a long essay about the history of France.";
+    let ask = json!([{"role": "user", "content": essay}]);
+    let own = ask_grpc(&d, Tier::Tier2, essay, 12);
 
     let r =
         post(&s, "/v1/chat/completions", json!({"model": "tier2", "messages": ask, "stream": true, "temperature": 0, "max_tokens": 12}));
@@ -255,26 +326,31 @@ fn the_raw_sse_and_ndjson_bytes_have_the_apis_shapes() {
     let chunks: Vec<Value> = ev[..ev.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
     assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
     assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk" && c["id"] == chunks[0]["id"] && c["model"] == "tier2"));
-    assert_eq!(chunks.last().unwrap()["choices"][0]["finish_reason"], "length", "12 tokens asked: cut at the limit: {}", r.body);
+    assert_eq!(chunks.last().unwrap()["choices"][0]["finish_reason"], reason(&own), "{}", r.body);
     assert!(chunks.iter().all(|c| c["usage"].is_null()), "no usage unless asked");
     let text: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
     let whole = post(&s, "/v1/chat/completions", json!({"model": "tier2", "messages": ask, "temperature": 0, "max_tokens": 12})).json();
+    assert_eq!(text, own.text, "the stream says what revisd said");
     assert_eq!(whole["choices"][0]["message"]["content"], text);
-    assert_eq!(whole["usage"]["completion_tokens"], 12);
+    assert_eq!(
+        (&whole["usage"]["completion_tokens"], &whole["choices"][0]["finish_reason"]),
+        (&json!(own.generated_tokens), &json!(reason(&own)))
+    );
 
+    // A completion's prompt is one user message: the first 4 tokens of the same answer.
+    let first4 = ask_grpc(&d, Tier::Tier2, essay, 4);
     let r = post(
         &s,
         "/v1/completions",
-        // Greedy, and an answer longer than 4 tokens: a sampled one may end sooner.
-        json!({
-            "model": "tier2", "prompt": "Write a long essay about the history of France.", "temperature": 0,
-            "stream": true, "max_tokens": 4, "stream_options": {"include_usage": true}
-        }),
+        json!({"model": "tier2", "prompt": essay, "temperature": 0, "stream": true, "max_tokens": 4, "stream_options": {"include_usage": true}}),
     );
     let ev = events(&r.body);
     assert_eq!(*ev.last().unwrap(), "[DONE]");
     let last: Value = serde_json::from_str(ev[ev.len() - 2]).unwrap();
-    assert_eq!((last["object"].as_str(), last["usage"]["completion_tokens"].as_u64()), (Some("text_completion"), Some(4)));
+    assert_eq!(
+        (last["object"].as_str(), last["usage"]["completion_tokens"].as_u64()),
+        (Some("text_completion"), Some(first4.generated_tokens.into()))
+    );
 
     let r = post(&s, "/api/chat", json!({"model": "tier2", "messages": ask, "options": {"temperature": 0, "num_predict": 12}}));
     assert_eq!((r.status, r.header("content-type")), (200, Some("application/x-ndjson")), "Ollama streams by default");
@@ -282,7 +358,10 @@ fn the_raw_sse_and_ndjson_bytes_have_the_apis_shapes() {
     let (last, parts) = lines.split_last().unwrap();
     assert!(parts.iter().all(|l| l["done"] == false && l["message"]["role"] == "assistant" && l["created_at"].is_string()));
     assert_eq!(parts.iter().map(|l| l["message"]["content"].as_str().unwrap()).collect::<String>(), text);
-    assert_eq!((&last["done"], &last["done_reason"], &last["eval_count"]), (&json!(true), &json!("length"), &json!(12)));
+    assert_eq!(
+        (&last["done"], &last["done_reason"], &last["eval_count"]),
+        (&json!(true), &json!(reason(&own)), &json!(own.generated_tokens))
+    );
     for field in ["total_duration", "load_duration", "prompt_eval_count", "prompt_eval_duration", "eval_duration"] {
         assert!(last[field].is_u64(), "{field}: {last}");
     }
@@ -290,11 +369,11 @@ fn the_raw_sse_and_ndjson_bytes_have_the_apis_shapes() {
     let r = post(
         &s,
         "/api/generate",
-        json!({"model": "smollm2-135m-instruct:latest", "prompt": "Write a long essay about the history of France.", "stream": false, "options": {"temperature": 0, "num_predict": 3}}),
+        json!({"model": "smollm2-135m-instruct:latest", "prompt": essay, "stream": false, "options": {"temperature": 0, "num_predict": 4}}),
     );
     assert_eq!(
-        (r.header("content-type"), r.json()["done"].as_bool(), r.json()["eval_count"].as_u64()),
-        (Some("application/json; charset=utf-8"), Some(true), Some(3))
+        (r.header("content-type"), r.json()["done"].as_bool(), r.json()["eval_count"].as_u64(), &r.json()["response"]),
+        (Some("application/json; charset=utf-8"), Some(true), Some(first4.generated_tokens.into()), &json!(first4.text))
     );
     assert_eq!(http(&s, "GET", "/api/version", s.key.as_deref(), "").json()["version"], env!("CARGO_PKG_VERSION"));
     let ps = http(&s, "GET", "/api/ps", s.key.as_deref(), "").json();
@@ -477,6 +556,155 @@ fn generations_beyond_the_limit_get_429_naming_it() {
     }
 }
 
+#[test]
+fn a_connection_beyond_the_limit_waits_until_one_closes() {
+    let d = TestDaemon::new().start();
+    let s = serve(&d, &["--max-connections", "1"]);
+    // The one place: a connection that stays open.
+    let mut first = TcpStream::connect(s.addr).unwrap();
+    first.set_read_timeout(Some(STEP)).unwrap();
+    first.write_all(&keep_alive(&s, "GET", "/v1/models", "")).unwrap();
+    assert_eq!(read_reply(&mut first).status, 200);
+
+    // A second: the kernel takes it, revis serve does not accept it yet.
+    let mut second = TcpStream::connect(s.addr).unwrap();
+    second.write_all(&request_bytes(&s, "GET", "/v1/models", s.key.as_deref(), "")).unwrap();
+    // The first is still served, and its answer (a model loaded, a
+    // generation) takes far longer than the list the second asked for.
+    let ask = json!({"model": "tier2", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8});
+    first.write_all(&keep_alive(&s, "POST", "/v1/chat/completions", &ask.to_string())).unwrap();
+    assert_eq!(read_reply(&mut first).status, 200);
+    second.set_nonblocking(true).unwrap();
+    let waiting = second.peek(&mut [0u8; 1]).map_err(|e| e.kind());
+    assert_eq!(waiting, Err(std::io::ErrorKind::WouldBlock), "the second connection was answered while the first held the only place");
+
+    // The first closes: its place goes to the second, which is answered.
+    drop(first);
+    second.set_nonblocking(false).unwrap();
+    second.set_read_timeout(Some(STEP)).unwrap();
+    let mut reply = String::new();
+    second.read_to_string(&mut reply).expect("answered once a place is free");
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+}
+
+#[test]
+fn a_caller_that_stops_reading_holds_up_nobody() {
+    // Socket buffers of 4 KiB (a namespace of the test's own), so an unread
+    // answer cannot wait in the kernel: revis serve has to keep it itself.
+    let net = NetnsPair::new();
+    let small = "echo '4096 4096 4096' > /proc/sys/net/ipv4/tcp_wmem && echo '4096 4096 4096' > /proc/sys/net/ipv4/tcp_rmem";
+    assert!(net.b.command("sh").args(["-c", small]).status().unwrap().success());
+    net.b.enter();
+    let d = TestDaemon::new().daemon("max_tokens_limit = 4096").start();
+    let s = serve(&d, &["--max-generations", "1"]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+
+    // A long streamed answer (greedy, it repeats to its 200 tokens: some
+    // 60 KB of events, far beyond those buffers), never read.
+    let mut body = long_answer();
+    body["max_tokens"] = json!(200);
+    let mut unread = TcpStream::connect(s.addr).unwrap();
+    unread.write_all(&request_bytes(&s, "POST", "/v1/chat/completions", s.key.as_deref(), &body.to_string())).unwrap();
+    let deadline = Instant::now() + STEP;
+    while !busy(&rt, &d) {
+        assert!(Instant::now() < deadline, "the daemon never started the answer");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let hi = json!({"model": "tier2", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2});
+    assert_eq!(post(&s, "/v1/chat/completions", hi.clone()).status, 429, "the unread answer holds the one generation place");
+    assert_eq!(http(&s, "GET", "/v1/models", s.key.as_deref(), "").status, 200, "other requests are served meanwhile");
+
+    // The answer ends with nobody reading it (bounded only against a hang:
+    // its length is the model's); its place comes back at once.
+    let deadline = Instant::now() + 5 * STEP;
+    while busy(&rt, &d) {
+        assert!(Instant::now() < deadline, "the unread answer did not end in {:?}", 5 * STEP);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let deadline = Instant::now() + STEP;
+    loop {
+        let r = post(&s, "/v1/chat/completions", hi.clone());
+        if r.status == 200 {
+            break;
+        }
+        assert!(
+            r.status == 429 && Instant::now() < deadline,
+            "the place of an answer nobody read never came back: {} {}",
+            r.status,
+            r.body
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // The caller reads at last: the whole answer, kept for it.
+    unread.set_read_timeout(Some(STEP)).unwrap();
+    let mut raw = Vec::new();
+    unread.read_to_end(&mut raw).unwrap();
+    let raw = String::from_utf8(raw).unwrap();
+    let (head, rest) = raw.split_once("\r\n\r\n").expect("a head");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let (text, clean) = streamed_text(&dechunk(rest));
+    assert!(clean && !text.is_empty(), "one whole answer, then [DONE]: {raw}");
+    eprintln!("the unread answer: {} bytes of events", rest.len());
+}
+
+#[test]
+fn ollama_images_are_refused_naming_them() {
+    let d = TestDaemon::new().start();
+    let s = serve(&d, &[]);
+    // A 1x1 PNG, as Ollama's clients send one: base64.
+    let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+    let r = post(
+        &s,
+        "/api/chat",
+        json!({"model": "tier2", "messages": [{"role": "user", "content": "What is this?", "images": [png]}], "stream": false}),
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.json()["error"], "messages[0] has images: revis's models read text only", "Ollama's shape: {}", r.body);
+    let r = post(&s, "/api/generate", json!({"model": "tier2", "prompt": "What is this?", "images": [png], "stream": false}));
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.json()["error"], "images is not supported: revis's models read text only", "{}", r.body);
+    // Refused before any model is used: none was loaded for them.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let tiers = rt.block_on(async { d.client().await.status().await.unwrap().tiers });
+    assert!(tiers.iter().all(|t| t.state == ModelState::Unloaded), "{tiers:?}");
+}
+
+#[test]
+fn a_tier_with_an_ensemble_answers_over_http_as_revis_run_answers_it() {
+    // tier1 runs Gemma 3, tier2 SmolLM2; tier2 is answered by both together.
+    let d = TestDaemon::new().tier_model("tier1", gemma3()).start();
+    let data = tempfile::tempdir().unwrap();
+    let socket = d.socket.to_str().unwrap().to_owned();
+    let cli = |data: &Path, args: &[&str]| {
+        let out = crate::server_mode::revis(data, &[&["--socket", socket.as_str()], args].concat());
+        assert!(out.status.success(), "revis {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    // A long round deadline: on a busy machine no member sits a round out, so both answers are the same greedy one.
+    cli(
+        data.path(),
+        &["ensemble", "tier2", "--members", "tier1, tier2", "--method", "confident", "--span", "4", "--deadline-ms", "300000"],
+    );
+    let s = serve_with(&d, data, &[]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let gemma = || rt.block_on(async { d.client().await.status().await.unwrap().tier(Tier::Tier1).unwrap().state });
+    assert_eq!(gemma(), ModelState::Unloaded, "nothing asked tier1 yet");
+
+    let question = "Name three colours.";
+    let r = post(
+        &s,
+        "/v1/chat/completions",
+        json!({"model": "tier2", "messages": [{"role": "user", "content": question}], "temperature": 0, "max_tokens": 16}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let text = r.json()["choices"][0]["message"]["content"].as_str().unwrap().to_owned();
+    assert!(!text.is_empty(), "{}", r.body);
+    assert_eq!(gemma(), ModelState::Ready, "tier2's answer asked tier1's model too: the ensemble answered");
+    let run = cli(s._data.path(), &["run", "--tier", "tier2", "--temperature", "0", "--max-tokens", "16", question]);
+    assert_eq!(run, format!("{text}\n"), "greedy: revis run's ensemble answer is the one revis serve gave");
+}
+
 /// The text of an SSE chat stream's `choices[0].delta.content`s, and
 /// whether it ended with `[DONE]` and no error event.
 fn streamed_text(body: &str) -> (String, bool) {
@@ -600,9 +828,13 @@ fn beyond_loopback_it_serves_https_only_with_the_key() {
         assert!(String::from_utf8_lossy(&out.stderr).contains(says), "{}", String::from_utf8_lossy(&out.stderr));
     }
     let s = serve_at(&d, tempfile::tempdir().unwrap(), &addr, &["--tls"]);
-    let cert = s._data.path().join("http-tls.crt");
-    assert!(cert.is_file(), "the certificate made for it is kept in the data directory");
-    // OpenAI's package, trusting that certificate: models listed, a chat answered.
+    assert!(s._data.path().join("http-tls.crt").is_file(), "the certificate made for it is kept in the data directory");
+    // The README: copy http-tls-ca.crt to the other machine and point its
+    // client at it. Trusted there, and only that: not the server's own certificate.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let cert = elsewhere.path().join("revis-ca.crt");
+    std::fs::copy(s._data.path().join("http-tls-ca.crt"), &cert).expect("the authority is in the data directory");
+    // OpenAI's package, trusting that authority: models listed, a chat answered.
     let script = r#"
 import sys, httpx, openai
 base, key, cert = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -614,21 +846,23 @@ try:
 except openai.AuthenticationError as e:
     print("wrong key:", e.status_code)
 "#;
-    let out = Command::new("python3")
+    let out = Command::new(revis_testkit::python())
         .args(["-c", script, &format!("https://{}", s.addr), s.key.as_deref().unwrap(), cert.to_str().unwrap()])
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{said}{}", String::from_utf8_lossy(&out.stderr));
+    let serve_log = || std::fs::read_to_string(s._data.path().join("serve.log")).unwrap_or_default();
+    assert!(out.status.success(), "{said}{}\nrevis serve's log:\n{}", String::from_utf8_lossy(&out.stderr), serve_log());
     let lines: Vec<&str> = said.lines().collect();
     assert_eq!(lines[0], "tier1");
     assert!(!lines[1].is_empty(), "an answer: {said}");
     assert_eq!(lines.last(), Some(&"wrong key: 401"));
-    // Plain HTTP to the same port gets no answer, and no model is used for it.
+    // Plain HTTP to the same port, with the right key, gets no HTTP answer:
+    // the TLS handshake fails (a TLS alert record, 0x15, or nothing at all).
     let mut c = TcpStream::connect(s.addr).unwrap();
     c.set_read_timeout(Some(STEP)).unwrap();
-    c.write_all(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    c.write_all(&request_bytes(&s, "GET", "/v1/models", s.key.as_deref(), "")).unwrap();
     let mut reply = Vec::new();
     let _ = c.read_to_end(&mut reply);
-    assert!(!String::from_utf8_lossy(&reply).contains("tier1"), "{}", String::from_utf8_lossy(&reply));
+    assert!(reply.is_empty() || reply[0] == 0x15, "not a TLS alert: {:?}", String::from_utf8_lossy(&reply));
 }

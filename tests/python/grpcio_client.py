@@ -2,7 +2,7 @@
 calls Status and Generate on revisd over its Unix socket.
 
 Usage: python3 grpcio_client.py SOCKET PROTO_ROOT
-Prints one JSON line with what it saw; exits non-zero on any failure.
+Prints one JSON line with what it asked and saw; exits non-zero on any failure.
 """
 import json
 import sys
@@ -10,6 +10,11 @@ import tempfile
 
 import grpc
 from grpc_tools import protoc
+
+
+# Greedy: the test asks revisd the same through its own client and compares.
+QUESTION = "What is the capital of France?"
+MAX_TOKENS = 32
 
 
 def main() -> None:
@@ -26,9 +31,9 @@ def main() -> None:
     with grpc.insecure_channel(f"unix:{socket}") as channel:
         status = rpc.AdminStub(channel).Status(pb.StatusRequest(), timeout=30)
         req = pb.GenerateRequest(
-            messages=[pb.ChatMessage(role=pb.ROLE_USER, content="What is the capital of France?".encode())],
+            messages=[pb.ChatMessage(role=pb.ROLE_USER, content=QUESTION.encode())],
             sampling=pb.Sampling(temperature=0.0),
-            max_tokens=32,
+            max_tokens=MAX_TOKENS,
         )
         deltas, done = [], None
         for event in rpc.InferenceStub(channel).Generate(req, timeout=60):
@@ -38,11 +43,15 @@ def main() -> None:
             elif kind == "done":
                 done = event.done
     print(json.dumps({
+        "question": QUESTION,
+        "max_tokens": MAX_TOKENS,
         "version": status.version,
         "tiers": [t.tier for t in status.tiers],
         "streamed": "".join(deltas),
         "text": done.text if done else None,
         "finish_reason": pb.FinishReason.Name(done.finish_reason) if done else None,
+        "prompt_tokens": done.prompt_tokens if done else None,
+        "generated_tokens": done.generated_tokens if done else None,
     }))
 
 

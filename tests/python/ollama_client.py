@@ -2,7 +2,7 @@
 `revis serve`'s /api, unchanged but for its host and the key header.
 
 Usage: python3 ollama_client.py BASE_URL API_KEY MODEL
-Prints one JSON object with what it saw; exits non-zero on any failure.
+Prints one JSON object with what it asked and saw; exits non-zero on any failure.
 """
 import json
 import sys
@@ -10,19 +10,24 @@ import sys
 import ollama
 
 
+# Greedy: the test asks revisd the same through its own client and compares.
+QUESTION = "What is the capital of France?"
+MAX_TOKENS = 24
+
+
 def main() -> None:
     base, key, model = sys.argv[1], sys.argv[2], sys.argv[3]
     client = ollama.Client(host=base, headers={"Authorization": f"Bearer {key}"}, timeout=120)
-    out = {}
+    out = {"question": QUESTION, "max_tokens": MAX_TOKENS}
 
     out["tags"] = [m.model for m in client.list().models]
 
     parts = list(
         client.chat(
             model=model,
-            messages=[{"role": "user", "content": "What is the capital of France?"}],
+            messages=[{"role": "user", "content": QUESTION}],
             stream=True,
-            options={"temperature": 0, "num_predict": 24},
+            options={"temperature": 0, "num_predict": MAX_TOKENS},
         )
     )
     last = parts[-1]
@@ -37,7 +42,7 @@ def main() -> None:
         "eval_duration": last.eval_duration,
     }
 
-    r = client.generate(model=model, prompt="What is the capital of France?", stream=False, options={"temperature": 0, "num_predict": 24})
+    r = client.generate(model=model, prompt=QUESTION, stream=False, options={"temperature": 0, "num_predict": MAX_TOKENS})
     out["generate"] = {"text": r.response, "done": r.done, "done_reason": r.done_reason, "eval_count": r.eval_count}
 
     r = client.chat(

@@ -2,7 +2,7 @@
 `revis serve`'s /v1, unchanged but for its base URL and key.
 
 Usage: python3 openai_client.py BASE_URL API_KEY MODEL
-Prints one JSON object with what it saw; exits non-zero on any failure.
+Prints one JSON object with what it asked and saw; exits non-zero on any failure.
 """
 import json
 import sys
@@ -10,15 +10,20 @@ import sys
 import openai
 
 
+# Greedy: the test asks revisd the same through its own client and compares.
+QUESTION = "What is the capital of France?"
+MAX_TOKENS = 24
+
+
 def main() -> None:
     base, key, model = sys.argv[1], sys.argv[2], sys.argv[3]
     client = openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0, timeout=120)
-    out = {}
+    out = {"question": QUESTION, "max_tokens": MAX_TOKENS}
 
     out["models"] = [m.id for m in client.models.list().data]
 
-    question = [{"role": "user", "content": "What is the capital of France?"}]
-    r = client.chat.completions.create(model=model, messages=question, temperature=0, max_tokens=24)
+    question = [{"role": "user", "content": QUESTION}]
+    r = client.chat.completions.create(model=model, messages=question, temperature=0, max_tokens=MAX_TOKENS)
     out["chat"] = {
         "text": r.choices[0].message.content,
         "role": r.choices[0].message.role,
@@ -29,7 +34,7 @@ def main() -> None:
 
     chunks = list(
         client.chat.completions.create(
-            model=model, messages=question, temperature=0, max_completion_tokens=24, stream=True, stream_options={"include_usage": True}
+            model=model, messages=question, temperature=0, max_completion_tokens=MAX_TOKENS, stream=True, stream_options={"include_usage": True}
         )
     )
     with_choices = [c for c in chunks if c.choices]
