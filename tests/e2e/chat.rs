@@ -14,15 +14,15 @@ use revis_store::{MessageState, Role, Store};
 use revis_testkit::TestDaemon;
 
 /// How long one step may take on a busy 2-core machine (a model load, a short answer).
-const STEP: Duration = Duration::from_secs(60);
+pub(crate) const STEP: Duration = Duration::from_secs(60);
 
 /// What a process wrote to one output, and when each piece came.
 #[derive(Default)]
-struct Seen {
+pub(crate) struct Seen {
     bytes: Vec<u8>,
     /// (when, how many bytes had come by then), one per read.
     at: Vec<(Instant, usize)>,
-    ended: bool,
+    pub(crate) ended: bool,
 }
 
 impl Seen {
@@ -31,17 +31,17 @@ impl Seen {
         self.at.iter().take_while(|(when, _)| *when <= t).last().map_or(0, |(_, n)| *n)
     }
 
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.bytes).into_owned()
     }
 }
 
 /// Reads a process's output on a thread of its own, so the test can wait on
 /// what it printed.
-struct Transcript(Arc<(Mutex<Seen>, Condvar)>);
+pub(crate) struct Transcript(Arc<(Mutex<Seen>, Condvar)>);
 
 impl Transcript {
-    fn start(mut from: impl Read + Send + 'static) -> Transcript {
+    pub(crate) fn start(mut from: impl Read + Send + 'static) -> Transcript {
         let shared = Arc::new((Mutex::new(Seen::default()), Condvar::new()));
         let t = shared.clone();
         std::thread::spawn(move || {
@@ -68,7 +68,7 @@ impl Transcript {
     /// Waits until `done` holds of what came so far (checked at each new
     /// piece, and every 10 ms for conditions on time); panics naming `what`
     /// with the output after `limit`.
-    fn wait_until(&self, what: &str, limit: Duration, done: impl Fn(&Seen) -> bool) -> String {
+    pub(crate) fn wait_until(&self, what: &str, limit: Duration, done: impl Fn(&Seen) -> bool) -> String {
         let deadline = Instant::now() + limit;
         let mut seen = self.0.0.lock().unwrap();
         while !done(&seen) {
@@ -79,14 +79,14 @@ impl Transcript {
         seen.text()
     }
 
-    fn with<T>(&self, f: impl FnOnce(&Seen) -> T) -> T {
+    pub(crate) fn with<T>(&self, f: impl FnOnce(&Seen) -> T) -> T {
         f(&self.0.0.lock().unwrap())
     }
 }
 
 /// A `revis chat` of a test, killed (SIGKILL) and reaped when dropped, so a
 /// test that fails half way leaves no process behind.
-struct Reaped(Child);
+pub(crate) struct Reaped(Child);
 
 impl Drop for Reaped {
     fn drop(&mut self) {
@@ -109,7 +109,7 @@ impl std::ops::DerefMut for Reaped {
 }
 
 /// Waits for a child's exit; SIGKILL and a panic showing `screen` after `limit`.
-fn wait_exit(child: &mut Child, limit: Duration, screen: &Transcript) -> std::process::ExitStatus {
+pub(crate) fn wait_exit(child: &mut Child, limit: Duration, screen: &Transcript) -> std::process::ExitStatus {
     let deadline = Instant::now() + limit;
     loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -127,7 +127,7 @@ fn wait_exit(child: &mut Child, limit: Duration, screen: &Transcript) -> std::pr
 /// `revis chat` on a pseudo-terminal: stdin, stdout and stderr, its
 /// controlling terminal in a session of its own. Returns the child and the
 /// terminal's other side (what the user types into, what the screen shows).
-fn spawn_on_a_terminal(mut cmd: Command) -> (Reaped, std::fs::File) {
+pub(crate) fn spawn_on_a_terminal(mut cmd: Command) -> (Reaped, std::fs::File) {
     use std::os::unix::process::CommandExt;
     let size = nix::pty::Winsize { ws_row: 24, ws_col: 120, ws_xpixel: 0, ws_ypixel: 0 };
     let pty = nix::pty::openpty(&size, None).expect("a pseudo-terminal");

@@ -543,3 +543,156 @@ fn first_use_chooses_for_the_machine_and_falls_back_to_the_smallest() {
     let (ok, err) = run_where_nothing_can_be_downloaded(home.path(), None);
     assert!(!ok && err.contains(&failed) && !err.contains("choosing one that fits"), "{err}");
 }
+
+/// A Hugging Face stand-in on loopback: it lists each catalog file as the
+/// catalog pins it (so revis learns its size) and serves no file (404).
+/// The path of every request it got.
+fn listing_only_hub() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let (mut head, mut buf) = (Vec::new(), [0u8; 1024]);
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let path = String::from_utf8_lossy(&head).split_whitespace().nth(1).unwrap_or_default().to_owned();
+            let listing = revis_models::catalog().iter().find_map(|e| {
+                e.sources.iter().find_map(|s| match s {
+                    revis_models::Source::HuggingFace { repo, revision, file }
+                        if path.starts_with(&format!("/api/models/{repo}/tree/{revision}")) =>
+                    {
+                        let lfs = serde_json::json!({"oid": format!("sha256:{}", e.sha256), "size": e.size});
+                        Some(serde_json::json!([{"type": "file", "path": file, "size": e.size, "lfs": lfs}]).to_string())
+                    }
+                    _ => None,
+                })
+            });
+            record.lock().unwrap().push(path);
+            let (status, body) = listing.map_or(("404 Not Found", String::new()), |b| ("200 OK", b));
+            let _ = write!(
+                conn,
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (url, seen)
+}
+
+/// `revis ARGS` as a new user runs it, in `home`, with `hub` as Hugging Face and PyPI where nothing listens.
+fn new_user(home: &Path, hub: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(revis_testkit::binary("revis"));
+    cmd.args(args)
+        .env("HOME", home)
+        .env("REVIS_DATA_DIR", home.join("data"))
+        .env("XDG_RUNTIME_DIR", home)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("HF_ENDPOINT", hub)
+        .env("HF_HOME", home.join("hf"))
+        .env("PIP_INDEX_URL", format!("{}/simple", nothing_listens()))
+        .env("REVIS_MDNS_INTERFACES", "none")
+        .env_remove("REVIS_CONFIG")
+        .env_remove("REVIS_SOCKET")
+        .env_remove("REVIS_NODE")
+        .env_remove("REVIS_YES")
+        .env_remove("HF_TOKEN");
+    cmd
+}
+
+/// The catalog model revis chose, from the line that says why.
+fn chosen(stderr: &str) -> &'static revis_models::CatalogEntry {
+    let line = stderr.lines().find(|l| l.starts_with("revis: this machine has ")).unwrap_or_else(|| panic!("no choice said:\n{stderr}"));
+    let name = line.split("; ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap();
+    revis_models::find(name).unwrap_or_else(|| panic!("{name} is not in the catalog: {line}"))
+}
+
+/// The file of a catalog entry on Hugging Face.
+fn hf_file(entry: &revis_models::CatalogEntry) -> &'static str {
+    entry.sources.iter().find_map(|s| if let revis_models::Source::HuggingFace { file, .. } = s { Some(*file) } else { None }).unwrap()
+}
+
+/// Whether revis asks before it downloads `entry` as its choice for this machine.
+fn asks_about(entry: &revis_models::CatalogEntry) -> bool {
+    entry.name != revis_models::choose::smallest(revis_models::catalog()).name && entry.size > revis_models::choose::ASK_ABOVE_BYTES
+}
+
+/// `revis pull` with no model chooses one for this machine; a download of
+/// over 1 GB is asked about first. "n" downloads nothing of it (revis asked
+/// Hugging Face only for its size) and says so; with no terminal it is not
+/// downloaded either, and the message says why; `--yes` asks nothing and
+/// goes for it. (Where this machine's choice is 1 GB or less, the test
+/// checks that no question comes.)
+#[test]
+fn a_download_over_1_gb_is_asked_about_and_yes_answers_for_scripts() {
+    use crate::chat::{STEP, Transcript, spawn_on_a_terminal, wait_exit};
+    use revis_models::choose::human_bytes;
+    let (hub, seen) = listing_only_hub();
+    let smallest = revis_models::choose::smallest(revis_models::catalog());
+    let fetched =
+        |entry: &revis_models::CatalogEntry| seen.lock().unwrap().iter().any(|p| p.contains("/resolve/") && p.ends_with(hf_file(entry)));
+    let question = |entry: &revis_models::CatalogEntry| {
+        format!("revis: download {} ({}) from Hugging Face? [Y/n] ", entry.name, human_bytes(entry.size))
+    };
+
+    // On a terminal, answered "n".
+    let home = tempfile::tempdir().unwrap();
+    let (mut child, mut terminal) = spawn_on_a_terminal(new_user(home.path(), &hub, &["pull"]));
+    let screen = Transcript::start(terminal.try_clone().unwrap());
+    let said = screen.wait_until("the choice", STEP, |s| s.text().contains("tokens/s here")).replace("\r\n", "\n");
+    let entry = chosen(&said);
+    if asks_about(entry) {
+        screen.wait_until("the question", STEP, |s| s.text().contains(&question(entry)));
+        assert!(!fetched(entry), "nothing is downloaded before the answer");
+        std::io::Write::write_all(&mut terminal, b"n\r").unwrap();
+    }
+    wait_exit(&mut child, STEP, &screen);
+    let screen = screen.wait_until("the terminal's end", STEP, |s| s.ended).replace("\r\n", "\n");
+    assert_eq!(
+        screen.contains("[Y/n]"),
+        asks_about(entry),
+        "asked exactly when the choice is over 1 GB ({} is {} bytes):\n{screen}",
+        entry.name,
+        entry.size
+    );
+    if asks_about(entry) {
+        let instead =
+            format!("revis: using the smallest model, {}, instead; `revis pull {}` fetches the other later", smallest.name, entry.name);
+        assert!(screen.contains(&instead), "{screen}");
+        assert!(!fetched(entry), "no request for the declined file: {:?}", seen.lock().unwrap());
+        let models = std::fs::read_dir(home.path().join("data/models"))
+            .map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
+            .unwrap_or_default();
+        assert!(!models.iter().any(|f| f.to_string_lossy().contains(entry.file_name)), "{models:?}");
+    }
+
+    // No terminal to ask on, no --yes: not downloaded, and why.
+    let home = tempfile::tempdir().unwrap();
+    let out = new_user(home.path(), &hub, &["pull"]).stdin(Stdio::null()).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let entry = chosen(&err);
+    let why = format!(
+        "revis: not downloading {} ({}) without asking (no terminal to ask on; --yes or REVIS_YES=1 answers yes)",
+        entry.name,
+        human_bytes(entry.size)
+    );
+    assert_eq!(err.contains(&why), asks_about(entry), "{err}");
+    assert!(!err.contains("[Y/n]"), "{err}");
+    if asks_about(entry) {
+        assert!(!fetched(entry), "no request for the file not asked about: {:?}", seen.lock().unwrap());
+    }
+
+    // --yes: no question, and the chosen file is asked for (this hub has none: it fails at once).
+    let home = tempfile::tempdir().unwrap();
+    let out = new_user(home.path(), &hub, &["--yes", "pull"]).stdin(Stdio::null()).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let entry = chosen(&err);
+    assert!(!err.contains("[Y/n]") && !err.contains("without asking"), "{err}");
+    assert!(fetched(entry), "--yes went for {}: {:?}\n{err}", entry.name, seen.lock().unwrap());
+}

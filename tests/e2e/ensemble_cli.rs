@@ -140,3 +140,84 @@ async fn bad_settings_and_members_that_are_not_there_are_refused_and_nothing_is_
     refused(d, s, &set(&["--span", "99"]), 2);
     assert_eq!(stored(d, "tier2").unwrap(), before);
 }
+
+/// `revis ARGS --socket SOCKET` with `input` on its stdin, which must succeed; its stdout.
+fn ok_with_input(data: &Path, socket: &Path, args: &[&str], input: &str) -> String {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(revis_testkit::binary("revis"))
+        .args(args)
+        .arg("--socket")
+        .arg(socket)
+        .env("REVIS_DATA_DIR", data)
+        .env("REVIS_MDNS_INTERFACES", "none")
+        .env_remove("REVIS_SOCKET")
+        .env_remove("REVIS_NODE")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "revis {args:?} failed ({}):\n{text}{}", out.status, String::from_utf8_lossy(&out.stderr));
+    text
+}
+
+/// With tier2's ensemble on, `revis run` and `revis chat` answer through it:
+/// greedy, their answers are the ones the same ensemble gives through the
+/// client library, and the other member's tier (a model of its own, which
+/// nothing else here uses) ran.
+#[tokio::test]
+async fn run_and_chat_answer_through_the_tiers_ensemble() {
+    use revis_client::ensemble::{Ensemble, EnsembleSpec, Member};
+    use revis_client::{Runner, Sampling, Tier};
+    use revis_orchestrator::prompt::PromptContext;
+    // tier1 runs SmolLM2, tier2 and tier3 Gemma 3.
+    let laptop = TestDaemon::new().model(revis_testkit::gemma3()).tier_model("tier1", revis_testkit::smollm2()).start();
+    let data = tempfile::tempdir().unwrap();
+    let (d, s) = (data.path(), laptop.socket.as_path());
+    ok(d, s, &["ensemble", "tier2", "--members", "tier2,tier1", "--method", "cross", "--span", "6"]);
+    let client = laptop.client().await;
+    let tier1_ran = || async {
+        let status = client.status().await.unwrap();
+        status.tier(Tier::Tier1).expect("a tier1").cached_prefixes > 0
+    };
+    assert!(!tier1_ran().await);
+
+    // The ensemble as the client library runs it, from the settings revis stored.
+    let spec = EnsembleSpec::from_json(&stored(d, "tier2").expect("kept in the store"));
+    assert!(spec.enabled, "{spec:?}");
+    let ensemble = || {
+        let member = |name: &str, tier| Member { name: name.into(), client: client.clone(), tier };
+        Ensemble::new(vec![member("tier2", Tier::Tier2), member("tier1", Tier::Tier1)], spec.clone())
+    };
+    let greedy = |mut req: revis_client::GenerateParams| {
+        req.sampling = Sampling { temperature: Some(0.0), ..Default::default() };
+        req.max_tokens = Some(14);
+        req
+    };
+    let prompt = "Name three rivers in Europe.";
+
+    let out = ok(d, s, &["run", "--temperature", "0", "--max-tokens", "14", prompt]);
+    assert!(tier1_ran().await, "the ensemble's other member ran");
+    let req = greedy(revis_client::GenerateParams {
+        tier: Tier::Tier2,
+        messages: vec![revis_client::Message::user(prompt)],
+        ..Default::default()
+    });
+    let expected = Runner::generate(&ensemble(), req.clone(), |_| {}).await.unwrap().text;
+    assert_eq!(out, format!("{expected}\n"), "revis run answered through the ensemble");
+    let alone = Runner::generate(&client, req, |_| {}).await.unwrap().text;
+    eprintln!("ensemble: {expected:?}; tier2 alone: {alone:?}");
+
+    client.unload_model(Tier::Tier1).await.unwrap();
+    assert!(!tier1_ran().await);
+    let out = ok_with_input(d, s, &["chat", "--new", "--no-check", "--temperature", "0", "--max-tokens", "14"], &format!("{prompt}\n"));
+    assert!(tier1_ran().await, "the ensemble's other member ran");
+    let rules = revis_orchestrator::conversation::RULES.to_owned();
+    let req = greedy(PromptContext { rules, ..Default::default() }.request(Tier::Tier2, prompt));
+    let expected = Runner::generate(&ensemble(), req, |_| {}).await.unwrap().text;
+    assert_eq!(out, format!("{expected}\n"), "revis chat answered through the ensemble");
+}

@@ -590,7 +590,34 @@ impl Interrupt {
 
 #[cfg(test)]
 mod tests {
-    use super::Interrupt;
+    use super::{Interrupt, describe_note};
+    use revis_orchestrator::check::{Correction, QuickCheck, RequestKind};
+    use revis_orchestrator::conversation::TurnNote;
+    use revis_store::{ConversationId, MessageId};
+
+    fn checked(corrections: &[(&str, &str)], before_answer: bool) -> TurnNote {
+        let message = "Waht is teh tiem?";
+        let corrections: Vec<Correction> = corrections.iter().map(|(w, r)| Correction { wrong: (*w).into(), right: (*r).into() }).collect();
+        let check = QuickCheck {
+            corrected: revis_orchestrator::check::apply(message, &corrections),
+            corrections,
+            kind: RequestKind::Question,
+            escalate: false,
+        };
+        TurnNote::Checked { reply: MessageId { conversation: ConversationId(1), seq: 1 }, check, before_answer }
+    }
+
+    /// `revis: read as "..."` says exactly when the answer was to a corrected
+    /// message: what was answered and each fix; a check after the answer
+    /// only names the typos, and one that found none says nothing.
+    #[test]
+    fn read_as_is_said_when_and_only_when_a_corrected_message_was_answered() {
+        let two = [("teh", "the"), ("tiem", "time")];
+        assert_eq!(describe_note(&checked(&two, true)).as_deref(), Some("revis: read as \"Waht is the time?\" (teh → the, tiem → time)"));
+        assert_eq!(describe_note(&checked(&two, false)).as_deref(), Some("revis: tier1 noticed a typo: teh → the, tiem → time"));
+        assert_eq!(describe_note(&checked(&[], true)), None, "nothing corrected, nothing said");
+        assert_eq!(describe_note(&checked(&[], false)), None);
+    }
 
     /// A Ctrl-C that comes as an answer ends (its signal already sent, the
     /// turn not yet cleared) must not stop the next answer at once.
