@@ -20,20 +20,31 @@ async fn status_reports_tiers_and_a_shared_model_is_loaded_once() {
     assert_eq!(s.tiers[0].shared_with, ["tier2", "tier3"]);
 }
 
+/// Unloading gives back what loading took, measured on the same daemon:
+/// RSS before the load, after it (and an answer), after the unload.
 #[tokio::test]
 async fn unload_frees_the_models_memory() {
     let model = revis_testkit::smollm2();
     let size = std::fs::metadata(&model).unwrap().len();
     let d = TestDaemon::new().model(model).start();
     let mut c = d.client().await;
+    let baseline = c.status().await.unwrap().rss_bytes;
     c.admin.load_model(pb::LoadModelRequest { tier: "tier1".into() }).await.unwrap();
-    generate(&mut c, ask("Hi")).await.unwrap();
+    let warm = generate(&mut c, ask("Hi")).await.unwrap();
     let r = c.admin.unload_model(pb::UnloadModelRequest { tier: "tier2".into() }).await.unwrap().into_inner();
+    let grew = r.rss_before_bytes.saturating_sub(baseline);
     let freed = r.rss_before_bytes.saturating_sub(r.rss_after_bytes);
-    assert!(freed as f64 >= 0.8 * size as f64, "RSS fell by {} MiB; the model file is {} MiB", freed >> 20, size >> 20);
+    let mib = |b: u64| b >> 20;
+    eprintln!("RSS {} MiB; loaded +{} MiB (the file is {} MiB); unloaded -{} MiB", mib(baseline), mib(grew), mib(size), mib(freed));
+    // The load is seen at all (else giving it back proves nothing) ...
+    assert!(grew as f64 >= 0.5 * size as f64, "loading grew RSS by {} MiB; the model file is {} MiB", mib(grew), mib(size));
+    // ... and the unload gives most of it back.
+    assert!(freed as f64 >= 0.8 * grew as f64, "RSS fell by {} MiB; loading had grown it by {} MiB", mib(freed), mib(grew));
     assert_eq!(r.tier.unwrap().state, pb::ModelState::Unloaded as i32);
-    // It comes back on the next use.
-    assert!(generate(&mut c, ask("What is the capital of France?")).await.unwrap().done.text.contains("Paris"));
+    // It comes back on the next use, answering as it did before.
+    let again = generate(&mut c, ask("Hi")).await.unwrap();
+    assert!(again.done.generated_tokens > 0);
+    assert_eq!(again.done.text, warm.done.text, "the reloaded model answers as the first load did");
 }
 
 #[tokio::test]
@@ -48,7 +59,7 @@ async fn idle_models_unload_by_themselves() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while status.tiers[1].state != pb::ModelState::Unloaded as i32 {
         assert!(std::time::Instant::now() < deadline, "still loaded after 10 s with keep_alive_s = 2");
-        tokio::task::yield_now().await;
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         status = c.admin.status(pb::StatusRequest {}).await.unwrap().into_inner();
     }
 }
@@ -86,14 +97,17 @@ async fn a_shared_model_costs_the_memory_of_one_copy() {
         mib(gemma_size),
         mib(s.rss_bytes.saturating_sub(tier3))
     );
-    assert!(tier1.saturating_sub(before) as f64 >= 0.8 * smol_size as f64, "loading SmolLM2 is seen in RSS");
+    // Each bound is against what a load measured here costs, per byte of
+    // its file: tier1's load of SmolLM2 and tier2's of Gemma 3.
+    let (smol_load, gemma_load) = (tier1.saturating_sub(before), s.rss_bytes.saturating_sub(tier3));
+    assert!(smol_load as f64 >= 0.5 * smol_size as f64, "loading SmolLM2 is seen in RSS");
+    assert!(gemma_load as f64 >= 0.5 * gemma_size as f64, "loading a second file is seen in RSS");
     assert!(
-        (tier3.saturating_sub(tier1) as f64) < 0.25 * smol_size as f64,
-        "tier3 shares tier1's model, yet loading it grew RSS by {} MiB (the model is {} MiB)",
+        (tier3.saturating_sub(tier1) as f64) < 0.25 * smol_load as f64,
+        "tier3 shares tier1's model, yet loading it grew RSS by {} MiB (loading that model took {} MiB)",
         mib(tier3.saturating_sub(tier1)),
-        mib(smol_size)
+        mib(smol_load)
     );
-    assert!(s.rss_bytes.saturating_sub(tier3) as f64 >= 0.8 * gemma_size as f64, "loading a second file is seen in RSS");
     // The state says the same: one model, its memory counted once.
     let tier = |name: &str| s.tiers.iter().find(|t| t.tier == name).unwrap().clone();
     assert_eq!(tier("tier1").shared_with, ["tier3"]);

@@ -8,7 +8,7 @@ use revis_daemon::server::{SHUTDOWN_GRACE, SHUTDOWN_HARD};
 use revis_testkit::{TestDaemon, binary};
 use tonic_health::pb::health_check_response::ServingStatus;
 
-use crate::{ask, generate};
+use crate::{ask, generate, long_answer};
 
 #[test]
 fn a_bad_config_exits_64_and_names_the_field() {
@@ -134,8 +134,7 @@ async fn sigterm_refuses_new_work_cuts_running_work_after_the_grace_and_exits_by
     let mut d = TestDaemon::new().start();
     let mut c = d.client().await;
     let mut watch = watch_health(&c).await;
-    let long = pb::GenerateRequest { max_tokens: 4000, ..ask("Write a very long essay about mountains.") };
-    let mut stream = c.inference.generate(long).await.unwrap().into_inner();
+    let mut stream = c.inference.generate(long_answer(2000)).await.unwrap().into_inner();
     // The answer is under way: its first text came.
     loop {
         match stream.message().await.unwrap().and_then(|e| e.event) {
@@ -148,6 +147,9 @@ async fn sigterm_refuses_new_work_cuts_running_work_after_the_grace_and_exits_by
     d.signal(libc::SIGTERM);
 
     not_serving(&mut watch).await;
+    // How long the daemon took, on this machine now, to act on the signal
+    // and tell us: the measure of its lag that the deadlines below allow.
+    let noticed = t0.elapsed();
     // New work is refused: as the client sees it, on the connection already
     // open (which it then dials again), and on a new connection.
     let hi = revis_client::GenerateParams { messages: vec![revis_client::Message::user("Hi")], ..Default::default() };
@@ -165,18 +167,26 @@ async fn sigterm_refuses_new_work_cuts_running_work_after_the_grace_and_exits_by
     // The running answer went on through the grace period, then was cut.
     let (events, end) = timed_events(stream).await;
     let cut_at = t0.elapsed();
-    assert!(events.iter().all(|(_, e)| !matches!(e, pb::generate_event::Event::Done(_))), "the 4000-token answer cannot finish");
+    assert!(events.iter().all(|(_, e)| !matches!(e, pb::generate_event::Event::Done(_))), "the 2000-token answer cannot finish");
     let end = end.expect("the answer is cut with a status");
     assert_eq!(end.code(), tonic::Code::Unavailable, "{}", end.message());
+    // The cut comes at the next token step after the grace period: allow
+    // the daemon's measured lag and two of the token steps measured meanwhile.
+    let step = events.windows(2).map(|w| w[1].0 - w[0].0).max().expect("text came during the grace period");
+    let cut_by = SHUTDOWN_GRACE + noticed + 2 * step;
+    eprintln!("SIGTERM noticed after {noticed:?}; slowest token step {step:?}; cut after {cut_at:?} (allowed {cut_by:?})");
     assert!(cut_at >= SHUTDOWN_GRACE, "running work was cut {cut_at:?} after SIGTERM, before the grace period ({SHUTDOWN_GRACE:?})");
-    assert!(cut_at < SHUTDOWN_GRACE + Duration::from_secs(1), "running work was cut only {cut_at:?} after SIGTERM");
+    assert!(cut_at < cut_by, "running work was cut only {cut_at:?} after SIGTERM");
 
-    // The watch is still open: the daemon waits for it until the hard deadline, no longer.
+    // The watch is still open: the daemon waits for it until the hard
+    // deadline (which starts at the cut), no longer.
     let status = d.wait_exit(SHUTDOWN_GRACE + SHUTDOWN_HARD + Duration::from_secs(5)).expect("the daemon exited");
     let exit_at = t0.elapsed();
+    let exit_by = cut_at + SHUTDOWN_HARD + noticed + 2 * step;
+    eprintln!("exited after {exit_at:?} (allowed {exit_by:?})");
     assert!(status.success(), "{status:?}");
     assert!(exit_at >= SHUTDOWN_GRACE + SHUTDOWN_HARD, "exited {exit_at:?} after SIGTERM although a stream was still open");
-    assert!(exit_at < SHUTDOWN_GRACE + SHUTDOWN_HARD + Duration::from_secs(1), "exited {exit_at:?} after SIGTERM");
+    assert!(exit_at < exit_by, "exited {exit_at:?} after SIGTERM");
     assert!(d.log_text().contains("exiting anyway"), "{}", d.log_text());
     assert!(!d.socket.exists(), "socket removed on exit");
     drop(watch);
@@ -205,7 +215,11 @@ async fn sigterm_lets_running_work_finish_within_the_grace_and_exits_once_draine
     let (events, end) = reader.await.unwrap();
     assert!(end.is_none(), "the answer was cut: {end:?}");
     let Some((done_at, pb::generate_event::Event::Done(done))) = events.last() else { panic!("the answer ended without Done") };
-    assert_eq!(done.generated_tokens, 48, "{done:?}");
+    // Whole, ended as its finish reason says (the model may end its turn first).
+    let length = done.finish_reason == pb::FinishReason::Length as i32;
+    assert!(length || done.finish_reason == pb::FinishReason::End as i32, "{done:?}");
+    assert_eq!(length, done.generated_tokens == 48, "{done:?}");
+    assert!(done.generated_tokens > 0, "{done:?}");
     assert!(done_at.duration_since(t0) < SHUTDOWN_GRACE);
     assert!(
         events.iter().any(|(at, e)| matches!(e, pb::generate_event::Event::Delta(_)) && *at > draining),
@@ -299,23 +313,35 @@ fn revis_run_starts_a_daemon_when_none_answers() {
     assert!(err.contains(&format!("to run one: revisd --socket '{}'", chosen.display())), "{err}");
     assert!(!chosen.exists() && !runtime.join("revis").exists(), "nothing was started");
 
-    let _end = EndDaemon(runtime.join("revis/revisd.sock"));
-    let out = revis(&["run", "--temperature", "0", "What is the capital of France?"]);
+    let socket = runtime.join("revis/revisd.sock");
+    let _end = EndDaemon(socket.clone());
+    let prompt = "Name a colour.";
+    let out = revis(&["run", "--temperature", "0", "--max-tokens", "16", prompt]);
     let daemon_log = std::fs::read_to_string(home.path().join("data/revisd.log")).unwrap_or_default();
     assert!(out.status.success(), "{}\n{daemon_log}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("Paris"));
-    assert!(runtime.join("revis/revisd.sock").exists(), "the daemon listens on the default socket");
+    assert!(socket.exists(), "the daemon listens on the default socket");
+    // What it printed is the daemon's own greedy answer to the prompt,
+    // asked again over gRPC (greedy equals greedy across the two routes).
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let again = rt.block_on(async {
+        let mut c = revis_client::Client::connect(&socket).await.expect("the started daemon answers");
+        generate(&mut c, pb::GenerateRequest { max_tokens: 16, ..ask(prompt) }).await.unwrap().done.text
+    });
+    assert!(!again.trim().is_empty(), "an empty answer proves nothing");
+    assert_eq!(shown.trim_end(), again.trim_end());
     // The second command finds the running daemon.
     let status = revis(&["status", "--json"]);
     assert!(status.status.success());
     let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     let pid = v["pid"].as_i64().expect("pid") as i32;
-    // End the daemon we started, by its PID, and see it go.
+    // End the daemon we started, by its PID, and see it go. Not our child:
+    // its exit is seen as its socket going away, looked at every 10 ms.
     // SAFETY: kill with the PID the daemon reported about itself.
     unsafe { libc::kill(pid, libc::SIGTERM) };
     let deadline = Instant::now() + Duration::from_secs(10);
-    while runtime.join("revis/revisd.sock").exists() {
+    while socket.exists() {
         assert!(Instant::now() < deadline, "daemon {pid} did not stop");
-        std::thread::yield_now();
+        std::thread::sleep(Duration::from_millis(10));
     }
 }

@@ -6,26 +6,35 @@
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::time::Duration;
+use std::process::Command;
+use std::time::{Duration, Instant};
 
 use revis_client::wire::v1 as pb;
 use revis_client::{Client, Keyring};
+use revis_daemon::split::NODE_SILENCE;
 use revis_testkit::netns::NetnsPair;
-use revis_testkit::{Running, TestDaemon, gemma3};
+use revis_testkit::{Running, TestDaemon, binary, gemma3};
 
 use crate::server_mode::{listen_addr, open_pairing, pairing_end};
-use crate::{generate, greedy, user};
+use crate::{generate, greedy, long_answer, user};
 
 /// SmolLM2-135M has 30 layers; `split_local = 0.5` keeps 15 here.
 const PLACEMENT: &str = "layers 1-15 here, 16-30 on desk";
 
 /// The lender: server mode on (not advertised), lending as asked, one thread.
 fn desk(net: &NetnsPair, lend: bool) -> Running {
+    desk_on(net, lend, 0)
+}
+
+/// [`desk`] on a chosen port (0: any), in its own namespace, so nothing
+/// else can hold it: server mode switched off and on again comes back
+/// where the laptop paired it.
+fn desk_on(net: &NetnsPair, lend: bool, port: u16) -> Running {
     TestDaemon::new()
         .daemon("threads = 1")
         .netns(&net.a.name)
         .server(&format!(
-            "enabled = true\nlisten = \"0.0.0.0:0\"\nadvertise = false\nname = \"desk\"\nlend = {lend}\npeer_timeout_ms = 2000"
+            "enabled = true\nlisten = \"0.0.0.0:{port}\"\nadvertise = false\nname = \"desk\"\nlend = {lend}\npeer_timeout_ms = 2000"
         ))
         .start()
 }
@@ -62,9 +71,14 @@ struct TwoMachines {
 }
 
 async fn two_machines() -> TwoMachines {
+    two_machines_on(0).await
+}
+
+/// [`two_machines`] with desk's server mode on `port` (0: any).
+async fn two_machines_on(port: u16) -> TwoMachines {
     let net = NetnsPair::new();
     net.b.enter();
-    let desk = desk(&net, true);
+    let desk = desk_on(&net, true, port);
     let dir = tempfile::tempdir().unwrap();
     let keyring_dir = dir.path().join("client");
     let mut keyring = Keyring::open(&keyring_dir).unwrap();
@@ -178,6 +192,78 @@ async fn a_lost_lender_ends_the_answer_with_unavailable_and_the_next_one_works()
     let again = generate(&mut c, tier2("What is the capital of France?", 24)).await.expect("the split tier recovers after the link");
     assert_eq!(again.deltas, first.deltas);
     assert!(laptop.log_text().contains("split engine starting"));
+}
+
+/// Runs `revisd --socket SOCKET ARGS...` as the lender's owner types it; must succeed.
+fn revisd(socket: &Path, args: &[&str]) {
+    let out = Command::new(binary("revisd"))
+        .arg("--socket")
+        .arg(socket)
+        .args(args)
+        .env("REVIS_MDNS_INTERFACES", "none")
+        .env_remove("REVIS_CONFIG")
+        .env_remove("REVIS_SOCKET")
+        .output()
+        .expect("run revisd");
+    assert!(out.status.success(), "revisd {args:?}: {out:?}");
+}
+
+/// Streams a split answer that cannot end early, runs `act` after its third
+/// delta, and returns how the answer ended and how long after `act` it did.
+async fn cut_by(c: &mut Client, act: impl FnOnce()) -> (tonic::Status, Duration) {
+    let mut acted = None;
+    let req = pb::GenerateRequest { tier: "tier2".into(), ..long_answer(300) };
+    let r = stream_then(c, req, 3, || {
+        act();
+        acted = Some(Instant::now());
+    })
+    .await;
+    let took = acted.expect("the answer ran to its third delta").elapsed();
+    (r.expect_err("the answer cannot finish once desk cuts its layers off"), took)
+}
+
+/// desk's owner takes the machine back while the laptop's split answer is
+/// running, as a person types it: `revisd server off`, then (server mode on
+/// again, and the split tier answering as before) `revisd revoke laptop`.
+/// Each cuts the lending session there and then: the answer ends
+/// UNAVAILABLE naming desk, well before the laptop would have taken desk's
+/// silence for a loss (NODE_SILENCE), desk counts no session, and after the
+/// revoke the split tier stays refused.
+#[tokio::test(flavor = "current_thread")]
+async fn server_mode_off_and_revoke_on_the_lender_cut_a_running_split_answer() {
+    // desk's namespace is the test's own: any port is free there.
+    let TwoMachines { net: _net, desk, laptop, dir: _dir } = two_machines_on(47_000).await;
+    let mut c = laptop.client().await;
+    let mut d = desk.client().await;
+    let question = || tier2("What is the capital of France?", 8);
+    let first = generate(&mut c, question()).await.expect("the split tier answers");
+    let sessions = async |d: &mut Client| d.status().await.unwrap().server.unwrap().lending_sessions;
+    assert_eq!(sessions(&mut d).await, 1);
+
+    let (e, took) = cut_by(&mut c, || revisd(&desk.socket, &["server", "off"])).await;
+    eprintln!("server mode off: the split answer ended {took:?} after: {e:?}");
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    assert!(e.message().contains("desk"), "names the node: {}", e.message());
+    assert!(took < NODE_SILENCE, "ended {took:?} after server mode went off: the session was not cut, desk fell silent");
+    desk.wait_for_log("lending session cut", 1, Duration::from_secs(10));
+    assert!(!d.status().await.unwrap().server.unwrap().enabled);
+
+    revisd(&desk.socket, &["server", "on"]);
+    let again = generate(&mut c, question()).await.expect("the split tier answers once server mode is back");
+    assert_eq!(again.deltas, first.deltas, "the same greedy answer as before the cut");
+    assert_eq!(sessions(&mut d).await, 1);
+
+    let (e, took) = cut_by(&mut c, || revisd(&desk.socket, &["revoke", "laptop"])).await;
+    eprintln!("laptop revoked: the split answer ended {took:?} after: {e:?}");
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    assert!(e.message().contains("desk"), "names the node: {}", e.message());
+    assert!(took < NODE_SILENCE, "ended {took:?} after the revoke: the session was not cut, desk fell silent");
+    desk.wait_for_log("lending session cut", 2, Duration::from_secs(10));
+    assert_eq!(sessions(&mut d).await, 0);
+    // Revoked: desk lends it nothing more.
+    let refused = generate(&mut c, question()).await.expect_err("a revoked device's split tier cannot run");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert!(refused.message().contains("desk"), "names the node: {}", refused.message());
 }
 
 /// Only paired devices reach the RPC server, only through the server-mode
