@@ -696,3 +696,41 @@ fn a_download_over_1_gb_is_asked_about_and_yes_answers_for_scripts() {
     assert!(!err.contains("[Y/n]") && !err.contains("without asking"), "{err}");
     assert!(fetched(entry), "--yes went for {}: {:?}\n{err}", entry.name, seen.lock().unwrap());
 }
+
+/// `revis chat`'s gears, each seen where it acts (piped, greedy, short):
+/// by default tier1 checks each message (after the answer, piped) and the
+/// check is stored with the turn; `--no-check` sends tier1 nothing (tier1
+/// has a model of its own here, so Status shows whether it ran);
+/// `--checklist` stores tier2's private notes with the turn and prints only
+/// the stored answer.
+#[tokio::test]
+async fn chat_switches_tier1s_check_and_the_checklist() {
+    use revis_client::Tier;
+    let d = TestDaemon::new().tier_model("tier1", revis_testkit::smollm2()).model(revis_testkit::gemma3()).start();
+    let client = d.client().await;
+    let tier1_ran = async || client.status().await.unwrap().tier(Tier::Tier1).expect("a tier1").cached_prefixes > 0;
+    let chat = |flags: &[&str]| {
+        let revis = Revis::new(Some(&d));
+        let args = [&["chat", "--new", "--temperature", "0", "--max-tokens", "12"], flags].concat();
+        let (printed, _) = revis.ok_with(&args, "Name a fruit.\n");
+        let store = revis.store();
+        let conv = store.conversations().unwrap()[0].id;
+        let reply = store.messages(conv).unwrap().into_iter().rfind(|m| m.role == Role::Assistant).expect("an answer");
+        let record = revis_orchestrator::conversation::turn_record(&store, reply.id).unwrap().unwrap_or_default();
+        assert_eq!(printed, format!("{}\n", reply.text), "{flags:?}: what was printed is the stored answer");
+        record
+    };
+
+    let record = chat(&["--no-check"]);
+    assert!(!tier1_ran().await, "--no-check: tier1 was sent nothing");
+    assert!(record.check.is_none() && record.notes.is_none(), "{record:?}");
+
+    let record = chat(&[]);
+    assert!(tier1_ran().await, "by default tier1 checks the message");
+    assert!(record.check.is_some(), "the check is stored with the turn: {record:?}");
+    assert!(record.notes.is_none(), "no checklist unless asked: {record:?}");
+
+    let record = chat(&["--no-check", "--checklist"]);
+    let notes = record.notes.expect("--checklist: tier2's notes are stored with the turn");
+    assert!(!notes.trim().is_empty());
+}
