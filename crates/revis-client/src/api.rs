@@ -14,7 +14,7 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-pub use revis_proto::{Tier, UnknownTier};
+pub use revis_proto::{Priority, Tier, UnknownTier};
 
 /// Who says a message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,14 +47,6 @@ impl Message {
     pub fn assistant(text: impl Into<String>) -> Message {
         Message::new(Role::Assistant, text)
     }
-}
-
-/// Whose work a call is: the user's runs before any background work queued.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Priority {
-    #[default]
-    User,
-    Background,
 }
 
 /// How the next token is drawn; `None` leaves a setting to the daemon.

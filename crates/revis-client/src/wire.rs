@@ -23,14 +23,6 @@ fn role(r: Role) -> pb::Role {
     }
 }
 
-fn priority(p: Priority) -> i32 {
-    let p = match p {
-        Priority::User => pb::Priority::User,
-        Priority::Background => pb::Priority::Background,
-    };
-    p as i32
-}
-
 /// A chat message with text content, for callers that build `revis.v1`
 /// requests themselves.
 pub fn message(role: pb::Role, text: &str) -> pb::ChatMessage {
@@ -68,7 +60,7 @@ impl From<&GenerateParams> for pb::GenerateRequest {
             stop: g.stop.iter().map(|s| s.clone().into_bytes().into()).collect(),
             format: format as i32,
             json_schema: schema.unwrap_or_default().into_bytes().into(),
-            priority: priority(g.priority),
+            priority: g.priority.to_wire(),
             answer_prefix: g.answer_prefix.clone().into_bytes().into(),
             logprobs: g.logprobs.is_some(),
             top_logprobs: g.logprobs.unwrap_or(0),
@@ -78,7 +70,7 @@ impl From<&GenerateParams> for pb::GenerateRequest {
 
 impl From<&PrefillParams> for pb::PrefillRequest {
     fn from(p: &PrefillParams) -> pb::PrefillRequest {
-        pb::PrefillRequest { tier: p.tier.as_str().to_owned(), messages: messages(&p.messages), priority: priority(p.priority) }
+        pb::PrefillRequest { tier: p.tier.as_str().to_owned(), messages: messages(&p.messages), priority: p.priority.to_wire() }
     }
 }
 

@@ -10,11 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 
 use tokio::sync::Notify;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Priority {
-    Background = 0,
-    User = 1,
-}
+pub use revis_proto::Priority;
 
 /// The queue was full.
 #[derive(Debug, PartialEq, Eq)]

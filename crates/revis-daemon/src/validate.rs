@@ -148,13 +148,6 @@ fn size(total: usize) -> Result<(), DaemonError> {
     Ok(())
 }
 
-fn priority(p: i32) -> Priority {
-    match pb::Priority::try_from(p) {
-        Ok(pb::Priority::Background) => Priority::Background,
-        _ => Priority::User,
-    }
-}
-
 /// The request's sampling; what it leaves unset comes from the model
 /// (`defaults`: its GGUF metadata, else the catalog's), else revis's own.
 fn sampling(s: Option<&pb::Sampling>, defaults: &revis_models::SamplingDefaults) -> Result<Sampling, DaemonError> {
@@ -263,7 +256,7 @@ pub fn generate(req: &pb::GenerateRequest, registry: &Registry, config: &Config)
         max_tokens,
         stop,
         json,
-        priority: priority(req.priority),
+        priority: Priority::from_wire(req.priority),
     })
 }
 
@@ -271,7 +264,7 @@ pub fn prefill(req: &pb::PrefillRequest, registry: &Registry) -> Result<ValidPre
     let (tier, model) = tier(registry, &req.tier)?;
     let (messages, total) = messages(&req.messages, false)?;
     size(total)?;
-    Ok(ValidPrefill { tier, model: model.clone(), messages, priority: priority(req.priority) })
+    Ok(ValidPrefill { tier, model: model.clone(), messages, priority: Priority::from_wire(req.priority) })
 }
 
 pub fn score(req: &pb::ScoreRequest, registry: &Registry) -> Result<ValidScore, DaemonError> {

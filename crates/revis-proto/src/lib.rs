@@ -4,8 +4,10 @@
 #![allow(clippy::all, missing_docs)]
 
 pub mod codec;
+mod priority;
 mod tier;
 
+pub use priority::Priority;
 pub use tier::{Tier, UnknownTier};
 
 pub mod v1 {
