@@ -5,6 +5,7 @@
 //! prompts into tokens, tokens into text, and keeps prefix caches.
 
 mod cache;
+mod grammar;
 mod llama;
 pub mod lookup;
 mod prompt;

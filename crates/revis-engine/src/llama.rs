@@ -176,7 +176,8 @@ impl Tokenizer for LlamaTokenizer {
         }
         let grammar = llama_cpp_2::json_schema_to_grammar(schema).map_err(|e| EngineError::InvalidSchema(e.to_string()))?;
         // Compile it once here so a grammar llama.cpp rejects fails before queueing.
-        LlamaSampler::grammar(&self.model, &grammar, "root").map_err(|e| EngineError::InvalidSchema(e.to_string()))?;
+        LlamaSampler::grammar(&self.model, &grammar, "root")
+            .map_err(|e| EngineError::InvalidSchema(crate::grammar::over_repetition_limit(&grammar).unwrap_or_else(|| e.to_string())))?;
         Ok(grammar)
     }
 }
