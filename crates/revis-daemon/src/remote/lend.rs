@@ -119,7 +119,7 @@ impl Lender {
             // llama.cpp prints its banner and each client to stdout: into revisd's log.
             .stdout(std::io::stderr())
             .stderr(std::io::stderr());
-        crate::child::die_with_parent(&mut cmd);
+        super::child::die_with_parent(&mut cmd);
         let mut child = cmd.spawn().map_err(|e| err(e.to_string()))?;
         let deadline = Instant::now() + WORKER_START;
         // Ready once it accepts a connection (it serves that one, sees it
