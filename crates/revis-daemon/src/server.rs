@@ -21,7 +21,7 @@ use crate::error::DaemonError;
 use crate::registry::Registry;
 use crate::remote::Remote;
 use crate::remote::split::Splits;
-use crate::rpc::Core;
+use crate::rpc::Daemon;
 use crate::rpc::prompt::tokenizer_pool;
 use crate::scheduler::{Queue, Task, run_queue};
 use crate::transport::admission::{Admission, MAX_CONCURRENT_STREAMS};
@@ -88,7 +88,7 @@ pub async fn run(
     let closing = Arc::new(AtomicBool::new(false));
     let remote = Remote::new(config.server.clone(), config.tiers.keys().map(|t| t.to_string()).collect())?;
     let admission = Admission::new(config.queue_capacity, running);
-    let daemon = Core {
+    let daemon = Daemon {
         admission: admission.clone(),
         tokenizers: Arc::new(tokenizer_pool()),
         splits: splits.clone(),
@@ -103,8 +103,8 @@ pub async fn run(
     tokio::spawn(registry.clone().unload_idle_models());
 
     let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_serving::<pb::inference_server::InferenceServer<Core>>().await;
-    health.set_serving::<pb::admin_server::AdminServer<Core>>().await;
+    health.set_serving::<pb::inference_server::InferenceServer<Daemon>>().await;
+    health.set_serving::<pb::admin_server::AdminServer<Daemon>>().await;
     // Reflection v1, and v1alpha for the tools that speak only that
     // (grpcio-reflection, older grpcurl).
     let reflection_builder = || {
@@ -136,8 +136,8 @@ pub async fn run(
         let health = health.clone();
         async move {
             let _ = stop_rx.await;
-            health.set_not_serving::<pb::inference_server::InferenceServer<Core>>().await;
-            health.set_not_serving::<pb::admin_server::AdminServer<Core>>().await;
+            health.set_not_serving::<pb::inference_server::InferenceServer<Daemon>>().await;
+            health.set_not_serving::<pb::admin_server::AdminServer<Daemon>>().await;
             health.set_service_status("", tonic_health::ServingStatus::NotServing).await;
         }
     };

@@ -5,7 +5,7 @@
 //! (`revisd rpc-worker`): it never returns, serves one client at a time,
 //! has no authentication or encryption. So it binds 127.0.0.1 only, on a
 //! port chosen here, and the only way in from another machine is server
-//! mode's port under ALPN `revis-rpc/1`, for paired devices (`remote.rs`
+//! mode's port under ALPN `revis-rpc/1`, for paired devices (`accept.rs`
 //! splices such a connection to it). Switching lending off ends the worker
 //! and cuts its sessions.
 

@@ -8,14 +8,14 @@ use revis_proto::v1 as pb;
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status};
 
-use super::Core;
+use super::Daemon;
 use crate::error::DaemonError;
 use crate::remote::{DeviceInfo, PairingOutcome, ServerState};
 use crate::transport::peer::{is_remote, local_only};
 use crate::validate;
 
 #[tonic::async_trait]
-impl pb::admin_server::Admin for Core {
+impl pb::admin_server::Admin for Daemon {
     async fn status(&self, req: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
         // Paired devices see the tiers and the load, not this machine's
         // pairings, file paths or process ID.

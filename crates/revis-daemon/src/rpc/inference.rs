@@ -13,7 +13,7 @@ use tonic::{Request, Response, Status};
 
 use super::prompt::{self, blocking, too_long};
 use super::stream::{DELTA_BUFFER, EventStream, GenerateStream, Stall, forward, token_logprob};
-use super::{Core, engine_client};
+use super::{Daemon, engine_client};
 use crate::error::DaemonError;
 use crate::remote::split::forward_stream;
 use crate::scheduler::{Priority, Task};
@@ -21,7 +21,7 @@ use crate::transport::peer::is_remote;
 use crate::validate;
 
 #[tonic::async_trait]
-impl pb::inference_server::Inference for Core {
+impl pb::inference_server::Inference for Daemon {
     type GenerateStream = GenerateStream;
 
     async fn generate(&self, req: Request<pb::GenerateRequest>) -> Result<Response<Self::GenerateStream>, Status> {

@@ -27,10 +27,11 @@ use crate::scheduler::{Priority, Queue, Task};
 use crate::transport::admission::{Admission, Admitted};
 use crate::validate::GRPC_MAX_MESSAGE_BYTES;
 
-/// What the daemon's gRPC services share: its models, queue, config,
-/// server mode and admission. Cloned into each service.
+/// The daemon as its gRPC services see it: one value serving both
+/// Inference and Admin over its models, queue, config, server mode and
+/// admission. Cloned into each service.
 #[derive(Clone)]
-pub struct Core {
+pub struct Daemon {
     pub registry: Arc<Registry>,
     pub queue: Arc<Queue<Task>>,
     pub config: Arc<Config>,
@@ -54,7 +55,7 @@ fn engine_client(channel: tonic::transport::Channel) -> pb::inference_client::In
         .max_encoding_message_size(GRPC_MAX_MESSAGE_BYTES)
 }
 
-impl Core {
+impl Daemon {
     /// The split engine serving the tier a request names, if it is split.
     fn split_of(&self, tier: &str) -> Option<Arc<SplitEngine>> {
         Tier::from_wire(tier).ok().and_then(|t| self.splits.get(t).cloned())
