@@ -19,8 +19,9 @@
 //! of which crosses to another machine: `lend.rs` (this machine's CPU for a
 //! paired device's model), `split.rs` (a tier run across paired nodes), and
 //! `child.rs` (the child processes both start, ended with revisd). Server
-//! mode fills in the transport's neutral [`Peer`] on every call it carries;
-//! the transport (`crate::transport`) knows nothing of this room.
+//! mode fills in the transport's neutral
+//! [`Peer`](crate::transport::peer::Peer) on every call it carries; the
+//! transport (`crate::transport`) knows nothing of this room.
 
 mod accept;
 pub mod child;
@@ -50,8 +51,6 @@ use self::lend::{LendError, Lender};
 use self::pairing::OpenWindow;
 pub use self::pairing::PairingOutcome;
 use crate::config::ServerConfig;
-#[cfg(doc)]
-use crate::transport::peer::Peer;
 
 /// A TLS handshake (pairing or not) must finish within this.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
