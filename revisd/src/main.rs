@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use revis_daemon::socket::{Inherited, take_inherited, take_ready_pipe};
+use revis_daemon::transport::socket::{Inherited, take_inherited, take_ready_pipe};
 use revis_daemon::{Config, bind, default_socket_path};
 
 /// The revis inference daemon: serves the models of each tier over gRPC on a Unix socket.
@@ -91,8 +91,8 @@ fn main() -> ExitCode {
         .init();
     let args = Args::parse();
     if let Some(Command::RpcWorker { endpoint, cache_dir, threads }) = &args.command {
-        revis_daemon::child::exit_with_parent();
-        let e = revis_daemon::lend::run_worker(endpoint, cache_dir, *threads);
+        revis_daemon::remote::child::exit_with_parent();
+        let e = revis_daemon::remote::lend::run_worker(endpoint, cache_dir, *threads);
         eprintln!("revisd rpc-worker: {e}");
         return ExitCode::FAILURE;
     }
@@ -159,7 +159,7 @@ fn split_engine(args: Args) -> ExitCode {
     };
     // SAFETY: no other thread exists yet.
     let ready = unsafe { take_ready_pipe() };
-    revis_daemon::child::exit_with_parent();
+    revis_daemon::remote::child::exit_with_parent();
     let Ok(tier) = tier.parse() else {
         eprintln!("revisd split-engine: {tier:?} is not a tier");
         return ExitCode::from(EX_USAGE);
@@ -174,7 +174,17 @@ fn split_engine(args: Args) -> ExitCode {
             }
         }
     }
-    let a = revis_daemon::split::EngineArgs { tier, model, context, threads, batch, max_tokens_limit, rpc: nodes, split_local, state_dir };
+    let a = revis_daemon::remote::split::EngineArgs {
+        tier,
+        model,
+        context,
+        threads,
+        batch,
+        max_tokens_limit,
+        rpc: nodes,
+        split_local,
+        state_dir,
+    };
     let models = match revis_models::models_dir() {
         Ok(m) => m,
         Err(e) => {
@@ -182,7 +192,7 @@ fn split_engine(args: Args) -> ExitCode {
             return ExitCode::from(EX_USAGE);
         }
     };
-    let config = match revis_daemon::split::engine_config(&a, &models) {
+    let config = match revis_daemon::remote::split::engine_config(&a, &models) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("revisd split-engine: {e}");

@@ -1,7 +1,13 @@
-//! The daemon's errors and their one mapping to gRPC status codes.
+//! The daemon's errors and their one mapping to gRPC status codes: every
+//! error a caller can see ([`DaemonError`], server mode's [`RemoteError`],
+//! a split tier's [`SplitError`]) becomes its `Status` here and nowhere else.
 
 use revis_engine::EngineError;
+use revis_trust::TrustError;
 use tonic::{Code, Status};
+
+use crate::remote::RemoteError;
+use crate::remote::split::SplitError;
 
 /// How long a client should wait before retrying after a full queue.
 pub const RETRY_AFTER_MS: u64 = 1000;
@@ -27,6 +33,21 @@ pub enum DaemonError {
     Stalled { timeout: std::time::Duration },
     #[error("revisd is shutting down")]
     ShuttingDown,
+    /// A Generate cancelled by the shutdown before it finished.
+    #[error("revisd is shutting down; the answer was cut short")]
+    CutShort,
+    /// A paired device's connection closed while its call waited for a place.
+    #[error("this connection is closing")]
+    ConnectionClosing,
+    /// An Admin call a paired device made over the network.
+    #[error("{call} is for the local socket only; paired devices may run tasks and read Status, nothing else")]
+    LocalOnly { call: &'static str },
+    /// Another user called the local socket.
+    #[error("uid {uid} may not use this revisd; it serves only its own user (uid {own})")]
+    OtherUser { uid: u32, own: u32 },
+    /// The local socket could not say who is calling.
+    #[error("cannot tell which user is calling; refusing")]
+    UnknownUser,
     #[error(transparent)]
     Engine(#[from] EngineError),
 }
@@ -44,7 +65,8 @@ impl From<DaemonError> for Status {
                 s
             }
             DaemonError::Stalled { .. } => Status::deadline_exceeded(msg),
-            DaemonError::ShuttingDown => Status::unavailable(msg),
+            DaemonError::ShuttingDown | DaemonError::CutShort | DaemonError::ConnectionClosing => Status::unavailable(msg),
+            DaemonError::LocalOnly { .. } | DaemonError::OtherUser { .. } | DaemonError::UnknownUser => Status::permission_denied(msg),
             DaemonError::Engine(e) => {
                 let code = match e {
                     EngineError::PromptTooLong { .. }
@@ -59,6 +81,37 @@ impl From<DaemonError> for Status {
                 };
                 Status::new(code, msg)
             }
+        }
+    }
+}
+
+impl From<RemoteError> for Status {
+    fn from(e: RemoteError) -> Status {
+        let msg = e.to_string();
+        match e {
+            RemoteError::Off => Status::failed_precondition(msg),
+            RemoteError::UnknownDevice(_) => Status::not_found(msg),
+            RemoteError::Trust(TrustError::InvalidName(_) | TrustError::InvalidDeviceId(_)) => Status::invalid_argument(msg),
+            RemoteError::Listen { .. } => Status::failed_precondition(msg),
+            RemoteError::Trust(_) | RemoteError::Switch { .. } | RemoteError::Lend(_) => Status::internal(msg),
+            RemoteError::NoLongerPaired(_) | RemoteError::NoPeer => Status::unauthenticated(msg),
+        }
+    }
+}
+
+impl From<SplitError> for Status {
+    fn from(e: SplitError) -> Status {
+        let msg = e.to_string();
+        match e {
+            SplitError::Unavailable { .. } => Status::unavailable(msg),
+            SplitError::NotPaired { .. } | SplitError::UnknownNode { .. } | SplitError::NodeUnseen { .. } => {
+                Status::failed_precondition(msg)
+            }
+            SplitError::RunDir { .. } | SplitError::Pipe(_) | SplitError::Exe(_) | SplitError::Spawn(_) | SplitError::Keyring(_) => {
+                Status::internal(msg)
+            }
+            // The engine's own answer, code, message and metadata as they came.
+            SplitError::Engine(s) => s,
         }
     }
 }

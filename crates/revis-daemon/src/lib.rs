@@ -1,22 +1,33 @@
-//! The core of `revisd`, the revis inference daemon: configuration, tiers
-//! and models, the priority queue, the gRPC services and the Unix socket.
-//! The `revisd` binary is a thin main over [`server::run`].
+//! The core of `revisd`, the revis inference daemon. The `revisd` binary is
+//! a thin main over [`server::run`]. Where things are:
+//!
+//! - [`server`]: putting the daemon together (engine, registry, queue
+//!   worker, services, both listeners) and its shutdown.
+//! - [`config`]: the config file, read and checked into [`Config`].
+//! - [`transport`]: how calls arrive (the Unix socket, the `:authority`
+//!   fix, who is calling, the admission gate); knows nothing of server mode.
+//! - [`rpc`]: the gRPC services (Inference and Admin handlers, Generate's
+//!   stream, prompt building) over one shared service struct.
+//! - [`validate`]: each request turned into a `Valid*` type, its limits named.
+//! - [`registry`]: the tiers' models, loaded on demand, leased, unloaded when idle.
+//! - [`scheduler`]: the bounded priority queue and the worker that feeds the engine.
+//! - [`remote`]: the multi-machine family: server mode (TLS port, pairing,
+//!   connections), lending, split tiers, and their child processes.
+//! - [`error`]: the daemon's errors and their one mapping to gRPC `Status`.
 
-pub mod admission;
-pub mod authority;
-pub mod child;
 pub mod config;
 pub mod error;
-pub mod lend;
 pub mod registry;
 pub mod remote;
 pub mod rpc;
 pub mod scheduler;
 pub mod server;
-pub mod socket;
-pub mod split;
+pub mod transport;
 pub mod validate;
 
 pub use config::{Config, ConfigError};
 pub use server::{ServeError, run};
-pub use socket::{SocketError, bind, default_socket_path};
+pub use transport::socket::{SocketError, bind, default_socket_path};
+/// Old paths, kept for callers outside the crate (tests, revisd):
+/// `revis_daemon::socket` and `revis_daemon::split`.
+pub use {remote::split, transport::socket};

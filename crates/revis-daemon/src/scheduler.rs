@@ -5,10 +5,13 @@
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex};
 
+use revis_engine::{Class, Job};
 use tokio::sync::Notify;
+
+use crate::registry::{Lease, Registry};
 
 pub use revis_proto::Priority;
 
@@ -114,6 +117,43 @@ impl<T> Queue<T> {
     /// Whether the engine has a job now.
     pub fn busy(&self) -> bool {
         self.running.load(AtomicOrdering::SeqCst) > 0
+    }
+}
+
+/// A job waiting for the engine, with the lease that keeps its model loaded.
+pub struct Task {
+    pub key: String,
+    pub job: Job,
+    pub cancel: Arc<AtomicBool>,
+    pub lease: Lease,
+}
+
+/// Hands queued jobs to the engine, most urgent first, at most `streams`
+/// at a time: the engine decodes that many generations of a model together
+/// and runs other jobs between their steps. The rest wait in the queue, in
+/// order, so a user job that comes later still goes first.
+pub async fn run_queue(queue: Arc<Queue<Task>>, registry: Arc<Registry>, streams: usize) {
+    let places = Arc::new(tokio::sync::Semaphore::new(streams.max(1)));
+    loop {
+        let Ok(place) = places.clone().acquire_owned().await else { return };
+        let (priority, task) = queue.pop().await;
+        if task.job.abandoned() {
+            continue;
+        }
+        let class = match priority {
+            Priority::User => Class::User,
+            Priority::Background => Class::Background,
+        };
+        queue.started();
+        // The lease goes with the job and is dropped on the engine thread as
+        // soon as the job ends, so an unload right after frees the weights.
+        let finished = registry.engine().run(&task.key, task.job, class, task.cancel, Box::new(task.lease));
+        let queue = queue.clone();
+        tokio::spawn(async move {
+            let _ = finished.await;
+            queue.ended();
+            drop(place);
+        });
     }
 }
 

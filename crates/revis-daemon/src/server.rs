@@ -16,13 +16,17 @@ use tonic::transport::Server;
 use tonic::transport::server::UdsConnectInfo;
 use tonic::{Request, Status};
 
-use crate::admission::{Admission, MAX_CONCURRENT_STREAMS};
-use crate::authority::AuthorityFix;
 use crate::config::Config;
+use crate::error::DaemonError;
 use crate::registry::Registry;
 use crate::remote::Remote;
-use crate::rpc::{Core, run_queue};
-use crate::scheduler::Queue;
+use crate::remote::split::Splits;
+use crate::rpc::Daemon;
+use crate::rpc::prompt::tokenizer_pool;
+use crate::scheduler::{Queue, Task, run_queue};
+use crate::transport::admission::{Admission, MAX_CONCURRENT_STREAMS};
+use crate::transport::authority::AuthorityFix;
+use crate::transport::socket::my_uid;
 use crate::validate::GRPC_MAX_MESSAGE_BYTES;
 
 /// How long running work may go on after a shutdown signal before it is cancelled.
@@ -44,10 +48,8 @@ pub enum ServeError {
 fn same_user(uid: u32) -> impl Fn(Request<()>) -> Result<Request<()>, Status> + Clone {
     move |req: Request<()>| match req.extensions().get::<UdsConnectInfo>().and_then(|i| i.peer_cred) {
         Some(cred) if cred.uid() == uid => Ok(req),
-        Some(cred) => {
-            Err(Status::permission_denied(format!("uid {} may not use this revisd; it serves only its own user (uid {uid})", cred.uid())))
-        }
-        None => Err(Status::permission_denied("cannot tell which user is calling; refusing")),
+        Some(cred) => Err(DaemonError::OtherUser { uid: cred.uid(), own: uid }.into()),
+        None => Err(DaemonError::UnknownUser.into()),
     }
 }
 
@@ -63,7 +65,7 @@ pub async fn run(
 ) -> Result<(), ServeError> {
     let engine = Engine::spawn(Arc::new(LlamaCpp));
     let registry = Arc::new(Registry::new(&config, engine.clone()));
-    let splits = Arc::new(crate::split::Splits::new(&config));
+    let splits = Arc::new(Splits::new(&config));
     if config.load_at_start {
         for m in registry.models().into_iter().filter(|m| m.split.is_empty()) {
             registry.load(&m).await.map_err(|source| ServeError::LoadAtStart { model: m.name.clone(), source })?;
@@ -72,7 +74,7 @@ pub async fn run(
         // here is logged, and the next call tries again.
         for engine in splits.engines() {
             if let Err(e) = engine.channel().await {
-                tracing::warn!(nodes = %engine.nodes().join(", "), "a split tier did not start: {}", e.message());
+                tracing::warn!(nodes = %engine.nodes().join(", "), "a split tier did not start: {e}");
             }
         }
     }
@@ -82,13 +84,13 @@ pub async fn run(
     // the worker takes the next one off the queue, and the call admitted in
     // that moment must not find the queue full.
     let running = config.streams as usize;
-    let queue = Arc::new(Queue::new(config.queue_capacity + running, |t: &crate::rpc::Task| t.job.abandoned()));
+    let queue = Arc::new(Queue::new(config.queue_capacity + running, |t: &Task| t.job.abandoned()));
     let closing = Arc::new(AtomicBool::new(false));
     let remote = Remote::new(config.server.clone(), config.tiers.keys().map(|t| t.to_string()).collect())?;
     let admission = Admission::new(config.queue_capacity, running);
-    let daemon = Core {
+    let daemon = Daemon {
         admission: admission.clone(),
-        tokenizers: Arc::new(crate::rpc::tokenizer_pool()),
+        tokenizers: Arc::new(tokenizer_pool()),
         splits: splits.clone(),
         remote: remote.clone(),
         registry: registry.clone(),
@@ -101,8 +103,8 @@ pub async fn run(
     tokio::spawn(registry.clone().unload_idle_models());
 
     let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_serving::<pb::inference_server::InferenceServer<Core>>().await;
-    health.set_serving::<pb::admin_server::AdminServer<Core>>().await;
+    health.set_serving::<pb::inference_server::InferenceServer<Daemon>>().await;
+    health.set_serving::<pb::admin_server::AdminServer<Daemon>>().await;
     // Reflection v1, and v1alpha for the tools that speak only that
     // (grpcio-reflection, older grpcurl).
     let reflection_builder = || {
@@ -134,14 +136,14 @@ pub async fn run(
         let health = health.clone();
         async move {
             let _ = stop_rx.await;
-            health.set_not_serving::<pb::inference_server::InferenceServer<Core>>().await;
-            health.set_not_serving::<pb::admin_server::AdminServer<Core>>().await;
+            health.set_not_serving::<pb::inference_server::InferenceServer<Daemon>>().await;
+            health.set_not_serving::<pb::admin_server::AdminServer<Daemon>>().await;
             health.set_service_status("", tonic_health::ServingStatus::NotServing).await;
         }
     };
     let server = Server::builder()
         .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
-        .layer(tonic::service::InterceptorLayer::new(same_user(crate::socket::my_uid())))
+        .layer(tonic::service::InterceptorLayer::new(same_user(my_uid())))
         .add_service(health_service)
         .add_service(reflection)
         .add_service(reflection_v1alpha)

@@ -17,7 +17,6 @@ use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,7 +27,8 @@ use revis_trust::{DeviceId, Identity, TrustStore};
 use tokio::net::{TcpListener, TcpStream, UnixStream};
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsConnector;
-use tokio_stream::{Stream, StreamExt};
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 use tonic::transport::{Channel, Endpoint, Uri};
 
@@ -44,6 +44,42 @@ pub const NODE_CONNECT: Duration = Duration::from_secs(5);
 pub const NODE_SILENCE: Duration = Duration::from_secs(10);
 /// Bytes buffered each way in a tunnel.
 const TUNNEL_BUFFER: usize = 256 << 10;
+
+/// Why a split tier cannot answer now (each becomes its `Status` in `error.rs`).
+#[derive(Debug, thiserror::Error)]
+pub enum SplitError {
+    /// The engine cannot run now: it did not start, or a node was lost.
+    #[error("{tier} is split across {nodes} and cannot run now: {why}")]
+    Unavailable { tier: Tier, nodes: String, why: String },
+    /// This machine has paired with no node yet.
+    #[error("{tier} is split across {nodes}, but this machine has paired with no node: pair it first (`revis pair {first}`)")]
+    NotPaired { tier: Tier, nodes: String, first: String },
+    /// A node the config names is not a paired node.
+    #[error(
+        "{tier} is split across {nodes}, but no paired node is called {name:?}; `revis nodes` lists them, `revis pair {name}` pairs it"
+    )]
+    UnknownNode { tier: Tier, nodes: String, name: String },
+    /// Where a paired node is has not been seen yet.
+    #[error("{tier} is split across {nodes}, but where {name} is has not been seen yet; `revis nodes` finds it")]
+    NodeUnseen { tier: Tier, nodes: String, name: String },
+    /// The engine's run directory cannot be made.
+    #[error("{}: {source}", path.display())]
+    RunDir { path: PathBuf, source: std::io::Error },
+    /// The pipe the engine says it is ready on.
+    #[error("pipe: {0}")]
+    Pipe(std::io::Error),
+    /// Where revisd's own executable is, to start the engine from.
+    #[error("{0}")]
+    Exe(std::io::Error),
+    #[error("starting the split engine: {0}")]
+    Spawn(std::io::Error),
+    /// This user's identity or paired nodes (the keyring `revis pair` writes).
+    #[error("{0}")]
+    Keyring(revis_trust::TrustError),
+    /// The engine's own answer to a forwarded call, passed on as it is.
+    #[error("{}", .0.message())]
+    Engine(Status),
+}
 
 /// The split tiers of this daemon (tiers sharing a model share an engine).
 #[derive(Default)]
@@ -139,13 +175,13 @@ impl SplitEngine {
         &self.model.split
     }
 
-    fn unavailable(&self, why: &str) -> Status {
-        Status::unavailable(format!("{} is split across {} and cannot run now: {why}", self.tier, self.model.split.join(", ")))
+    fn unavailable(&self, why: &str) -> SplitError {
+        SplitError::Unavailable { tier: self.tier, nodes: self.model.split.join(", "), why: why.to_owned() }
     }
 
     /// A channel to the running engine, starting it first when it is not
     /// running (first use, or it ended with a lost node).
-    pub async fn channel(&self) -> Result<Channel, Status> {
+    pub async fn channel(&self) -> Result<Channel, SplitError> {
         let mut running = self.running.lock().await;
         if let Some(r) = running.as_mut() {
             match r.child.try_wait() {
@@ -164,7 +200,7 @@ impl SplitEngine {
 
     /// After a call failed on the transport: whether the engine ended, and
     /// then why (naming the node), for the caller's UNAVAILABLE.
-    pub async fn ended(&self) -> Option<Status> {
+    pub async fn ended(&self) -> Option<SplitError> {
         let mut running = self.running.lock().await;
         let r = running.as_mut()?;
         // The stream breaks a moment before the process is reaped.
@@ -205,7 +241,7 @@ impl SplitEngine {
         s.tiers.into_iter().find(|t| t.tier == self.tier.as_str())
     }
 
-    async fn start(&self) -> Result<Running, Status> {
+    async fn start(&self) -> Result<Running, SplitError> {
         let nodes = self.resolve()?;
         let connector = nodes.0;
         let mut tunnels = Vec::new();
@@ -217,11 +253,11 @@ impl SplitEngine {
             tunnels.push(tunnel);
             endpoints.push(local);
         }
-        std::fs::create_dir_all(&self.run_dir).map_err(|e| Status::internal(format!("{}: {e}", self.run_dir.display())))?;
+        std::fs::create_dir_all(&self.run_dir).map_err(|source| SplitError::RunDir { path: self.run_dir.clone(), source })?;
         let socket = self.run_dir.join(format!("{}.sock", self.tier));
         let _ = std::fs::remove_file(&socket);
-        let (read_end, write_end) = pipe().map_err(|e| Status::internal(format!("pipe: {e}")))?;
-        let exe = std::env::current_exe().map_err(|e| Status::internal(e.to_string()))?;
+        let (read_end, write_end) = pipe().map_err(SplitError::Pipe)?;
+        let exe = std::env::current_exe().map_err(SplitError::Exe)?;
         let m = &self.model;
         let mut cmd = std::process::Command::new(exe);
         cmd.arg("split-engine")
@@ -248,10 +284,10 @@ impl SplitEngine {
             cmd.arg("--split-local").arg(s.to_string());
         }
         cmd.env("REVIS_READY_FD", write_end.as_raw_fd().to_string()).stdout(std::io::stderr()).stderr(std::io::stderr());
-        crate::child::die_with_parent(&mut cmd);
+        super::child::die_with_parent(&mut cmd);
         let mut cmd = tokio::process::Command::from(cmd);
         cmd.kill_on_drop(true);
-        let mut child = cmd.spawn().map_err(|e| Status::internal(format!("starting the split engine: {e}")))?;
+        let mut child = cmd.spawn().map_err(SplitError::Spawn)?;
         drop(write_end);
         tracing::info!(tier = %self.tier, pid = child.id(), nodes = %m.split.join(", "), "split engine starting");
         let wait = tokio::task::spawn_blocking(move || {
@@ -286,29 +322,20 @@ impl SplitEngine {
     /// This user's client identity and each node's device ID and address,
     /// from the keyring `revis pair` writes.
     #[allow(clippy::type_complexity)]
-    fn resolve(&self) -> Result<(TlsConnectorFor, Vec<(String, DeviceId, SocketAddr)>), Status> {
+    fn resolve(&self) -> Result<(TlsConnectorFor, Vec<(String, DeviceId, SocketAddr)>), SplitError> {
         let nodes = self.model.split.join(", ");
         if !self.keyring.join(revis_trust::TRUST_FILE).is_file() {
-            return Err(Status::failed_precondition(format!(
-                "{} is split across {nodes}, but this machine has paired with no node: pair it first (`revis pair {}`)",
-                self.tier, self.model.split[0]
-            )));
+            return Err(SplitError::NotPaired { tier: self.tier, nodes, first: self.model.split[0].clone() });
         }
-        let identity = Identity::load_or_create(&self.keyring).map_err(|e| Status::internal(e.to_string()))?;
-        let store = TrustStore::open(&self.keyring).map_err(|e| Status::internal(e.to_string()))?;
+        let identity = Identity::load_or_create(&self.keyring).map_err(SplitError::Keyring)?;
+        let store = TrustStore::open(&self.keyring).map_err(SplitError::Keyring)?;
         let mut out = Vec::new();
         for name in &self.model.split {
             let Some(d) = store.find(name).ok().flatten() else {
-                return Err(Status::failed_precondition(format!(
-                    "{} is split across {nodes}, but no paired node is called {name:?}; `revis nodes` lists them, `revis pair {name}` pairs it",
-                    self.tier
-                )));
+                return Err(SplitError::UnknownNode { tier: self.tier, nodes, name: name.clone() });
             };
             let Some(addr) = d.address.as_deref().and_then(|a| a.parse::<SocketAddr>().ok()) else {
-                return Err(Status::failed_precondition(format!(
-                    "{} is split across {nodes}, but where {name} is has not been seen yet; `revis nodes` finds it",
-                    self.tier
-                )));
+                return Err(SplitError::NodeUnseen { tier: self.tier, nodes, name: name.clone() });
             };
             out.push((d.name.clone(), d.device_id, addr));
         }
@@ -398,9 +425,11 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
 /// A forwarded Generate stream: the engine's events, with a transport
 /// failure (the engine ended: a node was lost) turned into UNAVAILABLE
 /// naming the node.
-pub type Forwarded = Pin<Box<dyn Stream<Item = Result<pb::GenerateEvent, Status>> + Send>>;
-
-pub fn forward_stream(engine: Arc<SplitEngine>, mut events: tonic::Streaming<pb::GenerateEvent>, hold: impl Send + 'static) -> Forwarded {
+pub fn forward_stream(
+    engine: Arc<SplitEngine>,
+    mut events: tonic::Streaming<pb::GenerateEvent>,
+    hold: impl Send + 'static,
+) -> ReceiverStream<Result<pb::GenerateEvent, Status>> {
     let (tx, rx) = tokio::sync::mpsc::channel(16);
     tokio::spawn(async move {
         // The caller's place in this daemon's queue, held until the stream ends.
@@ -408,7 +437,7 @@ pub fn forward_stream(engine: Arc<SplitEngine>, mut events: tonic::Streaming<pb:
         while let Some(item) = events.next().await {
             let item = match item {
                 Ok(e) => Ok(e),
-                Err(s) => Err(engine.translate(s).await),
+                Err(s) => Err(engine.translate(s).await.into()),
             };
             let end = item.is_err();
             if tx.send(item).await.is_err() || end {
@@ -416,19 +445,19 @@ pub fn forward_stream(engine: Arc<SplitEngine>, mut events: tonic::Streaming<pb:
             }
         }
     });
-    Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
+    ReceiverStream::new(rx)
 }
 
 impl SplitEngine {
     /// A failed forwarded call: the engine's own answer as it is, a broken
     /// engine as UNAVAILABLE naming the node.
-    pub async fn translate(&self, s: Status) -> Status {
+    pub async fn translate(&self, s: Status) -> SplitError {
         let transport =
             matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Internal | tonic::Code::Cancelled);
         if transport && let Some(ended) = self.ended().await {
             return ended;
         }
-        s
+        SplitError::Engine(s)
     }
 }
 

@@ -5,14 +5,14 @@
 //! are the queue's places plus the jobs running (`daemon.streams`), so whatever gets past
 //! this gate also fits in the queue. A permit is held for as long as its
 //! caller is owed work: by the handler for Prefill and Score, by the delta
-//! forwarder for Generate (`service.rs`), which lets go when the job ends
+//! forwarder for Generate (`rpc/stream.rs`), which lets go when the job ends
 //! or the caller stalls or leaves.
 //!
 //! HTTP/2 itself is bounded per connection by [`MAX_CONCURRENT_STREAMS`],
-//! which both listeners (the Unix socket here, TLS in `remote.rs`) set. A
-//! paired device's call first waits for one of its connection's
-//! `remote::CALLS_PER_CONNECTION` places, so one device cannot hold every
-//! place in the queue.
+//! which both listeners (the Unix socket, TLS in `remote/`) set. A call
+//! from the network (its connection has a [`Peer`]) first waits for one of
+//! its connection's [`CALLS_PER_CONNECTION`](super::peer::CALLS_PER_CONNECTION) places, so one device cannot
+//! hold every place in the queue.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -23,8 +23,8 @@ use tonic::body::Body;
 use tonic::codegen::{BoxFuture, Service, http};
 use tonic::server::NamedService;
 
+use super::peer::Peer;
 use crate::error::DaemonError;
-use crate::remote::RemotePeer;
 
 /// HTTP/2 streams one connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS),
 /// on the Unix socket and on server mode's TLS port alike. A client that opens more waits
@@ -94,8 +94,8 @@ where
 
     fn call(&mut self, mut req: http::Request<Body>) -> Self::Future {
         // A paired device's call first waits, unread, for one of its
-        // connection's places (`remote::CALLS_PER_CONNECTION`).
-        let Some(own) = req.extensions().get::<RemotePeer>().map(|p| p.calls.clone()) else {
+        // connection's places (`peer::CALLS_PER_CONNECTION`).
+        let Some(own) = req.extensions().get::<Peer>().map(|p| p.calls.clone()) else {
             return match self.admission.try_admit() {
                 Ok(admitted) => {
                     req.extensions_mut().insert(admitted);
@@ -108,7 +108,7 @@ where
         let (admission, mut inner) = (self.admission.clone(), self.inner.clone());
         Box::pin(async move {
             let Ok(mine) = own.acquire_owned().await else {
-                return Ok(tonic::Status::unavailable("this connection is closing").into_http());
+                return Ok(tonic::Status::from(DaemonError::ConnectionClosing).into_http());
             };
             match admission.permits.clone().try_acquire_owned() {
                 Ok(place) => {

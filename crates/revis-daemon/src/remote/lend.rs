@@ -5,7 +5,7 @@
 //! (`revisd rpc-worker`): it never returns, serves one client at a time,
 //! has no authentication or encryption. So it binds 127.0.0.1 only, on a
 //! port chosen here, and the only way in from another machine is server
-//! mode's port under ALPN `revis-rpc/1`, for paired devices (`remote.rs`
+//! mode's port under ALPN `revis-rpc/1`, for paired devices (`accept.rs`
 //! splices such a connection to it). Switching lending off ends the worker
 //! and cuts its sessions.
 
@@ -119,7 +119,7 @@ impl Lender {
             // llama.cpp prints its banner and each client to stdout: into revisd's log.
             .stdout(std::io::stderr())
             .stderr(std::io::stderr());
-        crate::child::die_with_parent(&mut cmd);
+        super::child::die_with_parent(&mut cmd);
         let mut child = cmd.spawn().map_err(|e| err(e.to_string()))?;
         let deadline = Instant::now() + WORKER_START;
         // Ready once it accepts a connection (it serves that one, sees it

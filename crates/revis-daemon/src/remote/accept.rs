@@ -1,0 +1,157 @@
+//! The accept loop: each TCP connection is handshaken on a task of its
+//! own and, by the ALPN it offered, handed to gRPC (tonic), a pairing
+//! attempt, or a lending session.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use revis_trust::{ALPN_PAIRING, ALPN_RPC};
+use rustls::server::Acceptor;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_rustls::LazyConfigAcceptor;
+use tokio_rustls::server::TlsStream;
+use tokio_util::sync::CancellationToken;
+
+use super::conn::{Conn, ConnGuard, RemoteIo, Unsettled};
+use super::{HANDSHAKE_TIMEOUT, Remote, tcp_keepalive};
+
+/// Bytes buffered each way in a lending session (weights cross it at load).
+const LEND_BUFFER: usize = 256 << 10;
+
+enum Handshaken {
+    Rpc(Box<TlsStream<TcpStream>>),
+    Lend(Box<TlsStream<TcpStream>>),
+    Pairing(Box<TlsStream<TcpStream>>),
+}
+
+impl Remote {
+    /// Accepts TCP connections until `stop`, handshaking each on a task of
+    /// its own so a slow peer holds up nobody else.
+    pub(super) async fn accept_loop(
+        self: Arc<Self>,
+        listener: TcpListener,
+        stop: CancellationToken,
+        tx: mpsc::Sender<io::Result<RemoteIo>>,
+    ) {
+        loop {
+            let (tcp, addr) = tokio::select! {
+                () = stop.cancelled() => return,
+                r = listener.accept() => match r {
+                    Ok(c) => c,
+                    Err(e) => {
+                        // Out of descriptors and the like: say so, back off, go on.
+                        tracing::warn!("server mode: accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+            };
+            if let Err(e) = socket2::SockRef::from(&tcp).set_tcp_keepalive(&tcp_keepalive(self.config.peer_timeout)) {
+                tracing::warn!(%addr, "server mode: cannot set TCP keepalive: {e}");
+            }
+            let unsettled = match Unsettled::take(&self, addr.ip()) {
+                Ok(u) => u,
+                Err(why) => {
+                    tracing::warn!(%addr, limit = self.config.max_connections, "refusing a connection: {why}");
+                    continue;
+                }
+            };
+            let this = self.clone();
+            let cut = stop.child_token();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                // Server mode going off ends handshakes and pairings too.
+                let handshake = tokio::select! {
+                    () = cut.cancelled() => return,
+                    r = tokio::time::timeout(HANDSHAKE_TIMEOUT, this.handshake(tcp)) => r,
+                };
+                match handshake {
+                    Err(_) => {
+                        drop(unsettled);
+                        tracing::info!(%addr, "TLS handshake timed out");
+                    }
+                    Ok(Err(e)) => {
+                        drop(unsettled);
+                        tracing::info!(%addr, "TLS handshake refused: {e}");
+                    }
+                    Ok(Ok(Handshaken::Pairing(tls))) => {
+                        tokio::select! {
+                            () = cut.cancelled() => {}
+                            () = this.pair(*tls, addr) => {}
+                        }
+                    }
+                    Ok(Ok(Handshaken::Lend(tls))) => {
+                        this.lend(*tls, addr, cut, unsettled).await;
+                    }
+                    Ok(Ok(Handshaken::Rpc(tls))) => {
+                        if let Some(io) = this.register(*tls, addr, cut) {
+                            drop(unsettled);
+                            let _ = tx.send(Ok(io)).await;
+                        }
+                    }
+                }
+            });
+        }
+    }
+
+    async fn handshake(&self, tcp: TcpStream) -> io::Result<Handshaken> {
+        let _ = tcp.set_nodelay(true);
+        let start = LazyConfigAcceptor::new(Acceptor::default(), tcp).await?;
+        let offers = |alpn: &[u8]| start.client_hello().alpn().is_some_and(|mut a| a.any(|p| p == alpn));
+        let (pairing, lending) = (offers(ALPN_PAIRING), offers(ALPN_RPC));
+        Ok(if pairing {
+            Handshaken::Pairing(Box::new(start.into_stream(self.pairing_tls.clone()).await?))
+        } else if lending {
+            Handshaken::Lend(Box::new(start.into_stream(self.lend_tls.clone()).await?))
+        } else {
+            Handshaken::Rpc(Box::new(start.into_stream(self.rpc_tls.clone()).await?))
+        })
+    }
+
+    /// Runs one lending session: a paired device's llama.cpp RPC client,
+    /// spliced to the RPC worker until either side closes, lending goes
+    /// off, the device is revoked, or server mode goes off.
+    async fn lend(self: &Arc<Self>, mut tls: TlsStream<TcpStream>, addr: SocketAddr, cut: CancellationToken, unsettled: Unsettled) {
+        let Some(device_id) = revis_trust::peer_device_id(tls.get_ref().1) else { return };
+        let this = self.clone();
+        let worker = match tokio::task::spawn_blocking(move || this.lender.worker()).await {
+            Ok(Ok(w)) => w,
+            Ok(Err(e)) => {
+                tracing::info!(%addr, %device_id, "refusing a lending session: {e}");
+                return;
+            }
+            Err(_) => return,
+        };
+        let id = {
+            let mut state = self.lock();
+            if !self.trusted.contains(&device_id) || !self.lender.is_on() {
+                return;
+            }
+            state.next_id += 1;
+            let id = state.next_id;
+            state.conns.insert(id, Conn { device: device_id, cut: cut.clone(), lending: true });
+            id
+        };
+        let _guard = ConnGuard { remote: Arc::downgrade(self), id };
+        drop(unsettled);
+        let mut upstream = match TcpStream::connect(worker).await {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::warn!(%addr, %device_id, "lending: the RPC worker at {worker} refused: {e}");
+                return;
+            }
+        };
+        let _ = upstream.set_nodelay(true);
+        tracing::info!(%addr, %device_id, "lending session open");
+        tokio::select! {
+            () = cut.cancelled() => tracing::info!(%addr, %device_id, "lending session cut"),
+            r = tokio::io::copy_bidirectional_with_sizes(&mut tls, &mut upstream, LEND_BUFFER, LEND_BUFFER) => match r {
+                Ok((up, down)) => tracing::info!(%addr, %device_id, up, down, "lending session closed"),
+                Err(e) => tracing::info!(%addr, %device_id, "lending session ended: {e}"),
+            },
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! Prompts for the Inference calls: rendered and tokenized on a small pool
+//! of threads of their own, off the async runtime, and checked against the
+//! model's context.
+
+use revis_engine::{EngineError, Message, Prompt, Token, Tokenizer, build_prompt, build_score_prefix};
+use revis_proto::Tier;
+use tokio::sync::oneshot;
+
+use crate::error::DaemonError;
+
+/// Threads that render and tokenize prompts, off the async runtime. Two, so
+/// a long prompt does not hold up a short one; a fixed few, because each
+/// thread keeps the memory its largest prompt needed (a 1 MiB prompt takes
+/// tens of MiB while tokenized, and the allocator keeps one arena per
+/// thread), where tokio's blocking pool would spread that over dozens.
+pub const TOKENIZER_THREADS: usize = 2;
+
+pub fn tokenizer_pool() -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(TOKENIZER_THREADS)
+        .thread_name(|i| format!("revis-tokenize-{i}"))
+        .build()
+        .expect("start the tokenizer threads")
+}
+
+/// Runs tokenizer work on the [`tokenizer_pool`], off the async runtime.
+pub(super) async fn blocking<T: Send + 'static>(
+    pool: &rayon::ThreadPool,
+    f: impl FnOnce() -> Result<T, EngineError> + Send + 'static,
+) -> Result<T, DaemonError> {
+    let (tx, rx) = oneshot::channel();
+    pool.spawn(move || {
+        let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
+    });
+    match rx.await {
+        Ok(Ok(r)) => r.map_err(DaemonError::from),
+        Ok(Err(_)) => Err(DaemonError::Engine(EngineError::Llama("the tokenizer panicked".into()))),
+        Err(_) => Err(DaemonError::ShuttingDown),
+    }
+}
+
+/// Generate's prompt, and its grammar when JSON output was asked for.
+pub(super) fn generate(
+    tok: &dyn Tokenizer,
+    messages: &[Message],
+    static_count: usize,
+    answer_prefix: &str,
+    json: Option<Option<String>>,
+) -> Result<(Prompt, Option<String>), EngineError> {
+    let mut prompt = build_prompt(tok, messages, static_count)?;
+    // Continuing an answer: its text so far follows the turn's
+    // opening, as the model's own text (special-token names in it
+    // stay text).
+    if !answer_prefix.is_empty() {
+        prompt.continue_answer(&tok.tokenize_plain(answer_prefix));
+    }
+    let grammar = json.map(|schema| tok.json_grammar(schema.as_deref())).transpose()?;
+    Ok((prompt, grammar))
+}
+
+/// Score's prefix and its continuations, tokenized.
+pub(super) fn score(
+    tok: &dyn Tokenizer,
+    messages: &[Message],
+    static_count: usize,
+    prefix: &str,
+    continuations: &[String],
+) -> Result<(Prompt, Vec<Vec<Token>>), EngineError> {
+    let prefix = if messages.is_empty() {
+        // Plain text: the prefix alone, in the usual batches.
+        let tokens = build_score_prefix(tok, messages, prefix)?;
+        Prompt { split: tokens.len(), answer: tokens.len(), tokens }
+    } else {
+        // A conversation: as Generate builds it, `prefix` as its answer so far.
+        let mut prompt = build_prompt(tok, messages, static_count)?;
+        if !prefix.is_empty() {
+            prompt.continue_answer(&tok.tokenize_plain(prefix));
+        }
+        prompt
+    };
+    Ok((prefix, continuations.iter().map(|c| tok.tokenize_plain(c)).collect::<Vec<_>>()))
+}
+
+/// Embed's texts, tokenized.
+pub(super) fn embed(tok: &dyn Tokenizer, inputs: &[String]) -> Vec<Vec<Token>> {
+    inputs.iter().map(|t| tok.tokenize(t, true)).collect()
+}
+
+/// A prompt longer than the model's context.
+pub(super) fn too_long(tokens: usize, n_ctx: u32, tier: Tier) -> DaemonError {
+    DaemonError::Invalid(format!(
+        "the prompt is {tokens} tokens; {tier}'s context holds {n_ctx} tokens (config daemon.context), so shorten the conversation"
+    ))
+}
