@@ -18,7 +18,6 @@ pub mod gates;
 pub mod offload;
 pub mod prefill;
 pub mod prompt;
-mod reply;
 pub mod structured;
 pub mod task;
 
