@@ -9,10 +9,12 @@
 //! summarised and, once it outgrows its budget, the profile consolidated.
 //! Their results are stored and folded into the static part of later prompts.
 //!
-//! The room, one job a file. [`Chat`] owns the draft check, the reply writer and the memory work, and hands a record keeper
+//! The room, one job a file. [`Chat`] owns the draft check, the typing
+//! timer, the reply writer and the memory work, and hands a record keeper
 //! (with its settings of the moment) to each turn and follow-up:
 //! - `turn.rs`: [`Chat`], the turn itself, from the first keystroke to the
-//!   stored answer;
+//!   stored answer, and the conversation's title;
+//! - `typing.rs`: the typing timer that ends the typing hold after a pause;
 //! - `draft.rs`: tier1's check of the draft while the user types;
 //! - `reply.rs`: the reply saved while it streams, whatever way it ends;
 //! - `record.rs`: the turn's stored record and the notes it reports;
@@ -30,6 +32,7 @@ mod memory;
 mod record;
 mod reply;
 mod turn;
+mod typing;
 
 #[cfg(test)]
 mod tests;
@@ -40,4 +43,4 @@ pub use error::ChatError;
 pub use escalation::{DEEP_ASK, DEEP_MAX_TOKENS};
 pub use memory::{PROFILE_BUDGET, TURN_BUDGET, audit_key, extract_facts, grounded, summary_task};
 pub use record::{EscalatedBy, Escalation, TurnNote, TurnRecord, turn_key, turn_record};
-pub use turn::{Chat, PARTIAL_SAVE_EVERY};
+pub use turn::{Chat, PARTIAL_SAVE_EVERY, TITLE_CHARS, TYPING_IDLE};

@@ -319,3 +319,53 @@ fn facts_must_come_from_what_the_user_said() {
     assert!(!grounded("I love to travel and love to eat.", said));
     assert!(!grounded("", said));
 }
+
+#[tokio::test(start_paused = true)]
+async fn typing_holds_background_work_until_a_pause_and_each_key_extends_it() {
+    let (mut chat, _store, _runner, _dir) = chat();
+    chat.typing_idle = std::time::Duration::from_secs(5);
+    let typing = |chat: &Chat<Scripted>| chat.gates().state().typing;
+    chat.keystroke(true, Some("H")).unwrap();
+    assert!(typing(&chat), "the first key holds background work");
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    chat.keystroke(false, Some("Hi")).unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    assert!(typing(&chat), "the second key moved the pause on");
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert!(!typing(&chat), "five seconds without a key is a pause");
+    chat.typing_paused().await;
+    chat.keystroke(false, Some("Hi t")).unwrap();
+    assert!(typing(&chat), "typing resumed after the pause");
+    chat.typing_stopped();
+    assert!(!typing(&chat));
+    chat.typing_paused().await;
+}
+
+#[tokio::test]
+async fn keys_pressed_during_a_turn_only_change_the_draft_and_typing_resumes_after_it() {
+    let (chat, _store, _runner, _dir) = chat();
+    let turn = chat.send("Hello.", |_| {});
+    // Pressed before the turn was first polled: it still belongs to the turn.
+    chat.keystroke(true, Some("And")).unwrap();
+    assert!(!chat.gates().state().typing);
+    turn.await.unwrap();
+    assert!(!chat.gates().state().typing, "typing waits for the front end to show the answer");
+    chat.resume_typing().unwrap();
+    assert!(chat.gates().state().typing);
+    chat.typing_stopped();
+    chat.resume_typing().unwrap();
+    assert!(!chat.gates().state().typing, "only once per turn");
+}
+
+#[tokio::test]
+async fn with_titling_on_an_untitled_conversation_is_named_after_its_first_message() {
+    let (mut chat, store, _runner, _dir) = chat();
+    chat.send("Untitled stays untitled.", |_| {}).await.unwrap();
+    assert_eq!(store.conversation(chat.conversation).unwrap().unwrap().title, "", "off by default");
+    chat.titling = true;
+    let long = "What is the difference between a boat and a ship, and how big must a boat be to be a ship?";
+    chat.send(long, |_| {}).await.unwrap();
+    chat.send("And a canoe?", |_| {}).await.unwrap();
+    let title = store.conversation(chat.conversation).unwrap().unwrap().title;
+    assert_eq!(title, long.chars().take(TITLE_CHARS).collect::<String>());
+}

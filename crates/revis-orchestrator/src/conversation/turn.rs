@@ -1,11 +1,13 @@
 //! The turn: [`Chat`], one conversation driven by the orchestrator. It owns
 //! what a turn needs from the first keystroke to the last background job:
-//! the typing signal (the typing hold, the pre-prefill and tier1's draft
-//! check), the answer streamed and stored ([`super::reply`]), its record and escalation
+//! the typing signal ([`Chat::keystroke`]: the typing hold, the pre-prefill,
+//! the typing timer and tier1's draft check), the conversation's title, the
+//! answer streamed and stored ([`super::reply`]), its record and escalation
 //! ([`super::escalation`]) and the memory work it leaves behind
 //! ([`super::memory`]).
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use revis_client::{Done, Runner, Sampling};
@@ -19,14 +21,21 @@ use super::escalation::{DEEP_MAX_TOKENS, RecordKeeper};
 use super::memory::Memory;
 use super::record::{EscalatedBy, Escalation, TurnNote, TurnRecord, turn_record};
 use super::reply::{OpenReply, Writer};
+use super::typing::TypingTimer;
 use crate::prompt::PromptContext;
 use crate::task::{Background, Policies, TaskKind};
-use crate::{Gates, PrePrefill, check, checklist};
+use crate::{GateState, Gates, PrePrefill, PrefillPhase, check, checklist};
 
 /// How often, by default, the text of a streaming reply is saved (unflushed)
 /// while it grows ([`Chat::partial_save_every`]). A reply cut short while the
 /// client runs is saved whole regardless; this bounds what a crash loses.
 pub const PARTIAL_SAVE_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// How long, by default, typing counts as going on after the last key ([`Chat::typing_idle`]).
+pub const TYPING_IDLE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long a conversation title may be (the first message, cut).
+pub const TITLE_CHARS: usize = 60;
 
 /// One conversation, driven by the orchestrator.
 pub struct Chat<D: Runner> {
@@ -63,20 +72,56 @@ pub struct Chat<D: Runner> {
     /// audit, summary, consolidation); on by default, off only to measure an
     /// answer alone (an escalation is then recorded, not followed up).
     pub after_turn: bool,
+    /// An untitled conversation is named after the message sent in it (its
+    /// first [`TITLE_CHARS`] characters) before that message is answered.
+    /// Off by default, so a measured turn does only the answer's store
+    /// writes; the CLI and the GUI turn it on.
+    pub titling: bool,
+    /// Typing counts as stopped this long after the last key ([`Chat::keystroke`], [`TYPING_IDLE`]).
+    pub typing_idle: std::time::Duration,
     drafts: DraftCheck<D>,
     memory: Memory<D>,
+    typing: TypingTimer,
+    /// Turns under way now ([`Chat::send`] not yet returned or dropped).
+    turns: AtomicUsize,
+    /// A key was pressed while a turn was under way: typing resumes after it ([`Chat::resume_typing`]).
+    typed_in_turn: AtomicBool,
     notes: broadcast::Sender<TurnNote>,
     deepened: Arc<Mutex<HashSet<MessageId>>>,
     records: Arc<Mutex<()>>,
 }
 
+/// A turn under way: counted while it lives; dropped before it finished
+/// (Stop), the warm prefix is taken as used, as a finished answer takes it.
+struct TurnGuard<'a, D: Runner> {
+    chat: &'a Chat<D>,
+    finished: bool,
+}
+
+impl<D: Runner> TurnGuard<'_, D> {
+    /// The turn returned (answered or failed): it already settled the pre-prefill.
+    fn finish(mut self) {
+        self.finished = true;
+    }
+}
+
+impl<D: Runner> Drop for TurnGuard<'_, D> {
+    fn drop(&mut self) {
+        self.chat.turns.fetch_sub(1, Ordering::SeqCst);
+        if !self.finished {
+            self.chat.pre.consumed();
+        }
+    }
+}
+
 impl<D: Runner> Chat<D> {
-    /// Starts a background runner on the current runtime.
+    /// Starts a background runner and the typing timer on the current runtime.
     pub fn new(daemon: D, store: Store, conversation: ConversationId, policies: Policies) -> Self {
         let gates = Gates::new();
         let background = Background::start_with(gates.clone(), daemon.parallelism());
         let pre = PrePrefill::new(daemon.clone(), gates.clone());
         Chat {
+            typing: TypingTimer::start(pre.clone()),
             pre,
             drafts: DraftCheck::new(daemon.clone(), gates.clone(), policies.get(TaskKind::Classify).tier),
             memory: Memory { daemon: daemon.clone(), store: store.clone(), background: background.clone(), policies: policies.clone() },
@@ -95,6 +140,10 @@ impl<D: Runner> Chat<D> {
             auto_deep: false,
             deep_max_tokens: Some(DEEP_MAX_TOKENS),
             after_turn: true,
+            titling: false,
+            typing_idle: TYPING_IDLE,
+            turns: AtomicUsize::new(0),
+            typed_in_turn: AtomicBool::new(false),
             notes: broadcast::channel(64).0,
             deepened: Arc::default(),
             records: Arc::default(),
@@ -134,6 +183,61 @@ impl<D: Runner> Chat<D> {
         self.keeper().escalate(reply, Escalation { by: EscalatedBy::User, why: None }, true).await
     }
 
+    /// Goes on with conversation `id` instead: the prefix warmed for the
+    /// other one is no longer of use.
+    pub fn open(&mut self, id: ConversationId) {
+        self.conversation = id;
+        self.pre.consumed();
+    }
+
+    /// A key was pressed in the message being typed. `first`: the message
+    /// was empty before it (the typing signal starts the pre-prefill even if
+    /// typing was already on); `draft`: the message as it reads now, when
+    /// known.
+    ///
+    /// Typing holds background work until no key has been pressed for
+    /// [`Chat::typing_idle`] (or [`Chat::typing_stopped`], or the message is
+    /// sent); when typing starts (or resumes after such a pause) the static
+    /// part of the next prompt is warmed ([`Chat::typing_started`]), and
+    /// the draft is checked when the user pauses ([`Chat::draft`]). While a
+    /// turn is under way only the draft is checked: typing resumes when the
+    /// front end says the turn is over ([`Chat::resume_typing`]).
+    ///
+    /// Fails only when the next prompt could not be read to warm it; the
+    /// draft is checked all the same.
+    pub fn keystroke(&self, first: bool, draft: Option<&str>) -> Result<(), ChatError> {
+        if self.turns.load(Ordering::SeqCst) > 0 {
+            self.typed_in_turn.store(true, Ordering::SeqCst);
+            if let Some(d) = draft {
+                self.draft(d);
+            }
+            return Ok(());
+        }
+        self.typing.arm(self.typing_idle);
+        let warmed = if first || !self.gates.state().typing { self.typing_started() } else { Ok(()) };
+        if let Some(d) = draft {
+            self.draft(d);
+        }
+        warmed
+    }
+
+    /// A turn is over and shown (answered, failed or stopped): if keys were
+    /// pressed while it ran, typing resumes now, as [`Chat::keystroke`]
+    /// starts it, warming the prompt that includes the turn.
+    pub fn resume_typing(&self) -> Result<(), ChatError> {
+        if !self.typed_in_turn.swap(false, Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.typing.arm(self.typing_idle);
+        self.typing_started()
+    }
+
+    /// Resolves once the user is not typing (at once if they are not): no
+    /// key pressed for [`Chat::typing_idle`], or typing ended another way.
+    pub async fn typing_paused(&self) {
+        self.typing.stopped().await;
+    }
+
     /// The draft being typed, as it stands now: once it has stayed the same
     /// for [`DRAFT_PAUSE`] and no answer streams or pre-prefill computes,
     /// tier1 checks it, so the answer can use the check if the message sent
@@ -147,16 +251,42 @@ impl<D: Runner> Chat<D> {
         self.drafts.subscribe()
     }
 
+    /// The gates (the CLI and the GUI go through [`Chat::keystroke`] and
+    /// [`Chat::watch_gates`]; tests and benchmarks hold them directly).
     pub fn gates(&self) -> &Gates {
         &self.gates
     }
 
+    /// The pre-prefill (the CLI and the GUI go through [`Chat::keystroke`]
+    /// and [`Chat::watch_prefill`]; tests and benchmarks use it directly).
     pub fn pre_prefill(&self) -> &PrePrefill<D> {
         &self.pre
     }
 
+    /// The background runner (the CLI and the GUI go through
+    /// [`Chat::background_outstanding`] and [`Chat::background_done`]).
     pub fn background(&self) -> &Background {
         &self.background
+    }
+
+    /// Watches the gates (for a UI).
+    pub fn watch_gates(&self) -> watch::Receiver<GateState> {
+        self.gates.subscribe()
+    }
+
+    /// Watches the pre-prefill's phase (for a UI).
+    pub fn watch_prefill(&self) -> watch::Receiver<PrefillPhase> {
+        self.pre.watch()
+    }
+
+    /// Background jobs queued or running now.
+    pub fn background_outstanding(&self) -> usize {
+        self.background.outstanding()
+    }
+
+    /// Resolves when every background job queued so far has run.
+    pub async fn background_done(&self) {
+        self.background.idle().await;
     }
 
     /// What the next prompt is built from, as the store holds it now.
@@ -171,7 +301,15 @@ impl<D: Runner> Chat<D> {
         Ok(())
     }
 
+    /// The user stopped typing without sending (the message was cleared, a
+    /// command was entered): background work may go on; the warm cache
+    /// stays. While a turn is under way, only forgets the keys pressed during it.
     pub fn typing_stopped(&self) {
+        if self.turns.load(Ordering::SeqCst) > 0 {
+            self.typed_in_turn.store(false, Ordering::SeqCst);
+            return;
+        }
+        self.typing.disarm();
         self.pre.typing_stopped();
     }
 
@@ -193,7 +331,42 @@ impl<D: Runner> Chat<D> {
     /// corrected message is answered (the stored message stays as typed),
     /// else the check runs after the answer. With the checklist on, the
     /// notes come first, hidden; `on_delta` sees only the answer.
-    pub async fn send(&self, text: &str, mut on_delta: impl FnMut(&str) + Send) -> Result<Done, ChatError> {
+    ///
+    /// Typing ends here (the typing timer is off); keys pressed while the
+    /// turn runs only update the draft ([`Chat::keystroke`]).
+    ///
+    /// The turn counts from the moment this is called, before the future
+    /// is first polled: a key pressed in between belongs to it.
+    pub fn send<'a>(&'a self, text: &'a str, on_delta: impl FnMut(&str) + Send + 'a) -> impl Future<Output = Result<Done, ChatError>> + 'a {
+        self.typing.disarm();
+        self.typed_in_turn.store(false, Ordering::SeqCst);
+        self.turns.fetch_add(1, Ordering::SeqCst);
+        let guard = TurnGuard { chat: self, finished: false };
+        async move {
+            let result = self.turn(text, on_delta).await;
+            guard.finish();
+            result
+        }
+    }
+
+    /// Names an untitled conversation after `text`, its first message.
+    async fn title(&self, text: &str) -> Result<(), ChatError> {
+        let (store, conversation, title) = (self.store.clone(), self.conversation, text.chars().take(TITLE_CHARS).collect::<String>());
+        // A flushed write: off the async runtime.
+        blocking(move || {
+            if store.conversation(conversation)?.is_some_and(|c| c.title.is_empty()) {
+                store.set_title(conversation, &title)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// [`Chat::send`]'s turn, once it is counted.
+    async fn turn(&self, text: &str, mut on_delta: impl FnMut(&str) + Send) -> Result<Done, ChatError> {
+        if self.titling {
+            self.title(text).await?;
+        }
         let tier = self.policies.get(TaskKind::ChatAnswer).tier;
         let ctx = self.context()?;
         let check = if self.quick_check { self.drafts.take(text) } else { None };
