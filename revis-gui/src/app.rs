@@ -10,14 +10,14 @@ use revis_client::nodes::Health;
 use revis_client::{ModelState, Tier};
 use revis_orchestrator::PrefillPhase;
 
-use crate::backend::Backend;
+use crate::backend::IoThread;
 use crate::options::Options;
 use crate::protocol::{Command, PairingEvent};
 use crate::state::{Connection, Deep, Shown, State, View};
 
 pub struct App {
     pub state: State,
-    backend: Backend,
+    io: IoThread,
     socket: std::path::PathBuf,
 }
 
@@ -30,13 +30,13 @@ impl App {
 
     /// Starts the I/O side; `wake` is called after each event.
     pub fn with_wake(opts: Options, wake: impl Fn() + Send + Sync + 'static) -> App {
-        App { state: State::default(), socket: opts.socket.clone(), backend: Backend::start(opts, wake) }
+        App { state: State::default(), socket: opts.socket.clone(), io: IoThread::start(opts, wake) }
     }
 
     /// Waits up to `limit` for the I/O side's next event and applies it
     /// (for tests and screenshots; the window never waits).
     pub fn wait_event(&mut self, limit: Duration) -> bool {
-        match self.backend.recv_timeout(limit) {
+        match self.io.recv_timeout(limit) {
             Some(e) => {
                 self.state.apply(e);
                 true
@@ -51,11 +51,11 @@ impl App {
     }
 
     pub fn send(&self, c: Command) {
-        self.backend.send(c);
+        self.io.send(c);
     }
 
     fn drain(&mut self) {
-        while let Some(e) = self.backend.try_recv() {
+        while let Some(e) = self.io.try_recv() {
             self.state.apply(e);
         }
     }

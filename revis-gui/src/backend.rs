@@ -48,15 +48,15 @@ fn placements(d: &Dispatcher) -> BTreeMap<Tier, TierPlacement> {
 
 /// The handle the UI holds: commands in, events out. Dropping it stops the
 /// I/O thread (and cancels whatever it was doing).
-pub struct Backend {
+pub struct IoThread {
     tx: Option<mpsc::UnboundedSender<Command>>,
     rx: std_mpsc::Receiver<Event>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl Backend {
+impl IoThread {
     /// Starts the I/O thread; `wake` is called after each event (the UI's repaint).
-    pub fn start(opts: Options, wake: impl Fn() + Send + Sync + 'static) -> Backend {
+    pub fn start(opts: Options, wake: impl Fn() + Send + Sync + 'static) -> IoThread {
         let (tx, cmds) = mpsc::unbounded_channel();
         let (etx, rx) = std_mpsc::channel();
         let sink = Sink::new(etx, Arc::new(wake));
@@ -71,9 +71,9 @@ impl Backend {
                 rt.shutdown_timeout(Duration::from_secs(2));
             })
             .expect("spawn the I/O thread");
-        let backend = Backend { tx: Some(tx), rx, thread: Some(thread) };
-        backend.send(Command::Connect);
-        backend
+        let io = IoThread { tx: Some(tx), rx, thread: Some(thread) };
+        io.send(Command::Connect);
+        io
     }
 
     pub fn send(&self, c: Command) {
@@ -92,7 +92,7 @@ impl Backend {
     }
 }
 
-impl Drop for Backend {
+impl Drop for IoThread {
     fn drop(&mut self) {
         self.tx = None; // the command loop ends, then the runtime
         if let Some(t) = self.thread.take() {

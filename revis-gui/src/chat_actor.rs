@@ -1,6 +1,6 @@
 //! The chat side of the I/O thread: one task owns the orchestrator's
 //! [`Chat`] (one for the app's life, so its gates and background runner are
-//! the app's), turns keystrokes into the typing signal, runs a turn and
+//! the app's), hands it the keystrokes (the typing signal), runs a turn and
 //! stops it on request.
 
 use revis_client::dispatch::Dispatcher;
@@ -8,13 +8,9 @@ use revis_orchestrator::Policies;
 use revis_orchestrator::conversation::Chat;
 use revis_store::{ConversationId, Store};
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 
 use crate::options::Options;
 use crate::protocol::{Command, Event, Sink, plain_chat};
-
-/// How long a conversation title may be (the first message, cut).
-const TITLE_CHARS: usize = 60;
 
 pub(crate) async fn chat_actor(daemon: Dispatcher, store: Store, opts: Options, mut rx: mpsc::UnboundedReceiver<Command>, sink: Sink) {
     let conversation = match blocking(&store, |s| match s.conversations()?.first() {
@@ -29,50 +25,27 @@ pub(crate) async fn chat_actor(daemon: Dispatcher, store: Store, opts: Options, 
     let mut chat = Chat::new(daemon, store.clone(), conversation, Policies::default());
     chat.sampling = opts.sampling;
     chat.max_tokens = opts.max_tokens;
+    chat.titling = true;
+    chat.typing_idle = opts.typing_idle;
     forward_watches(&chat, &sink);
     list(&store, &sink).await;
     open(&store, &sink, conversation).await;
 
-    let mut typing_until: Option<Instant> = None;
-    // Keys pressed while an answer streamed: the pre-prefill starts when it ends,
-    // from the history that includes it.
-    let mut typed_while_streaming = false;
-    loop {
-        let cmd = match typing_until {
-            Some(deadline) => tokio::select! {
-                c = rx.recv() => c,
-                () = tokio::time::sleep_until(deadline) => {
-                    // A pause in typing: background work may go on; the warm cache stays.
-                    chat.typing_stopped();
-                    typing_until = None;
-                    continue;
-                }
-            },
-            None => rx.recv().await,
-        };
-        let Some(cmd) = cmd else { break };
+    while let Some(cmd) = rx.recv().await {
         match cmd {
             Command::Keystroke { first, draft } => {
-                typing_until = Some(Instant::now() + opts.typing_idle);
-                if (first || !chat.gates().state().typing)
-                    && let Err(e) = chat.typing_started()
-                {
+                if let Err(e) = chat.keystroke(first, Some(&draft)) {
                     sink.error("warming up the answer", plain_chat(&e));
                 }
-                chat.draft(&draft);
             }
             Command::GoDeeper(reply) => {
                 if !chat.deepen(reply).await {
                     sink.error("going deeper", "tier3 was already asked to follow this answer up");
                 }
             }
-            Command::InputCleared => {
-                typing_until = None;
-                chat.typing_stopped();
-            }
+            Command::InputCleared => chat.typing_stopped(),
             Command::OpenConversation(id) => {
-                chat.conversation = id;
-                chat.pre_prefill().consumed();
+                chat.open(id);
                 open(&store, &sink, id).await;
             }
             Command::NewConversation => {
@@ -80,10 +53,7 @@ pub(crate) async fn chat_actor(daemon: Dispatcher, store: Store, opts: Options, 
                 let empty = blocking(&store, move |s| Ok(s.messages(current)?.is_empty())).await.unwrap_or(false);
                 if !empty {
                     match blocking(&store, |s| s.create_conversation("")).await {
-                        Ok(id) => {
-                            chat.conversation = id;
-                            chat.pre_prefill().consumed();
-                        }
+                        Ok(id) => chat.open(id),
                         Err(e) => sink.error("starting a conversation", e),
                     }
                 }
@@ -92,19 +62,6 @@ pub(crate) async fn chat_actor(daemon: Dispatcher, store: Store, opts: Options, 
             }
             Command::Stop => {}
             Command::Send(text) => {
-                typing_until = None;
-                let conv = chat.conversation;
-                let title: String = text.chars().take(TITLE_CHARS).collect();
-                if let Err(e) = blocking(&store, move |s| {
-                    if s.conversation(conv)?.is_some_and(|c| c.title.is_empty()) {
-                        s.set_title(conv, &title)?;
-                    }
-                    Ok(())
-                })
-                .await
-                {
-                    sink.error("naming the conversation", e);
-                }
                 let mut so_far = String::new();
                 let mut turn = Box::pin(chat.send(&text, |t| {
                     so_far.push_str(t);
@@ -115,22 +72,24 @@ pub(crate) async fn chat_actor(daemon: Dispatcher, store: Store, opts: Options, 
                         r = &mut turn => break Some(r),
                         c = rx.recv() => match c {
                             Some(Command::Stop) | None => break None,
-                            Some(Command::Keystroke { draft, .. }) => {
-                                typed_while_streaming = true;
-                                chat.draft(&draft);
+                            // Only the draft is checked; typing resumes when the turn is over.
+                            Some(Command::Keystroke { first, draft }) => {
+                                if let Err(e) = chat.keystroke(first, Some(&draft)) {
+                                    sink.error("warming up the answer", plain_chat(&e));
+                                }
                             }
-                            Some(Command::InputCleared) => typed_while_streaming = false,
+                            Some(Command::InputCleared) => chat.typing_stopped(),
                             Some(other) => sink.error("while the answer streams", format!("{} waits until the answer is done or stopped", describe(&other))),
                         },
                     }
                 };
-                // Dropping the turn drops its stream: the daemon stops at the next token.
+                // Dropping the turn drops its stream: the daemon stops at the next token; the
+                // prefix warmed for it counts as used.
                 drop(turn);
                 match outcome {
                     Some(Ok(done)) => sink.send(Event::AnswerDone { text: done.text.clone(), stats: stats(&done) }),
                     Some(Err(e)) => sink.send(Event::AnswerFailed(plain_chat(&e))),
                     None => {
-                        chat.pre_prefill().consumed();
                         // The dropped turn handed exactly what was shown to the store's writer
                         // (kept, flagged incomplete): wait until it is on disk.
                         if let Err(e) = chat.saved().await {
@@ -140,11 +99,10 @@ pub(crate) async fn chat_actor(daemon: Dispatcher, store: Store, opts: Options, 
                     }
                 }
                 list(&store, &sink).await;
-                if std::mem::take(&mut typed_while_streaming) {
-                    typing_until = Some(Instant::now() + opts.typing_idle);
-                    if let Err(e) = chat.typing_started() {
-                        sink.error("warming up the answer", plain_chat(&e));
-                    }
+                // Keys pressed while the answer streamed: typing resumes, and the
+                // pre-prefill starts from the history that includes the answer.
+                if let Err(e) = chat.resume_typing() {
+                    sink.error("warming up the answer", plain_chat(&e));
                 }
             }
             other => sink.error("chat", format!("{} is not a chat command", describe(&other))),
@@ -184,7 +142,7 @@ fn forward_watches(chat: &Chat<Dispatcher>, sink: &Sink) {
             }
         }
     });
-    let mut phase = chat.pre_prefill().watch();
+    let mut phase = chat.watch_prefill();
     let s = sink.clone();
     tokio::spawn(async move {
         s.send(Event::Phase(*phase.borrow_and_update()));
@@ -192,7 +150,7 @@ fn forward_watches(chat: &Chat<Dispatcher>, sink: &Sink) {
             s.send(Event::Phase(*phase.borrow_and_update()));
         }
     });
-    let mut gates = chat.gates().subscribe();
+    let mut gates = chat.watch_gates();
     let s = sink.clone();
     tokio::spawn(async move {
         s.send(Event::Gates(*gates.borrow_and_update()));

@@ -2,7 +2,7 @@
 //! libraries as the CLI (revis-client, revis-orchestrator, revis-store).
 //!
 //! Two threads: the UI thread ([`App`]: draw [`State`], turn clicks and keys
-//! into [`Command`]s) and the I/O thread ([`backend`]: a tokio runtime that
+//! into [`Command`]s) and the I/O thread ([`backend::IoThread`]: a tokio runtime that
 //! owns the client, the store and the orchestrator's `Chat`, and answers
 //! with [`Event`]s, defined in [`protocol`]). The UI never waits on I/O; each
 //! event wakes it. [`Options`] holds every path, resolved once at start-up.

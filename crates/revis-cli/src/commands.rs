@@ -345,23 +345,18 @@ async fn chat<D: Runner>(daemon: D, store: Store, a: ChatArgs) -> anyhow::Result
     chat.checklist = a.checklist;
     chat.auto_deep = a.auto_deep;
     chat.deep_max_tokens = Some(a.deep_max_tokens);
+    chat.titling = true;
+    let interactive = std::io::stdin().is_terminal();
+    if interactive {
+        chat.typing_idle = std::time::Duration::from_secs_f64(a.typing_idle_s.max(0.1));
+    }
     // What the turns' gears report (corrections, escalations, tier3's follow-ups).
     let notes = tokio::sync::Mutex::new(chat.notes());
-    let interactive = std::io::stdin().is_terminal();
     let interrupt = Interrupt::install()?;
     // Whether the answer ran to its end; Ctrl-C stops it, and revis then ends once what was printed is saved.
     let send = |text: String| {
-        let (chat, store, verbose, interrupt, notes) = (&chat, &store, a.verbose, &interrupt, &notes);
+        let (chat, verbose, interrupt, notes) = (&chat, a.verbose, &interrupt, &notes);
         async move {
-            // A flushed write: off the async runtime.
-            let (titled, title) = (store.clone(), text.chars().take(60).collect::<String>());
-            tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-                if titled.conversation(conversation)?.is_some_and(|c| c.title.is_empty()) {
-                    titled.set_title(conversation, &title)?;
-                }
-                Ok(())
-            })
-            .await??;
             let mut out = std::io::stdout();
             let mut first = true;
             let turn = chat.send(&text, |t| {
@@ -397,47 +392,27 @@ async fn chat<D: Runner>(daemon: D, store: Store, a: ChatArgs) -> anyhow::Result
             if n > 0 { format!(", {n} messages so far") } else { String::new() }
         );
         let mut term = Terminal::start("> ")?;
-        let idle = std::time::Duration::from_secs_f64(a.typing_idle_s.max(0.1));
-        let mut typing_until: Option<tokio::time::Instant> = None;
         loop {
-            let ev = match typing_until {
-                Some(deadline) => tokio::select! {
-                    ev = term.events.recv() => ev,
-                    () = tokio::time::sleep_until(deadline) => {
-                        // A pause in typing: background work may go on; the warm cache stays.
-                        chat.typing_stopped();
-                        typing_until = None;
-                        continue;
+            let ev = tokio::select! {
+                ev = term.events.recv() => ev,
+                note = async {
+                    chat.typing_paused().await;
+                    notes.lock().await.recv().await
+                } => {
+                    // Something arrived while the user reads (not while they type): printed above the line.
+                    if let Ok(note) = note
+                        && let Some(text) = describe_note(&note)
+                    {
+                        term.print(text);
                     }
-                },
-                None => tokio::select! {
-                    ev = term.events.recv() => ev,
-                    note = async { notes.lock().await.recv().await } => {
-                        // Something arrived while the user reads or types: printed above the line.
-                        if let Ok(note) = note
-                            && let Some(text) = describe_note(&note)
-                        {
-                            term.print(text);
-                        }
-                        continue;
-                    }
-                },
+                    continue;
+                }
             };
             let Some(ev) = ev else { break };
-            if matches!(ev, Input::TypingStarted | Input::Typing(_)) {
-                typing_until = Some(tokio::time::Instant::now() + idle);
-            } else {
-                typing_until = None;
-            }
             match ev {
-                Input::TypingStarted => chat.typing_started()?,
-                Input::Typing(draft) => {
-                    if !chat.gates().state().typing {
-                        // Typing resumed after a pause: hold background work again.
-                        chat.typing_started()?;
-                    }
-                    chat.draft(&draft);
-                }
+                // Typing holds background work until a pause of --typing-idle-s; the first key warms the cache.
+                Input::TypingStarted => chat.keystroke(true, None)?,
+                Input::Typing(draft) => chat.keystroke(false, Some(&draft))?,
                 Input::Line(line) if line.trim().is_empty() => {
                     chat.typing_stopped();
                     term.next();
@@ -469,9 +444,9 @@ async fn chat<D: Runner>(daemon: D, store: Store, a: ChatArgs) -> anyhow::Result
             }
         }
     }
-    if chat.background().outstanding() > 0 {
+    if chat.background_outstanding() > 0 {
         eprintln!("revis: finishing background work (profile, summary, tier3's follow-ups)...");
-        chat.background().idle().await;
+        chat.background_done().await;
     }
     print_notes(&mut *notes.lock().await);
     Ok(ExitCode::SUCCESS)

@@ -1,14 +1,20 @@
-//! The client's brain: what runs when. Task types and their tiers and
-//! priorities ([`task`]), the three gates ([`gates`]), pre-prefill while the
-//! user types ([`prefill`]), prompts as static prefix + dynamic suffix
-//! ([`prompt`]), structured output from a private reasoning tag
-//! ([`structured`]), tier1's quick check ([`check`]), tier2's checklist
-//! ([`checklist`]), and a conversation turn end to end ([`conversation`]).
+//! The client's brain: what runs when. It is pure policy over
+//! revis-client's domain API: it runs every task through a
+//! [`revis_client::Runner`] (one daemon, or the dispatcher over this machine
+//! and the paired nodes) and never sees the wire. Unit tests script a runner.
 //!
-//! It is pure policy over revis-client's domain API: it runs every task
-//! through a [`revis_client::Runner`] (one daemon, or the dispatcher over
-//! this machine and the paired nodes) and never sees the wire. Unit tests
-//! script a runner.
+//! Contents, one line a module:
+//! - [`conversation`]: a conversation turn end to end, owned by [`conversation::Chat`]
+//!   (typing, draft check, answer, record, escalation, memory work);
+//! - [`task`]: task types, their tiers and priorities, the background runner;
+//! - [`gates`]: the three gates that decide when background work may start;
+//! - [`prefill`]: pre-prefill, the next prompt's static part warmed while the user types;
+//! - [`prompt`]: prompts as a static prefix plus a dynamic suffix;
+//! - [`structured`]: structured output (JSON) after a private reasoning tag;
+//! - [`check`]: tier1's quick check of a message (typos, kind, escalation);
+//! - [`checklist`]: tier2's private checklist before it answers;
+//! - [`ensemble`]: where the user's ensembles live in the store;
+//! - [`offload`]: where the user's offload choices live in the store.
 
 pub mod check;
 pub mod checklist;
@@ -18,7 +24,6 @@ pub mod gates;
 pub mod offload;
 pub mod prefill;
 pub mod prompt;
-mod reply;
 pub mod structured;
 pub mod task;
 

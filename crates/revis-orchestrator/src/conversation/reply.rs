@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use revis_store::{MessageId, Store, StoreError};
 use tokio::sync::oneshot;
 
-use crate::conversation::ChatError;
+use super::error::ChatError;
 
 /// One write, with the store handle it goes to (the thread keeps none between
 /// writes, so the database closes as soon as its last user is done with it).

@@ -1,0 +1,46 @@
+//! What the next prompt is built from, read back from the store: the house
+//! rules ([`RULES`]), the profile, the summary and the turns it does not
+//! cover, each reply with its deeper follow-up.
+
+use revis_store::{ConversationId, MessageId, MessageState, Role, Store};
+
+use super::error::ChatError;
+use super::record::turn_record;
+use crate::checklist;
+use crate::prompt::{PromptContext, Speaker, Turn};
+
+/// The house rules every answer starts with.
+pub const RULES: &str = "You are revis, a private assistant running on the user's own computer. \
+Answer helpfully, briefly and honestly. If you do not know, say so.";
+
+/// What the next prompt is built from, as the store holds it now (up to
+/// and including `upto`, when given); the checklist joins the rules when on.
+/// A reply's deeper follow-up is part of that reply, for the model.
+pub(super) fn build_context(
+    store: &Store,
+    conversation: ConversationId,
+    checklist: bool,
+    upto: Option<MessageId>,
+) -> Result<PromptContext, ChatError> {
+    let summary = store.summary(conversation)?;
+    let mut turns = Vec::new();
+    for m in store.messages(conversation)? {
+        // A reply cut off by a crash is kept in the store, flagged, but not shown to the model.
+        if m.state != MessageState::Complete || m.text.is_empty() || upto.is_some_and(|u| m.id > u) {
+            continue;
+        }
+        if summary.as_ref().is_some_and(|s| m.id <= s.covers_up_to) {
+            continue;
+        }
+        let mut text = m.text;
+        if m.role == Role::Assistant
+            && let Some(deep) = turn_record(store, m.id)?.and_then(|r| r.deep).filter(|d| !d.is_empty())
+        {
+            text.push_str("\n\n");
+            text.push_str(&deep);
+        }
+        turns.push(Turn { speaker: if m.role == Role::User { Speaker::User } else { Speaker::Assistant }, text });
+    }
+    let rules = if checklist { format!("{RULES}\n\n{}", checklist::instructions()) } else { RULES.to_owned() };
+    Ok(PromptContext { rules, profile: store.facts()?.into_iter().map(|f| f.text).collect(), summary: summary.map(|s| s.text), turns })
+}

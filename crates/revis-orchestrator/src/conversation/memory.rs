@@ -1,0 +1,246 @@
+//! The memory work a turn leaves behind, in the background: the answer
+//! audited (its verdict stored under [`audit_key`]), the facts the user
+//! stated about themselves extracted into the profile (only those
+//! [`grounded`] in what they said), the profile consolidated once it
+//! outgrows [`PROFILE_BUDGET`], and old turns summarised past [`TURN_BUDGET`].
+//! Their results are stored and folded into the static part of later prompts.
+
+use revis_client::{Runner, Tier};
+use revis_store::{ConversationId, MessageState, Role, Store};
+use serde_json::json;
+
+use super::error::{ChatError, blocking};
+use crate::prompt::PromptContext;
+use crate::structured;
+use crate::task::{Background, Policies, TaskKind};
+
+/// Turns shown in full before older ones are summarised.
+pub const TURN_BUDGET: usize = 12;
+
+/// The settings key an answer's audit is stored under.
+pub fn audit_key(reply: revis_store::MessageId) -> String {
+    format!("audit/{reply}")
+}
+
+/// The background runner and the store the memory work goes through.
+pub(super) struct Memory<D: Runner> {
+    pub(super) daemon: D,
+    pub(super) store: Store,
+    pub(super) background: Background,
+    pub(super) policies: Policies,
+}
+
+impl<D: Runner> Memory<D> {
+    /// Checks an answer after it was given; the verdict is stored under [`audit_key`].
+    pub(super) fn audit(&self, question: &str, reply: revis_store::MessageId, answer: &str) {
+        let policy = *self.policies.get(TaskKind::Audit);
+        let (daemon, store) = (self.daemon.clone(), self.store.clone());
+        let task = format!("Check this answer for factual mistakes or unhelpfulness.\n\nQuestion: {question}\n\nAnswer: {answer}");
+        let _done = self.background.submit(policy.rank, async move {
+            let schema = json!({
+                "type": "object",
+                "properties": {
+                    "ok": {"type": "boolean"},
+                    "problems": {"type": "array", "items": {"type": "string", "maxLength": 160}, "maxItems": 3}
+                },
+                "required": ["ok", "problems"],
+                "additionalProperties": false
+            });
+            match structured::run(&daemon, policy.tier, &task, &schema).await {
+                Ok(v) => {
+                    if let Err(e) = blocking(move || Ok(store.set_setting(&audit_key(reply), &v)?)).await {
+                        tracing::warn!("storing an audit failed: {e}");
+                    }
+                }
+                Err(e) => tracing::warn!("audit failed: {e}"),
+            }
+        });
+    }
+
+    /// Queues the extraction of the facts the user stated in `user_text` (message `user`) into the profile.
+    pub(super) fn extract(&self, user_text: &str, user: revis_store::MessageId) {
+        let facts = *self.policies.get(TaskKind::ExtractFacts);
+        let (daemon, store) = (self.daemon.clone(), self.store.clone());
+        let said = user_text.to_owned();
+        let _done = self.background.submit(facts.rank, async move {
+            match extract_facts(&daemon, facts.tier, &said).await {
+                Ok(v) => {
+                    // Store calls fsync: off the async runtime.
+                    let _ = tokio::task::spawn_blocking(move || store_facts(&store, &v, &said, user)).await;
+                }
+                Err(e) => tracing::warn!("profile extraction failed: {e}"),
+            }
+        });
+    }
+
+    /// Queues a consolidation of the profile, which runs (after the turn's
+    /// fact extraction, by rank) only if the profile outgrew [`PROFILE_BUDGET`].
+    pub(super) fn consolidate(&self) {
+        let policy = *self.policies.get(TaskKind::Consolidate);
+        let (daemon, store) = (self.daemon.clone(), self.store.clone());
+        let _done = self.background.submit(policy.rank, async move {
+            let read = store.clone();
+            let Ok(old) = blocking(move || Ok(read.facts()?)).await else { return };
+            if old.len() <= PROFILE_BUDGET {
+                return;
+            }
+            let list: String = old.iter().map(|f| format!("\n- {}", f.text)).collect();
+            let task = format!(
+                "Merge these facts about the user into a shorter list: combine facts that say the same thing, \
+                 keep every distinct fact, add nothing new. Short sentences in the third person.\n\nFacts:{list}"
+            );
+            let schema = json!({
+                "type": "object",
+                "properties": {"facts": {"type": "array", "items": {"type": "string", "minLength": 3, "maxLength": 120}, "maxItems": PROFILE_BUDGET}},
+                "required": ["facts"],
+                "additionalProperties": false
+            });
+            match structured::run(&daemon, policy.tier, &task, &schema).await {
+                Ok(v) => match blocking(move || replace_facts(&store, &old, &v)).await {
+                    Ok(n) => tracing::debug!(facts = n, "profile consolidated"),
+                    Err(e) => tracing::warn!("storing the consolidated profile failed: {e}"),
+                },
+                Err(e) => tracing::warn!("profile consolidation failed: {e}"),
+            }
+        });
+    }
+
+    /// Queues a summary of `conversation`'s old turns, folding in the
+    /// previous one, if `ctx` (the next prompt's) shows more than [`TURN_BUDGET`] turns.
+    pub(super) fn summarise(&self, conversation: ConversationId, ctx: PromptContext) {
+        if ctx.turns.len() <= TURN_BUDGET {
+            return;
+        }
+        let summarise = *self.policies.get(TaskKind::Summarise);
+        let (daemon, store) = (self.daemon.clone(), self.store.clone());
+        let _done = self.background.submit(summarise.rank, async move {
+            // Summarise all but the last few turns, folding in the previous summary.
+            let read = store.clone();
+            let Ok((messages, covered)) = blocking(move || {
+                // Only what the previous summary does not cover yet; it is folded in as text.
+                Ok((read.messages(conversation)?, read.summary(conversation)?.map(|s| s.covers_up_to)))
+            })
+            .await
+            else {
+                return;
+            };
+            let keep = TURN_BUDGET / 2;
+            let complete: Vec<_> =
+                messages.into_iter().filter(|m| m.state == MessageState::Complete && covered.is_none_or(|c| m.id > c)).collect();
+            if complete.len() <= keep {
+                return;
+            }
+            let old = &complete[..complete.len() - keep];
+            let mut text = ctx.summary.clone().map(|s| format!("Earlier summary: {s}\n")).unwrap_or_default();
+            for m in old {
+                text.push_str(if m.role == Role::User { "User: " } else { "Assistant: " });
+                text.push_str(&m.text);
+                text.push('\n');
+            }
+            let (task, schema) = summary_task(&text);
+            match structured::run(&daemon, summarise.tier, &task, &schema).await {
+                Ok(v) => {
+                    if let (Some(s), Some(last)) = (v["summary"].as_str().map(str::to_owned), old.last().map(|m| m.id))
+                        && let Err(e) = blocking(move || Ok(store.put_summary(conversation, last, &s)?)).await
+                    {
+                        tracing::warn!("storing a summary failed: {e}");
+                    }
+                }
+                Err(e) => tracing::warn!("summary failed: {e}"),
+            }
+        });
+    }
+}
+
+/// The summarising task for a conversation written out as `text` ("User:
+/// ..." and "Assistant: ..." lines), and the schema of its answer.
+pub fn summary_task(text: &str) -> (String, serde_json::Value) {
+    let schema = json!({
+        "type": "object",
+        "properties": {"summary": {"type": "string", "minLength": 1, "maxLength": 800}},
+        "required": ["summary"],
+        "additionalProperties": false
+    });
+    (format!("Summarise this conversation in a few sentences, keeping names and decisions.\n\n{text}"), schema)
+}
+
+/// The facts the user states about themselves in `said`, as the model
+/// extracts them (`{"facts": [...]}`), before [`grounded`] sorts them.
+pub async fn extract_facts<D: Runner>(daemon: &D, tier: Tier, said: &str) -> Result<serde_json::Value, structured::StructuredError> {
+    let task = format!(
+        "Extract facts the user states about themselves (name, home, work, likes, plans) from this message, \
+         as short sentences in the third person. If there are none, give an empty list.\n\nMessage: {said}"
+    );
+    let schema = json!({
+        "type": "object",
+        "properties": {"facts": {"type": "array", "items": {"type": "string", "minLength": 3, "maxLength": 120}, "maxItems": 5}},
+        "required": ["facts"],
+        "additionalProperties": false
+    });
+    structured::run(daemon, tier, &task, &schema).await
+}
+
+/// Stores the extracted facts that are new and grounded in what the user said (blocks).
+fn store_facts(store: &Store, v: &serde_json::Value, said: &str, source: revis_store::MessageId) {
+    let mut known: Vec<String> = store.facts().map(|f| f.into_iter().map(|f| f.text).collect()).unwrap_or_default();
+    for fact in v["facts"].as_array().into_iter().flatten().filter_map(|f| f.as_str()) {
+        let fact = fact.trim();
+        if known.iter().any(|k| k.eq_ignore_ascii_case(fact)) || !grounded(fact, said) {
+            continue;
+        }
+        match store.add_fact(fact, Some(source)) {
+            Ok(_) => known.push(fact.to_owned()),
+            Err(e) => tracing::warn!("storing a profile fact failed: {e}"),
+        }
+    }
+}
+
+/// A cheap guard against invented facts (small models make them up): most
+/// of a fact's longer words must appear, by their first four letters (so
+/// "lives" matches "live"), in what the user said. "User", the subject the
+/// extraction asks for ("The user's name is Ada"), is not one of them.
+pub fn grounded(fact: &str, said: &str) -> bool {
+    let said = said.to_lowercase();
+    let words: Vec<String> = fact
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.chars().count() >= 4)
+        .map(str::to_lowercase)
+        .filter(|w| !matches!(w.as_str(), "user" | "users"))
+        .collect();
+    if words.is_empty() {
+        return false;
+    }
+    let found = words.iter().filter(|w| said.contains(&w.chars().take(4).collect::<String>())).count();
+    found * 5 >= words.len() * 3
+}
+
+/// Facts kept in the profile before they are consolidated: merged, with
+/// duplicates dropped, so the static part of every prompt stays short.
+pub const PROFILE_BUDGET: usize = 12;
+
+/// Replaces `old` facts by the model's merged list, losing nothing: a
+/// merged fact is kept only if it is grounded in the old facts (nothing
+/// invented), and an old fact is removed only if the merged list covers
+/// its words (nothing dropped). Returns how many facts there are after.
+fn replace_facts(store: &Store, old: &[revis_store::Fact], merged: &serde_json::Value) -> Result<usize, ChatError> {
+    let old_text = old.iter().map(|f| f.text.as_str()).collect::<Vec<_>>().join("\n");
+    let mut kept: Vec<String> = Vec::new();
+    for fact in merged["facts"].as_array().into_iter().flatten().filter_map(|f| f.as_str()).map(str::trim) {
+        if grounded(fact, &old_text) && !kept.iter().any(|k| k.eq_ignore_ascii_case(fact)) {
+            kept.push(fact.to_owned());
+        }
+    }
+    let merged_text = kept.join("\n");
+    let covered: Vec<&revis_store::Fact> = old.iter().filter(|f| grounded(&f.text, &merged_text)).collect();
+    if kept.is_empty() || kept.len() >= covered.len() {
+        // Nothing merged (or nothing fewer): leave the profile as it is.
+        return Ok(old.len());
+    }
+    for fact in &kept {
+        store.add_fact(fact, None)?;
+    }
+    for f in &covered {
+        store.remove_fact(f.id)?;
+    }
+    Ok(old.len() - covered.len() + kept.len())
+}

@@ -1,0 +1,46 @@
+//! A conversation turn from start to finish, in three gears: tier1's quick
+//! check of the message (typos, kind, escalation; [`crate::check`]) when it
+//! is ready before the answer, the answer from tier2 on top of the warm
+//! prefix, after its private checklist ([`crate::checklist`]), stored
+//! (incomplete until its stream ends; cut short, exactly the text shown is
+//! kept, see `reply.rs`), and, when tier1 or the checklist says so or the
+//! user asks, tier3's deeper follow-up. Then, in the background, the check
+//! if it was not ready in time, profile facts extracted, old turns
+//! summarised and, once it outgrows its budget, the profile consolidated.
+//! Their results are stored and folded into the static part of later prompts.
+//!
+//! The room, one job a file. [`Chat`] owns the draft check, the typing
+//! timer, the reply writer and the memory work, and hands a record keeper
+//! (with its settings of the moment) to each turn and follow-up:
+//! - `turn.rs`: [`Chat`], the turn itself, from the first keystroke to the
+//!   stored answer, and the conversation's title;
+//! - `typing.rs`: the typing timer that ends the typing hold after a pause;
+//! - `draft.rs`: tier1's check of the draft while the user types;
+//! - `reply.rs`: the reply saved while it streams, whatever way it ends;
+//! - `record.rs`: the turn's stored record and the notes it reports;
+//! - `escalation.rs`: the record kept, and what it asks for (tier1's late
+//!   check, tier3's follow-up);
+//! - `context.rs`: the next prompt's parts, read back from the store;
+//! - `memory.rs`: the audit, the profile and the summaries;
+//! - `error.rs`: [`ChatError`].
+
+mod context;
+mod draft;
+mod error;
+mod escalation;
+mod memory;
+mod record;
+mod reply;
+mod turn;
+mod typing;
+
+#[cfg(test)]
+mod tests;
+
+pub use context::RULES;
+pub use draft::DRAFT_PAUSE;
+pub use error::ChatError;
+pub use escalation::{DEEP_ASK, DEEP_MAX_TOKENS};
+pub use memory::{PROFILE_BUDGET, TURN_BUDGET, audit_key, extract_facts, grounded, summary_task};
+pub use record::{EscalatedBy, Escalation, TurnNote, TurnRecord, turn_key, turn_record};
+pub use turn::{Chat, PARTIAL_SAVE_EVERY, TITLE_CHARS, TYPING_IDLE};

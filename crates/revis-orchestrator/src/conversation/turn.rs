@@ -1,0 +1,466 @@
+//! The turn: [`Chat`], one conversation driven by the orchestrator. It owns
+//! what a turn needs from the first keystroke to the last background job:
+//! the typing signal ([`Chat::keystroke`]: the typing hold, the pre-prefill,
+//! the typing timer and tier1's draft check), the conversation's title, the
+//! answer streamed and stored ([`super::reply`]), its record and escalation
+//! ([`super::escalation`]) and the memory work it leaves behind
+//! ([`super::memory`]).
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use revis_client::{Done, Runner, Sampling};
+use revis_store::{ConversationId, MessageId, Store};
+use tokio::sync::{broadcast, watch};
+
+use super::context::build_context;
+use super::draft::{DRAFT_PAUSE, DraftCheck};
+use super::error::{ChatError, blocking};
+use super::escalation::{DEEP_MAX_TOKENS, RecordKeeper};
+use super::memory::Memory;
+use super::record::{EscalatedBy, Escalation, TurnNote, TurnRecord, turn_record};
+use super::reply::{OpenReply, Writer};
+use super::typing::TypingTimer;
+use crate::prompt::PromptContext;
+use crate::task::{Background, Policies, TaskKind};
+use crate::{GateState, Gates, PrePrefill, PrefillPhase, check, checklist};
+
+/// How often, by default, the text of a streaming reply is saved (unflushed)
+/// while it grows ([`Chat::partial_save_every`]). A reply cut short while the
+/// client runs is saved whole regardless; this bounds what a crash loses.
+pub const PARTIAL_SAVE_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// How long, by default, typing counts as going on after the last key ([`Chat::typing_idle`]).
+pub const TYPING_IDLE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long a conversation title may be (the first message, cut).
+pub const TITLE_CHARS: usize = 60;
+
+/// One conversation, driven by the orchestrator.
+pub struct Chat<D: Runner> {
+    daemon: D,
+    store: Store,
+    gates: Gates,
+    background: Background,
+    pre: PrePrefill<D>,
+    policies: Policies,
+    writer: Writer,
+    pub conversation: ConversationId,
+    /// Sampling for answers (None = the daemon's defaults).
+    pub sampling: Sampling,
+    /// `None`: the daemon's default.
+    pub max_tokens: Option<u32>,
+    /// How often a streaming reply's text is saved while it grows ([`PARTIAL_SAVE_EVERY`]).
+    pub partial_save_every: std::time::Duration,
+    /// tier1 checks each message (on by default: its corrections pass a
+    /// guard that keeps false ones rare, docs/QUALITY.md).
+    pub quick_check: bool,
+    /// tier2 goes through its checklist before answering. Off by default:
+    /// with the small models measured (docs/QUALITY.md) it makes answers
+    /// worse; for models that can follow it.
+    pub checklist: bool,
+    /// An escalation (tier1's or the checklist's) has tier3 follow up by
+    /// itself. Off by default (the small models' escalations are little
+    /// better than chance, docs/QUALITY.md): the escalation is shown, and
+    /// tier3 follows up when the user asks ([`Chat::deepen`]).
+    pub auto_deep: bool,
+    /// The longest follow-up tier3 writes ([`DEEP_MAX_TOKENS`]; `None`: the daemon's default).
+    pub deep_max_tokens: Option<u32>,
+    /// Whether a turn leaves its background work behind (a quick check that
+    /// was not ready in time, tier3's follow-up of an escalation, facts,
+    /// audit, summary, consolidation); on by default, off only to measure an
+    /// answer alone (an escalation is then recorded, not followed up).
+    pub after_turn: bool,
+    /// An untitled conversation is named after the message sent in it (its
+    /// first [`TITLE_CHARS`] characters) before that message is answered.
+    /// Off by default, so a measured turn does only the answer's store
+    /// writes; the CLI and the GUI turn it on.
+    pub titling: bool,
+    /// Typing counts as stopped this long after the last key ([`Chat::keystroke`], [`TYPING_IDLE`]).
+    pub typing_idle: std::time::Duration,
+    drafts: DraftCheck<D>,
+    memory: Memory<D>,
+    typing: TypingTimer,
+    /// Turns under way now ([`Chat::send`] not yet returned or dropped).
+    turns: AtomicUsize,
+    /// A key was pressed while a turn was under way: typing resumes after it ([`Chat::resume_typing`]).
+    typed_in_turn: AtomicBool,
+    notes: broadcast::Sender<TurnNote>,
+    deepened: Arc<Mutex<HashSet<MessageId>>>,
+    records: Arc<Mutex<()>>,
+}
+
+/// A turn under way: counted while it lives; dropped before it finished
+/// (Stop), the warm prefix is taken as used, as a finished answer takes it.
+struct TurnGuard<'a, D: Runner> {
+    chat: &'a Chat<D>,
+    finished: bool,
+}
+
+impl<D: Runner> TurnGuard<'_, D> {
+    /// The turn returned (answered or failed): it already settled the pre-prefill.
+    fn finish(mut self) {
+        self.finished = true;
+    }
+}
+
+impl<D: Runner> Drop for TurnGuard<'_, D> {
+    fn drop(&mut self) {
+        self.chat.turns.fetch_sub(1, Ordering::SeqCst);
+        if !self.finished {
+            self.chat.pre.consumed();
+        }
+    }
+}
+
+impl<D: Runner> Chat<D> {
+    /// Starts a background runner and the typing timer on the current runtime.
+    pub fn new(daemon: D, store: Store, conversation: ConversationId, policies: Policies) -> Self {
+        let gates = Gates::new();
+        let background = Background::start_with(gates.clone(), daemon.parallelism());
+        let pre = PrePrefill::new(daemon.clone(), gates.clone());
+        Chat {
+            typing: TypingTimer::start(pre.clone()),
+            pre,
+            drafts: DraftCheck::new(daemon.clone(), gates.clone(), policies.get(TaskKind::Classify).tier),
+            memory: Memory { daemon: daemon.clone(), store: store.clone(), background: background.clone(), policies: policies.clone() },
+            background,
+            daemon,
+            store,
+            gates,
+            policies,
+            writer: Writer::start(),
+            conversation,
+            sampling: Sampling::default(),
+            max_tokens: None,
+            partial_save_every: PARTIAL_SAVE_EVERY,
+            quick_check: true,
+            checklist: false,
+            auto_deep: false,
+            deep_max_tokens: Some(DEEP_MAX_TOKENS),
+            after_turn: true,
+            titling: false,
+            typing_idle: TYPING_IDLE,
+            turns: AtomicUsize::new(0),
+            typed_in_turn: AtomicBool::new(false),
+            notes: broadcast::channel(64).0,
+            deepened: Arc::default(),
+            records: Arc::default(),
+        }
+    }
+
+    /// The record keeper, with the settings as they are now.
+    fn keeper(&self) -> RecordKeeper<D> {
+        RecordKeeper {
+            daemon: self.daemon.clone(),
+            store: self.store.clone(),
+            background: self.background.clone(),
+            policies: self.policies.clone(),
+            sampling: self.sampling,
+            deep_max_tokens: self.deep_max_tokens,
+            auto_deep: self.auto_deep,
+            notes: self.notes.clone(),
+            deepened: self.deepened.clone(),
+            records: self.records.clone(),
+        }
+    }
+
+    /// What the turns report as they go ([`TurnNote`]): corrections,
+    /// escalations, tier3's follow-ups.
+    pub fn notes(&self) -> broadcast::Receiver<TurnNote> {
+        self.notes.subscribe()
+    }
+
+    /// A reply's record: its check, checklist, escalation and deeper follow-up.
+    pub fn record(&self, reply: MessageId) -> Result<Option<TurnRecord>, ChatError> {
+        turn_record(&self.store, reply)
+    }
+
+    /// The user asked for tier3's deeper follow-up of `reply` (a command, a
+    /// button). False if one was already asked for.
+    pub async fn deepen(&self, reply: MessageId) -> bool {
+        self.keeper().escalate(reply, Escalation { by: EscalatedBy::User, why: None }, true).await
+    }
+
+    /// Goes on with conversation `id` instead: the prefix warmed for the
+    /// other one is no longer of use.
+    pub fn open(&mut self, id: ConversationId) {
+        self.conversation = id;
+        self.pre.consumed();
+    }
+
+    /// A key was pressed in the message being typed. `first`: the message
+    /// was empty before it (the typing signal starts the pre-prefill even if
+    /// typing was already on); `draft`: the message as it reads now, when
+    /// known.
+    ///
+    /// Typing holds background work until no key has been pressed for
+    /// [`Chat::typing_idle`] (or [`Chat::typing_stopped`], or the message is
+    /// sent); when typing starts (or resumes after such a pause) the static
+    /// part of the next prompt is warmed ([`Chat::typing_started`]), and
+    /// the draft is checked when the user pauses ([`Chat::draft`]). While a
+    /// turn is under way only the draft is checked: typing resumes when the
+    /// front end says the turn is over ([`Chat::resume_typing`]).
+    ///
+    /// Fails only when the next prompt could not be read to warm it; the
+    /// draft is checked all the same.
+    pub fn keystroke(&self, first: bool, draft: Option<&str>) -> Result<(), ChatError> {
+        if self.turns.load(Ordering::SeqCst) > 0 {
+            self.typed_in_turn.store(true, Ordering::SeqCst);
+            if let Some(d) = draft {
+                self.draft(d);
+            }
+            return Ok(());
+        }
+        self.typing.arm(self.typing_idle);
+        let warmed = if first || !self.gates.state().typing { self.typing_started() } else { Ok(()) };
+        if let Some(d) = draft {
+            self.draft(d);
+        }
+        warmed
+    }
+
+    /// A turn is over and shown (answered, failed or stopped): if keys were
+    /// pressed while it ran, typing resumes now, as [`Chat::keystroke`]
+    /// starts it, warming the prompt that includes the turn.
+    pub fn resume_typing(&self) -> Result<(), ChatError> {
+        if !self.typed_in_turn.swap(false, Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.typing.arm(self.typing_idle);
+        self.typing_started()
+    }
+
+    /// Resolves once the user is not typing (at once if they are not): no
+    /// key pressed for [`Chat::typing_idle`], or typing ended another way.
+    pub async fn typing_paused(&self) {
+        self.typing.stopped().await;
+    }
+
+    /// The draft being typed, as it stands now: once it has stayed the same
+    /// for [`DRAFT_PAUSE`] and no answer streams or pre-prefill computes,
+    /// tier1 checks it, so the answer can use the check if the message sent
+    /// is this draft. A newer draft replaces the check under way.
+    pub fn draft(&self, text: &str) {
+        self.drafts.start(text, DRAFT_PAUSE, self.quick_check);
+    }
+
+    /// Watches which draft's check has ended (its text), found or failed.
+    pub fn draft_checked(&self) -> watch::Receiver<Option<String>> {
+        self.drafts.subscribe()
+    }
+
+    /// The gates (the CLI and the GUI go through [`Chat::keystroke`] and
+    /// [`Chat::watch_gates`]; tests and benchmarks hold them directly).
+    pub fn gates(&self) -> &Gates {
+        &self.gates
+    }
+
+    /// The pre-prefill (the CLI and the GUI go through [`Chat::keystroke`]
+    /// and [`Chat::watch_prefill`]; tests and benchmarks use it directly).
+    pub fn pre_prefill(&self) -> &PrePrefill<D> {
+        &self.pre
+    }
+
+    /// The background runner (the CLI and the GUI go through
+    /// [`Chat::background_outstanding`] and [`Chat::background_done`]).
+    pub fn background(&self) -> &Background {
+        &self.background
+    }
+
+    /// Watches the gates (for a UI).
+    pub fn watch_gates(&self) -> watch::Receiver<GateState> {
+        self.gates.subscribe()
+    }
+
+    /// Watches the pre-prefill's phase (for a UI).
+    pub fn watch_prefill(&self) -> watch::Receiver<PrefillPhase> {
+        self.pre.watch()
+    }
+
+    /// Background jobs queued or running now.
+    pub fn background_outstanding(&self) -> usize {
+        self.background.outstanding()
+    }
+
+    /// Resolves when every background job queued so far has run.
+    pub async fn background_done(&self) {
+        self.background.idle().await;
+    }
+
+    /// What the next prompt is built from, as the store holds it now.
+    pub fn context(&self) -> Result<PromptContext, ChatError> {
+        build_context(&self.store, self.conversation, self.checklist, None)
+    }
+
+    /// The user started typing: warm the cache with the next prompt's static part.
+    pub fn typing_started(&self) -> Result<(), ChatError> {
+        let tier = self.policies.get(TaskKind::ChatAnswer).tier;
+        self.pre.typing_started(tier, self.context()?.static_messages());
+        Ok(())
+    }
+
+    /// The user stopped typing without sending (the message was cleared, a
+    /// command was entered): background work may go on; the warm cache
+    /// stays. While a turn is under way, only forgets the keys pressed during it.
+    pub fn typing_stopped(&self) {
+        if self.turns.load(Ordering::SeqCst) > 0 {
+            self.typed_in_turn.store(false, Ordering::SeqCst);
+            return;
+        }
+        self.typing.disarm();
+        self.pre.typing_stopped();
+    }
+
+    /// Resolves when every reply write handed over so far is done (a turn
+    /// dropped mid-answer hands its text over as it drops): await it before
+    /// the process exits. Fails if a cut reply could not be saved.
+    pub async fn saved(&self) -> Result<(), ChatError> {
+        self.writer.saved(&self.store).await
+    }
+
+    /// Sends the user's message and streams the answer through `on_delta`.
+    /// The reply is stored as incomplete when its stream starts, its text so
+    /// far is saved as it grows, and it is marked complete when it ends.
+    /// If the stream fails, or this future is dropped (Stop), exactly the
+    /// text passed to `on_delta` is saved, still incomplete: on return for a
+    /// failure, after [`Chat::saved`] for a drop.
+    ///
+    /// The answer never waits for tier1: if the draft's check is ready, the
+    /// corrected message is answered (the stored message stays as typed),
+    /// else the check runs after the answer. With the checklist on, the
+    /// notes come first, hidden; `on_delta` sees only the answer.
+    ///
+    /// Typing ends here (the typing timer is off); keys pressed while the
+    /// turn runs only update the draft ([`Chat::keystroke`]).
+    ///
+    /// The turn counts from the moment this is called, before the future
+    /// is first polled: a key pressed in between belongs to it.
+    pub fn send<'a>(&'a self, text: &'a str, on_delta: impl FnMut(&str) + Send + 'a) -> impl Future<Output = Result<Done, ChatError>> + 'a {
+        self.typing.disarm();
+        self.typed_in_turn.store(false, Ordering::SeqCst);
+        self.turns.fetch_add(1, Ordering::SeqCst);
+        let guard = TurnGuard { chat: self, finished: false };
+        async move {
+            let result = self.turn(text, on_delta).await;
+            guard.finish();
+            result
+        }
+    }
+
+    /// Names an untitled conversation after `text`, its first message.
+    async fn title(&self, text: &str) -> Result<(), ChatError> {
+        let (store, conversation, title) = (self.store.clone(), self.conversation, text.chars().take(TITLE_CHARS).collect::<String>());
+        // A flushed write: off the async runtime.
+        blocking(move || {
+            if store.conversation(conversation)?.is_some_and(|c| c.title.is_empty()) {
+                store.set_title(conversation, &title)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// [`Chat::send`]'s turn, once it is counted.
+    async fn turn(&self, text: &str, mut on_delta: impl FnMut(&str) + Send) -> Result<Done, ChatError> {
+        if self.titling {
+            self.title(text).await?;
+        }
+        let tier = self.policies.get(TaskKind::ChatAnswer).tier;
+        let ctx = self.context()?;
+        let check = if self.quick_check { self.drafts.take(text) } else { None };
+        let language = check::language(text);
+        let (store, conv, owned) = (self.store.clone(), self.conversation, text.to_owned());
+        let t = tier.as_str();
+        // Store writes fsync: keep them off the async runtime.
+        let (user, reply) = blocking(move || Ok((store.append_user(conv, &owned)?, store.begin_reply(conv, t)?))).await?;
+        let keeper = self.keeper();
+        if let Some(c) = &check {
+            let (stored, lang) = (c.clone(), language.map(str::to_owned));
+            keeper
+                .update_async(reply, move |r| {
+                    r.check = Some(stored);
+                    r.checked_before = true;
+                    r.language = lang;
+                })
+                .await?;
+            keeper.note(TurnNote::Checked { reply, check: c.clone(), before_answer: true });
+        } else if let Some(l) = language {
+            keeper.update_async(reply, move |r| r.language = Some(l.to_owned())).await?;
+        }
+        let asked = check.as_ref().map_or(text, |c| c.corrected.as_str());
+        // Take the pipeline lock before Enter releases the typing hold and the
+        // prefill freeze, so no background job slips in ahead of the answer.
+        let streaming = self.gates.streaming();
+        self.pre.enter().await;
+        let mut req = ctx.request(tier, asked);
+        req.sampling = self.sampling;
+        req.max_tokens = self.max_tokens;
+        // From here on, however this turn ends, what was shown is saved.
+        let mut open = OpenReply::new(self.writer.clone(), self.store.clone(), reply, self.partial_save_every);
+        let mut notes = None;
+        let mut result = Ok(Done::default());
+        if self.checklist {
+            let prefix = checklist::notes_prefix(language);
+            let mut ask = req.clone();
+            ask.answer_prefix = prefix.clone();
+            ask.stop = checklist::notes_stop();
+            ask.max_tokens = Some(checklist::NOTES_MAX_TOKENS);
+            match self.daemon.generate(ask, |_| {}).await {
+                Ok(n) => {
+                    req.answer_prefix = checklist::answer_prefix(&prefix, &n.text);
+                    notes = Some(format!("{prefix}{}", n.text.trim_end()));
+                }
+                Err(e) => result = Err(e),
+            }
+        }
+        if result.is_ok() {
+            result = self
+                .daemon
+                .generate(req, |t| {
+                    // Recorded in the same step as it is shown: a drop comes before both or after both.
+                    open.shown(t);
+                    on_delta(t);
+                })
+                .await;
+        }
+        drop(streaming);
+        self.pre.consumed();
+        let done = match result {
+            Ok(done) => done,
+            Err(failed) => {
+                if let Err(e) = open.cut().await {
+                    tracing::warn!("saving the cut reply failed: {e}");
+                }
+                return Err(ChatError::Call(failed));
+            }
+        };
+        open.complete(done.text.clone()).await?;
+        let parsed = notes.as_deref().map(checklist::parse);
+        if let Some(n) = notes {
+            keeper.update_async(reply, move |r| r.notes = Some(n)).await?;
+        }
+        if check.as_ref().is_some_and(|c| c.escalate) {
+            keeper.escalate(reply, Escalation { by: EscalatedBy::Check, why: None }, self.after_turn && self.auto_deep).await;
+        } else if let Some(n) = parsed.filter(|n| n.escalate == Some(true)) {
+            keeper.escalate(reply, Escalation { by: EscalatedBy::Checklist, why: n.why }, self.after_turn && self.auto_deep).await;
+        }
+        if self.after_turn {
+            if self.quick_check && check.is_none() && text.len() <= check::CHECK_MAX_BYTES {
+                keeper.check_after(reply, text.to_owned());
+            }
+            self.after_turn(text, user, reply, &done.text);
+        }
+        Ok(done)
+    }
+
+    /// Queues the background work a turn leaves behind.
+    fn after_turn(&self, user_text: &str, user: MessageId, reply: MessageId, answer: &str) {
+        self.memory.audit(user_text, reply, answer);
+        self.memory.extract(user_text, user);
+        self.memory.consolidate();
+        let Ok(ctx) = self.context() else { return };
+        self.memory.summarise(self.conversation, ctx);
+    }
+}
