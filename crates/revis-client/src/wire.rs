@@ -330,6 +330,15 @@ impl CallError {
     }
 }
 
+/// A raw stub's failure said as the domain says it, for the programs that
+/// speak the wire itself (the benchmarks read their own calls' failures so).
+#[cfg(feature = "wire")]
+impl From<tonic::Status> for CallError {
+    fn from(s: tonic::Status) -> CallError {
+        CallError::from_status(s)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
