@@ -3,7 +3,7 @@
 //! CLI and the GUI both sit on top of this crate.
 //!
 //! Only this crate speaks the wire: its public API is domain types
-//! ([`api`]); the raw gRPC stubs are reachable through [`Client::wire`]
+//! ([`api`]); the raw gRPC stubs are reachable through `Client::wire`
 //! only with the `wire` cargo feature, which only the end-to-end tests and
 //! the benchmarks enable (`cargo xtask layers` checks).
 

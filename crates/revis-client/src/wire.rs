@@ -3,7 +3,7 @@
 //! come back as domain types; a `tonic::Status` becomes a [`CallError`].
 //!
 //! With the `wire` cargo feature this module is public, with `v1`,
-//! [`message`] and [`Raw`] (a client's raw stubs, [`crate::Client::wire`]),
+//! `message` and `Raw` (a client's raw stubs, `Client::wire`),
 //! for the programs that speak the wire itself: the end-to-end tests of the
 //! daemon's API and the benchmarks. Nothing else enables the feature (`cargo
 //! xtask layers` checks), so the orchestrator, the CLI, the GUI and the
