@@ -439,3 +439,56 @@ impl Runner for Dispatcher {
         Dispatcher::on_node(self, node)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tonic::transport::Endpoint;
+
+    use super::*;
+    use crate::Target;
+    use crate::api::Code;
+
+    /// A client whose channel connects only when used (never, here).
+    fn idle_client() -> Client {
+        Client::over(Endpoint::from_static("http://revisd.local").connect_lazy(), Target::Socket("/nowhere/revisd.sock".into()))
+    }
+
+    #[tokio::test]
+    async fn a_dispatcher_held_to_a_node_sends_its_tasks_there_alone_and_only_while_it_answers() {
+        let d = Dispatcher::new(idle_client(), None, None, BTreeMap::new(), Deadlines::default());
+        let id = DeviceId::from_bytes([1; 32]);
+        d.lock().nodes.push(NodeView {
+            name: "desk".into(),
+            device_id: id,
+            addr: None,
+            healthy: true,
+            last_error: None,
+            queue_depth: 0,
+            in_flight: 0,
+            tokens_per_s: 0.0,
+            latency_ms: 0.0,
+            tiers: vec![Tier::Tier1],
+            completed: 0,
+        });
+        assert!(d.on_node("desk").is_none(), "not connected: it does not answer");
+        d.lock().clients.insert(id, idle_client());
+        assert!(d.on_node("attic").is_none(), "no such node");
+        assert!(d.on_node(&id.to_string()).is_some(), "by device ID too");
+        let held = d.on_node("desk").unwrap();
+        assert_eq!(d.choose(Tier::Tier1, false, &[]), Route::Local, "tier1 is not offloaded");
+        assert_eq!(held.choose(Tier::Tier1, false, &[]), Route::Node(id));
+        assert_eq!(Runner::nodes(&d), [("desk".to_owned(), vec![Tier::Tier1])]);
+
+        // The node goes away under the held dispatcher: the answer fails
+        // there, its breaker opens for everyone, and nothing moves here.
+        d.lock().clients.remove(&id);
+        let e = Runner::generate(&held, GenerateParams::default(), |_| {}).await.unwrap_err();
+        assert_eq!((e.code, e.message.as_str()), (Code::Unavailable, "not connected"));
+        assert!(!d.nodes()[0].healthy, "its breaker is open");
+        assert!(d.fallbacks().is_empty(), "nothing went elsewhere");
+        assert_eq!(d.local_completed(), 0);
+        let e = Runner::embed(&held, EmbedParams::default()).await.unwrap_err();
+        assert_eq!((e.code, e.message.as_str()), (Code::Unavailable, "desk is not connected"));
+        assert!(d.on_node("desk").is_none());
+    }
+}
