@@ -29,9 +29,9 @@ async fn unload_frees_the_models_memory() {
     let d = TestDaemon::new().model(model).start();
     let mut c = d.client().await;
     let baseline = c.status().await.unwrap().rss_bytes;
-    c.admin.load_model(pb::LoadModelRequest { tier: "tier1".into() }).await.unwrap();
+    c.wire().admin.load_model(pb::LoadModelRequest { tier: "tier1".into() }).await.unwrap();
     let warm = generate(&mut c, ask("Hi")).await.unwrap();
-    let r = c.admin.unload_model(pb::UnloadModelRequest { tier: "tier2".into() }).await.unwrap().into_inner();
+    let r = c.wire().admin.unload_model(pb::UnloadModelRequest { tier: "tier2".into() }).await.unwrap().into_inner();
     let grew = r.rss_before_bytes.saturating_sub(baseline);
     let freed = r.rss_before_bytes.saturating_sub(r.rss_after_bytes);
     let mib = |b: u64| b >> 20;
@@ -53,14 +53,14 @@ async fn idle_models_unload_by_themselves() {
     let d = TestDaemon::new().daemon("keep_alive_s = 2").start();
     let mut c = d.client().await;
     generate(&mut c, ask("Hi")).await.unwrap();
-    let mut status = c.admin.status(pb::StatusRequest {}).await.unwrap().into_inner();
+    let mut status = c.wire().admin.status(pb::StatusRequest {}).await.unwrap().into_inner();
     assert_eq!(status.tiers[1].state, pb::ModelState::Ready as i32);
     // Watch the state change; the daemon's own timer does the unloading.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while status.tiers[1].state != pb::ModelState::Unloaded as i32 {
         assert!(std::time::Instant::now() < deadline, "still loaded after 10 s with keep_alive_s = 2");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        status = c.admin.status(pb::StatusRequest {}).await.unwrap().into_inner();
+        status = c.wire().admin.status(pb::StatusRequest {}).await.unwrap().into_inner();
     }
 }
 

@@ -8,7 +8,7 @@ use tonic::Code;
 use crate::{ask, generate, user};
 
 async fn expect_error(c: &mut revis_client::Client, req: pb::GenerateRequest, code: Code, needle: &str) {
-    let err = match c.inference.generate(req).await {
+    let err = match c.wire().inference.generate(req).await {
         Err(s) => s,
         Ok(r) => {
             let mut stream = r.into_inner();
@@ -78,16 +78,16 @@ async fn bad_requests_get_clear_errors_and_the_daemon_keeps_serving() {
     // Bigger than even the 4 MiB transport limit: tonic refuses it (and
     // resets the stream while the client still sends), and the daemon lives on.
     let huge = with(&|r| r.messages[0].content = vec![b'a'; 5 << 20].into());
-    let Err(err) = c.inference.generate(huge).await else { panic!("expected a refusal") };
+    let Err(err) = c.wire().inference.generate(huge).await else { panic!("expected a refusal") };
     assert!(matches!(err.code(), Code::ResourceExhausted | Code::Internal), "{err:?}");
 
     let score = pb::ScoreRequest { prefix: b"x".to_vec().into(), ..Default::default() };
-    let err = c.inference.score(score).await.unwrap_err();
+    let err = c.wire().inference.score(score).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().contains("continuation is empty"));
-    let err = c.inference.prefill(pb::PrefillRequest::default()).await.unwrap_err();
+    let err = c.wire().inference.prefill(pb::PrefillRequest::default()).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
-    let err = c.admin.load_model(pb::LoadModelRequest { tier: "tier0".into() }).await.unwrap_err();
+    let err = c.wire().admin.load_model(pb::LoadModelRequest { tier: "tier0".into() }).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
 
     let after = generate(&mut c, ask("What is the capital of France?")).await.unwrap().done;
@@ -100,17 +100,17 @@ async fn a_full_queue_answers_resource_exhausted_with_a_retry_hint() {
     let mut c = d.client().await;
     let long = crate::long_answer(400);
     // One request running...
-    let mut running = c.inference.generate(long.clone()).await.unwrap().into_inner();
+    let mut running = c.wire().inference.generate(long.clone()).await.unwrap().into_inner();
     loop {
         if let Some(pb::generate_event::Event::Delta(_)) = running.message().await.unwrap().unwrap().event {
             break;
         }
     }
     // ...one waiting fills the queue...
-    let mut waiting = c.clone();
-    let queued = waiting.inference.generate(long).await.unwrap();
+    let waiting = c.clone();
+    let queued = waiting.wire().inference.generate(long).await.unwrap();
     // ...and the next is refused at once.
-    let Err(err) = c.inference.generate(ask("Hi")).await else { panic!("expected a refusal") };
+    let Err(err) = c.wire().inference.generate(ask("Hi")).await else { panic!("expected a refusal") };
     assert_eq!(err.code(), Code::ResourceExhausted);
     assert!(err.message().contains("queue is full"), "{}", err.message());
     assert_eq!(err.metadata().get("grpc-retry-pushback-ms").unwrap(), "1000");

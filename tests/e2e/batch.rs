@@ -76,7 +76,7 @@ async fn an_answer_cancelled_mid_batch_leaves_the_others_whole() {
     }
 
     // The long one streams; the caller leaves after its first text.
-    let mut stream = c.inference.generate(long()).await.unwrap().into_inner();
+    let mut stream = c.wire().inference.generate(long()).await.unwrap().into_inner();
     let others: Vec<_> = keep
         .iter()
         .map(|req| {
@@ -116,7 +116,7 @@ async fn two_prefilled_conversations_each_keep_their_own_prefix() {
     let mut prefilled = Vec::new();
     for topic in ["rivers", "mountains"] {
         let req = pb::PrefillRequest { messages: history(topic), ..Default::default() };
-        prefilled.push(c.inference.prefill(req).await.unwrap().into_inner().prompt_tokens);
+        prefilled.push(c.wire().inference.prefill(req).await.unwrap().into_inner().prompt_tokens);
     }
     for (topic, prefilled) in ["rivers", "mountains"].into_iter().zip(prefilled) {
         let mut messages = history(topic);

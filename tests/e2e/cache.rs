@@ -55,9 +55,9 @@ async fn prefill_then_generate_reuses_the_prefill_and_matches_a_cold_run() {
 
     let cold = generate(&mut c, req.clone()).await.unwrap().done;
     assert_eq!(cold.cached_tokens, 0);
-    c.admin.purge(pb::PurgeRequest::default()).await.unwrap();
+    c.wire().admin.purge(pb::PurgeRequest::default()).await.unwrap();
 
-    let pre = c.inference.prefill(pb::PrefillRequest { messages: history, ..Default::default() }).await.unwrap().into_inner();
+    let pre = c.wire().inference.prefill(pb::PrefillRequest { messages: history, ..Default::default() }).await.unwrap().into_inner();
     assert_eq!(pre.cached_tokens, 0);
     let warm = generate(&mut c, req).await.unwrap().done;
     assert_eq!(warm.cached_tokens, pre.prompt_tokens, "every prefilled token was reused");
@@ -80,7 +80,7 @@ async fn score_prefers_the_models_own_greedy_answer_to_its_reversal() {
         continuations: vec![answer.clone().into_bytes().into(), reversed.into_bytes().into()],
         ..Default::default()
     };
-    let scores = c.inference.score(req).await.unwrap().into_inner().results;
+    let scores = c.wire().inference.score(req).await.unwrap().into_inner().results;
     let (own, other) = (&scores[0], &scores[1]);
     assert!(own.logprob > other.logprob, "log p(answer) {} vs log p(reversed) {}", own.logprob, other.logprob);
     assert_eq!(own.byte_length as usize, answer.len());

@@ -291,6 +291,14 @@ impl Runner for Recording {
         self.asked.lock().unwrap().push(req.clone());
         Runner::generate(&self.client, req, on_delta).await
     }
+
+    async fn embed(&self, req: revis_client::EmbedParams) -> Result<revis_client::Embedded, CallError> {
+        Runner::embed(&self.client, req).await
+    }
+
+    async fn tiers(&self) -> Result<Vec<revis_client::TierStatus>, CallError> {
+        Runner::tiers(&self.client).await
+    }
 }
 
 /// A conversation that outgrows [`TURN_BUDGET`]: after its next turn the

@@ -120,7 +120,7 @@ async fn worked(client: &mut Client, name: &str) -> bool {
 
 /// Unloads a tier, so the next Generate there shows (see [`worked`]).
 async fn unload(client: &mut Client, name: &str) {
-    client.admin.unload_model(pb::UnloadModelRequest { tier: name.into() }).await.unwrap();
+    client.wire().admin.unload_model(pb::UnloadModelRequest { tier: name.into() }).await.unwrap();
     assert_eq!(state(&tier(client, name).await), revis_client::ModelState::Unloaded);
 }
 

@@ -42,26 +42,26 @@ async fn each_model_embeds_texts_the_same_way_every_time_and_leaves_the_answers_
         async move { crate::generate(&mut c, pb::GenerateRequest { max_tokens: 16, ..crate::ask("Name three colours.") }).await.unwrap() }
     };
     let before = answer(&mut c).await;
-    let r = c.inference.embed(request("tier2", &TEXTS)).await.unwrap().into_inner();
-    let status = c.admin.status(pb::StatusRequest {}).await.unwrap().into_inner();
+    let r = c.wire().inference.embed(request("tier2", &TEXTS)).await.unwrap().into_inner();
+    let status = c.wire().admin.status(pb::StatusRequest {}).await.unwrap().into_inner();
     let tier2 = status.tiers.iter().find(|t| t.tier == "tier2").unwrap();
     assert_eq!(r.model, tier2.model, "the model as Status names it");
     check_embeddings(&vectors(&r), 576);
     assert!(r.embeddings.iter().all(|e| e.tokens >= 5), "{:?}", r.embeddings.iter().map(|e| e.tokens).collect::<Vec<_>>());
     // One at a time gives the same numbers: texts do not leak into each other.
-    let alone = c.inference.embed(request("tier2", &TEXTS[2..])).await.unwrap().into_inner();
+    let alone = c.wire().inference.embed(request("tier2", &TEXTS[2..])).await.unwrap().into_inner();
     assert_eq!(alone.embeddings[0], r.embeddings[2]);
     // A generation after it is what it was: the answer's cache is another context.
     assert_eq!(answer(&mut c).await.done.text, before.done.text);
     // Another model, another size (Gemma 3 270M: 640).
-    let g = c.inference.embed(request("tier3", &TEXTS)).await.unwrap().into_inner();
+    let g = c.wire().inference.embed(request("tier3", &TEXTS)).await.unwrap().into_inner();
     assert_eq!(g.embeddings[0].values.len(), 640);
 }
 
 #[tokio::test]
 async fn embed_limits_are_named() {
     let d = TestDaemon::new().start();
-    let mut c = d.client().await;
+    let c = d.client().await;
     let many = vec!["a"; 65];
     let long = "word ".repeat(600);
     for (req, says) in [
@@ -71,12 +71,12 @@ async fn embed_limits_are_named() {
         (request("tier2", &["a", &long]), "the limit is 512 tokens a text"),
         (request("tier9", &["a"]), "tier9"),
     ] {
-        let e = c.inference.embed(req).await.unwrap_err();
+        let e = c.wire().inference.embed(req).await.unwrap_err();
         assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
         assert!(e.message().contains(says), "{:?} does not say {says:?}", e.message());
     }
     let bad = pb::EmbedRequest { tier: "tier2".into(), inputs: vec![vec![0xff, 0xfe].into()] };
-    let e = c.inference.embed(bad).await.unwrap_err();
+    let e = c.wire().inference.embed(bad).await.unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     assert!(e.message().contains("inputs[0]") && e.message().contains("UTF-8"), "{}", e.message());
 }

@@ -202,7 +202,7 @@ async fn random_and_mangled_requests_get_a_status_and_the_daemon_goes_on() {
     for case in 0..600 {
         let (path, streaming, valid) = &methods[case % methods.len()];
         let bytes = if rng.random_bool(0.5) { random_request(&mut rng, path) } else { mangle(&mut rng, valid) };
-        let mut grpc = tonic::client::Grpc::new(c.channel.clone());
+        let mut grpc = tonic::client::Grpc::new(c.wire().channel);
         grpc.ready().await.unwrap();
         let request = tonic::Request::new(bytes.clone());
         let uri = PathAndQuery::from_static(path);

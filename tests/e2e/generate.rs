@@ -158,7 +158,7 @@ async fn dropping_a_stream_frees_the_daemon_at_once() {
     assert_eq!(whole.finish_reason, pb::FinishReason::Length as i32, "the answer runs long: {whole:?}");
     let per_token = std::time::Duration::from_micros(whole.generate_us / u64::from(whole.generated_tokens));
 
-    let mut stream = c.inference.generate(crate::long_answer(LONG)).await.unwrap().into_inner();
+    let mut stream = c.wire().inference.generate(crate::long_answer(LONG)).await.unwrap().into_inner();
     let mut tokens = 0;
     while tokens < 3 {
         if let Some(pb::generate_event::Event::Delta(d)) = stream.message().await.unwrap().unwrap().event {

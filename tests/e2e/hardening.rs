@@ -121,7 +121,7 @@ async fn a_caller_that_never_reads_does_not_hold_up_the_others() {
 async fn burst(c: &revis_client::Client, text: &Bytes, n: usize, started: Instant) -> Vec<(Result<(), tonic::Status>, Duration)> {
     let calls: Vec<_> = (0..n)
         .map(|_| {
-            let mut inference = c.inference.clone();
+            let mut inference = c.wire().inference.clone();
             let mut req = ask("");
             req.messages = vec![pb::ChatMessage { content: text.clone(), ..user("") }];
             tokio::spawn(async move {
@@ -223,8 +223,8 @@ async fn a_paired_device_s_status_carries_no_local_paths_or_pid() {
     let id = revis_client::pair(&mut keyring, addr, "desk", &code.parse().unwrap(), "laptop").await.unwrap();
     assert!(matches!(pairing_end(&mut events).await, pb::pairing_event::Event::Paired(_)));
     let node = revis_client::Node { name: "desk".into(), device_id: id, addr };
-    let mut remote = revis_client::Client::connect_node(&keyring, &node).await.unwrap();
-    let theirs = remote.admin.status(pb::StatusRequest {}).await.unwrap().into_inner();
+    let remote = revis_client::Client::connect_node(&keyring, &node).await.unwrap();
+    let theirs = remote.wire().admin.status(pb::StatusRequest {}).await.unwrap().into_inner();
     assert_eq!(theirs.pid, 0);
     assert_eq!(theirs.tiers.len(), 3);
     let home = std::env::var("HOME").unwrap_or_default();

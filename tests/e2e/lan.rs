@@ -90,7 +90,7 @@ async fn a_second_machine_discovers_pairs_and_generates_and_server_mode_off_with
     assert_eq!(v["name"], "laptop");
 
     // Server mode off: the port closes and the advertisement goes.
-    local.admin.set_server_mode(pb::SetServerModeRequest { enabled: false }).await.unwrap();
+    local.wire().admin.set_server_mode(pb::SetServerModeRequest { enabled: false }).await.unwrap();
     let listed = nodes(&net.b, data.path(), &laptop.socket, "1500");
     let row = listed.iter().find(|n| n["name"] == "desk").expect("still paired");
     assert_eq!(row["discovered"], false, "{row}");
@@ -309,11 +309,11 @@ async fn a_call_to_a_vanished_node_fails_within_the_keepalive_not_minutes() {
     let mut local = desk.client().await;
     let dir = tempfile::tempdir().unwrap();
     let (keyring, node) = pair_with(&mut local, &net, dir.path(), "laptop").await;
-    let mut remote = Client::connect_node(&keyring, &node).await.unwrap();
+    let remote = Client::connect_node(&keyring, &node).await.unwrap();
     net.set_link(false);
     let t0 = Instant::now();
     let window = revis_client::NODE_PING_INTERVAL + revis_client::NODE_PING_TIMEOUT;
-    let call = tokio::time::timeout(window + SLACK, remote.admin.status(pb::StatusRequest {})).await;
+    let call = tokio::time::timeout(window + SLACK, remote.wire().admin.status(pb::StatusRequest {})).await;
     let took = t0.elapsed();
     let r = call.unwrap_or_else(|_| panic!("the call still hangs {took:?} after the node vanished"));
     let e = r.expect_err("the node is gone");

@@ -21,19 +21,19 @@ fn score_request(continuations: &[&str], top_logprobs: u32) -> pb::ScoreRequest 
 #[tokio::test]
 async fn several_continuations_score_as_each_alone_warm_or_cold() {
     let d = TestDaemon::new().start();
-    let mut c = d.client().await;
+    let c = d.client().await;
     let texts = [" Paris, the capital.", " Lyon", " a city of many bridges and old streets by the river"];
-    let purge = |mut c: revis_client::Client| async move { c.admin.purge(pb::PurgeRequest::default()).await.unwrap() };
+    let purge = |c: revis_client::Client| async move { c.wire().admin.purge(pb::PurgeRequest::default()).await.unwrap() };
 
     purge(c.clone()).await;
-    let together = c.inference.score(score_request(&texts, 3)).await.unwrap().into_inner();
+    let together = c.wire().inference.score(score_request(&texts, 3)).await.unwrap().into_inner();
     assert_eq!(together.results.len(), 3);
     // Warm: the prefix is in the cache now, and the numbers do not move.
-    let again = c.inference.score(score_request(&texts, 3)).await.unwrap().into_inner();
+    let again = c.wire().inference.score(score_request(&texts, 3)).await.unwrap().into_inner();
     assert_eq!(again.results, together.results, "the same call warm gives the same numbers");
     for (i, text) in texts.iter().enumerate() {
         purge(c.clone()).await;
-        let alone = c.inference.score(score_request(&[text], 3)).await.unwrap().into_inner();
+        let alone = c.wire().inference.score(score_request(&[text], 3)).await.unwrap().into_inner();
         assert_eq!(alone.results[0], together.results[i], "{text:?} alone, cold, scores as it did among others");
         let r = &together.results[i];
         assert_eq!(r.byte_length as usize, text.len());
@@ -90,7 +90,7 @@ async fn score_and_logprob_limits_are_named() {
         (pb::ScoreRequest { continuation: b" a".to_vec().into(), ..score_request(&[" b"], 0) }, "one or the other"),
     ];
     for (req, says) in cases {
-        let e = c.inference.score(req).await.unwrap_err();
+        let e = c.wire().inference.score(req).await.unwrap_err();
         assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
         assert!(e.message().contains(says), "{:?} does not say {says:?}", e.message());
     }

@@ -84,7 +84,7 @@ pub struct Answer {
 }
 
 pub async fn generate(client: &mut Client, req: pb::GenerateRequest) -> Result<Answer, tonic::Status> {
-    let mut stream = client.inference.generate(req).await?.into_inner();
+    let mut stream = client.wire().inference.generate(req).await?.into_inner();
     let mut started = None;
     let mut deltas = Vec::new();
     while let Some(ev) = stream.message().await? {

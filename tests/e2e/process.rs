@@ -95,7 +95,7 @@ fn another_user_is_refused() {
 
 /// A health Watch on the Inference service, open and reporting SERVING.
 async fn watch_health(c: &revis_client::Client) -> tonic::Streaming<tonic_health::pb::HealthCheckResponse> {
-    let mut health = tonic_health::pb::health_client::HealthClient::new(c.channel.clone());
+    let mut health = tonic_health::pb::health_client::HealthClient::new(c.wire().channel);
     let req = tonic_health::pb::HealthCheckRequest { service: "revis.v1.Inference".into() };
     let mut watch = health.watch(req).await.unwrap().into_inner();
     assert_eq!(watch.message().await.unwrap().unwrap().status, ServingStatus::Serving as i32);
@@ -132,9 +132,9 @@ async fn timed_events(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_refuses_new_work_cuts_running_work_after_the_grace_and_exits_by_the_deadline() {
     let mut d = TestDaemon::new().start();
-    let mut c = d.client().await;
+    let c = d.client().await;
     let mut watch = watch_health(&c).await;
-    let mut stream = c.inference.generate(long_answer(2000)).await.unwrap().into_inner();
+    let mut stream = c.wire().inference.generate(long_answer(2000)).await.unwrap().into_inner();
     // The answer is under way: its first text came.
     loop {
         match stream.message().await.unwrap().and_then(|e| e.event) {
@@ -203,7 +203,7 @@ async fn sigterm_lets_running_work_finish_within_the_grace_and_exits_once_draine
     // Warm: the model is loaded, so the answer below starts at once.
     generate(&mut c, ask("Hi")).await.unwrap();
     let req = pb::GenerateRequest { max_tokens: 48, ..ask("Write a very long essay about mountains.") };
-    let mut stream = c.inference.generate(req).await.unwrap().into_inner();
+    let mut stream = c.wire().inference.generate(req).await.unwrap().into_inner();
     assert!(matches!(stream.message().await.unwrap().and_then(|e| e.event), Some(pb::generate_event::Event::Started(_))));
     let reader = tokio::spawn(timed_events(stream));
     let t0 = Instant::now();
@@ -244,7 +244,7 @@ macro_rules! reflected_services {
         let c = d.client().await;
         let req = ServerReflectionRequest { host: String::new(), message_request: Some(MessageRequest::ListServices(String::new())) };
         let mut responses =
-            ServerReflectionClient::new(c.channel.clone()).server_reflection_info(tokio_stream::iter([req])).await.unwrap().into_inner();
+            ServerReflectionClient::new(c.wire().channel).server_reflection_info(tokio_stream::iter([req])).await.unwrap().into_inner();
         let Some(MessageResponse::ListServicesResponse(list)) = responses.message().await.unwrap().unwrap().message_response else {
             panic!("expected a service list")
         };

@@ -35,7 +35,7 @@ pub async fn listen_addr(c: &mut Client) -> SocketAddr {
 
 /// Opens a pairing window on the local socket: its code and its events.
 pub async fn open_pairing(c: &mut Client) -> (String, tonic::Streaming<pb::PairingEvent>) {
-    let mut events = c.admin.open_pairing(pb::OpenPairingRequest { window_s: 0 }).await.unwrap().into_inner();
+    let mut events = c.wire().admin.open_pairing(pb::OpenPairingRequest { window_s: 0 }).await.unwrap().into_inner();
     match events.message().await.unwrap().and_then(|e| e.event) {
         Some(pb::pairing_event::Event::Opened(o)) => (o.code, events),
         other => panic!("expected Opened first, got {other:?}"),
@@ -97,7 +97,7 @@ async fn a_paired_client_runs_the_same_generation_over_mutual_tls() {
         other => panic!("expected Paired, got {other:?}"),
     };
     assert_eq!(paired.name, "laptop");
-    let devices = local.admin.list_devices(pb::ListDevicesRequest {}).await.unwrap().into_inner().devices;
+    let devices = local.wire().admin.list_devices(pb::ListDevicesRequest {}).await.unwrap().into_inner().devices;
     assert_eq!(devices.len(), 1);
     assert_eq!(devices[0].device_id, paired.device_id);
 
@@ -232,7 +232,7 @@ async fn a_stranger_s_wrong_codes_lock_out_the_stranger_not_the_owner() {
     let out = revis(data.path(), &["pair", &addr.to_string(), "--code", &code, "--as", "desk", "--name", "laptop"]);
     assert!(out.status.success(), "{}", text(&out));
     assert!(matches!(pairing_end(&mut events).await, pb::pairing_event::Event::Paired(p) if p.name == "laptop"));
-    let devices = local.admin.list_devices(pb::ListDevicesRequest {}).await.unwrap().into_inner().devices;
+    let devices = local.wire().admin.list_devices(pb::ListDevicesRequest {}).await.unwrap().into_inner().devices;
     assert_eq!(devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["laptop"]);
 }
 
@@ -256,7 +256,7 @@ async fn ten_wrong_codes_in_all_close_the_window_and_pair_nothing() {
     let out = revis(data.path(), &["pair", &addr.to_string(), "--code", &code]);
     assert!(!out.status.success());
     assert!(text(&out).contains("the pairing window is closed"), "{}", text(&out));
-    assert!(local.admin.list_devices(pb::ListDevicesRequest {}).await.unwrap().into_inner().devices.is_empty());
+    assert!(local.wire().admin.list_devices(pb::ListDevicesRequest {}).await.unwrap().into_inner().devices.is_empty());
     let keyring = Keyring::open(&data.path().join("client")).unwrap();
     assert!(keyring.store.devices().is_empty(), "the client pinned nothing");
 }
@@ -294,7 +294,7 @@ async fn a_closed_or_replaced_window_s_code_no_longer_pairs_a_connection_already
         pb::pairing_event::Event::Closed(c) => assert!(c.reason.contains("replaced"), "{}", c.reason),
         other => panic!("expected Closed, got {other:?}"),
     }
-    assert!(local.admin.list_devices(pb::ListDevicesRequest {}).await.unwrap().into_inner().devices.is_empty());
+    assert!(local.wire().admin.list_devices(pb::ListDevicesRequest {}).await.unwrap().into_inner().devices.is_empty());
 }
 
 /// A client config that trusts any server and presents `cert` signed by
@@ -404,9 +404,9 @@ async fn revoking_a_device_cuts_its_open_stream_and_refuses_it_after() {
     let addr = listen_addr(&mut local).await;
     let dir = tempfile::tempdir().unwrap();
     let (keyring, node) = pair_keyring(&mut local, addr, dir.path()).await;
-    let mut remote = Client::connect_node(&keyring, &node).await.unwrap();
+    let remote = Client::connect_node(&keyring, &node).await.unwrap();
     let req = pb::GenerateRequest { max_tokens: 1000, ..ask("Count from 1 to 400, separated by commas.") };
-    let mut stream = remote.inference.generate(req).await.unwrap().into_inner();
+    let mut stream = remote.wire().inference.generate(req).await.unwrap().into_inner();
     // Wait for the first text, then revoke while the answer streams.
     loop {
         match stream.message().await.unwrap().and_then(|e| e.event) {
@@ -415,7 +415,7 @@ async fn revoking_a_device_cuts_its_open_stream_and_refuses_it_after() {
             other => panic!("expected text, got {other:?}"),
         }
     }
-    let r = local.admin.revoke_device(pb::RevokeDeviceRequest { device: "laptop".into() }).await.unwrap().into_inner();
+    let r = local.wire().admin.revoke_device(pb::RevokeDeviceRequest { device: "laptop".into() }).await.unwrap().into_inner();
     assert_eq!(r.cut_connections, 1);
     let t0 = Instant::now();
     let end = loop {
@@ -434,7 +434,7 @@ async fn revoking_a_device_cuts_its_open_stream_and_refuses_it_after() {
         Err(e) => panic!("expected a refusal, got: {e}"),
         Ok(_) => panic!("a revoked device connected again"),
     }
-    assert!(local.admin.list_devices(pb::ListDevicesRequest {}).await.unwrap().into_inner().devices.is_empty());
+    assert!(local.wire().admin.list_devices(pb::ListDevicesRequest {}).await.unwrap().into_inner().devices.is_empty());
 }
 
 // Multi-threaded: the daemon's goodbye to our connections is answered
@@ -445,23 +445,23 @@ async fn server_mode_off_closes_the_port_and_the_switch_is_remembered() {
     let mut d = TestDaemon::new().server("listen = \"127.0.0.1:0\"\nadvertise = false\nname = \"desk\"").start();
     let mut local = d.client().await;
     assert!(!local.status().await.unwrap().server.unwrap().enabled, "off by default");
-    let on = local.admin.set_server_mode(pb::SetServerModeRequest { enabled: true }).await.unwrap().into_inner();
+    let on = local.wire().admin.set_server_mode(pb::SetServerModeRequest { enabled: true }).await.unwrap().into_inner();
     assert!(on.enabled);
     let addr: SocketAddr = on.listen_address.parse().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (keyring, node) = pair_keyring(&mut local, addr, dir.path()).await;
-    let mut remote = Client::connect_node(&keyring, &node).await.unwrap();
-    let denied = remote.admin.set_server_mode(pb::SetServerModeRequest { enabled: false }).await.unwrap_err();
+    let remote = Client::connect_node(&keyring, &node).await.unwrap();
+    let denied = remote.wire().admin.set_server_mode(pb::SetServerModeRequest { enabled: false }).await.unwrap_err();
     assert_eq!(denied.code(), tonic::Code::PermissionDenied);
 
-    let off = local.admin.set_server_mode(pb::SetServerModeRequest { enabled: false }).await.unwrap().into_inner();
+    let off = local.wire().admin.set_server_mode(pb::SetServerModeRequest { enabled: false }).await.unwrap().into_inner();
     assert!(!off.enabled && off.listen_address.is_empty());
     let refused = tokio::net::TcpStream::connect(addr).await.unwrap_err();
     assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
-    assert!(remote.admin.status(pb::StatusRequest {}).await.is_err(), "the open connection was closed");
+    assert!(remote.wire().admin.status(pb::StatusRequest {}).await.is_err(), "the open connection was closed");
 
     // On again, then a restart: still on, the pairing still holds.
-    local.admin.set_server_mode(pb::SetServerModeRequest { enabled: true }).await.unwrap();
+    local.wire().admin.set_server_mode(pb::SetServerModeRequest { enabled: true }).await.unwrap();
     // Our connections close first, so the drain has nothing to wait for.
     drop((local, remote));
     d.signal(libc::SIGTERM);
@@ -643,9 +643,9 @@ async fn server_mode_off_ends_handshakes_and_pairings_under_way() {
     let addr = listen_addr(&mut local).await;
     let (code, mut events) = open_pairing(&mut local).await;
     let mut handshaking = idle_from(STRANGER, addr).await;
-    let mut other = local.clone();
+    let other = local.clone();
     let off = async move {
-        let off = other.admin.set_server_mode(pb::SetServerModeRequest { enabled: false }).await.unwrap().into_inner();
+        let off = other.wire().admin.set_server_mode(pb::SetServerModeRequest { enabled: false }).await.unwrap().into_inner();
         assert!(!off.enabled);
     };
     let t0 = Instant::now();
@@ -664,5 +664,5 @@ async fn server_mode_off_ends_handshakes_and_pairings_under_way() {
     // Well within HANDSHAKE_TIMEOUT from its start: ended by the switch, not timed out.
     let left = HANDSHAKE_TIMEOUT.saturating_sub(t0.elapsed()) / 2;
     assert!(closed_within(&mut handshaking, left).await, "a handshake under way outlived server mode");
-    assert!(local.admin.list_devices(pb::ListDevicesRequest {}).await.unwrap().into_inner().devices.is_empty());
+    assert!(local.wire().admin.list_devices(pb::ListDevicesRequest {}).await.unwrap().into_inner().devices.is_empty());
 }

@@ -114,7 +114,7 @@ fn worker_of(desk: &Running) -> u32 {
 
 /// Streams `req` and calls `act` once after `after` deltas; the stream's end.
 async fn stream_then(client: &mut Client, req: pb::GenerateRequest, after: usize, act: impl FnOnce()) -> Result<usize, tonic::Status> {
-    let mut stream = client.inference.generate(req).await?.into_inner();
+    let mut stream = client.wire().inference.generate(req).await?.into_inner();
     let (mut deltas, mut act) = (0, Some(act));
     while let Some(ev) = stream.message().await? {
         if let Some(pb::generate_event::Event::Delta(_)) = ev.event {

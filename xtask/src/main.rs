@@ -5,7 +5,8 @@
 //!         formatting and clippy (warnings are errors), run every test.
 //!   deps  install the system packages the build needs (Debian/Ubuntu, macOS).
 //!   layers  check the crate graph: no dependency points up a layer, and
-//!         the client's policy and apps never touch the wire (run by `test`).
+//!         the client's policy and apps never touch the wire: they turn no
+//!         wire feature on and compile without it (run by `test`).
 //!   screenshots  render the GUI's main views to docs/screenshots/ (real
 //!         daemon, SmolLM2, egui's headless wgpu renderer).
 
@@ -268,35 +269,86 @@ const LAYERS: &[&[&str]] = &[
 const DOMAIN_ONLY: &[&str] = &["revis-orchestrator", "revis-http", "revis-cli", "revis-gui"];
 /// What they may not depend on (normal or build dependencies).
 const WIRE_CRATES: &[&str] = &["revis-proto", "tonic", "tonic-prost", "tonic-health", "tonic-reflection", "prost", "prost-types"];
-/// What their sources may not name: revis-client's wire module and its raw stubs.
-const WIRE_WORDS: &[&str] = &["revis_client::wire", "wire::v1", ".inference.", ".admin."];
+/// revis-client's feature that makes the wire public (`revis_client::wire`,
+/// `Client::wire`, the raw stubs): for the end-to-end tests and the
+/// benchmarks only. Without it those names do not exist, so a crate that
+/// never turns it on cannot call a stub: the compiler refuses.
+const WIRE_FEATURE: &str = "wire";
 
-/// Checks [`LAYERS`] and [`DOMAIN_ONLY`] against `cargo metadata` and the sources.
+/// Checks [`LAYERS`] and [`DOMAIN_ONLY`] against `cargo metadata`, then
+/// compiles the [`DOMAIN_ONLY`] crates on their own: in a workspace build
+/// cargo unifies features, so the tests' [`WIRE_FEATURE`] would reach them;
+/// alone, revis-client is built without it and a stub does not compile.
 fn layers() -> anyhow::Result<()> {
     let out = cargo().args(["metadata", "--format-version", "1", "--no-deps", "--offline"]).output().context("cargo metadata")?;
     if !out.status.success() {
         bail!("cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
     }
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout)?;
-    let problems = layer_problems(&meta, &root());
-    if problems.is_empty() {
-        eprintln!("xtask: crate layers hold");
-        return Ok(());
+    let problems = layer_problems(&meta);
+    if !problems.is_empty() {
+        for p in &problems {
+            eprintln!("xtask layers: {p}");
+        }
+        bail!("{} layering problem(s)", problems.len());
     }
-    for p in &problems {
-        eprintln!("xtask layers: {p}");
+    let mut check = cargo();
+    check.args(["check", "--release", "--quiet"]);
+    for name in DOMAIN_ONLY {
+        check.args(["-p", name]);
     }
-    bail!("{} layering problem(s)", problems.len())
+    run(&mut check).context("the domain-only crates do not compile without revis-client's wire feature")?;
+    eprintln!("xtask: crate layers hold");
+    Ok(())
 }
 
 fn layer_of(name: &str) -> Option<usize> {
     LAYERS.iter().position(|l| l.contains(&name))
 }
 
-fn layer_problems(meta: &serde_json::Value, root: &Path) -> Vec<String> {
+/// Whether a dependency entry of `cargo metadata` turns on revis-client's [`WIRE_FEATURE`].
+fn enables_wire(dep: &serde_json::Value) -> bool {
+    dep["name"] == "revis-client" && dep["features"].as_array().is_some_and(|f| f.iter().any(|f| f == WIRE_FEATURE))
+}
+
+/// The workspace crates whose own build (dev-dependencies aside) turns on
+/// revis-client's [`WIRE_FEATURE`], each with the dependency it comes
+/// through: a dependency entry or a feature of its own that names it, or
+/// another workspace crate that turns it on.
+fn wire_enablers(packages: &[serde_json::Value]) -> std::collections::BTreeMap<String, String> {
+    let mut on = std::collections::BTreeMap::new();
+    let wanted = format!("revis-client/{WIRE_FEATURE}");
+    loop {
+        let before = on.len();
+        for pkg in packages {
+            let name = pkg["name"].as_str().unwrap_or_default();
+            if on.contains_key(name) {
+                continue;
+            }
+            let own_feature = pkg["features"]
+                .as_object()
+                .is_some_and(|fs| fs.values().flat_map(|v| v.as_array().into_iter().flatten()).any(|f| f == &wanted[..]));
+            let through =
+                pkg["dependencies"].as_array().into_iter().flatten().filter(|d| d["kind"].as_str() != Some("dev")).find_map(|d| {
+                    let dep = d["name"].as_str().unwrap_or_default();
+                    (enables_wire(d) || on.contains_key(dep)).then(|| dep.to_owned())
+                });
+            if let Some(via) = through.or_else(|| own_feature.then(|| "a feature of its own".to_owned())) {
+                on.insert(name.to_owned(), via);
+            }
+        }
+        if on.len() == before {
+            return on;
+        }
+    }
+}
+
+fn layer_problems(meta: &serde_json::Value) -> Vec<String> {
     let mut problems = Vec::new();
     let empty = Vec::new();
-    for pkg in meta["packages"].as_array().unwrap_or(&empty) {
+    let packages = meta["packages"].as_array().unwrap_or(&empty);
+    let wire = wire_enablers(packages);
+    for pkg in packages {
         let name = pkg["name"].as_str().unwrap_or_default();
         let Some(mine) = layer_of(name) else {
             problems.push(format!("{name} is in no layer: add it to LAYERS in xtask/src/main.rs"));
@@ -314,34 +366,15 @@ fn layer_problems(meta: &serde_json::Value, root: &Path) -> Vec<String> {
                 problems.push(format!("{name} depends on {dep_name}: it speaks revis-client's domain API only"));
             }
         }
-        if DOMAIN_ONLY.contains(&name) {
-            let manifest = Path::new(pkg["manifest_path"].as_str().unwrap_or_default());
-            let src = manifest.parent().unwrap_or(root).join("src");
-            for file in rust_files(&src) {
-                let text = std::fs::read_to_string(&file).unwrap_or_default();
-                for (n, line) in text.lines().enumerate() {
-                    if let Some(word) = WIRE_WORDS.iter().find(|w| line.contains(*w)) {
-                        problems.push(format!("{}:{}: `{word}`: {name} speaks revis-client's domain API only", file.display(), n + 1));
-                    }
-                }
-            }
+        if DOMAIN_ONLY.contains(&name)
+            && let Some(via) = wire.get(name)
+        {
+            problems.push(format!(
+                "{name} turns on revis-client's `{WIRE_FEATURE}` feature (through {via}): it speaks revis-client's domain API only"
+            ));
         }
     }
     problems
-}
-
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else { return out };
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(rust_files(&p));
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -370,26 +403,51 @@ mod tests {
 
     #[test]
     fn an_upward_or_wire_dependency_is_a_problem_and_a_downward_one_is_not() {
-        let dir = std::env::temp_dir().join(format!("revis-xtask-layers-{}", std::process::id()));
-        std::fs::create_dir_all(dir.join("src")).unwrap();
-        std::fs::write(dir.join("src/lib.rs"), "fn f(c: revis_client::Client) { c.admin.clone(); }\n").unwrap();
-        let manifest = dir.join("Cargo.toml").to_string_lossy().into_owned();
         let ok = meta(serde_json::json!([
-            {"name": "revis-client", "manifest_path": "/nowhere/Cargo.toml", "dependencies": [{"name": "revis-proto", "kind": null}, {"name": "tonic", "kind": null}]},
-            {"name": "revis-proto", "manifest_path": "/nowhere/Cargo.toml", "dependencies": []},
+            {"name": "revis-client", "dependencies": [{"name": "revis-proto", "kind": null, "features": []}, {"name": "tonic", "kind": null, "features": []}]},
+            {"name": "revis-proto", "dependencies": []},
         ]));
-        assert!(layer_problems(&ok, &dir).is_empty(), "{:?}", layer_problems(&ok, &dir));
+        assert!(layer_problems(&ok).is_empty(), "{:?}", layer_problems(&ok));
         let bad = meta(serde_json::json!([
-            {"name": "revis-client", "manifest_path": "/nowhere/Cargo.toml", "dependencies": [{"name": "revis-orchestrator", "kind": null}]},
-            {"name": "revis-orchestrator", "manifest_path": manifest, "dependencies": [{"name": "tonic", "kind": null}, {"name": "prost", "kind": "dev"}]},
-            {"name": "revis-new", "manifest_path": "/nowhere/Cargo.toml", "dependencies": []},
+            {"name": "revis-client", "dependencies": [{"name": "revis-orchestrator", "kind": null, "features": []}]},
+            {"name": "revis-orchestrator", "dependencies": [{"name": "tonic", "kind": null, "features": []}, {"name": "prost", "kind": "dev", "features": []}]},
+            {"name": "revis-new", "dependencies": []},
         ]));
-        let problems = layer_problems(&bad, &dir);
-        assert_eq!(problems.len(), 4, "{problems:#?}");
+        let problems = layer_problems(&bad);
+        assert_eq!(problems.len(), 3, "{problems:#?}");
         assert!(problems[0].contains("revis-client (layer 1) depends on revis-orchestrator (layer 2)"));
         assert!(problems[1].contains("revis-orchestrator depends on tonic"));
-        assert!(problems[2].contains("`.admin.`"), "the raw stub in its source: {}", problems[2]);
-        assert!(problems[3].contains("revis-new is in no layer"));
-        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(problems[2].contains("revis-new is in no layer"));
+    }
+
+    #[test]
+    fn only_tests_and_benchmarks_turn_the_wire_on() {
+        let client =
+            |kind: Option<&str>, features: &[&str]| serde_json::json!({"name": "revis-client", "kind": kind, "features": features});
+        let packages = meta(serde_json::json!([
+            {"name": "revis-client", "dependencies": [], "features": {"wire": []}},
+            // The GUI's own tests may speak the wire: a dev-dependency.
+            {"name": "revis-gui", "dependencies": [client(None, &[]), client(Some("dev"), &["wire"])]},
+            {"name": "revis-bench", "dependencies": [client(None, &["wire"])]},
+            {"name": "revis-tests", "dependencies": [client(Some("dev"), &["wire"])]},
+            // Directly, through a feature of its own, through a crate below that turns it on.
+            {"name": "revis-orchestrator", "dependencies": [client(None, &["wire", "other"])]},
+            {"name": "revis-http", "dependencies": [client(None, &[])], "features": {"raw": ["revis-client/wire"]}},
+            {"name": "revis-testkit", "dependencies": [client(None, &["wire"])]},
+            {"name": "revis-cli", "dependencies": [{"name": "revis-testkit", "kind": null, "features": []}]},
+        ]));
+        let problems = layer_problems(&packages);
+        assert_eq!(problems.len(), 3, "{problems:#?}");
+        assert!(
+            problems[0].starts_with("revis-orchestrator turns on revis-client's `wire` feature (through revis-client)"),
+            "{}",
+            problems[0]
+        );
+        assert!(
+            problems[1].contains("revis-http turns on revis-client's `wire` feature (through a feature of its own)"),
+            "{}",
+            problems[1]
+        );
+        assert!(problems[2].contains("revis-cli turns on revis-client's `wire` feature (through revis-testkit)"), "{}", problems[2]);
     }
 }

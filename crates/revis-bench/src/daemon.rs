@@ -146,13 +146,13 @@ impl Daemon {
 
     /// Drops every cached prefix (the KV cache), so the next prompt is evaluated cold.
     pub async fn purge(&mut self) -> anyhow::Result<()> {
-        timed_out(self.client.admin.purge(pb::PurgeRequest { tier: String::new() })).await?;
+        timed_out(self.client.wire().admin.purge(pb::PurgeRequest { tier: String::new() })).await?;
         Ok(())
     }
 
     pub async fn prefill(&mut self, messages: Vec<pb::ChatMessage>) -> anyhow::Result<pb::PrefillResponse> {
         let req = pb::PrefillRequest { tier: "tier2".into(), messages, priority: 0 };
-        Ok(timed_out(self.client.inference.prefill(req)).await?.into_inner())
+        Ok(timed_out(self.client.wire().inference.prefill(req)).await?.into_inner())
     }
 
     /// A greedy Generate over this daemon's socket, timed on the client side.
@@ -251,7 +251,7 @@ pub async fn generate_req(client: &mut Client, req: pb::GenerateRequest) -> anyh
     // The raw stub: this measures the wire, one call, no retry.
     let run = async move {
         let sent = Instant::now();
-        let mut stream = client.inference.generate(req).await?.into_inner();
+        let mut stream = client.wire().inference.generate(req).await?.into_inner();
         let mut first = None;
         while let Some(ev) = stream.message().await? {
             match ev.event {

@@ -69,6 +69,14 @@ impl Runner for Recorder {
         });
         Ok(done)
     }
+
+    async fn embed(&self, req: revis_client::EmbedParams) -> Result<revis_client::Embedded, revis_client::CallError> {
+        Runner::embed(&self.client, req).await
+    }
+
+    async fn tiers(&self) -> Result<Vec<revis_client::TierStatus>, revis_client::CallError> {
+        Runner::tiers(&self.client).await
+    }
 }
 
 impl Recorder {

@@ -136,7 +136,7 @@ pub async fn run(revisd: &Path, model: &Path, s: &Settings) -> anyhow::Result<Re
 }
 
 async fn measure(d: &mut Daemon, s: &Settings) -> anyhow::Result<RemoteRun> {
-    let status = daemon::timed_out(d.client.admin.status(pb::StatusRequest {})).await?.into_inner();
+    let status = daemon::timed_out(d.client.wire().admin.status(pb::StatusRequest {})).await?.into_inner();
     let server = status.server.context("the daemon's Status has no server mode")?;
     if !server.enabled || server.advertised {
         bail!("expected server mode on and not advertised, got {server:?}");
@@ -204,8 +204,8 @@ async fn measure(d: &mut Daemon, s: &Settings) -> anyhow::Result<RemoteRun> {
             let mut client = match tr {
                 Transport::Socket => {
                     // What connect_node does too: connect, then a Status call.
-                    let mut c = Client::connect(&d.socket).await?;
-                    daemon::timed_out(c.admin.status(pb::StatusRequest {})).await?;
+                    let c = Client::connect(&d.socket).await?;
+                    daemon::timed_out(c.wire().admin.status(pb::StatusRequest {})).await?;
                     c
                 }
                 Transport::Tls => Client::connect_node(&keyring, &node).await?,
@@ -229,7 +229,7 @@ async fn measure(d: &mut Daemon, s: &Settings) -> anyhow::Result<RemoteRun> {
 /// a window opened on the local socket, its code used over TCP.
 pub(crate) async fn pair(d: &mut Daemon, dir: &Path, addr: SocketAddr) -> anyhow::Result<(Keyring, Node)> {
     let req = pb::OpenPairingRequest { window_s: 0 };
-    let mut events = daemon::timed_out(d.client.admin.open_pairing(req)).await?.into_inner();
+    let mut events = daemon::timed_out(d.client.wire().admin.open_pairing(req)).await?.into_inner();
     let code = match next_event(&mut events).await? {
         Some(pb::pairing_event::Event::Opened(o)) => o.code,
         other => bail!("expected the pairing window to open, got {other:?}"),

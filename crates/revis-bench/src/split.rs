@@ -191,8 +191,8 @@ async fn reach_through(split: &mut Daemon, keys: &Path, addr: SocketAddr) -> any
     let mut keyring = revis_client::Keyring::open(keys)?;
     let id = keyring.store.find(crate::remote::NODE_NAME)?.context("the node is not in the keyring")?.device_id;
     keyring.store.set_address(&id, &addr.to_string())?;
-    daemon::timed_out(split.client.admin.unload_model(pb::UnloadModelRequest { tier: "tier2".into() })).await?;
-    daemon::timed_out(split.client.admin.load_model(pb::LoadModelRequest { tier: "tier2".into() })).await?;
+    daemon::timed_out(split.client.wire().admin.unload_model(pb::UnloadModelRequest { tier: "tier2".into() })).await?;
+    daemon::timed_out(split.client.wire().admin.load_model(pb::LoadModelRequest { tier: "tier2".into() })).await?;
     Ok(())
 }
 
@@ -218,16 +218,16 @@ pub fn run(revisd: &Path, model_name: &str, model: &Path, s: &Settings) -> anyho
         let t0 = Instant::now();
         let mut split = Daemon::start_wrapped(revisd, model, launch(None, &here, Extra { server: &server, tiers: &tier2 })).await?;
         let load_first_ms = t0.elapsed().as_secs_f64() * 1e3;
-        let status = daemon::timed_out(split.client.admin.status(pb::StatusRequest {})).await?.into_inner();
+        let status = daemon::timed_out(split.client.wire().admin.status(pb::StatusRequest {})).await?.into_inner();
         let t2 = status.tiers.iter().find(|t| t.tier == "tier2").context("no tier2")?;
         if t2.state != pb::ModelState::Ready as i32 || !t2.split.starts_with("layers") {
             bail!("the split tier did not load ({:?}); its log:\n{}", t2.split, split.log_tail());
         }
         let placement = t2.split.clone();
         let unload = pb::UnloadModelRequest { tier: "tier2".into() };
-        daemon::timed_out(split.client.admin.unload_model(unload)).await?;
+        daemon::timed_out(split.client.wire().admin.unload_model(unload)).await?;
         let t0 = Instant::now();
-        daemon::timed_out(split.client.admin.load_model(pb::LoadModelRequest { tier: "tier2".into() })).await?;
+        daemon::timed_out(split.client.wire().admin.load_model(pb::LoadModelRequest { tier: "tier2".into() })).await?;
         let load_second_ms = t0.elapsed().as_secs_f64() * 1e3;
         eprintln!("revis-bench: split {placement}; load {load_first_ms:.0} ms, again {load_second_ms:.0} ms");
 

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use revis_client::Paths;
-use revis_http::{Backend, Limits, Options};
+use revis_client::{Paths, Runner};
+use revis_http::{Limits, Options};
 use revis_service::{InstallOptions, Layout, LogOptions};
 
 #[derive(Args)]
@@ -245,8 +245,8 @@ pub async fn serve(paths: &Paths, node: Option<&str>, explicit_socket: bool, a: 
     r
 }
 
-async fn run<B: Backend>(
-    backend: B,
+async fn run<R: Runner>(
+    runner: R,
     addr: SocketAddr,
     opts: Options,
     tls: Option<revis_http::HttpsIdentity>,
@@ -268,7 +268,7 @@ async fn run<B: Backend>(
         println!("revis serve: HTTPS; clients trust {} (SHA-256 {}){names}", t.cert_path.display(), t.fingerprint);
     }
     let limits = opts.limits;
-    let router = revis_http::router(backend, opts);
+    let router = revis_http::router(runner, opts);
     revis_http::serve(listener, router, limits, tls, stop_signal(), GRACE).await?;
     Ok(ExitCode::SUCCESS)
 }

@@ -455,8 +455,9 @@ impl fmt::Display for CallError {
 
 impl std::error::Error for CallError {}
 
-/// What the orchestrator runs tasks through: one daemon ([`crate::Client`])
-/// or several ([`crate::dispatch::Dispatcher`]); unit tests script one.
+/// What the orchestrator and the HTTP APIs run tasks through: one daemon
+/// ([`crate::Client`]), several ([`crate::dispatch::Dispatcher`]) or an
+/// ensemble of models ([`crate::ensemble::Ensemble`]); unit tests script one.
 pub trait Runner: Clone + Send + Sync + 'static {
     fn prefill(&self, req: PrefillParams) -> impl Future<Output = Result<Prefilled, CallError>> + Send;
 
@@ -464,8 +465,29 @@ pub trait Runner: Clone + Send + Sync + 'static {
     /// shown (a JSON answer: once, whole); returns the finished answer.
     fn generate(&self, req: GenerateParams, on_delta: impl FnMut(&str) + Send) -> impl Future<Output = Result<Done, CallError>> + Send;
 
+    /// Embeds each input with the tier's model, from where the tier runs;
+    /// one embedding per input, in order.
+    fn embed(&self, req: EmbedParams) -> impl Future<Output = Result<Embedded, CallError>> + Send;
+
+    /// The tiers of the daemon it answers for (this machine's, for the
+    /// dispatcher) and the model each runs.
+    fn tiers(&self) -> impl Future<Output = Result<Vec<TierStatus>, CallError>> + Send;
+
     /// How many background tasks may run at once (it may change); `None` = one.
     fn parallelism(&self) -> Option<tokio::sync::watch::Receiver<usize>> {
+        None
+    }
+
+    /// The paired nodes it can run a task on, by name, each with the tiers
+    /// it serves (as last seen); a single daemon has none.
+    fn nodes(&self) -> Vec<(String, Vec<Tier>)> {
+        Vec::new()
+    }
+
+    /// The same runner held to one of [`Runner::nodes`] (by name or device
+    /// ID), for a task that names where it must run: nothing moves
+    /// elsewhere. None while no such node answers.
+    fn on_node(&self, _node: &str) -> Option<Self> {
         None
     }
 }

@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use crate::wire::v1 as pb;
 use hyper_util::rt::TokioIo;
 use revis_trust::{DeviceId, Discovered, Identity, Interfaces, PairingCode, TrustError, TrustStore};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
@@ -23,7 +22,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tonic::transport::{Endpoint, Uri};
 
-use crate::{Client, ClientError, Target};
+use crate::{CallError, Client, ClientError, Target};
 
 /// How long a TCP connect plus TLS handshake to a node may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -103,10 +102,10 @@ impl Client {
             }))
             .await
             .map_err(|e| node_error(&e, node).map_or_else(|| unreachable(node, &e), ClientError::Node))?;
-        let mut client = Client::over(channel, Target::Node(node.clone()));
-        match client.admin.status(pb::StatusRequest {}).await {
-            Ok(_) => Ok(client),
-            Err(s) => Err(node_error(&s, node).map_or_else(|| ClientError::Call(s.into()), ClientError::Node)),
+        let client = Client::over(channel, Target::Node(node.clone()));
+        match client.answers().await {
+            Ok(()) => Ok(client),
+            Err(s) => Err(node_error(&s, node).map_or_else(|| ClientError::Call(CallError::from_status(s)), ClientError::Node)),
         }
     }
 }
@@ -212,7 +211,7 @@ fn node_error(e: &(dyn std::error::Error + 'static), node: &Node) -> Option<Node
 }
 
 fn unreachable(node: &Node, e: &dyn std::error::Error) -> ClientError {
-    ClientError::Node(NodeError::Unreachable { name: node.name.clone(), addr: node.addr, reason: crate::source_chain(e) })
+    ClientError::Node(NodeError::Unreachable { name: node.name.clone(), addr: node.addr, reason: crate::error::source_chain(e) })
 }
 
 /// Pairs with the daemon at `addr` using the code its screen shows: SPAKE2

@@ -9,7 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::{Client, ClientError, START_TIMEOUT, Target};
+use crate::{Client, ClientError, Target};
+
+/// How long to wait for a freshly started daemon to answer.
+pub const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How long [`restart_daemon`] waits for the old revisd to exit after its
 /// SIGTERM (revisd itself exits within 5 s of it).

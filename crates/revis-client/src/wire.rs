@@ -2,10 +2,12 @@
 //! conversion is here, once. Requests go out as protobuf messages; answers
 //! come back as domain types; a `tonic::Status` becomes a [`CallError`].
 //!
-//! `v1` is public for the programs that speak the wire itself (the
-//! end-to-end tests of the daemon's API, the benchmarks, `revisd`'s own
-//! commands); the orchestrator, the CLI and the GUI never use it (`cargo
-//! xtask layers` checks).
+//! With the `wire` cargo feature this module is public, with `v1`,
+//! `message` and `Raw` (a client's raw stubs, `Client::wire`),
+//! for the programs that speak the wire itself: the end-to-end tests of the
+//! daemon's API and the benchmarks. Nothing else enables the feature (`cargo
+//! xtask layers` checks), so the orchestrator, the CLI, the GUI and the
+//! HTTP APIs cannot name a protobuf type or a stub: the compiler refuses.
 
 use std::time::Duration;
 
@@ -23,8 +25,20 @@ fn role(r: Role) -> pb::Role {
     }
 }
 
+/// The raw stubs of one connection (see [`crate::Client::wire`]): no
+/// retry, no domain types.
+#[cfg(feature = "wire")]
+#[derive(Clone)]
+pub struct Raw {
+    pub inference: v1::inference_client::InferenceClient<tonic::transport::Channel>,
+    pub admin: v1::admin_client::AdminClient<tonic::transport::Channel>,
+    /// The channel itself, for the socket's other services (health, reflection).
+    pub channel: tonic::transport::Channel,
+}
+
 /// A chat message with text content, for callers that build `revis.v1`
 /// requests themselves.
+#[cfg(feature = "wire")]
 pub fn message(role: pb::Role, text: &str) -> pb::ChatMessage {
     pb::ChatMessage { role: role as i32, content: text.as_bytes().to_vec().into() }
 }
@@ -299,10 +313,11 @@ fn code(c: tonic::Code) -> Code {
     }
 }
 
-impl From<tonic::Status> for CallError {
-    /// A status the daemon sent never has a `source`; one made here from a
-    /// transport error (the connection broke under the call) does.
-    fn from(s: tonic::Status) -> CallError {
+impl CallError {
+    /// A failed call as the wire said it. A status the daemon sent never
+    /// has a `source`; one made here from a transport error (the connection
+    /// broke under the call) does.
+    pub(crate) fn from_status(s: tonic::Status) -> CallError {
         let retry_after =
             s.metadata().get("grpc-retry-pushback-ms").and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).map(Duration::from_millis);
         CallError {
@@ -312,6 +327,15 @@ impl From<tonic::Status> for CallError {
             broken: std::error::Error::source(&s).is_some(),
             delivered: 0,
         }
+    }
+}
+
+/// A raw stub's failure said as the domain says it, for the programs that
+/// speak the wire itself (the benchmarks read their own calls' failures so).
+#[cfg(feature = "wire")]
+impl From<tonic::Status> for CallError {
+    fn from(s: tonic::Status) -> CallError {
+        CallError::from_status(s)
     }
 }
 
@@ -345,10 +369,10 @@ mod tests {
     fn a_status_keeps_its_pushback_and_whether_the_connection_broke() {
         let mut s = tonic::Status::resource_exhausted("queue full");
         s.metadata_mut().insert("grpc-retry-pushback-ms", "250".parse().unwrap());
-        let e = CallError::from(s);
+        let e = CallError::from_status(s);
         assert_eq!((e.code, e.retry_after, e.broken), (Code::ResourceExhausted, Some(Duration::from_millis(250)), false));
         let broken = tonic::Status::from_error(Box::new(std::io::Error::other("connection reset")));
-        assert!(CallError::from(broken).broken);
+        assert!(CallError::from_status(broken).broken);
     }
 
     #[test]

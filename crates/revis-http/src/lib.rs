@@ -1,7 +1,8 @@
 //! `revis serve`: the HTTP APIs other tools already speak, OpenAI's `/v1`
 //! and Ollama's `/api`, over the client's [`Runner`] (in `revis serve`, the
 //! [`revis_client::dispatch::Dispatcher`], so an offloaded tier runs on its
-//! node and fails over like any other task).
+//! node and fails over like any other task, and a model named `NODE/TIER`
+//! runs on that node through the dispatcher, under its breaker).
 //!
 //! The routes:
 //!
@@ -51,12 +52,12 @@ use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use revis_client::Runner;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub use error::{ApiError, Flavor};
 pub use key::{KEY_FILE, load_or_create_key};
-pub use models::Backend;
 /// HTTPS beyond loopback (`revis serve --tls`): revis-trust owns the TLS configuration.
 pub use revis_trust::{HTTPS_CA_FILE, HTTPS_CERT_FILE, HTTPS_KEY_FILE, HttpsIdentity, https_names};
 
@@ -120,20 +121,21 @@ pub fn check_bind(addr: SocketAddr, no_key: bool, tls: bool) -> Result<(), HttpE
 }
 
 /// What every handler shares.
-struct App<B> {
-    backend: B,
+struct App<R> {
+    runner: R,
     catalog: models::Cached,
     generations: Arc<Semaphore>,
     opts: Options,
 }
 
-type Shared<B> = Arc<App<B>>;
+/// The state axum hands each handler.
+type AppState<R> = Arc<App<R>>;
 
-impl<B: Backend> App<B> {
-    /// A paired node's daemon, for a request that names it (`NODE/TIER`),
-    /// or a 503 saying it does not answer.
-    fn node(&self, flavor: Flavor, node: &str) -> Result<revis_client::Client, ApiError> {
-        self.backend.node(node).ok_or_else(|| {
+impl<R: Runner> App<R> {
+    /// The runner held to a paired node, for a request that names it
+    /// (`NODE/TIER`), or a 503 saying it does not answer.
+    fn node(&self, flavor: Flavor, node: &str) -> Result<R, ApiError> {
+        self.runner.on_node(node).ok_or_else(|| {
             ApiError::new(
                 flavor,
                 axum::http::StatusCode::SERVICE_UNAVAILABLE,
@@ -142,7 +144,7 @@ impl<B: Backend> App<B> {
         })
     }
 
-    /// Starts a generation where `entry` runs: its node alone, or the dispatcher.
+    /// Starts a generation where `entry` runs: its node alone, or wherever the runner places it.
     fn start(
         &self,
         flavor: Flavor,
@@ -152,7 +154,7 @@ impl<B: Backend> App<B> {
     ) -> Result<generation::Generation, ApiError> {
         params.tier = entry.tier;
         Ok(match &entry.node {
-            None => generation::Generation::start(self.backend.clone(), params, place),
+            None => generation::Generation::start(self.runner.clone(), params, place),
             Some(node) => generation::Generation::start(self.node(flavor, node)?, params, place),
         })
     }
@@ -161,8 +163,8 @@ impl<B: Backend> App<B> {
     async fn embed(&self, flavor: Flavor, entry: &models::Entry, inputs: Vec<String>) -> Result<revis_client::Embedded, ApiError> {
         let req = revis_client::EmbedParams { tier: entry.tier, inputs };
         let r = match &entry.node {
-            None => self.backend.embed(req).await,
-            Some(node) => self.node(flavor, node)?.embed(&req).await.map_err(revis_client::ClientError::into_call),
+            None => self.runner.embed(req).await,
+            Some(node) => self.node(flavor, node)?.embed(req).await,
         };
         r.map_err(|e| ApiError::from_call(flavor, &e))
     }
@@ -183,30 +185,30 @@ impl<B: Backend> App<B> {
     }
 }
 
-/// The routes of both APIs over `backend`.
-pub fn router<B: Backend>(backend: B, opts: Options) -> Router {
+/// The routes of both APIs over `runner`.
+pub fn router<R: Runner>(runner: R, opts: Options) -> Router {
     let app = Arc::new(App {
-        backend,
+        runner,
         catalog: models::Cached::default(),
         generations: Arc::new(Semaphore::new(opts.limits.max_generations)),
         opts,
     });
     Router::new()
-        .route("/v1/models", get(openai::models::<B>))
-        .route("/v1/models/{model}", get(openai::model::<B>))
-        .route("/v1/chat/completions", post(openai::chat::<B>))
-        .route("/v1/completions", post(openai::completions::<B>))
-        .route("/v1/embeddings", post(openai::embeddings::<B>))
-        .route("/api/tags", get(ollama::tags::<B>))
-        .route("/api/ps", get(ollama::ps::<B>))
+        .route("/v1/models", get(openai::models::<R>))
+        .route("/v1/models/{model}", get(openai::model::<R>))
+        .route("/v1/chat/completions", post(openai::chat::<R>))
+        .route("/v1/completions", post(openai::completions::<R>))
+        .route("/v1/embeddings", post(openai::embeddings::<R>))
+        .route("/api/tags", get(ollama::tags::<R>))
+        .route("/api/ps", get(ollama::ps::<R>))
         .route("/api/version", get(ollama::version))
-        .route("/api/show", post(ollama::show::<B>))
-        .route("/api/chat", post(ollama::chat::<B>))
-        .route("/api/generate", post(ollama::generate::<B>))
-        .route("/api/embed", post(ollama::embed::<B>))
-        .route("/api/embeddings", post(ollama::embeddings::<B>))
+        .route("/api/show", post(ollama::show::<R>))
+        .route("/api/chat", post(ollama::chat::<R>))
+        .route("/api/generate", post(ollama::generate::<R>))
+        .route("/api/embed", post(ollama::embed::<R>))
+        .route("/api/embeddings", post(ollama::embeddings::<R>))
         .fallback(not_found)
-        .layer(axum::middleware::from_fn_with_state(app.clone(), guard::<B>))
+        .layer(axum::middleware::from_fn_with_state(app.clone(), guard::<R>))
         .with_state(app)
 }
 
@@ -216,7 +218,7 @@ async fn not_found(req: Request) -> Response {
 }
 
 /// The key and the `Host`, before anything else is read.
-async fn guard<B: Backend>(State(app): State<Shared<B>>, req: Request, next: Next) -> Response {
+async fn guard<R: Runner>(State(app): State<AppState<R>>, req: Request, next: Next) -> Response {
     let flavor = Flavor::of(req.uri().path());
     if app.opts.loopback_host_only
         && let Some(host) = req.headers().get(header::HOST)

@@ -7,66 +7,17 @@
 //! its catalog name). A model several tiers run means the default tier if
 //! that is one of them, else the first. Ollama's `:latest` tag is accepted
 //! and ignored. A paired node's tier is `NODE/TIER` (`desk/tier3`, the
-//! node's name as paired): such a request goes to that node alone, with
-//! no failover (it names where it must run), and a 503 while the node does
-//! not answer. Every paired node's tiers (as last seen) are listed. A
+//! node's name as paired): such a request goes through the dispatcher to
+//! that node alone ([`Runner::on_node`]: its breaker as for any task, no
+//! failover, since it names where it must run), and a 503 while the node
+//! does not answer. Every paired node's tiers (as last seen) are listed. A
 //! plain tier is the dispatcher's to place (`revis offload`).
 
-use std::future::Future;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use revis_client::dispatch::Dispatcher;
-use revis_client::{CallError, Client, ClientError, EmbedParams, Embedded, Runner, Tier, TierStatus};
-
-/// What the server runs on: a [`Runner`] that can also say which models
-/// its tiers run.
-pub trait Backend: Runner {
-    /// The tiers of this machine's daemon.
-    fn tiers(&self) -> impl Future<Output = Result<Vec<TierStatus>, CallError>> + Send;
-
-    /// Embeddings of texts with a tier's model, from where the tier runs.
-    fn embed(&self, req: EmbedParams) -> impl Future<Output = Result<Embedded, CallError>> + Send;
-
-    /// The paired nodes and the tiers each serves (as last seen).
-    fn nodes(&self) -> Vec<(String, Vec<Tier>)> {
-        Vec::new()
-    }
-
-    /// A paired node's daemon, for a request that names it.
-    fn node(&self, _name: &str) -> Option<Client> {
-        None
-    }
-}
-
-impl Backend for Client {
-    async fn tiers(&self) -> Result<Vec<TierStatus>, CallError> {
-        self.status().await.map(|s| s.tiers).map_err(ClientError::into_call)
-    }
-
-    async fn embed(&self, req: EmbedParams) -> Result<Embedded, CallError> {
-        Client::embed(self, &req).await.map_err(ClientError::into_call)
-    }
-}
-
-impl Backend for Dispatcher {
-    async fn tiers(&self) -> Result<Vec<TierStatus>, CallError> {
-        self.local().tiers().await
-    }
-
-    async fn embed(&self, req: EmbedParams) -> Result<Embedded, CallError> {
-        Dispatcher::embed(self, req).await
-    }
-
-    fn nodes(&self) -> Vec<(String, Vec<Tier>)> {
-        Dispatcher::nodes(self).into_iter().map(|n| (n.name, n.tiers)).collect()
-    }
-
-    fn node(&self, name: &str) -> Option<Client> {
-        self.node_client(name)
-    }
-}
+use revis_client::{CallError, Runner, Tier, TierStatus};
 
 /// One model as the APIs list it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -172,20 +123,20 @@ pub(crate) struct Cached(Mutex<Option<(Instant, Arc<Catalog>)>>);
 
 impl Cached {
     /// Read now.
-    pub(crate) async fn fresh<B: Backend>(&self, backend: &B) -> Result<Arc<Catalog>, CallError> {
-        let c = Arc::new(Catalog::new(&backend.tiers().await?, &backend.nodes()));
+    pub(crate) async fn fresh<R: Runner>(&self, runner: &R) -> Result<Arc<Catalog>, CallError> {
+        let c = Arc::new(Catalog::new(&runner.tiers().await?, &runner.nodes()));
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), c.clone()));
         Ok(c)
     }
 
     /// Read at most [`CATALOG_TTL`] ago.
-    pub(crate) async fn get<B: Backend>(&self, backend: &B) -> Result<Arc<Catalog>, CallError> {
+    pub(crate) async fn get<R: Runner>(&self, runner: &R) -> Result<Arc<Catalog>, CallError> {
         if let Some((at, c)) = &*self.0.lock().unwrap_or_else(|e| e.into_inner())
             && at.elapsed() < CATALOG_TTL
         {
             return Ok(c.clone());
         }
-        self.fresh(backend).await
+        self.fresh(runner).await
     }
 }
 

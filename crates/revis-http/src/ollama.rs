@@ -19,14 +19,14 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use revis_client::{Done, Format, GenerateParams, Message, Role, Sampling};
+use revis_client::{Done, Format, GenerateParams, Message, Role, Runner, Sampling};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::error::{ApiError, Flavor};
 use crate::generation::Piece;
-use crate::models::{Backend, Catalog, Entry};
-use crate::{Shared, request};
+use crate::models::{Catalog, Entry};
+use crate::{AppState, request};
 
 const FLAVOR: Flavor = Flavor::Ollama;
 
@@ -137,13 +137,13 @@ fn json_response(v: &Value) -> Response {
     ([(header::CONTENT_TYPE, "application/json; charset=utf-8")], v.to_string()).into_response()
 }
 
-async fn catalog<B: Backend>(app: &Shared<B>) -> Result<std::sync::Arc<Catalog>, ApiError> {
-    app.catalog.get(&app.backend).await.map_err(|e| ApiError::from_call(FLAVOR, &e))
+async fn catalog<R: Runner>(app: &AppState<R>) -> Result<std::sync::Arc<Catalog>, ApiError> {
+    app.catalog.get(&app.runner).await.map_err(|e| ApiError::from_call(FLAVOR, &e))
 }
 
 /// For the listings: read now.
-async fn fresh<B: Backend>(app: &Shared<B>) -> Result<std::sync::Arc<Catalog>, ApiError> {
-    app.catalog.fresh(&app.backend).await.map_err(|e| ApiError::from_call(FLAVOR, &e))
+async fn fresh<R: Runner>(app: &AppState<R>) -> Result<std::sync::Arc<Catalog>, ApiError> {
+    app.catalog.fresh(&app.runner).await.map_err(|e| ApiError::from_call(FLAVOR, &e))
 }
 
 fn not_found(model: &str) -> ApiError {
@@ -156,14 +156,14 @@ fn tag(e: &Entry) -> Value {
     })
 }
 
-pub(crate) async fn tags<B: Backend>(State(app): State<Shared<B>>) -> Response {
+pub(crate) async fn tags<R: Runner>(State(app): State<AppState<R>>) -> Response {
     match fresh(&app).await {
         Ok(c) => json_response(&json!({"models": c.entries.iter().map(tag).collect::<Vec<_>>()})),
         Err(e) => e.into_response(),
     }
 }
 
-pub(crate) async fn ps<B: Backend>(State(app): State<Shared<B>>) -> Response {
+pub(crate) async fn ps<R: Runner>(State(app): State<AppState<R>>) -> Response {
     match fresh(&app).await {
         Ok(c) => {
             let loaded = c.entries.iter().filter(|e| e.state == revis_client::ModelState::Ready).map(|e| {
@@ -183,7 +183,7 @@ pub(crate) async fn version() -> Response {
     json_response(&json!({"version": env!("CARGO_PKG_VERSION")}))
 }
 
-pub(crate) async fn show<B: Backend>(State(app): State<Shared<B>>, body: Body) -> Response {
+pub(crate) async fn show<R: Runner>(State(app): State<AppState<R>>, body: Body) -> Response {
     let r = async {
         let req: ShowRequest = request::json(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
         let Some(model) = req.model.or(req.name) else { return Err(ApiError::invalid(FLAVOR, "model", "model is missing")) };
@@ -217,7 +217,7 @@ struct EmbeddingsRequest {
 }
 
 /// Embeds `inputs` with the model `model` names; the figures Ollama reports.
-async fn embed_texts<B: Backend>(app: &Shared<B>, model: &str, inputs: Vec<String>) -> Result<(revis_client::Embedded, u64), ApiError> {
+async fn embed_texts<R: Runner>(app: &AppState<R>, model: &str, inputs: Vec<String>) -> Result<(revis_client::Embedded, u64), ApiError> {
     let c = catalog(app).await?;
     let entry = c.find(model).ok_or_else(|| not_found(model))?.clone();
     let _place = app.generation_place(FLAVOR)?;
@@ -226,7 +226,7 @@ async fn embed_texts<B: Backend>(app: &Shared<B>, model: &str, inputs: Vec<Strin
     Ok((out, t0.elapsed().as_nanos() as u64))
 }
 
-pub(crate) async fn embed<B: Backend>(State(app): State<Shared<B>>, body: Body) -> Response {
+pub(crate) async fn embed<R: Runner>(State(app): State<AppState<R>>, body: Body) -> Response {
     let r = async {
         let req: EmbedRequest = request::json(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
         let inputs = match req.input {
@@ -250,7 +250,7 @@ pub(crate) async fn embed<B: Backend>(State(app): State<Shared<B>>, body: Body) 
     r.await.unwrap_or_else(IntoResponse::into_response)
 }
 
-pub(crate) async fn embeddings<B: Backend>(State(app): State<Shared<B>>, body: Body) -> Response {
+pub(crate) async fn embeddings<R: Runner>(State(app): State<AppState<R>>, body: Body) -> Response {
     let r = async {
         let req: EmbeddingsRequest = request::json(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
         let (out, _) = embed_texts(&app, &req.model, vec![req.prompt]).await?;
@@ -395,7 +395,13 @@ impl Kind {
     }
 }
 
-async fn answer<B: Backend>(app: Shared<B>, model: String, params: GenerateParams, stream: bool, kind: Kind) -> Result<Response, ApiError> {
+async fn answer<R: Runner>(
+    app: AppState<R>,
+    model: String,
+    params: GenerateParams,
+    stream: bool,
+    kind: Kind,
+) -> Result<Response, ApiError> {
     let catalog = catalog(&app).await?;
     let entry = catalog.find(&model).ok_or_else(|| not_found(&model))?.clone();
     let place = app.generation_place(FLAVOR)?;
@@ -420,7 +426,7 @@ async fn answer<B: Backend>(app: Shared<B>, model: String, params: GenerateParam
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], generation.body(first, encode)).into_response())
 }
 
-pub(crate) async fn chat<B: Backend>(State(app): State<Shared<B>>, body: Body) -> Response {
+pub(crate) async fn chat<R: Runner>(State(app): State<AppState<R>>, body: Body) -> Response {
     let r = async {
         let req: ChatRequest = request::json(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
         let params = chat_params(&req)?;
@@ -429,7 +435,7 @@ pub(crate) async fn chat<B: Backend>(State(app): State<Shared<B>>, body: Body) -
     r.await.unwrap_or_else(IntoResponse::into_response)
 }
 
-pub(crate) async fn generate<B: Backend>(State(app): State<Shared<B>>, body: Body) -> Response {
+pub(crate) async fn generate<R: Runner>(State(app): State<AppState<R>>, body: Body) -> Response {
     let r = async {
         let req: GenerateRequest = request::json(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
         if req.prompt.is_empty() && req.system.as_deref().unwrap_or_default().is_empty() {

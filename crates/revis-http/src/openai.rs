@@ -42,12 +42,11 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use revis_client::{Done, Format, GenerateParams, Message, Sampling};
+use revis_client::{Done, Format, GenerateParams, Message, Runner, Sampling};
 
 use crate::error::{ApiError, Flavor};
 use crate::generation::{Generation, Piece};
-use crate::models::Backend;
-use crate::{Shared, new_id, request, unix_now};
+use crate::{AppState, new_id, request, unix_now};
 
 const FLAVOR: Flavor = Flavor::OpenAi;
 
@@ -59,26 +58,26 @@ fn to_model(name: &str) -> Model {
     Model { id: name.to_owned(), object: "model".into(), created: 0, owned_by: "revis".into(), ..Default::default() }
 }
 
-pub(crate) async fn models<B: Backend>(State(app): State<Shared<B>>) -> Response {
-    match app.catalog.fresh(&app.backend).await {
+pub(crate) async fn models<R: Runner>(State(app): State<AppState<R>>) -> Response {
+    match app.catalog.fresh(&app.runner).await {
         Ok(c) => json_response(&ListModelResponse { object: "list".into(), data: c.entries.iter().map(|e| to_model(&e.name)).collect() }),
         Err(e) => ApiError::from_call(FLAVOR, &e).into_response(),
     }
 }
 
-pub(crate) async fn model<B: Backend>(State(app): State<Shared<B>>, Path(name): Path<String>) -> Response {
-    match app.catalog.get(&app.backend).await {
+pub(crate) async fn model<R: Runner>(State(app): State<AppState<R>>, Path(name): Path<String>) -> Response {
+    match app.catalog.get(&app.runner).await {
         Ok(c) if c.find(&name).is_some() => json_response(&to_model(&name)),
         Ok(c) => ApiError::model_not_found(FLAVOR, &name, &c.names()).into_response(),
         Err(e) => ApiError::from_call(FLAVOR, &e).into_response(),
     }
 }
 
-pub(crate) async fn embeddings<B: Backend>(State(app): State<Shared<B>>, body: Body) -> Response {
+pub(crate) async fn embeddings<R: Runner>(State(app): State<AppState<R>>, body: Body) -> Response {
     embeddings_response(app, body).await.unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn embeddings_response<B: Backend>(app: Shared<B>, body: Body) -> Result<Response, ApiError> {
+async fn embeddings_response<R: Runner>(app: AppState<R>, body: Body) -> Result<Response, ApiError> {
     let req: CreateEmbeddingRequest = request::json(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
     let inputs = match req.input {
         EmbeddingInput::String(s) => vec![s],
@@ -130,8 +129,8 @@ fn base64_floats(values: &[f32]) -> String {
 }
 
 /// What a request's `model` names.
-async fn resolve<B: Backend>(app: &Shared<B>, model: &str, flavor: Flavor) -> Result<crate::models::Entry, ApiError> {
-    let catalog = app.catalog.get(&app.backend).await.map_err(|e| ApiError::from_call(flavor, &e))?;
+async fn resolve<R: Runner>(app: &AppState<R>, model: &str, flavor: Flavor) -> Result<crate::models::Entry, ApiError> {
+    let catalog = app.catalog.get(&app.runner).await.map_err(|e| ApiError::from_call(flavor, &e))?;
     catalog.find(model).cloned().ok_or_else(|| ApiError::model_not_found(flavor, model, &catalog.names()))
 }
 
@@ -368,11 +367,11 @@ fn stream_end(r: Result<Done, revis_client::CallError>, last: impl FnOnce(&Done)
     }
 }
 
-pub(crate) async fn chat<B: Backend>(State(app): State<Shared<B>>, body: Body) -> Response {
+pub(crate) async fn chat<R: Runner>(State(app): State<AppState<R>>, body: Body) -> Response {
     chat_response(app, body).await.unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn chat_response<B: Backend>(app: Shared<B>, body: Body) -> Result<Response, ApiError> {
+async fn chat_response<R: Runner>(app: AppState<R>, body: Body) -> Result<Response, ApiError> {
     let req: CreateChatCompletionRequest = request::json(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
     let params = chat_params(&req)?;
     let entry = resolve(&app, &req.model, FLAVOR).await?;
@@ -435,7 +434,7 @@ async fn chat_response<B: Backend>(app: Shared<B>, body: Body) -> Result<Respons
     Ok(sse_response(first, generation, encode))
 }
 
-pub(crate) async fn completions<B: Backend>(State(app): State<Shared<B>>, body: Body) -> Response {
+pub(crate) async fn completions<R: Runner>(State(app): State<AppState<R>>, body: Body) -> Response {
     completion_response(app, body).await.unwrap_or_else(IntoResponse::into_response)
 }
 
@@ -446,7 +445,7 @@ fn completion_finish(d: &Done) -> CompletionFinishReason {
     }
 }
 
-async fn completion_response<B: Backend>(app: Shared<B>, body: Body) -> Result<Response, ApiError> {
+async fn completion_response<R: Runner>(app: AppState<R>, body: Body) -> Result<Response, ApiError> {
     let req: CreateCompletionRequest = request::json(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
     let params = completion_params(&req)?;
     let entry = resolve(&app, &req.model, FLAVOR).await?;

@@ -174,6 +174,14 @@ mod tests {
         async fn generate(&self, _: GenerateParams, _: impl FnMut(&str) + Send) -> Result<Done, CallError> {
             Ok(Done::default())
         }
+
+        async fn embed(&self, _: revis_client::EmbedParams) -> Result<revis_client::Embedded, CallError> {
+            Err(CallError::new(revis_client::Code::Unimplemented, "scripted: no embeddings"))
+        }
+
+        async fn tiers(&self) -> Result<Vec<revis_client::TierStatus>, CallError> {
+            Ok(Vec::new())
+        }
     }
 
     fn setup(ms: u64, fail: bool) -> (PrePrefill<Scripted>, Gates, Arc<Semaphore>) {

@@ -64,8 +64,8 @@ fn an_advertised_machine_shows_up_not_paired_and_pairs_by_its_name() {
     // "Pair with desk" picks it by name; the code comes from the desk.
     let rt = tokio::runtime::Runtime::new().unwrap();
     let mut window = rt.block_on(async {
-        let mut c = revis_client::Client::connect(&desk.socket).await.unwrap();
-        c.admin.open_pairing(pb::OpenPairingRequest { window_s: 0 }).await.unwrap().into_inner()
+        let c = revis_client::Client::connect(&desk.socket).await.unwrap();
+        c.wire().admin.open_pairing(pb::OpenPairingRequest { window_s: 0 }).await.unwrap().into_inner()
     });
     let code = match rt.block_on(window.message()).unwrap().and_then(|e| e.event) {
         Some(pb::pairing_event::Event::Opened(o)) => o.code,

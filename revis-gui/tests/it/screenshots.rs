@@ -48,9 +48,9 @@ fn screenshots_of_the_main_views() {
     let data = tempfile::tempdir().unwrap();
     // This machine is paired with the daemon, as a node of its own (loopback, no mDNS).
     block_on(async {
-        let mut c = revis_client::Client::connect(&d.socket).await.unwrap();
+        let c = revis_client::Client::connect(&d.socket).await.unwrap();
         let addr = c.status().await.unwrap().server.unwrap().listen_address.parse().unwrap();
-        let mut events = c.admin.open_pairing(pb::OpenPairingRequest { window_s: 0 }).await.unwrap().into_inner();
+        let mut events = c.wire().admin.open_pairing(pb::OpenPairingRequest { window_s: 0 }).await.unwrap().into_inner();
         let Some(pb::pairing_event::Event::Opened(o)) = events.message().await.unwrap().and_then(|e| e.event) else { panic!("no code") };
         let mut keyring = revis_client::Keyring::open(&data.path().join("client")).unwrap();
         revis_client::pair(&mut keyring, addr, "desk", &o.code.parse().unwrap(), "laptop").await.unwrap();

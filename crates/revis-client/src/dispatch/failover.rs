@@ -8,14 +8,17 @@
 //! - a JSON answer, never shown in parts: started again elsewhere.
 //!
 //! This machine's daemon is the last resort: a failure there is the
-//! caller's, never sent again.
+//! caller's, never sent again; so is a failure on the node a dispatcher is
+//! held to ([`Dispatcher::on_node`]), once its breaker is open.
+//!
+//! Every call here is sent once ([`Client::once`]): the client's own retry
+//! would send it to the same daemon again, where failover moves on.
 
 use std::time::{Duration, Instant};
 
 use super::{Dispatcher, FALLBACKS_KEPT, Fallback, Route};
 use crate::Client;
 use crate::api::{CallError, Code, Done, EmbedParams, Embedded, Event, Format, GenerateParams, PrefillParams, Prefilled, Priority};
-use crate::wire::v1 as pb;
 
 impl Dispatcher {
     /// A pre-prefill, sent where the answer will go (a user's answer then
@@ -23,25 +26,19 @@ impl Dispatcher {
     pub(super) async fn prefill_routed(&self, req: PrefillParams) -> Result<Prefilled, CallError> {
         let background = req.priority == Priority::Background;
         let target = self.choose(req.tier, background, &[]);
-        if !background {
+        if !background && self.pinned.is_none() {
             self.lock().sticky.insert(req.tier, target.clone());
         }
         let Some(client) = self.client(&target) else {
             return Err(CallError::new(Code::Unavailable, format!("{} is not connected", self.name(&target))));
         };
         let _counted = self.start(&target);
-        match client.inference.clone().prefill(pb::PrefillRequest::from(&req)).await {
-            Ok(r) => Ok(r.into_inner().into()),
-            Err(s) => {
-                self.failed(&target, s.message());
-                Err(s.into())
-            }
-        }
+        client.once().prefill(&req).await.inspect_err(|e| self.failed(&target, &e.message))
     }
 
     /// Embeddings, from where the tier runs (an offloaded tier's node),
     /// sent again elsewhere, and at last here, when a node fails.
-    pub async fn embed(&self, req: EmbedParams) -> Result<Embedded, CallError> {
+    pub(super) async fn embed_routed(&self, req: EmbedParams) -> Result<Embedded, CallError> {
         let mut tried: Vec<Route> = Vec::new();
         loop {
             let target = self.choose(req.tier, false, &tried);
@@ -49,18 +46,23 @@ impl Dispatcher {
                 if target == Route::Local {
                     return Err(CallError::new(Code::Unavailable, "this machine's revisd is not connected"));
                 }
+                if self.pinned.is_some() {
+                    return Err(CallError::new(Code::Unavailable, format!("{} is not connected", self.name(&target))));
+                }
                 tried.push(target);
                 continue;
             };
             let _counted = self.start(&target);
-            match client.inference.clone().embed(pb::EmbedRequest::from(&req)).await {
-                Ok(r) => return Ok(r.into_inner().into()),
-                Err(s) => {
-                    let e = CallError::from(s);
+            match client.once().embed(&req).await {
+                Ok(embedded) => return Ok(embedded),
+                Err(e) => {
                     if e.is_final() || target == Route::Local {
                         return Err(e);
                     }
                     self.failed(&target, &e.message);
+                    if self.pinned.is_some() {
+                        return Err(e);
+                    }
                     tried.push(target);
                 }
             }
@@ -109,6 +111,11 @@ impl Dispatcher {
                     return Ok(Done { text: delivered, generated_tokens: tokens, ..done });
                 }
                 Err(e) if e.is_final() || target == Route::Local => return Err(e.after(if json { 0 } else { delivered.len() })),
+                Err(e) if self.pinned.is_some() => {
+                    // Held to this node: its breaker opens, the answer goes nowhere else.
+                    self.failed(&target, &e.message);
+                    return Err(e.after(if json { 0 } else { delivered.len() }));
+                }
                 Err(e) => {
                     let at = self.name(&target);
                     tracing::warn!(
@@ -167,32 +174,31 @@ impl Dispatcher {
         let t0 = Instant::now();
         let deadline =
             |what: &str, limit: Duration| CallError::new(Code::DeadlineExceeded, format!("no {what} within {:.1}s", limit.as_secs_f64()));
-        let mut inference = client.inference.clone();
-        let mut stream = match tokio::time::timeout(d.first_token, inference.generate(pb::GenerateRequest::from(req))).await {
+        let mut stream = match tokio::time::timeout(d.first_token, client.once().generate(req)).await {
             Err(_) => return Err(deadline("answer", d.first_token)),
-            Ok(r) => r.map_err(CallError::from)?.into_inner(),
+            Ok(r) => r?,
         };
         let mut first = true;
         loop {
             let limit = if first { d.first_token.saturating_sub(t0.elapsed()) } else { d.gap };
             let limit = limit.min(d.total.saturating_sub(t0.elapsed()));
-            let ev = match tokio::time::timeout(limit, stream.message()).await {
+            let ev = match tokio::time::timeout(limit, stream.next()).await {
                 Err(_) if t0.elapsed() >= d.total => return Err(deadline("end of the answer", d.total)),
                 Err(_) => {
                     return Err(deadline(if first { "first token" } else { "next token" }, if first { d.first_token } else { d.gap }));
                 }
-                Ok(r) => r.map_err(CallError::from)?,
+                Ok(r) => r?,
             };
             let Some(ev) = ev else {
                 return Err(CallError::new(Code::Unavailable, "the stream ended before the answer was done"));
             };
-            match crate::wire::event(ev) {
-                None | Some(Event::Started { .. }) => {}
-                Some(Event::Delta { text, tokens, .. }) => {
+            match ev {
+                Event::Started { .. } => {}
+                Event::Delta { text, tokens, .. } => {
                     first = false;
                     on_text(&text, tokens);
                 }
-                Some(Event::Done(done)) => return Ok(done),
+                Event::Done(done) => return Ok(done),
             }
         }
     }

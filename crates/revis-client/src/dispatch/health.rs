@@ -13,7 +13,6 @@ use revis_trust::{DeviceId, PairedDevice, TrustStore};
 
 use super::{Dispatcher, NodeView, Route, State};
 use crate::api::{DaemonStatus, Done};
-use crate::wire::v1 as pb;
 use crate::{Client, Node};
 
 /// mDNS is asked at most this often, and only when a node does not answer
@@ -199,7 +198,7 @@ impl Dispatcher {
             };
             let t0 = Instant::now();
             // Once: a node that does not answer is what the probe is for.
-            let status = client.admin.clone().status(pb::StatusRequest {}).await.map_err(|s| s.message().to_owned())?.into_inner().into();
+            let status = client.once().status().await.map_err(|e| e.message)?;
             Ok((client, status, t0.elapsed()))
         };
         tokio::time::timeout(self.deadlines.probe, run)

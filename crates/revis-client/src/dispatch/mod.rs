@@ -11,7 +11,10 @@
 //!   least loaded by queue depth and measured speed); background tasks are
 //!   spread over every such node, and over this machine too when the tier
 //!   keeps its local model (`keep_local`);
-//! - with no healthy node, it runs here.
+//! - with no healthy node, it runs here;
+//! - a task that names a paired node ([`Dispatcher::on_node`], the HTTP
+//!   APIs' `NODE/TIER`) runs there alone: a failure opens that node's
+//!   breaker as any other, and nothing moves elsewhere.
 //!
 //! Failures: a node that fails a call has its circuit breaker opened (it gets
 //! no work) until a health probe succeeds again ([`Dispatcher::refresh`]).
@@ -49,7 +52,7 @@ use std::time::{Duration, Instant};
 use revis_trust::{DeviceId, Interfaces};
 use tokio::sync::watch;
 
-use crate::api::{CallError, Done, GenerateParams, PrefillParams, Prefilled, Runner, Tier};
+use crate::api::{CallError, Done, EmbedParams, Embedded, GenerateParams, PrefillParams, Prefilled, Runner, Tier, TierStatus};
 use crate::ensemble::{Ensemble, EnsembleSpec, Member, Weights};
 use crate::{Client, Keyring};
 use routing::{LocalLoad, Task};
@@ -219,6 +222,8 @@ pub struct Dispatcher {
     deadlines: Deadlines,
     state: Arc<Mutex<State>>,
     parallelism: Arc<watch::Sender<usize>>,
+    /// Every task goes to this node alone ([`Dispatcher::on_node`]).
+    pinned: Option<DeviceId>,
 }
 
 impl Dispatcher {
@@ -243,6 +248,7 @@ impl Dispatcher {
             deadlines,
             state: Arc::new(Mutex::new(state)),
             parallelism: Arc::new(watch::Sender::new(1)),
+            pinned: None,
         }
     }
 
@@ -316,12 +322,15 @@ impl Dispatcher {
         }))
     }
 
-    /// The daemon of a paired node (by name or device ID) whose breaker is
-    /// closed, to send it a request of its own (no routing, no failover).
-    pub fn node_client(&self, node: &str) -> Option<Client> {
+    /// This dispatcher held to one paired node (by name or device ID) whose
+    /// breaker is closed, for tasks that name where they must run: each
+    /// runs there alone, under the nodes' deadlines, and a failure opens
+    /// the node's breaker and is the caller's (no failover, no ensemble).
+    /// It shares this dispatcher's state (breakers, loads, counts).
+    pub fn on_node(&self, node: &str) -> Option<Dispatcher> {
         let state = self.lock();
         let n = state.nodes.iter().find(|n| n.healthy && (n.name == node || n.device_id.to_string() == node))?;
-        state.clients.get(&n.device_id).cloned()
+        state.clients.contains_key(&n.device_id).then(|| Dispatcher { pinned: Some(n.device_id), ..self.clone() })
     }
 
     /// The paired nodes as last probed.
@@ -364,8 +373,12 @@ impl Dispatcher {
         self.apply_placement().await;
     }
 
-    /// Picks where a task of `tier` runs, never one of `exclude`.
+    /// Picks where a task of `tier` runs, never one of `exclude` (a
+    /// dispatcher held to a node: that node).
     pub fn choose(&self, tier: Tier, background: bool, exclude: &[Route]) -> Route {
+        if let Some(id) = self.pinned {
+            return Route::Node(id);
+        }
         let state = self.lock();
         routing::choose(&state.nodes, state.here, &state.offload(tier), state.sticky.get(&tier), Task { tier, background, exclude })
     }
@@ -383,24 +396,99 @@ impl Dispatcher {
             Route::Node(id) => self.lock().nodes.iter().find(|n| n.device_id == *id).map_or_else(|| id.to_string(), |n| n.name.clone()),
         }
     }
+
+    /// The ensemble that answers `tier`, unless this dispatcher is held to a node.
+    fn answering_ensemble(&self, tier: Tier) -> Option<Ensemble> {
+        if self.pinned.is_some() { None } else { self.ensemble_for(tier) }
+    }
 }
 
 impl Runner for Dispatcher {
     async fn prefill(&self, req: PrefillParams) -> Result<Prefilled, CallError> {
-        match self.ensemble_for(req.tier) {
+        match self.answering_ensemble(req.tier) {
             Some(ensemble) => ensemble.prefill(req).await,
             None => self.prefill_routed(req).await,
         }
     }
 
     async fn generate(&self, req: GenerateParams, on_delta: impl FnMut(&str) + Send) -> Result<Done, CallError> {
-        match self.ensemble_for(req.tier) {
+        match self.answering_ensemble(req.tier) {
             Some(ensemble) => ensemble.generate(req, on_delta).await,
             None => self.generate_with_failover(req, on_delta).await,
         }
     }
 
+    async fn embed(&self, req: EmbedParams) -> Result<Embedded, CallError> {
+        self.embed_routed(req).await
+    }
+
+    /// This machine's daemon's tiers.
+    async fn tiers(&self) -> Result<Vec<TierStatus>, CallError> {
+        self.local.tiers().await
+    }
+
     fn parallelism(&self) -> Option<watch::Receiver<usize>> {
         Some(self.parallelism())
+    }
+
+    fn nodes(&self) -> Vec<(String, Vec<Tier>)> {
+        Dispatcher::nodes(self).into_iter().map(|n| (n.name, n.tiers)).collect()
+    }
+
+    fn on_node(&self, node: &str) -> Option<Dispatcher> {
+        Dispatcher::on_node(self, node)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tonic::transport::Endpoint;
+
+    use super::*;
+    use crate::Target;
+    use crate::api::Code;
+
+    /// A client whose channel connects only when used (never, here).
+    fn idle_client() -> Client {
+        Client::over(Endpoint::from_static("http://revisd.local").connect_lazy(), Target::Socket("/nowhere/revisd.sock".into()))
+    }
+
+    #[tokio::test]
+    async fn a_dispatcher_held_to_a_node_sends_its_tasks_there_alone_and_only_while_it_answers() {
+        let d = Dispatcher::new(idle_client(), None, None, BTreeMap::new(), Deadlines::default());
+        let id = DeviceId::from_bytes([1; 32]);
+        d.lock().nodes.push(NodeView {
+            name: "desk".into(),
+            device_id: id,
+            addr: None,
+            healthy: true,
+            last_error: None,
+            queue_depth: 0,
+            in_flight: 0,
+            tokens_per_s: 0.0,
+            latency_ms: 0.0,
+            tiers: vec![Tier::Tier1],
+            completed: 0,
+        });
+        assert!(d.on_node("desk").is_none(), "not connected: it does not answer");
+        d.lock().clients.insert(id, idle_client());
+        assert!(d.on_node("attic").is_none(), "no such node");
+        assert!(d.on_node(&id.to_string()).is_some(), "by device ID too");
+        let held = d.on_node("desk").unwrap();
+        assert_eq!(d.choose(Tier::Tier1, false, &[]), Route::Local, "tier1 is not offloaded");
+        assert_eq!(held.choose(Tier::Tier1, false, &[]), Route::Node(id));
+        assert_eq!(Runner::nodes(&d), [("desk".to_owned(), vec![Tier::Tier1])]);
+
+        // The node goes away under the held dispatcher: the answer fails
+        // there, its breaker opens for everyone, and nothing moves here.
+        d.lock().clients.remove(&id);
+        let e = Runner::generate(&held, GenerateParams::default(), |_| {}).await.unwrap_err();
+        assert_eq!((e.code, e.message.as_str()), (Code::Unavailable, "not connected"));
+        assert!(!d.nodes()[0].healthy, "its breaker is open");
+        assert!(d.fallbacks().is_empty(), "nothing went elsewhere");
+        assert_eq!(d.local_completed(), 0);
+        let e = Runner::embed(&held, EmbedParams::default()).await.unwrap_err();
+        assert_eq!((e.code, e.message.as_str()), (Code::Unavailable, "desk is not connected"));
+        assert!(d.on_node("desk").is_none());
     }
 }

@@ -10,7 +10,8 @@ use super::combine::{self, Span, Weights};
 use super::settings::{EnsembleSpec, Method};
 use crate::Client;
 use crate::api::{
-    CallError, Code, Done, Event, FinishReason, Format, GenerateParams, PrefillParams, Prefilled, Runner, ScoreParams, Tier, TokenLogprob,
+    CallError, Code, Done, EmbedParams, Embedded, Event, FinishReason, Format, GenerateParams, PrefillParams, Prefilled, Runner,
+    ScoreParams, Tier, TierStatus, TokenLogprob,
 };
 
 /// An answer's length when the request does not say (the daemon's own default).
@@ -436,6 +437,14 @@ async fn draft(client: &Client, params: &GenerateParams) -> Result<Draft, CallEr
     Err(CallError::new(Code::Unavailable, "the daemon closed the stream before the draft was done"))
 }
 
+impl Ensemble {
+    /// The first member: what an ensemble answers for alone (embeddings,
+    /// its tiers), since only answers are combined.
+    fn first(&self) -> Result<&Member, CallError> {
+        self.members.first().ok_or_else(|| CallError::new(Code::FailedPrecondition, "the ensemble has no members"))
+    }
+}
+
 impl Runner for Ensemble {
     /// Warms every member's cache at once; answers with the first member's figures.
     async fn prefill(&self, req: PrefillParams) -> Result<Prefilled, CallError> {
@@ -549,5 +558,16 @@ impl Runner for Ensemble {
             generate_us: started.elapsed().as_micros() as u64,
             ..Done::default()
         })
+    }
+
+    /// The first member's embeddings, with its model.
+    async fn embed(&self, req: EmbedParams) -> Result<Embedded, CallError> {
+        let m = self.first()?;
+        m.client.embed(&EmbedParams { tier: m.tier, ..req }).await.map_err(|e| e.into_call())
+    }
+
+    /// The tiers of the first member's daemon.
+    async fn tiers(&self) -> Result<Vec<TierStatus>, CallError> {
+        self.first()?.client.tiers().await
     }
 }

@@ -57,6 +57,14 @@ impl Runner for Scripted {
         Ok(Prefilled::default())
     }
 
+    async fn embed(&self, _: revis_client::EmbedParams) -> Result<revis_client::Embedded, CallError> {
+        Err(CallError::new(revis_client::Code::Unimplemented, "scripted: no embeddings"))
+    }
+
+    async fn tiers(&self) -> Result<Vec<revis_client::TierStatus>, CallError> {
+        Ok(Vec::new())
+    }
+
     async fn generate(&self, req: GenerateParams, mut on_delta: impl FnMut(&str) + Send) -> Result<Done, CallError> {
         self.seen.lock().unwrap().push(req.clone());
         let text = match &req.format {
