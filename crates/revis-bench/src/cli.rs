@@ -84,7 +84,8 @@ pub struct Common {
     /// The revisd binary. Default: next to this executable (target/release/revisd).
     #[arg(long)]
     pub revisd: Option<PathBuf>,
-    /// A short run for development: 1 round, 32 generated tokens, 128-token prompt, 300-token prefix.
+    /// A short run for development: 1 round, 32 generated tokens (speed: 128-token prompt,
+    /// 300-token prefix; remote, http: 2 pairs, 3 connections; the others their own reduced counts).
     #[arg(long)]
     pub quick: bool,
 }
@@ -107,6 +108,7 @@ pub struct Output {
     pub doc: Option<PathBuf>,
 }
 
+/// How many times each measurement is repeated.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Rounds {
     /// Rounds; each round measures every model × thread count once, interleaved.
@@ -114,6 +116,7 @@ pub struct Rounds {
     pub rounds: u32,
 }
 
+/// How long each generated answer is.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Gen {
     /// Generated tokens for the decode test (llama-bench -n, revis max_tokens).
