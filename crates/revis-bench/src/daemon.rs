@@ -28,13 +28,13 @@ pub struct Launch<'a> {
     /// Commands that run revisd, each exec'ing the next.
     pub wrap: &'a [String],
     /// `daemon.speculate` ("off", "auto", "always"): off everywhere but
-    /// `--lookup`, so the other figures measure plain decoding, comparable
+    /// `revis-bench lookup`, so the other figures measure plain decoding, comparable
     /// with llama-bench's.
     pub speculate: &'a str,
     pub extra: Extra<'a>,
 }
 
-/// More config lines (TOML), for `--split`: in `[server]` and in every
+/// More config lines (TOML), for `revis-bench split`: in `[server]` and in every
 /// `[tiers.X]` (the tiers share the one model, so they agree).
 #[derive(Clone, Copy, Default)]
 pub struct Extra<'a> {

@@ -1,4 +1,4 @@
-//! `revis-bench --ensemble`: what two different models answering together
+//! `revis-bench ensemble`: what two different models answering together
 //! are worth, measured on public data (docs/ENSEMBLE.md).
 //!
 //! One revisd serves both models, each on a tier of its own (the first of
@@ -33,16 +33,12 @@ use clap::ValueEnum;
 use revis_client::{Client, ScoreParams, Scored, Tier, TokenLogprob};
 
 use crate::daemon::{Daemon, Extra, Launch};
+use crate::harness::{Bench, Place, Raw, Section, args_line, model_file, revisd_path, workspace_root};
 
-/// The options of `--ensemble`.
+/// The options of `revis-bench ensemble`.
 #[derive(clap::Args, Debug)]
 pub struct EnsembleArgs {
-    /// Run only the ensemble benchmark (docs/ENSEMBLE.md): PIQA scoring,
-    /// capitals answers and bits per byte, with the two models of --models
-    /// on two tiers of one revisd (about 15 minutes on 2 cores).
-    #[arg(long, conflicts_with_all = ["chat", "remote", "dispatch", "faults"])]
-    pub ensemble: bool,
-    /// Parts of --ensemble to run.
+    /// Parts to run.
     #[arg(long, value_delimiter = ',', value_enum, default_values_t = Part::ALL)]
     pub ensemble_parts: Vec<Part>,
     /// PIQA items, one JSON object (goal, sol1, sol2) a line. Default: ../shared/eval/piqa-dev/valid.jsonl.
@@ -74,7 +70,7 @@ pub struct EnsembleArgs {
     pub bits_items: usize,
 }
 
-/// A part of `--ensemble`.
+/// A part of `revis-bench ensemble`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Part {
     Piqa,
@@ -153,7 +149,7 @@ impl Answers {
 
 /// The data directory beside the workspace.
 fn eval_dir() -> PathBuf {
-    crate::workspace_root().join("../shared/eval")
+    workspace_root().join("../shared/eval")
 }
 
 /// What the parts run on, with the limits applied.
@@ -208,84 +204,94 @@ fn load_sets(a: &EnsembleArgs, quick: bool) -> anyhow::Result<Sets> {
     Ok(Sets { piqa, scored, bits, split, capitals })
 }
 
-pub async fn run(args: &crate::Args) -> anyhow::Result<()> {
-    let a = &args.ens;
-    if args.models.len() != 2 {
-        bail!("--ensemble measures two models (--models A,B), not {}", args.models.len());
-    }
-    let sets = load_sets(a, args.quick)?;
-    let revisd = crate::revisd_path(args)?;
-    let mut files = Vec::new();
-    for name in &args.models {
-        files.push(crate::model_file(name).await?);
-    }
-    let members: Vec<Member> =
-        args.models.iter().zip([Tier::Tier1, Tier::Tier2]).map(|(name, tier)| Member { name: name.clone(), tier }).collect();
-    let threads = *args.threads.iter().max().unwrap_or(&2);
-    let machine = crate::machine::Machine::detect();
-    let date = crate::machine::utc_now();
-    let started = Instant::now();
+/// `revis-bench ensemble`.
+pub struct Ensemble {
+    pub args: crate::cli::EnsembleArgs,
+}
 
-    let dir = tempfile::Builder::new().prefix("revis-bench-ensemble-").tempdir()?;
-    let config = write_config(dir.path(), &files, threads, args.context, args.batch)?;
-    // daemon.rs writes a one-model config; `env` in front (it execs revisd,
-    // so the PID stays revisd's) puts this two-model one in its place.
-    let wrap = ["env".to_owned(), format!("REVIS_CONFIG={}", config.display())];
-    let launch =
-        Launch { threads, context: args.context, batch: args.batch, listen: None, wrap: &wrap, speculate: "off", extra: Extra::NONE };
-    let daemon = Daemon::start_wrapped(&revisd, &files[0], launch).await?;
-    let mut r = Results { members: members.clone(), piqa_split: sets.split, capitals_total: sets.capitals.len(), ..Default::default() };
-    let outcome = run_parts(&daemon.client, &members, &sets, a, &mut r).await;
-    if outcome.is_err() {
-        eprintln!("revis-bench: revisd log:\n{}", daemon.log_tail());
-    }
-    daemon.stop();
-    outcome?;
-    if a.ensemble_parts.contains(&Part::TwoMachines) {
-        let setup = answer::TwoMachines {
-            revisd: &revisd,
-            models: [files[0].clone(), files[1].clone()],
-            context: args.context,
-            batch: args.batch,
-            span: a.span,
-            max_tokens: a.capitals_max_tokens,
-        };
-        // A thread of its own: it enters a network namespace.
-        r.two_machines = std::thread::scope(|s| s.spawn(|| answer::two_machines(&members, &sets.capitals, &setup)).join())
-            .map_err(|_| anyhow::anyhow!("the two-machine part panicked"))??;
-    }
+/// What a run measured, and what its report says about the run.
+pub struct Ran {
+    results: Results,
+    revisd: PathBuf,
+    date: String,
+    machine: crate::machine::Machine,
+    elapsed: Duration,
+}
 
-    let about = report::About {
-        date: &date,
-        command: &crate::args_line(),
-        machine: &machine,
-        revisd: &revisd,
-        threads,
-        context: args.context,
-        elapsed: started.elapsed(),
-        capitals_max_tokens: a.capitals_max_tokens,
-    };
-    let sections = report::sections(&r, &about);
-    for (_, section) in &sections {
-        println!("{section}");
-    }
-    let root = crate::workspace_root();
-    let raw = root.join("target/revis-bench/last-ensemble-run.json");
-    if let Some(d) = raw.parent() {
-        std::fs::create_dir_all(d)?;
-    }
-    std::fs::write(&raw, serde_json::to_string_pretty(&report::raw_json(&r))?)?;
-    eprintln!("revis-bench: per-item scores in {}", raw.display());
-    if args.write {
-        let doc = args.doc.clone().unwrap_or_else(|| root.join("docs/ENSEMBLE.md"));
-        let mut text = std::fs::read_to_string(&doc).unwrap_or_default();
-        for (part, section) in &sections {
-            text = report::splice(&text, *part, section);
+impl Bench for Ensemble {
+    type Results = Ran;
+    const DOC: &'static str = "docs/ENSEMBLE.md";
+
+    async fn run(&self) -> anyhow::Result<Ran> {
+        let (c, a) = (&self.args.common, &self.args.ens);
+        if c.models.len() != 2 {
+            bail!("revis-bench ensemble measures two models (--models A,B), not {}", c.models.len());
         }
-        std::fs::write(&doc, text)?;
-        eprintln!("revis-bench: updated {}", doc.display());
+        let sets = load_sets(a, c.quick)?;
+        let revisd = revisd_path(c)?;
+        let mut files = Vec::new();
+        for name in &c.models {
+            files.push(model_file(name).await?);
+        }
+        let members: Vec<Member> =
+            c.models.iter().zip([Tier::Tier1, Tier::Tier2]).map(|(name, tier)| Member { name: name.clone(), tier }).collect();
+        let threads = c.most_threads();
+        let machine = crate::machine::Machine::detect();
+        let date = crate::machine::utc_now();
+        let started = Instant::now();
+
+        let dir = tempfile::Builder::new().prefix("revis-bench-ensemble-").tempdir()?;
+        let config = write_config(dir.path(), &files, threads, c.context, c.batch)?;
+        // daemon.rs writes a one-model config; `env` in front (it execs revisd,
+        // so the PID stays revisd's) puts this two-model one in its place.
+        let wrap = ["env".to_owned(), format!("REVIS_CONFIG={}", config.display())];
+        let launch =
+            Launch { threads, context: c.context, batch: c.batch, listen: None, wrap: &wrap, speculate: "off", extra: Extra::NONE };
+        let daemon = Daemon::start_wrapped(&revisd, &files[0], launch).await?;
+        let mut r = Results { members: members.clone(), piqa_split: sets.split, capitals_total: sets.capitals.len(), ..Default::default() };
+        let outcome = run_parts(&daemon.client, &members, &sets, a, &mut r).await;
+        if outcome.is_err() {
+            eprintln!("revis-bench: revisd log:\n{}", daemon.log_tail());
+        }
+        daemon.stop();
+        outcome?;
+        if a.ensemble_parts.contains(&Part::TwoMachines) {
+            let setup = answer::TwoMachines {
+                revisd: &revisd,
+                models: [files[0].clone(), files[1].clone()],
+                context: c.context,
+                batch: c.batch,
+                span: a.span,
+                max_tokens: a.capitals_max_tokens,
+            };
+            // A thread of its own: it enters a network namespace.
+            r.two_machines = std::thread::scope(|s| s.spawn(|| answer::two_machines(&members, &sets.capitals, &setup)).join())
+                .map_err(|_| anyhow::anyhow!("the two-machine part panicked"))??;
+        }
+        Ok(Ran { results: r, revisd, date, machine, elapsed: started.elapsed() })
     }
-    Ok(())
+
+    fn report(&self, ran: &Ran) -> anyhow::Result<Vec<Section>> {
+        let (c, a) = (&self.args.common, &self.args.ens);
+        let about = report::About {
+            date: &ran.date,
+            command: &args_line(),
+            machine: &ran.machine,
+            revisd: &ran.revisd,
+            threads: c.most_threads(),
+            context: c.context,
+            elapsed: ran.elapsed,
+            capitals_max_tokens: a.capitals_max_tokens,
+        };
+        Ok(report::sections(&ran.results, &about)
+            .into_iter()
+            .map(|(part, text)| Section { text, place: Place::Marked(Box::new(move |old, section| report::splice(old, part, section))) })
+            .collect())
+    }
+
+    fn raw(&self, ran: &Ran) -> anyhow::Result<Option<Raw>> {
+        Raw::new("last-ensemble-run.json", &report::raw_json(&ran.results), "per-item scores").map(Some)
+    }
 }
 
 async fn run_parts(client: &Client, members: &[Member], sets: &Sets, a: &EnsembleArgs, r: &mut Results) -> anyhow::Result<()> {
@@ -371,7 +377,7 @@ fn write_config(dir: &Path, models: &[PathBuf], threads: u32, context: u32, batc
     std::fs::write(
         &path,
         format!(
-            "# Written by revis-bench --ensemble.\n[daemon]\nthreads = {threads}\ncontext = {context}\nbatch = {batch}\nkeep_alive_s = 0\nload_at_start = true\n\
+            "# Written by revis-bench ensemble.\n[daemon]\nthreads = {threads}\ncontext = {context}\nbatch = {batch}\nkeep_alive_s = 0\nload_at_start = true\n\
              [tiers.tier1]\nmodel = {a}\n[tiers.tier2]\nmodel = {b}\n[tiers.tier3]\nmodel = {a}\n[server]\nenabled = false\nstate_dir = {}\n",
             quoted(&state)?
         ),

@@ -1,4 +1,4 @@
-//! `revis-bench --quality`: what the three gears of a turn change
+//! `revis-bench quality`: what the three gears of a turn change
 //! (docs/QUALITY.md), on small labelled sets written for it by hand
 //! (`crates/revis-bench/data/quality/`, see docs/QUALITY.md for how).
 //!
@@ -33,15 +33,10 @@ use serde::Deserialize;
 
 use crate::daemon::Daemon;
 
-/// The options of `--quality`.
+/// The options of `revis-bench quality`.
 #[derive(clap::Args, Debug)]
 pub struct QualityArgs {
-    /// Run only the quality benchmark (docs/QUALITY.md): tier1's check,
-    /// tier2's checklist and the profile extraction on the labelled sets,
-    /// for each model of --models on every tier of one revisd.
-    #[arg(long, conflicts_with_all = ["chat", "remote", "dispatch", "faults", "ensemble"])]
-    pub quality: bool,
-    /// Parts of --quality to run.
+    /// Parts to run.
     #[arg(long, value_delimiter = ',', value_enum, default_values_t = QPart::ALL)]
     pub quality_parts: Vec<QPart>,
     /// The folder of the labelled sets. Default: crates/revis-bench/data/quality.
@@ -400,7 +395,7 @@ pub fn report(results: &[ModelResults], about: &str, time: bool) -> String {
     let mut o = String::new();
     let name = results.first().map_or("none", |r| r.model.as_str());
     let (begin, end) = markers(name, if time { "time" } else { "quality" });
-    let _ = writeln!(o, "{begin} (written by revis-bench --quality; edit outside the markers) -->\n");
+    let _ = writeln!(o, "{begin} (written by revis-bench quality; edit outside the markers) -->\n");
     let _ = writeln!(o, "{about}\n");
     if !time && results.iter().any(|r| !r.language.is_empty()) {
         let _ = writeln!(o, "### Language: answers in the user's language (whatlang judges the answer)\n");

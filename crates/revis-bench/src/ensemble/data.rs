@@ -1,4 +1,4 @@
-//! The evaluation sets of `--ensemble`, in the formats of `../shared/eval/`:
+//! The evaluation sets of `revis-bench ensemble`, in the formats of `../shared/eval/`:
 //! PIQA (`valid.jsonl`: one `{"goal", "sol1", "sol2"}` a line, and a labels
 //! file: the same line says 0 or 1, the right solution) and the capitals
 //! questions (`{"question", "answers": [..]}` a line). Every bad line is an

@@ -1,4 +1,4 @@
-//! `--faults` daemon-kill: revisd under socket activation, killed with
+//! `revis-bench faults` daemon-kill: revisd under socket activation, killed with
 //! SIGKILL at random moments while clients run Generate in a loop, and
 //! started again on the same held socket (as systemd does). Every call must
 //! end with an answer or a clean retryable error; none may hang.

@@ -1,4 +1,4 @@
-//! `--faults` chat-kill: `revis chat` killed with SIGKILL at random moments
+//! `revis-bench faults` chat-kill: `revis chat` killed with SIGKILL at random moments
 //! of its answer, one process after another against one revisd and one
 //! store; afterwards the store is opened and every turn checked against
 //! what the process had printed: nothing the store reported complete is

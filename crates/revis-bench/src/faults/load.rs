@@ -1,4 +1,4 @@
-//! `--faults` load: concurrent clients against one revisd for a fixed time,
+//! `revis-bench faults` load: concurrent clients against one revisd for a fixed time,
 //! mixing well-behaved Generates with Score, Prefill, Generates cancelled
 //! mid-stream, Generates opened and never read, and connections that send
 //! garbage. Every call must end in a proper gRPC status within the deadline.

@@ -1,4 +1,4 @@
-//! `revis-bench --faults`: what revis does when callers misbehave and
+//! `revis-bench faults`: what revis does when callers misbehave and
 //! processes die, counted against invariants (docs/RELIABILITY.md).
 //!
 //! Three parts, each bounded in count and time, on temporary directories and
@@ -15,7 +15,7 @@ mod load;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use revis_client::{CallError, ClientError, Code};
@@ -37,7 +37,7 @@ impl Part {
     pub const ALL: [Part; 3] = [Part::Load, Part::ChatKill, Part::DaemonKill];
 }
 
-/// What a `--faults` run does; every count and time is bounded here.
+/// What a `revis-bench faults` run does; every count and time is bounded here.
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub parts: Vec<Part>,
@@ -65,39 +65,39 @@ pub struct About<'a> {
 /// Flags and their defaults (wired into main.rs's `Args`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct FaultArgs {
-    /// Which parts of --faults to run.
+    /// Which parts to run.
     #[arg(long, value_delimiter = ',', value_enum, default_values_t = Part::ALL)]
     pub fault_parts: Vec<Part>,
     /// The random seed (printed; pass it again to replay the same choices; timings still differ).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// --faults load: seconds the clients run.
+    /// load: seconds the clients run.
     #[arg(long, default_value_t = 30)]
     pub load_secs: u64,
-    /// --faults load: concurrent clients.
+    /// load: concurrent clients.
     #[arg(long, default_value_t = 8)]
     pub clients: usize,
-    /// --faults: a call that has not ended after this many seconds counts as a hang (a failure).
+    /// A call that has not ended after this many seconds counts as a hang (a failure).
     /// More than the daemon's 10-s limit on a reader that takes nothing plus queueing,
     /// less than the 35 s a never-read stream is held.
     #[arg(long, default_value_t = 20)]
     pub call_deadline_s: u64,
-    /// --faults chat-kill: how many `revis chat` processes are killed with SIGKILL.
+    /// chat-kill: how many `revis chat` processes are killed with SIGKILL.
     #[arg(long, default_value_t = 1000)]
     pub chat_kills: u32,
-    /// --faults chat-kill: the kill comes 0..N ms after the first answer text (or after the start, for a quarter of them).
+    /// chat-kill: the kill comes 0..N ms after the first answer text (or after the start, for a quarter of them).
     #[arg(long, default_value_t = 400)]
     pub chat_kill_window_ms: u64,
-    /// --faults chat-kill: max_tokens of each answer.
+    /// chat-kill: max_tokens of each answer.
     #[arg(long, default_value_t = 64)]
     pub chat_max_tokens: u32,
-    /// --faults daemon-kill: how many times the socket-activated revisd is killed with SIGKILL.
+    /// daemon-kill: how many times the socket-activated revisd is killed with SIGKILL.
     #[arg(long, default_value_t = 200)]
     pub daemon_kills: u32,
-    /// --faults daemon-kill: the kill comes 0..N ms after revisd was started.
+    /// daemon-kill: the kill comes 0..N ms after revisd was started.
     #[arg(long, default_value_t = 1000)]
     pub daemon_kill_window_ms: u64,
-    /// --faults daemon-kill: concurrent clients running Generate in a loop.
+    /// daemon-kill: concurrent clients running Generate in a loop.
     #[arg(long, default_value_t = 3)]
     pub daemon_clients: usize,
 }
@@ -339,7 +339,7 @@ pub struct Outcome {
 pub async fn run(revisd: &Path, revis: &Path, model: &Path, settings: &Settings, about: &About<'_>) -> anyhow::Result<Outcome> {
     let started = Instant::now();
     eprintln!(
-        "revis-bench: --faults with seed {} (replay: --seed {}); parts {:?}; expected about {:.0} min",
+        "revis-bench: faults with seed {} (replay: --seed {}); parts {:?}; expected about {:.0} min",
         settings.seed,
         settings.seed,
         settings.parts,
@@ -433,11 +433,6 @@ pub fn append(doc: &Path, section: &str) -> anyhow::Result<()> {
 
 /// The heading the runs are appended under, newest last.
 pub const RESULTS_HEADING: &str = "## Runs";
-
-/// The default document: docs/RELIABILITY.md in the workspace.
-pub fn default_doc(root: &Path) -> PathBuf {
-    root.join("docs/RELIABILITY.md")
-}
 
 #[cfg(test)]
 mod tests {
