@@ -10,7 +10,7 @@ use revis_client::nodes::Health;
 use revis_client::{ModelState, Tier};
 use revis_orchestrator::PrefillPhase;
 
-use crate::backend::IoThread;
+use crate::io_thread::IoThread;
 use crate::options::Options;
 use crate::protocol::{Command, PairingEvent};
 use crate::state::{Connection, Deep, Shown, State, View};

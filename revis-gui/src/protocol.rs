@@ -1,6 +1,6 @@
 //! What the UI thread and the I/O side say to each other: [`Command`]s in,
 //! [`Event`]s out (through a [`Sink`] that wakes the UI), and failures in
-//! words a person can act on. The I/O side's parts ([`crate::backend`],
+//! words a person can act on. The I/O side's parts ([`crate::io_thread`],
 //! the chat actor) share these and not each other.
 
 use std::collections::BTreeMap;

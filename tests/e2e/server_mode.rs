@@ -476,7 +476,7 @@ async fn server_mode_off_closes_the_port_and_the_switch_is_remembered() {
 }
 
 /// One paired device cannot take every place in the queue: its calls beyond
-/// `CALLS_PER_CONNECTION` (4) wait on its own connection, so none of them is
+/// `transport::peer::CALLS_PER_CONNECTION` (4) wait on its own connection, so none of them is
 /// refused and this machine's own user still gets a place. Before the limit,
 /// 12 calls on one connection took all 5 places (queue 4 + the running one)
 /// and the other 7 were refused.

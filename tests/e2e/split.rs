@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use revis_client::wire::v1 as pb;
 use revis_client::{Client, Keyring};
-use revis_daemon::split::NODE_SILENCE;
+use revis_daemon::remote::split::NODE_SILENCE;
 use revis_testkit::netns::NetnsPair;
 use revis_testkit::{Running, TestDaemon, binary, gemma3};
 

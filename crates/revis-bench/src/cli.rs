@@ -47,8 +47,9 @@ pub enum Command {
     /// --models at each of --threads.
     Lookup(LookupArgs),
     /// The split benchmark: the first model of --models split
-    /// across two one-core nodes (network namespaces, a veth shaped with tc
-    /// netem; needs root) against the whole model on one node.
+    /// across two one-core nodes (network namespaces, a veth shaped like a
+    /// LAN with tc tbf and a delaying relay; needs root) against the whole
+    /// model on one node.
     Split(SplitArgs),
     /// The batching benchmark: one stream alone, four at once, and
     /// a user stream beside three background ones (`daemon.streams`),

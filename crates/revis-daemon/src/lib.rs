@@ -28,6 +28,3 @@ pub mod validate;
 pub use config::{Config, ConfigError};
 pub use server::{ServeError, run};
 pub use transport::socket::{SocketError, bind, default_socket_path};
-/// Old paths, kept for callers outside the crate (tests, revisd):
-/// `revis_daemon::socket` and `revis_daemon::split`.
-pub use {remote::split, transport::socket};

@@ -4,7 +4,7 @@
 use eframe::egui::accesskit::Role;
 use egui_kittest::kittest::Queryable;
 use revis_client::Tier;
-use revis_gui::backend::{Health, PairingEvent};
+use revis_gui::io_thread::{Health, PairingEvent};
 use revis_testkit::TestDaemon;
 
 use crate::{Reaper, block_on, daemon_status, harness, options, ready, revisd_in, wait_until};

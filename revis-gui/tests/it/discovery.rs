@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use eframe::egui::accesskit::Role;
 use egui_kittest::kittest::Queryable;
 use revis_client::wire::v1 as pb;
-use revis_gui::backend::Health;
+use revis_gui::io_thread::Health;
 use revis_testkit::TestDaemon;
 use revis_testkit::netns::NetnsPair;
 

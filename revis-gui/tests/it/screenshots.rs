@@ -14,7 +14,7 @@ use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 use revis_client::wire::v1 as pb;
 use revis_gui::App;
-use revis_gui::backend::{Health, PairingEvent};
+use revis_gui::io_thread::{Health, PairingEvent};
 use revis_testkit::TestDaemon;
 
 use crate::{block_on, harness_with, options, ready, wait_until};
