@@ -2,7 +2,9 @@
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    // Read when it runs, not baked in when it is compiled: one compiled build
+    // script may serve several checkouts that share a target directory.
+    let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
     let proto = root.join("revis/v1/revis.proto");
     println!("cargo:rerun-if-changed={}", proto.display());
     let out = PathBuf::from(std::env::var("OUT_DIR")?);

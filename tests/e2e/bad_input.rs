@@ -65,6 +65,15 @@ async fn bad_requests_get_clear_errors_and_the_daemon_keeps_serving() {
             Code::InvalidArgument,
             "invalid JSON schema",
         ),
+        (
+            // Past llama.cpp's grammar repetition limit: the error names the limit, not the binding's "returned null".
+            with(&|r| {
+                r.format = pb::OutputFormat::Json as i32;
+                r.json_schema = br#"{"type":"array","minItems":2500,"items":{"type":"integer"}}"#.to_vec().into();
+            }),
+            Code::InvalidArgument,
+            "llama.cpp's grammars allow at most 2000",
+        ),
         (with(&|r| r.json_schema = b"{}".to_vec().into()), Code::InvalidArgument, "format is not OUTPUT_FORMAT_JSON"),
         (with(&|r| r.static_messages = Some(5)), Code::InvalidArgument, "static_messages"),
         // Over our own 1 MiB text limit but under tonic's 4 MiB transport limit.
