@@ -119,9 +119,14 @@ fn request_bytes(s: &Serve, method: &str, path: &str, key: Option<&str>, body: &
 }
 
 fn http(s: &Serve, method: &str, path: &str, key: Option<&str>, body: &str) -> Reply {
+    send(s, &request_bytes(s, method, path, key, body))
+}
+
+/// One request, as given, on a connection of its own; the reply read to its end.
+fn send(s: &Serve, request: &[u8]) -> Reply {
     let mut c = TcpStream::connect(s.addr).expect("connect");
     c.set_read_timeout(Some(STEP)).unwrap();
-    c.write_all(&request_bytes(s, method, path, key, body)).expect("send");
+    c.write_all(request).expect("send");
     let mut raw = Vec::new();
     c.read_to_end(&mut raw).expect("read the reply");
     let raw = String::from_utf8(raw).expect("UTF-8");
@@ -430,6 +435,62 @@ fn errors_have_each_apis_shape_and_name_their_limit() {
     assert_eq!((r.status, r.json()["embedding"].as_array().map(Vec::len)), (200, Some(576)), "the older route: {}", r.body);
     let r = post(&s, "/api/chat", json!({"model": "nope", "messages": ask}));
     assert_eq!((r.status, r.json()["error"].is_string()), (404, true));
+}
+
+/// A web page the user happens to open cannot use revis serve: a browser
+/// names the page in `Origin`, and any page may send a text or form body
+/// without asking first. Only the pages `--allow-origin` names, and only
+/// JSON bodies, get through, with `--no-key` too; an allowed page's
+/// preflight is answered and its replies carry the header that lets it
+/// read them. Programs that name no page are unchanged.
+#[test]
+fn web_pages_are_refused_unless_allowed_and_bodies_must_be_json() {
+    let d = TestDaemon::new().start();
+    let page = "http://localhost:3000";
+    let s = serve(&d, &["--no-key", "--allow-origin", page]);
+    let chat = json!({"model": "tier2", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0});
+    let body = chat.to_string();
+    let request = |method: &str, path: &str, headers: &str, body: &str| {
+        format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            s.addr,
+            body.len()
+        )
+        .into_bytes()
+    };
+    // Any other page: refused, JSON or not, a GET too.
+    for (method, path, headers) in [
+        ("POST", "/v1/chat/completions", "Origin: http://evil.example\r\nContent-Type: application/json\r\n"),
+        ("POST", "/api/chat", "Origin: null\r\nContent-Type: text/plain\r\n"),
+        ("GET", "/api/tags", "Origin: http://evil.example\r\n"),
+    ] {
+        let r = send(&s, &request(method, path, headers, if method == "POST" { &body } else { "" }));
+        assert_eq!(r.status, 403, "{method} {path}: {}", r.body);
+        assert!(r.body.contains("--allow-origin"), "it names the way to allow a page: {}", r.body);
+        assert_eq!(r.header("access-control-allow-origin"), None);
+    }
+    // A body a page could send without asking first: refused, whoever sends it.
+    for ct in ["text/plain", "application/x-www-form-urlencoded"] {
+        let r = send(&s, &request("POST", "/api/generate", &format!("Content-Type: {ct}\r\n"), &body));
+        assert_eq!(r.status, 415, "{ct}: {}", r.body);
+        assert!(r.body.contains("application/json"), "{}", r.body);
+    }
+    // The allowed page: its preflight is answered, and so is its request, readable by it.
+    let preflight = format!("Origin: {page}\r\nAccess-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: content-type\r\n");
+    let r = send(&s, &request("OPTIONS", "/v1/chat/completions", &preflight, ""));
+    assert_eq!(r.status, 204, "{}", r.body);
+    assert_eq!(r.header("access-control-allow-origin"), Some(page));
+    assert!(r.header("access-control-allow-headers").is_some_and(|h| h.contains("content-type")), "{:?}", r.headers);
+    let r = send(
+        &s,
+        &request("POST", "/v1/chat/completions", &format!("Origin: {page}\r\nContent-Type: application/json; charset=utf-8\r\n"), &body),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("access-control-allow-origin"), Some(page));
+    let from_page = r.json()["choices"][0]["message"]["content"].clone();
+    // A program that names no page: as before, the same greedy answer.
+    let r = post(&s, "/v1/chat/completions", chat);
+    assert_eq!((r.status, &r.json()["choices"][0]["message"]["content"]), (200, &from_page), "{}", r.body);
 }
 
 #[test]

@@ -58,6 +58,10 @@ pub struct Flags {
     /// Connections open at once; more wait to be accepted.
     #[arg(long, default_value_t = Limits::default().max_connections)]
     max_connections: usize,
+    /// A web page allowed to call, by its origin (`http://localhost:3000`); repeat for more.
+    /// Requests from any other page (a browser names it in `Origin`) are refused, key or not.
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    allow_origins: Vec<String>,
 }
 
 impl Default for Flags {
@@ -72,6 +76,7 @@ impl Default for Flags {
             max_generations: limits.max_generations,
             max_body_bytes: limits.max_body_bytes,
             max_connections: limits.max_connections,
+            allow_origins: Vec::new(),
         }
     }
 }
@@ -161,6 +166,9 @@ impl Flags {
         ] {
             w.extend([flag.into(), n.to_string().into()]);
         }
+        for origin in &self.allow_origins {
+            w.extend(["--allow-origin".into(), origin.into()]);
+        }
         Ok(w)
     }
 }
@@ -232,7 +240,7 @@ pub async fn serve(paths: &Paths, node: Option<&str>, explicit_socket: bool, a: 
         }
     };
     let limits = Limits { max_body_bytes: a.max_body_bytes, max_generations: a.max_generations, max_connections: a.max_connections };
-    let opts = Options { key, limits, loopback_host_only: a.addr.ip().is_loopback() };
+    let opts = Options { key, limits, loopback_host_only: a.addr.ip().is_loopback(), allowed_origins: a.allow_origins.clone() };
     if let Some(n) = node {
         return run(crate::nodes::connect(paths, n).await?, a.addr, opts, tls, paths).await;
     }
@@ -393,6 +401,7 @@ mod tests {
             max_generations: 3,
             max_body_bytes: 1000,
             max_connections: 7,
+            allow_origins: vec!["http://localhost:3000".into(), "https://my app.example".into()],
         };
         let data = std::path::Path::new("/home/ada/.local/share/revis");
         let globals =

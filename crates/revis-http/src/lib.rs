@@ -90,6 +90,9 @@ pub struct Options {
     pub limits: Limits,
     /// Requests must name this machine in `Host` (set for loopback addresses).
     pub loopback_host_only: bool,
+    /// The web pages (an `Origin`, e.g. `http://localhost:3000`) allowed to
+    /// call; a request from any other page is refused, key or not.
+    pub allowed_origins: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -217,9 +220,70 @@ async fn not_found(req: Request) -> Response {
     ApiError::new(flavor, axum::http::StatusCode::NOT_FOUND, format!("no route {} {}", req.method(), req.uri().path())).into_response()
 }
 
-/// The key and the `Host`, before anything else is read.
+/// The web page a request comes from, the key and the `Host`, before
+/// anything else is read. A browser names the page in `Origin` (and sends
+/// any page's request, as a "simple" one with a text or form body, without
+/// asking first): only the pages `--allow-origin` names get through, and
+/// only JSON bodies, so no page the user happens to open can use the models
+/// blindly, with `--no-key` or not.
 async fn guard<R: Runner>(State(app): State<AppState<R>>, req: Request, next: Next) -> Response {
     let flavor = Flavor::of(req.uri().path());
+    let origin = req.headers().get(header::ORIGIN).cloned();
+    if let Some(o) = &origin {
+        let named = o.to_str().unwrap_or_default();
+        if !app.opts.allowed_origins.iter().any(|a| a == named) {
+            return ApiError::new(
+                flavor,
+                axum::http::StatusCode::FORBIDDEN,
+                format!(
+                    "requests from web pages are refused: the page {o:?} is not allowed (`revis serve --allow-origin {named}` allows it)"
+                ),
+            )
+            .into_response();
+        }
+        if req.method() == axum::http::Method::OPTIONS {
+            // An allowed page asks first (a preflight, without the key): what it may send.
+            let mut r = axum::http::StatusCode::NO_CONTENT.into_response();
+            let h = r.headers_mut();
+            h.insert(header::ACCESS_CONTROL_ALLOW_METHODS, header::HeaderValue::from_static("GET, POST"));
+            h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, header::HeaderValue::from_static("authorization, content-type"));
+            h.insert(header::ACCESS_CONTROL_MAX_AGE, header::HeaderValue::from_static("600"));
+            return with_origin(r, o.clone());
+        }
+    }
+    let r = checked(&app, flavor, req, next).await;
+    match origin {
+        Some(o) => with_origin(r, o),
+        None => r,
+    }
+}
+
+/// A reply an allowed page may read.
+fn with_origin(mut r: Response, origin: header::HeaderValue) -> Response {
+    r.headers_mut().insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+    r.headers_mut().append(header::VARY, header::HeaderValue::from_static("Origin"));
+    r
+}
+
+/// A body's type, when it says one: JSON (`application/json`, `…+json`).
+fn is_json(content_type: &header::HeaderValue) -> bool {
+    let media = content_type.to_str().unwrap_or_default().split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    media == "application/json" || (media.starts_with("application/") && media.ends_with("+json"))
+}
+
+/// [`guard`]'s checks of the body's type, the `Host` and the key.
+async fn checked<R: Runner>(app: &App<R>, flavor: Flavor, req: Request, next: Next) -> Response {
+    if req.method() == axum::http::Method::POST
+        && let Some(ct) = req.headers().get(header::CONTENT_TYPE)
+        && !is_json(ct)
+    {
+        return ApiError::new(
+            flavor,
+            axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("the body must be JSON, sent as `Content-Type: application/json`, not {ct:?} (with curl: -H 'Content-Type: application/json')"),
+        )
+        .into_response();
+    }
     if app.opts.loopback_host_only
         && let Some(host) = req.headers().get(header::HOST)
         && !names_loopback(host.to_str().unwrap_or_default())
