@@ -457,19 +457,7 @@ mod tests {
     async fn a_dispatcher_held_to_a_node_sends_its_tasks_there_alone_and_only_while_it_answers() {
         let d = Dispatcher::new(idle_client(), None, None, BTreeMap::new(), Deadlines::default());
         let id = DeviceId::from_bytes([1; 32]);
-        d.lock().nodes.push(NodeView {
-            name: "desk".into(),
-            device_id: id,
-            addr: None,
-            healthy: true,
-            last_error: None,
-            queue_depth: 0,
-            in_flight: 0,
-            tokens_per_s: 0.0,
-            latency_ms: 0.0,
-            tiers: vec![Tier::Tier1],
-            completed: 0,
-        });
+        d.lock().nodes.push(NodeView { tiers: vec![Tier::Tier1], ..routing::tests::node("desk", 1) });
         assert!(d.on_node("desk").is_none(), "not connected: it does not answer");
         d.lock().clients.insert(id, idle_client());
         assert!(d.on_node("attic").is_none(), "no such node");

@@ -112,11 +112,11 @@ pub(super) fn placement(nodes: &[NodeView], tier: Tier, offload: &Offload) -> Pl
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// A healthy, idle node serving every tier, not yet measured.
-    fn node(name: &str, id: u8) -> NodeView {
+    pub(in crate::dispatch) fn node(name: &str, id: u8) -> NodeView {
         NodeView {
             name: name.into(),
             device_id: DeviceId::from_bytes([id; 32]),
