@@ -27,6 +27,11 @@ pub(crate) async fn chat_actor(daemon: Dispatcher, store: Store, opts: Options, 
     chat.max_tokens = opts.max_tokens;
     chat.titling = true;
     chat.typing_idle = opts.typing_idle;
+    // The rules and checks measured for the models that answer (docs/QUALITY.md);
+    // a daemon not answering yet leaves revis's defaults (the log says why).
+    if let Err(e) = chat.fit_to_model().await {
+        tracing::warn!("reading which models answer failed, revis's default rules stay: {}", plain_chat(&e));
+    }
     forward_watches(&chat, &sink);
     list(&store, &sink).await;
     open(&store, &sink, conversation).await;

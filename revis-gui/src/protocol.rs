@@ -178,6 +178,7 @@ pub(crate) fn plain_chat(e: &ChatError) -> String {
     match e {
         ChatError::Call(c) => format!("revisd could not answer: {}", c.message),
         ChatError::Store(s) => format!("the conversation could not be saved: {s}"),
+        ChatError::Refused(why) => why.clone(),
         ChatError::Writer(w) => format!("the conversation could not be saved: {w}"),
     }
 }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use revis_client::{CallError, Client, Done, GenerateParams, PrefillParams, Prefilled, Role as Speaker, Runner, Tier};
-use revis_orchestrator::conversation::{Chat, PARTIAL_SAVE_EVERY, RULES, TURN_BUDGET};
+use revis_orchestrator::conversation::{Chat, PARTIAL_SAVE_EVERY, TURN_BUDGET, rules_for};
 use revis_orchestrator::prompt::PromptContext;
 use revis_store::{MessageState, Role, Store};
 use revis_testkit::TestDaemon;
@@ -166,6 +166,11 @@ async fn tier2_prefixes(socket: &std::path::Path) -> u32 {
     s.tier(Tier::Tier2).expect("a tier2").cached_prefixes
 }
 
+/// What the profile holds in the keystroke test: a new conversation's
+/// static part is then never empty, whatever rules the model has (none, for
+/// some: then only the profile is static).
+const KNOWN: &str = "The user's name is Ada.";
+
 /// Interactive `revis chat`: the first keystroke on an empty line sends the
 /// static part of the next prompt to the daemon (a Prefill), before Enter;
 /// the answer then reuses all of it, and is shown and stored.
@@ -174,6 +179,7 @@ fn the_first_keystroke_prefills_before_enter() {
     let d = TestDaemon::new().start();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let data = tempfile::tempdir().unwrap();
+    Store::open(&data.path().join("db")).unwrap().store.add_fact(KNOWN, None).unwrap();
     let mut cmd = Command::new(revis_testkit::binary("revis"));
     cmd.args(["chat", "--new", "--temperature", "0", "--max-tokens", "16", "--verbose", "--socket"])
         .arg(&d.socket)
@@ -198,8 +204,9 @@ fn the_first_keystroke_prefills_before_enter() {
     let shown = screen.wait_until("the answer's numbers (--verbose)", STEP, |s| s.text().contains("generated, prompt"));
     let stats = shown.split(" prompt tokens (").nth(1).expect("the numbers");
     let cached: u32 = stats.split(' ').next().unwrap().parse().expect("the cached token count");
-    // The static part (rules; nothing else yet in a new conversation) as the daemon counts it.
-    let static_part = PromptContext { rules: RULES.to_owned(), ..Default::default() }.static_messages();
+    // The static part (the model's rules and the profile; nothing else yet in a new conversation) as the daemon counts it.
+    let rules = rules_for(&revis_models::find(revis_models::DEFAULT_MODEL).unwrap().chat);
+    let static_part = PromptContext { rules, profile: vec![KNOWN.into()], ..Default::default() }.static_messages();
     let static_len = rt.block_on(async {
         let req = PrefillParams { tier: Tier::Tier2, messages: static_part, ..Default::default() };
         Client::connect(&d.socket).await.unwrap().prefill(&req).await.unwrap().prompt_tokens
@@ -350,4 +357,48 @@ async fn a_long_conversation_is_summarised_and_the_summary_is_used() {
     let mut expected: Vec<&str> = messages[covered..].iter().map(|m| m.text.as_str()).collect();
     expected.push("Thanks!");
     assert_eq!(texts[1..], expected, "the covered messages are left out, the rest shown in full");
+}
+
+/// A first turn in a fresh data directory, as `revis chat` and the GUI set
+/// it up (`Chat::fit_to_model`), sends what `revis-bench turn` chose for the
+/// model it falls back to (docs/QUALITY.md): that model's rules as the whole
+/// system message (none when it has none), its sampling left to the daemon,
+/// which fills in the model card's, and no quick check where tier1's model
+/// was measured too imprecise for one.
+#[tokio::test]
+async fn a_first_use_turn_sends_the_rules_and_sampling_measured_for_the_model() {
+    let d = TestDaemon::new().start();
+    let db = tempfile::tempdir().unwrap();
+    let store = Store::open(db.path()).unwrap().store;
+    let conv = store.create_conversation("").unwrap();
+    let daemon = Recording { client: d.client().await, asked: Default::default() };
+    let mut chat = Chat::new(daemon.clone(), store.clone(), conv, revis_orchestrator::Policies::default());
+    chat.max_tokens = Some(8);
+    let gears = chat.fit_to_model().await.unwrap();
+
+    let model = revis_models::find(revis_models::DEFAULT_MODEL).unwrap();
+    assert!(gears.measured && gears == model.chat, "the test model's gears are the catalog's: {gears:?}");
+    let rules = rules_for(&model.chat);
+    assert_eq!(chat.rules, rules);
+    assert_eq!(chat.quick_check, model.chat.quick_check);
+
+    let question = "What is the capital of France?";
+    chat.send(question, |_| {}).await.unwrap();
+    let asked = daemon.asked.lock().unwrap().clone();
+    let answer = asked.iter().find(|r| r.format == revis_client::Format::Text).expect("the answer's request");
+    let mut expected = Vec::new();
+    if !rules.is_empty() {
+        expected.push((Speaker::System, rules.clone()));
+    }
+    expected.push((Speaker::User, question.to_owned()));
+    let sent: Vec<(Speaker, String)> = answer.messages.iter().map(|m| (m.role, m.text.clone())).collect();
+    assert_eq!(sent, expected, "the first turn's prompt");
+    assert_eq!(answer.sampling, revis_client::Sampling::default(), "the sampling is left to the daemon");
+    // What the daemon fills in for the model: the card's settings.
+    let card = revis_models::sampling_defaults(revis_models::DEFAULT_MODEL, &revis_testkit::smollm2());
+    assert_eq!((card.temperature, card.top_p), (model.sampling.temperature, model.sampling.top_p));
+    assert!(card.temperature.is_some_and(|t| t < 0.7), "the model card's temperature, not revis's generic 0.7: {card:?}");
+    if !model.chat.quick_check {
+        assert!(asked.iter().all(|r| r.tier != revis_client::Tier::Tier1), "no quick check ran: {asked:#?}");
+    }
 }

@@ -216,7 +216,8 @@ async fn run_and_chat_answer_through_the_tiers_ensemble() {
     assert!(!tier1_ran().await);
     let out = ok_with_input(d, s, &["chat", "--new", "--no-check", "--temperature", "0", "--max-tokens", "14"], &format!("{prompt}\n"));
     assert!(tier1_ran().await, "the ensemble's other member ran");
-    let rules = revis_orchestrator::conversation::RULES.to_owned();
+    // `revis chat` opens with the rules of tier2's model (Gemma 3's gears, docs/QUALITY.md).
+    let rules = revis_orchestrator::conversation::rules_for(&revis_models::find("gemma3-270m").unwrap().chat);
     let req = greedy(PromptContext { rules, ..Default::default() }.request(Tier::Tier2, prompt));
     let expected = Runner::generate(&ensemble(), req, |_| {}).await.unwrap().text;
     assert_eq!(out, format!("{expected}\n"), "revis chat answered through the ensemble");

@@ -94,6 +94,7 @@ async fn a_conversation_persists_across_client_restarts() {
         let mut chat = Chat::new(d.client().await, store.clone(), conv, Policies::default());
         chat.sampling = greedy;
         chat.max_tokens = Some(32);
+        chat.audit = true;
         chat.send("Hi! My name is Ada and I live in London.", |_| {}).await.unwrap();
         // Turn 2: the user types first, so the static part is prefilled.
         chat.typing_started().unwrap();
@@ -110,6 +111,7 @@ async fn a_conversation_persists_across_client_restarts() {
     let mut chat = Chat::new(d.client().await, store.clone(), conversation, Policies::default());
     chat.sampling = greedy;
     chat.max_tokens = Some(32);
+    chat.audit = true;
     assert_eq!(chat.context().unwrap().turns.len(), 4, "both earlier turns are back");
     chat.send("Thank you!", |_| {}).await.unwrap();
     chat.background().idle().await;
@@ -194,8 +196,7 @@ fn piped_chat_answers_each_line_and_history_keeps_it() {
     assert_eq!(out, format!("{}\n{}\n", replies[0], replies[1]), "what was printed is what was stored");
     let alone = tokio::runtime::Runtime::new().unwrap().block_on(async {
         let tier = revis_orchestrator::Policies::default().get(revis_orchestrator::TaskKind::ChatAnswer).tier;
-        let mut req =
-            PromptContext { rules: revis_orchestrator::conversation::RULES.to_owned(), ..Default::default() }.request(tier, first);
+        let mut req = PromptContext { rules: default_model_rules(), ..Default::default() }.request(tier, first);
         req.sampling = revis_client::Sampling { temperature: Some(0.0), ..Default::default() };
         req.max_tokens = Some(24);
         Runner::generate(&d.client().await, req, |_| {}).await.unwrap().text
@@ -420,4 +421,9 @@ fn piped_chat_goes_deeper_when_asked() {
     assert!(stderr.contains("there is no answer to go deeper on yet"), "{stderr}");
     assert!(stderr.contains("tier3 was already asked"), "{stderr}");
     assert_eq!(stdout.matches("--- deeper (tier3) ---").count(), 1, "one follow-up: {stdout}");
+}
+
+/// The rules `revis chat` opens with on the default test model (its gears, docs/QUALITY.md).
+fn default_model_rules() -> String {
+    revis_orchestrator::conversation::rules_for(&revis_models::find(revis_models::DEFAULT_MODEL).unwrap().chat)
 }

@@ -8,10 +8,12 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 
-use crate::cli::{BatchArgs, ChatArgs, Common, DispatchArgs, FaultsArgs, HttpArgs, LookupArgs, QualityArgs, RemoteArgs, SplitArgs};
+use crate::cli::{
+    BatchArgs, ChatArgs, Common, DispatchArgs, FaultsArgs, HttpArgs, LookupArgs, QualityArgs, RemoteArgs, SplitArgs, TurnArgs,
+};
 use crate::harness::{Bench, Place, Raw, Section, args_line, marked, model_file, revisd_path, workspace_root};
 use crate::machine::{self, Machine};
-use crate::{batch, chat, dispatch, faults, http, llama_bench, lookup, quality, remote, split};
+use crate::{batch, chat, dispatch, faults, http, llama_bench, lookup, quality, remote, split, turn};
 
 /// When and where a run was made, and how it was started.
 pub struct Stamp {
@@ -399,5 +401,52 @@ impl Bench for Quality<'_> {
 
     fn raw(&self, r: &QualityResults) -> anyhow::Result<Option<Raw>> {
         Raw::new(format!("last-quality-run-{}.json", self.name), &r.results, "raw figures").map(Some)
+    }
+}
+
+/// `revis-bench turn`, for one model of --models (each is measured and saved in turn).
+pub struct Turn<'a> {
+    pub args: &'a TurnArgs,
+    pub name: &'a str,
+}
+
+pub struct TurnResults {
+    results: turn::ModelTurns,
+    about: String,
+}
+
+impl Bench for Turn<'_> {
+    type Results = TurnResults;
+    const DOC: &'static str = "docs/QUALITY.md";
+    const NEW_DOC: &'static str = "# Quality";
+
+    async fn run(&self) -> anyhow::Result<TurnResults> {
+        let (c, name) = (&self.args.common, self.name);
+        let revisd = revisd_path(c)?;
+        let root = workspace_root();
+        let data = self.args.turn.turn_data.clone().unwrap_or_else(|| root.join("crates/revis-bench/data/quality"));
+        let eval = self.args.turn.eval.clone().unwrap_or_else(|| root.join("../shared/eval"));
+        let threads = *c.threads.iter().max().unwrap_or(&2);
+        let machine = Machine::detect();
+        let (date, command) = (machine::utc_now(), args_line());
+        let model = model_file(name).await?;
+        eprintln!("revis-bench: turn of {name}");
+        let target = turn::Target { revisd: &revisd, model: &model, name, threads, context: c.context };
+        let results = turn::run_model(&target, &self.args.turn, c.quick, &data, &eval).await?;
+        let about = format!(
+            "- {date}, `{command}`, {:.1} min for this model\n- {} ({} cores, {:.0} GiB), {}; {threads} threads, every tier on {name}",
+            results.minutes, machine.cpu, machine.cores, machine.memory_gib, machine.os
+        );
+        Ok(TurnResults { results, about })
+    }
+
+    fn report(&self, r: &TurnResults) -> anyhow::Result<Vec<Section>> {
+        let (begin, end) = turn::markers(self.name);
+        let heading = format!("## {}: the turn against the bare model", self.name);
+        Ok(vec![Section { text: turn::report(&r.results, &r.about), place: marked(&begin, &end, &heading) }])
+    }
+
+    fn raw(&self, r: &TurnResults) -> anyhow::Result<Option<Raw>> {
+        Raw::new(format!("last-turn-run-{}.json", self.name), &r.results, "raw figures").map(Some)
     }
 }

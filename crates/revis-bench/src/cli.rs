@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-use crate::{ensemble, faults, quality};
+use crate::{ensemble, faults, quality, turn};
 
 /// Benchmark revis against llama.cpp's llama-bench (same llama.cpp build, model and threads).
 #[derive(Parser, Debug)]
@@ -65,6 +65,10 @@ pub enum Command {
     /// tier2's checklist and the profile extraction on the labelled sets,
     /// for each model of --models on every tier of one revisd.
     Quality(QualityArgs),
+    /// The turn benchmark (docs/QUALITY.md): the chat turn as revis gives
+    /// it against the bare model on the public sets, each step on and off,
+    /// fresh and after 40 turns, for each model of --models.
+    Turn(TurnArgs),
 }
 
 /// What every benchmark runs on.
@@ -283,4 +287,14 @@ pub struct QualityArgs {
     pub output: Output,
     #[command(flatten)]
     pub qual: quality::QualityArgs,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct TurnArgs {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(flatten)]
+    pub output: Output,
+    #[command(flatten)]
+    pub turn: turn::TurnArgs,
 }

@@ -22,7 +22,7 @@
 mod answer;
 mod bpb;
 mod choice;
-mod data;
+pub(crate) mod data;
 mod report;
 
 use std::path::{Path, PathBuf};

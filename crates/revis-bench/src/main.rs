@@ -37,6 +37,7 @@ mod report;
 mod speed;
 mod split;
 mod stats;
+mod turn;
 
 use anyhow::bail;
 use clap::Parser;
@@ -128,6 +129,11 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Quality(a) => {
             for name in &a.common.models {
                 measure(&benches::Quality { args: &a, name }, &a.output).await?;
+            }
+        }
+        Command::Turn(a) => {
+            for name in &a.common.models {
+                measure(&benches::Turn { args: &a, name }, &a.output).await?;
             }
         }
         Command::Ensemble(a) => {

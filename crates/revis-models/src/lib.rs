@@ -50,6 +50,7 @@
 mod catalog;
 pub mod choose;
 mod error;
+mod gears;
 mod gguf;
 mod hash;
 pub mod hf;
@@ -67,6 +68,7 @@ use std::path::{Path, PathBuf};
 pub use catalog::{CatalogEntry, DEFAULT_MODEL, PyPiPart, SIZE_TOLERANCE, Source, catalog, find, find_file};
 pub use choose::{Choice, Estimate, choose, estimate};
 pub use error::{Error, PullError, Result, SourceFailure};
+pub use gears::{ChatGears, Rules, chat_gears};
 pub use hf::HfRef;
 pub use index::DEFAULT_INDEX_URL;
 pub use machine::Machine;

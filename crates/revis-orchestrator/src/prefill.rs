@@ -72,10 +72,19 @@ impl<D: Runner> PrePrefill<D> {
     }
 
     /// The user started typing the next message; `static_messages` is the
-    /// static part of the prompt that will answer it.
+    /// static part of the prompt that will answer it (none: nothing is warmed).
     pub fn typing_started(&self, tier: Tier, static_messages: Vec<Message>) {
         self.gates.set_typing(true);
         let mut inner = self.lock();
+        if static_messages.is_empty() {
+            // Nothing static yet (no rules, no profile, a new conversation): nothing to warm.
+            if let Some(t) = inner.task.take() {
+                t.abort();
+            }
+            inner.key = None;
+            inner.phase.send_replace(PrefillPhase::Idle);
+            return;
+        }
         let same = inner.key.as_ref() == Some(&static_messages) && inner.tier == tier;
         if same && *inner.phase.borrow() != PrefillPhase::Idle {
             return; // already queued, computing or ready for exactly this

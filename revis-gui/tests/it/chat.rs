@@ -7,7 +7,7 @@ use eframe::egui::accesskit::Role;
 use eframe::egui::{Key, Modifiers, OutputCommand};
 use egui_kittest::kittest::Queryable;
 use revis_gui::state::Shown;
-use revis_orchestrator::conversation::RULES;
+use revis_orchestrator::conversation::rules_for;
 use revis_orchestrator::prompt::PromptContext;
 use revis_orchestrator::{Policies, PrefillPhase, TaskKind};
 use revis_store::{MessageState, Role as StoreRole};
@@ -51,12 +51,23 @@ fn generate(socket: &std::path::Path, req: revis_client::GenerateParams) -> revi
     })
 }
 
+/// A fact in the profile of the first test.
+const KNOWN: &str = "The user's name is Ada.";
+
+/// The rules the app opens a chat with on the test model (its gears, docs/QUALITY.md).
+fn model_rules() -> String {
+    rules_for(&revis_models::find(revis_models::DEFAULT_MODEL).unwrap().chat)
+}
+
 #[test]
 fn a_typed_question_streams_its_answer_and_is_stored() {
     let d = TestDaemon::new().start();
     let data = tempfile::tempdir().unwrap();
     let opts = options(&d.socket, data.path(), 48);
     let store = opts.store.clone().unwrap();
+    // Something in the profile: a new conversation's static part is never
+    // empty then, whatever rules the model has.
+    store.add_fact(KNOWN, None).unwrap();
     let mut h = harness(opts);
     ready(&mut h);
 
@@ -108,7 +119,7 @@ fn a_typed_question_streams_its_answer_and_is_stored() {
     let record = revis_orchestrator::conversation::turn_record(&store, stored[1].id).unwrap();
     let asked = record.filter(|r| r.checked_before).and_then(|r| r.check).map_or(stored[0].text.clone(), |c| c.corrected);
     let tier = Policies::default().get(TaskKind::ChatAnswer).tier;
-    let mut req = PromptContext { rules: RULES.to_owned(), ..Default::default() }.request(tier, &asked);
+    let mut req = PromptContext { rules: model_rules(), profile: vec![KNOWN.into()], ..Default::default() }.request(tier, &asked);
     req.sampling = revis_client::Sampling { temperature: Some(0.0), ..Default::default() };
     req.max_tokens = Some(48);
     assert_eq!(answer.text, generate(&d.socket, req).text, "the shown answer is the greedy answer to {asked:?}");
@@ -149,7 +160,7 @@ fn stop_ends_the_answer_here_and_in_the_daemon() {
     // to the token limit, it does not end on its own early. The app's answer
     // below is a prefix of this one, so it is the same generation.
     let tier = Policies::default().get(TaskKind::ChatAnswer).tier;
-    let mut req = PromptContext { rules: RULES.to_owned(), ..Default::default() }.request(tier, STORY);
+    let mut req = PromptContext { rules: model_rules(), ..Default::default() }.request(tier, STORY);
     req.sampling = revis_client::Sampling { temperature: Some(0.0), ..Default::default() };
     req.max_tokens = Some(STORY_TOKENS);
     let uncancelled = generate(&d.socket, req);

@@ -213,6 +213,8 @@ fn pinned(content: &[u8], sha256: &str) -> &'static CatalogEntry {
         params: "7B",
         kv_bytes_per_token: 1,
         sampling: SamplingDefaults::NONE,
+        chat: revis_models::ChatGears::UNMEASURED,
+        system_prompt: None,
         description: "a model made up by the test",
         sources: Box::leak(Box::new([Source::HuggingFace { repo: "owner/repo", revision: "main", file: FILE }])),
     }))

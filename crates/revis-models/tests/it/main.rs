@@ -85,6 +85,8 @@ fn entry(file_name: &str, content: &[u8], sources: Vec<Source>) -> &'static Cata
         params: "1M",
         kv_bytes_per_token: 1,
         sampling: SamplingDefaults::NONE,
+        chat: revis_models::ChatGears::UNMEASURED,
+        system_prompt: None,
         description: "a model made up by the test",
         sources: Box::leak(sources.into_boxed_slice()),
     }))

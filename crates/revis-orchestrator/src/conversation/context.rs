@@ -2,6 +2,7 @@
 //! rules ([`RULES`]), the profile, the summary and the turns it does not
 //! cover, each reply with its deeper follow-up.
 
+use revis_models::{ChatGears, Rules};
 use revis_store::{ConversationId, MessageId, MessageState, Role, Store};
 
 use super::error::ChatError;
@@ -9,16 +10,31 @@ use super::record::turn_record;
 use crate::checklist;
 use crate::prompt::{PromptContext, Speaker, Turn};
 
-/// The house rules every answer starts with.
-pub const RULES: &str = "You are revis, a private assistant running on the user's own computer. \
-Answer helpfully, briefly and honestly. If you do not know, say so.";
+/// revis's house rules, for a model nobody measured ([`ChatGears::UNMEASURED`]):
+/// plain instructions, nothing about who or where the assistant is (a small
+/// model turns "a private assistant running on the user's own computer" into
+/// role-play). Each measured model has the rules `revis-bench turn` chose for
+/// it ([`rules_for`], docs/QUALITY.md).
+pub const RULES: &str = "Answer the user's messages helpfully, briefly and honestly. If you do not know, say so.";
+
+/// The rules a model's gears name, as the text that opens the system message (empty: none).
+pub fn rules_for(gears: &ChatGears) -> String {
+    match gears.rules {
+        Rules::House => RULES.to_owned(),
+        Rules::Own(text) => text.to_owned(),
+        Rules::Nothing => String::new(),
+    }
+}
 
 /// What the next prompt is built from, as the store holds it now (up to
-/// and including `upto`, when given); the checklist joins the rules when on.
+/// and including `upto`, when given), opened by `rules`, with the profile
+/// when `profile`; the checklist joins the rules when on.
 /// A reply's deeper follow-up is part of that reply, for the model.
 pub(super) fn build_context(
     store: &Store,
     conversation: ConversationId,
+    rules: &str,
+    profile: bool,
     checklist: bool,
     upto: Option<MessageId>,
 ) -> Result<PromptContext, ChatError> {
@@ -41,6 +57,11 @@ pub(super) fn build_context(
         }
         turns.push(Turn { speaker: if m.role == Role::User { Speaker::User } else { Speaker::Assistant }, text });
     }
-    let rules = if checklist { format!("{RULES}\n\n{}", checklist::instructions()) } else { RULES.to_owned() };
-    Ok(PromptContext { rules, profile: store.facts()?.into_iter().map(|f| f.text).collect(), summary: summary.map(|s| s.text), turns })
+    let rules = match (rules.is_empty(), checklist) {
+        (_, false) => rules.to_owned(),
+        (true, true) => checklist::instructions(),
+        (false, true) => format!("{rules}\n\n{}", checklist::instructions()),
+    };
+    let profile = if profile { store.facts()?.into_iter().map(|f| f.text).collect() } else { Vec::new() };
+    Ok(PromptContext { rules, profile, summary: summary.map(|s| s.text), turns })
 }

@@ -10,6 +10,9 @@ pub enum ChatError {
     /// The answer could not be had (the daemon refused or failed it).
     #[error("the daemon failed: {}", .0.message)]
     Call(#[from] CallError),
+    /// The message cannot be sent as it is (empty, or over a limit); nothing was stored.
+    #[error("{0}")]
+    Refused(String),
     /// The reply's writer thread (or a store task) ended unexpectedly.
     #[error("{0}")]
     Writer(String),

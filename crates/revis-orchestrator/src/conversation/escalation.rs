@@ -33,6 +33,10 @@ pub(super) struct RecordKeeper<D: Runner> {
     pub(super) background: Background,
     pub(super) policies: Policies,
     pub(super) sampling: Sampling,
+    /// The rules the answers were given under (the follow-up sees the same system message).
+    pub(super) rules: String,
+    /// Whether the profile is part of the prompts.
+    pub(super) profile: bool,
     pub(super) deep_max_tokens: Option<u32>,
     pub(super) auto_deep: bool,
     pub(super) notes: broadcast::Sender<TurnNote>,
@@ -92,7 +96,7 @@ impl<D: Runner> RecordKeeper<D> {
             me.note(TurnNote::DeepStarted { reply, tier: policy.tier });
             let read = me.clone();
             let Ok((ctx, language)) = blocking(move || {
-                let ctx = build_context(&read.store, reply.conversation, false, Some(reply))?;
+                let ctx = build_context(&read.store, reply.conversation, &read.rules, read.profile, false, Some(reply))?;
                 Ok((ctx, turn_record(&read.store, reply)?.and_then(|r| r.language)))
             })
             .await

@@ -1,7 +1,8 @@
 //! The memory work a turn leaves behind, in the background: the answer
-//! audited (its verdict stored under [`audit_key`]), the facts the user
-//! stated about themselves extracted into the profile (only those
-//! [`grounded`] in what they said), the profile consolidated once it
+//! audited when asked (its verdict stored under [`audit_key`]), the facts
+//! the user stated about themselves extracted into the profile (only from
+//! what they said of themselves, [`about_user`], and only facts about them,
+//! [`profile_facts`]), the profile consolidated once it
 //! outgrows [`PROFILE_BUDGET`], and old turns summarised past [`TURN_BUDGET`].
 //! Their results are stored and folded into the static part of later prompts.
 
@@ -58,10 +59,13 @@ impl<D: Runner> Memory<D> {
     }
 
     /// Queues the extraction of the facts the user stated in `user_text` (message `user`) into the profile.
+    /// Only the sentences that say something about the user are read
+    /// ([`about_user`]); a message with none (a question, a request, a fact
+    /// about the world) costs no call and adds nothing.
     pub(super) fn extract(&self, user_text: &str, user: revis_store::MessageId) {
+        let Some(said) = about_user(user_text) else { return };
         let facts = *self.policies.get(TaskKind::ExtractFacts);
         let (daemon, store) = (self.daemon.clone(), self.store.clone());
-        let said = user_text.to_owned();
         let _done = self.background.submit(facts.rank, async move {
             match extract_facts(&daemon, facts.tier, &said).await {
                 Ok(v) => {
@@ -180,19 +184,131 @@ pub async fn extract_facts<D: Runner>(daemon: &D, tier: Tier, said: &str) -> Res
     structured::run(daemon, tier, &task, &schema).await
 }
 
-/// Stores the extracted facts that are new and grounded in what the user said (blocks).
+/// Stores the extracted facts that are new and pass [`profile_facts`] (blocks).
 fn store_facts(store: &Store, v: &serde_json::Value, said: &str, source: revis_store::MessageId) {
     let mut known: Vec<String> = store.facts().map(|f| f.into_iter().map(|f| f.text).collect()).unwrap_or_default();
-    for fact in v["facts"].as_array().into_iter().flatten().filter_map(|f| f.as_str()) {
-        let fact = fact.trim();
-        if known.iter().any(|k| k.eq_ignore_ascii_case(fact)) || !grounded(fact, said) {
+    for fact in profile_facts(v, said) {
+        let fact = fact.as_str();
+        if known.iter().any(|k| k.eq_ignore_ascii_case(fact)) {
             continue;
+        }
+        if fact.chars().count() > MAX_FACT_CHARS {
+            tracing::warn!("a profile fact of {} characters was not stored: the limit is {MAX_FACT_CHARS}", fact.chars().count());
+            continue;
+        }
+        if known.len() >= MAX_PROFILE_FACTS {
+            tracing::warn!("the profile holds {} facts, its limit ({MAX_PROFILE_FACTS}): a new one was not stored", known.len());
+            break;
         }
         match store.add_fact(fact, Some(source)) {
             Ok(_) => known.push(fact.to_owned()),
             Err(e) => tracing::warn!("storing a profile fact failed: {e}"),
         }
     }
+}
+
+/// The sentences of `message` that say something about the user, joined,
+/// or None: those in the first person ("I", "my", "we"...) that are
+/// statements, not questions ("What should I cook?"), requests ("Help me
+/// with my essay") or hypotheticals ("If I were a cat..."). Facts about the
+/// world, questions and the assistant's words never reach the profile.
+pub fn about_user(message: &str) -> Option<String> {
+    const FIRST_PERSON: &[&str] =
+        &["i", "i'm", "im", "i've", "i'd", "i'll", "me", "my", "mine", "myself", "we", "we're", "we've", "we'll", "us", "our", "ours"];
+    const NOT_A_STATEMENT: &[&str] = &[
+        "if",
+        "suppose",
+        "imagine",
+        "what",
+        "please",
+        "can",
+        "could",
+        "would",
+        "will",
+        "should",
+        "help",
+        "tell",
+        "give",
+        "show",
+        "explain",
+        "write",
+        "make",
+        "suggest",
+        "recommend",
+        "translate",
+        "summarise",
+        "summarize",
+        "list",
+        "describe",
+        "find",
+        "let",
+    ];
+    let mut kept = Vec::new();
+    let mut start = 0;
+    for (i, c) in message.char_indices() {
+        if matches!(c, '.' | '!' | '?' | '\n') || i + c.len_utf8() == message.len() {
+            let end = i + c.len_utf8();
+            let sentence = message[start..end].trim();
+            start = end;
+            let words: Vec<String> = sentence
+                .split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '’'))
+                .filter(|w| !w.is_empty())
+                .map(|w| w.to_lowercase().replace('’', "'"))
+                .collect();
+            let question = sentence.ends_with('?');
+            let opener = words.first().is_some_and(|w| NOT_A_STATEMENT.contains(&w.as_str()));
+            if !question && !opener && words.iter().any(|w| FIRST_PERSON.contains(&w.as_str())) {
+                kept.push(sentence);
+            }
+        }
+    }
+    (!kept.is_empty()).then(|| kept.join(" "))
+}
+
+/// The facts of an extraction (`{"facts": [...]}`) that may go into the
+/// profile: about the user (they say "the user", speak of them as he, she
+/// or they, or begin with a name the user gave themselves or someone of
+/// theirs: "I'm Ada", "my sister Ines") and [`grounded`] in what they said
+/// about themselves. "Paris is the capital of France", taken from "I live
+/// in Paris", is not about the user.
+pub fn profile_facts(extracted: &serde_json::Value, said: &str) -> Vec<String> {
+    let names = names_in(said);
+    let about = |fact: &str| {
+        let words: Vec<String> = fact.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect();
+        words.iter().any(|w| matches!(w.as_str(), "user" | "users" | "he" | "she" | "they" | "his" | "her" | "their" | "them" | "him"))
+            || words.first().is_some_and(|w| names.contains(w))
+    };
+    extracted["facts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f.as_str())
+        .map(str::trim)
+        .filter(|f| about(f) && grounded(f, said))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The names the user gives in `said`, lower-cased: a capitalised word
+/// after "I'm", "I am", "name is", "call me", "called" or "named", or after
+/// "my" or "our" and one more word ("my sister Ines").
+fn names_in(said: &str) -> Vec<String> {
+    let words: Vec<&str> = said.split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '’')).filter(|w| !w.is_empty()).collect();
+    let lower: Vec<String> = words.iter().map(|w| w.to_lowercase().replace('’', "'")).collect();
+    let mut names = Vec::new();
+    for (i, w) in words.iter().enumerate() {
+        if !w.chars().next().is_some_and(char::is_uppercase) || *w == "I" {
+            continue;
+        }
+        let before = |k: usize| i.checked_sub(k).map(|j| lower[j].as_str());
+        let introduced = matches!(before(1), Some("i'm" | "im" | "called" | "named"))
+            || matches!((before(2), before(1)), (Some("i"), Some("am")) | (Some("name"), Some("is")) | (Some("call"), Some("me")))
+            || matches!(before(2), Some("my" | "our"));
+        if introduced {
+            names.push(lower[i].clone());
+        }
+    }
+    names
 }
 
 /// A cheap guard against invented facts (small models make them up): most
@@ -217,6 +333,14 @@ pub fn grounded(fact: &str, said: &str) -> bool {
 /// Facts kept in the profile before they are consolidated: merged, with
 /// duplicates dropped, so the static part of every prompt stays short.
 pub const PROFILE_BUDGET: usize = 12;
+
+/// The most facts the profile holds, whatever consolidation achieves (a
+/// small model may merge nothing): past it, new facts are not stored.
+pub const MAX_PROFILE_FACTS: usize = 4 * PROFILE_BUDGET;
+
+/// The longest fact stored, in characters (the extraction's schema asks
+/// for at most 120).
+pub const MAX_FACT_CHARS: usize = 160;
 
 /// Replaces `old` facts by the model's merged list, losing nothing: a
 /// merged fact is kept only if it is grounded in the old facts (nothing
@@ -243,4 +367,48 @@ fn replace_facts(store: &Store, old: &[revis_store::Fact], merged: &serde_json::
         store.remove_fact(f.id)?;
     }
     Ok(old.len() - covered.len() + kept.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_statements_about_the_user_are_read() {
+        for nothing in [
+            "What is the capital of France?",
+            "What should I cook tonight?",
+            "Help me with my essay.",
+            "If I were a cat I'd sleep all day.",
+            "Marie Curie won two Nobel prizes.",
+            "Can you tell me a joke",
+            "",
+        ] {
+            assert_eq!(about_user(nothing), None, "{nothing:?}");
+        }
+        assert_eq!(about_user("I'm Ada and I live in Lyon."), Some("I'm Ada and I live in Lyon.".into()));
+        assert_eq!(
+            about_user("My dog is called Biscuit. What should I feed him? Our flat is small!"),
+            Some("My dog is called Biscuit. Our flat is small!".into())
+        );
+        assert_eq!(about_user("I’ve moved to Porto"), Some("I’ve moved to Porto".into()), "a typographic apostrophe, no full stop");
+    }
+
+    #[test]
+    fn only_grounded_facts_about_the_user_are_kept() {
+        let said = "My sister Ines lives in Porto and I teach maths.";
+        let v = json!({"facts": [
+            "The user's sister Ines lives in Porto.",
+            "The user teaches maths.",
+            "Porto is a city in Portugal.",
+            "The user is a famous astronaut.",
+        ]});
+        assert_eq!(profile_facts(&v, said), vec!["The user's sister Ines lives in Porto.", "The user teaches maths."]);
+        let named = json!({"facts": ["Ada lives in London.", "Ines is a nurse.", "London is in England."]});
+        assert_eq!(
+            profile_facts(&named, "I'm Ada and I live in London; my sister Ines is a nurse."),
+            vec!["Ada lives in London.", "Ines is a nurse."]
+        );
+        assert!(profile_facts(&json!({}), said).is_empty());
+    }
 }

@@ -37,10 +37,14 @@ mod typing;
 #[cfg(test)]
 mod tests;
 
-pub use context::RULES;
+pub use context::{RULES, rules_for};
 pub use draft::DRAFT_PAUSE;
 pub use error::ChatError;
 pub use escalation::{DEEP_ASK, DEEP_MAX_TOKENS};
-pub use memory::{PROFILE_BUDGET, TURN_BUDGET, audit_key, extract_facts, grounded, summary_task};
+pub use memory::{
+    MAX_FACT_CHARS, MAX_PROFILE_FACTS, PROFILE_BUDGET, TURN_BUDGET, about_user, audit_key, extract_facts, grounded, profile_facts,
+    summary_task,
+};
 pub use record::{EscalatedBy, Escalation, TurnNote, TurnRecord, turn_key, turn_record};
-pub use turn::{Chat, PARTIAL_SAVE_EVERY, TITLE_CHARS, TYPING_IDLE};
+pub use reply::{LOOP_SPAN, repeats_itself};
+pub use turn::{Chat, MAX_MESSAGE_BYTES, PARTIAL_SAVE_EVERY, TITLE_CHARS, TYPING_IDLE};

@@ -117,6 +117,11 @@ impl OpenReply {
 
     /// `text` was handed to the user. Every `save_every` the text so far is
     /// also saved (unflushed), so a crash of the whole machine loses little.
+    /// The text shown so far.
+    pub(crate) fn text(&self) -> &str {
+        &self.shown
+    }
+
     pub(crate) fn shown(&mut self, text: &str) {
         self.shown.push_str(text);
         if self.saved_at.elapsed() >= self.save_every {
@@ -150,5 +155,49 @@ impl OpenReply {
 impl Drop for OpenReply {
     fn drop(&mut self) {
         self.close_cut();
+    }
+}
+
+/// The shortest span an answer must repeat, verbatim, to count as looping
+/// (a sentence; a short phrase said over and over repeats a span this long
+/// after a few times).
+pub const LOOP_SPAN: usize = 64;
+
+/// Whether the last [`LOOP_SPAN`] bytes of `text` occur in it earlier: the answer has started to repeat itself (the small models'
+/// failure: one sentence twenty times until the token limit). Code is
+/// exempt: it repeats itself legitimately.
+pub fn repeats_itself(text: &str) -> bool {
+    if text.len() <= LOOP_SPAN || text.contains("```") {
+        return false;
+    }
+    let mut at = text.len() - LOOP_SPAN;
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    // Found earlier, overlapping or not (a short phrase over and over overlaps itself).
+    text.find(&text[at..]).is_some_and(|first| first < at)
+}
+
+#[cfg(test)]
+mod loop_tests {
+    use super::*;
+
+    #[test]
+    fn a_sentence_said_again_is_a_loop_and_a_plain_answer_is_not() {
+        let sentence = "The capital of France is Paris, a city on the Seine with many museums. ";
+        assert!(!repeats_itself(sentence));
+        let twice = format!("{sentence}{sentence}");
+        assert!(repeats_itself(&twice));
+        // A short phrase over and over: caught once it is longer than the span.
+        let stutter = "Je ne sape pas. ".repeat(6);
+        assert!(repeats_itself(&stutter));
+        let answer = "Paris is the capital of France. It has been the seat of government since the tenth century, \
+                      and it is home to about two million people within the city limits.";
+        assert!(!repeats_itself(answer));
+        // Code repeats itself legitimately.
+        let code = format!("```\n{}```", "    println!(\"{{}}\", value_of_the_thing);\n".repeat(4));
+        assert!(!repeats_itself(&code));
+        // Multi-byte text: the span starts on a character boundary.
+        assert!(repeats_itself(&"Ça va très bien, merci beaucoup, et vous ? ".repeat(4)));
     }
 }

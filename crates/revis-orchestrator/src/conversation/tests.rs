@@ -17,6 +17,8 @@ use crate::{check, checklist, structured};
 #[derive(Clone)]
 struct Scripted {
     seen: Arc<Mutex<Vec<GenerateParams>>>,
+    /// The chat answer, streamed a piece at a time (yielding between pieces).
+    answer: Arc<Mutex<Vec<String>>>,
     check: Arc<Mutex<String>>,
     notes: Arc<Mutex<String>>,
 }
@@ -25,6 +27,7 @@ impl Default for Scripted {
     fn default() -> Self {
         Scripted {
             seen: Arc::default(),
+            answer: Arc::new(Mutex::new(vec![ANSWER.to_owned()])),
             check: Arc::new(Mutex::new(NO_TYPOS.to_owned())),
             notes: Arc::new(Mutex::new(" English\nTONE: friendly\nESCALATE: no, small talk\nDRAFT: hello".to_owned())),
         }
@@ -78,7 +81,14 @@ impl Runner for Scripted {
             Format::Json { .. } => "{}".to_owned(),
             // The structured task's private reasoning.
             Format::Text if req.priority == Priority::Background => "<revis-notes>1. Read it.\nDraft: done".to_owned(),
-            Format::Text => ANSWER.to_owned(),
+            Format::Text => {
+                let pieces = self.answer.lock().unwrap().clone();
+                for p in &pieces {
+                    on_delta(p);
+                    tokio::task::yield_now().await;
+                }
+                return Ok(Done { text: pieces.concat(), ..Default::default() });
+            }
         };
         on_delta(&text);
         Ok(Done { text, ..Default::default() })
@@ -95,7 +105,8 @@ fn chat() -> (Chat<Scripted>, Store, Scripted, tempfile::TempDir) {
 
 #[tokio::test]
 async fn the_audits_verdict_is_stored_for_the_reply_it_judged() {
-    let (chat, store, runner, _dir) = chat();
+    let (mut chat, store, runner, _dir) = chat();
+    chat.audit = true;
     chat.send("Hi! My name is Ada and I live in London.", |_| {}).await.unwrap();
     chat.send("What is a boat?", |_| {}).await.unwrap();
     chat.background().idle().await;
@@ -376,4 +387,63 @@ async fn with_titling_on_an_untitled_conversation_is_named_after_its_first_messa
     chat.send("And a canoe?", |_| {}).await.unwrap();
     let title = store.conversation(chat.conversation).unwrap().unwrap().title;
     assert_eq!(title, long.chars().take(TITLE_CHARS).collect::<String>());
+}
+
+#[tokio::test]
+async fn an_empty_or_oversized_message_is_refused_with_the_reason_and_nothing_is_stored() {
+    let (chat, store, runner, _dir) = chat();
+    chat.send("Hello.", |_| {}).await.unwrap();
+    let before = store.messages(chat.conversation).unwrap();
+    for (text, says) in [(String::new(), "empty"), ("  \n\t ".to_owned(), "empty"), ("x".repeat(MAX_MESSAGE_BYTES + 1), "262144 bytes")] {
+        let e = chat.send(&text, |_| {}).await.unwrap_err();
+        assert!(matches!(e, ChatError::Refused(_)) && e.to_string().contains(says), "{e}");
+    }
+    assert_eq!(store.messages(chat.conversation).unwrap(), before, "nothing stored, nothing lost");
+    assert_eq!(runner.seen.lock().unwrap().iter().filter(|r| r.format == Format::Text && r.priority == Priority::User).count(), 1);
+}
+
+#[tokio::test]
+async fn an_answer_that_repeats_itself_is_stopped_and_stored_as_shown() {
+    let (chat, store, runner, _dir) = chat();
+    let sentence = "I am a detective named Emile and I live in Paris, France. ";
+    *runner.answer.lock().unwrap() = vec![sentence.to_owned(); 20];
+    let mut shown = String::new();
+    let done = chat.send("What is the capital of France?", |t| shown.push_str(t)).await.unwrap();
+    assert!(shown.len() < sentence.len() * 4, "stopped soon after the first repeat: {} bytes", shown.len());
+    assert!(shown.starts_with(sentence) && repeats_itself(&shown));
+    assert_eq!(done.text, shown);
+    let reply = store.messages(chat.conversation).unwrap().into_iter().rfind(|m| m.role == Role::Assistant).unwrap();
+    assert_eq!((reply.text.as_str(), reply.state), (shown.as_str(), revis_store::MessageState::Complete));
+
+    // With the guard off the answer runs to its end.
+    let mut chat = chat;
+    chat.loop_guard = false;
+    let done = chat.send("And of Spain?", |_| {}).await.unwrap();
+    assert_eq!(done.text, sentence.repeat(20));
+}
+
+#[tokio::test]
+async fn a_full_profile_takes_no_more_facts() {
+    let (chat, store, _runner, _dir) = chat();
+    for i in 0..MAX_PROFILE_FACTS {
+        store.add_fact(&format!("The user owns plant number {i}."), None).unwrap();
+    }
+    chat.send("Hi! My name is Ada and I live in London.", |_| {}).await.unwrap();
+    chat.background().idle().await;
+    let facts: Vec<String> = store.facts().unwrap().into_iter().map(|f| f.text).collect();
+    assert!(facts.len() <= MAX_PROFILE_FACTS && !facts.iter().any(|f| f.contains("Ada")), "{facts:?}");
+}
+
+#[tokio::test]
+async fn with_the_profile_off_nothing_is_learned_and_nothing_known_is_shown() {
+    let (mut chat, store, runner, _dir) = chat();
+    store.add_fact("The user's name is Ada.", None).unwrap();
+    chat.profile = false;
+    chat.send("Hi! I live in London.", |_| {}).await.unwrap();
+    chat.background().idle().await;
+    assert_eq!(store.facts().unwrap().len(), 1, "nothing learned");
+    assert!(chat.context().unwrap().profile.is_empty(), "nothing shown");
+    let seen = runner.seen.lock().unwrap();
+    assert!(!seen.iter().any(|r| matches!(&r.format, Format::Json { schema: Some(s) } if s.contains("facts"))), "no extraction asked");
+    assert!(!seen.iter().any(|r| r.messages.iter().any(|m| m.text.contains("Ada"))), "no prompt carries the profile");
 }

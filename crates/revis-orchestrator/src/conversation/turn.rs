@@ -10,17 +10,18 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use revis_client::{Done, Runner, Sampling};
+use revis_client::{Done, FinishReason, Runner, Sampling};
+use revis_models::{ChatGears, chat_gears};
 use revis_store::{ConversationId, MessageId, Store};
 use tokio::sync::{broadcast, watch};
 
-use super::context::build_context;
+use super::context::{RULES, build_context, rules_for};
 use super::draft::{DRAFT_PAUSE, DraftCheck};
 use super::error::{ChatError, blocking};
 use super::escalation::{DEEP_MAX_TOKENS, RecordKeeper};
 use super::memory::Memory;
 use super::record::{EscalatedBy, Escalation, TurnNote, TurnRecord, turn_record};
-use super::reply::{OpenReply, Writer};
+use super::reply::{OpenReply, Writer, repeats_itself};
 use super::typing::TypingTimer;
 use crate::prompt::PromptContext;
 use crate::task::{Background, Policies, TaskKind};
@@ -33,6 +34,11 @@ pub const PARTIAL_SAVE_EVERY: std::time::Duration = std::time::Duration::from_mi
 
 /// How long, by default, typing counts as going on after the last key ([`Chat::typing_idle`]).
 pub const TYPING_IDLE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The longest message a turn sends, in bytes (256 KiB: more than the
+/// context of any model revis runs holds; the daemon's own limit on a whole
+/// request is 1 MiB).
+pub const MAX_MESSAGE_BYTES: usize = 256 << 10;
 
 /// How long a conversation title may be (the first message, cut).
 pub const TITLE_CHARS: usize = 60;
@@ -47,7 +53,15 @@ pub struct Chat<D: Runner> {
     policies: Policies,
     writer: Writer,
     pub conversation: ConversationId,
-    /// Sampling for answers (None = the daemon's defaults).
+    /// What opens the system message ([`RULES`] until [`Chat::fit_to_model`]
+    /// sets the rules measured for the model; empty: no rules).
+    pub rules: String,
+    /// The profile: facts the user stated about themselves are learned and
+    /// go into every prompt. On by default; off for a model measured to
+    /// answer worse with it ([`Chat::fit_to_model`]).
+    pub profile: bool,
+    /// Sampling for answers (None = the daemon's defaults: the model's
+    /// published settings where the catalog or its file has them).
     pub sampling: Sampling,
     /// `None`: the daemon's default.
     pub max_tokens: Option<u32>,
@@ -67,6 +81,10 @@ pub struct Chat<D: Runner> {
     pub auto_deep: bool,
     /// The longest follow-up tier3 writes ([`DEEP_MAX_TOKENS`]; `None`: the daemon's default).
     pub deep_max_tokens: Option<u32>,
+    /// tier3 audits each answer in the background and stores its verdict
+    /// ([`super::audit_key`]). Off by default: nothing reads the verdict
+    /// yet, and it costs a tier3 call per turn (docs/QUALITY.md).
+    pub audit: bool,
     /// Whether a turn leaves its background work behind (a quick check that
     /// was not ready in time, tier3's follow-up of an escalation, facts,
     /// audit, summary, consolidation); on by default, off only to measure an
@@ -77,6 +95,9 @@ pub struct Chat<D: Runner> {
     /// Off by default, so a measured turn does only the answer's store
     /// writes; the CLI and the GUI turn it on.
     pub titling: bool,
+    /// The answer stops once it repeats a span of itself ([`repeats_itself`]);
+    /// on by default.
+    pub loop_guard: bool,
     /// Typing counts as stopped this long after the last key ([`Chat::keystroke`], [`TYPING_IDLE`]).
     pub typing_idle: std::time::Duration,
     drafts: DraftCheck<D>,
@@ -132,6 +153,8 @@ impl<D: Runner> Chat<D> {
             policies,
             writer: Writer::start(),
             conversation,
+            rules: RULES.to_owned(),
+            profile: true,
             sampling: Sampling::default(),
             max_tokens: None,
             partial_save_every: PARTIAL_SAVE_EVERY,
@@ -139,15 +162,37 @@ impl<D: Runner> Chat<D> {
             checklist: false,
             auto_deep: false,
             deep_max_tokens: Some(DEEP_MAX_TOKENS),
+            audit: false,
             after_turn: true,
             titling: false,
             typing_idle: TYPING_IDLE,
+            loop_guard: true,
             turns: AtomicUsize::new(0),
             typed_in_turn: AtomicBool::new(false),
             notes: broadcast::channel(64).0,
             deepened: Arc::default(),
             records: Arc::default(),
         }
+    }
+
+    /// Fits the turn to the models that run it, as the daemon reports them:
+    /// the rules measured for the answering model (tier2's) and whether it
+    /// gets the profile, and tier1's
+    /// quick check only where tier1's model was measured precise enough
+    /// ([`revis_models::chat_gears`], docs/QUALITY.md); a check switched off
+    /// before stays off. A model nobody measured keeps [`RULES`] and the
+    /// check. Returns the answering model's gears.
+    pub async fn fit_to_model(&mut self) -> Result<ChatGears, ChatError> {
+        let tiers = self.daemon.tiers().await?;
+        let gears_of = |kind: TaskKind| {
+            let tier = self.policies.get(kind).tier;
+            tiers.iter().find(|t| t.tier == tier).map_or(ChatGears::UNMEASURED, |t| chat_gears(&t.model, &t.model_path))
+        };
+        let (answer, check) = (gears_of(TaskKind::ChatAnswer), gears_of(TaskKind::Classify));
+        self.rules = rules_for(&answer);
+        self.profile &= answer.profile;
+        self.quick_check &= check.quick_check;
+        Ok(answer)
     }
 
     /// The record keeper, with the settings as they are now.
@@ -158,6 +203,8 @@ impl<D: Runner> Chat<D> {
             background: self.background.clone(),
             policies: self.policies.clone(),
             sampling: self.sampling,
+            rules: self.rules.clone(),
+            profile: self.profile,
             deep_max_tokens: self.deep_max_tokens,
             auto_deep: self.auto_deep,
             notes: self.notes.clone(),
@@ -291,7 +338,7 @@ impl<D: Runner> Chat<D> {
 
     /// What the next prompt is built from, as the store holds it now.
     pub fn context(&self) -> Result<PromptContext, ChatError> {
-        build_context(&self.store, self.conversation, self.checklist, None)
+        build_context(&self.store, self.conversation, &self.rules, self.profile, self.checklist, None)
     }
 
     /// The user started typing: warm the cache with the next prompt's static part.
@@ -364,6 +411,15 @@ impl<D: Runner> Chat<D> {
 
     /// [`Chat::send`]'s turn, once it is counted.
     async fn turn(&self, text: &str, mut on_delta: impl FnMut(&str) + Send) -> Result<Done, ChatError> {
+        if text.trim().is_empty() {
+            return Err(ChatError::Refused("the message is empty: there is nothing to answer".into()));
+        }
+        if text.len() > MAX_MESSAGE_BYTES {
+            return Err(ChatError::Refused(format!(
+                "the message is {} bytes; the limit is {MAX_MESSAGE_BYTES} bytes (256 KiB): send a shorter one",
+                text.len()
+            )));
+        }
         if self.titling {
             self.title(text).await?;
         }
@@ -416,14 +472,33 @@ impl<D: Runner> Chat<D> {
             }
         }
         if result.is_ok() {
-            result = self
-                .daemon
-                .generate(req, |t| {
+            // The loop guard: once the answer repeats a span of itself, the
+            // generation is dropped (the daemon stops it within a token) and
+            // the answer ends there, as shown.
+            let (mut seen, looped) = (String::new(), tokio::sync::Notify::new());
+            let stopped = {
+                let generate = self.daemon.generate(req, |t| {
                     // Recorded in the same step as it is shown: a drop comes before both or after both.
                     open.shown(t);
                     on_delta(t);
-                })
-                .await;
+                    seen.push_str(t);
+                    if self.loop_guard && repeats_itself(&seen) {
+                        looped.notify_one();
+                    }
+                });
+                tokio::select! {
+                    biased;
+                    () = looped.notified() => true,
+                    r = generate => {
+                        result = r;
+                        false
+                    }
+                }
+            };
+            if stopped {
+                tracing::debug!("the answer repeats itself: stopped there");
+                result = Ok(Done { finish_reason: FinishReason::Stop, text: open.text().to_owned(), ..Done::default() });
+            }
         }
         drop(streaming);
         self.pre.consumed();
@@ -457,9 +532,13 @@ impl<D: Runner> Chat<D> {
 
     /// Queues the background work a turn leaves behind.
     fn after_turn(&self, user_text: &str, user: MessageId, reply: MessageId, answer: &str) {
-        self.memory.audit(user_text, reply, answer);
-        self.memory.extract(user_text, user);
-        self.memory.consolidate();
+        if self.audit {
+            self.memory.audit(user_text, reply, answer);
+        }
+        if self.profile {
+            self.memory.extract(user_text, user);
+            self.memory.consolidate();
+        }
         let Ok(ctx) = self.context() else { return };
         self.memory.summarise(self.conversation, ctx);
     }

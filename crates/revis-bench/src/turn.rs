@@ -1,0 +1,686 @@
+//! `revis-bench turn`: a chat turn as a person gets it (the real [`Chat`]:
+//! rules, profile, summaries, tier1's check, the loop guard, with the
+//! model's chosen gears and its default sampling) against the bare model (no
+//! system message, greedy, the same token limit), on the same items in the
+//! same run, with each step switched on and off (docs/QUALITY.md).
+//!
+//! Parts (`--turn-parts`):
+//! - `capitals`: "What is the capital of X?" (`../shared/eval/`), exact match;
+//! - `piqa`: PIQA asked as a chat question ("Which is better, 1 or 2?"),
+//!   the answer's first 1 or 2 taken as its choice;
+//! - `rules`: the rules candidates (revis's house rules, the earlier ones,
+//!   the model's own default system prompt, none) on both sets, greedy;
+//! - `recall`: conversations in which the user says something about
+//!   themselves and asks about it later (`data/quality/recall.jsonl`), asked
+//!   in the same conversation and in a new one (the profile alone);
+//! - `profile`: the profile as stored, on a mixed set of messages
+//!   (`data/quality/profile.jsonl`: statements about the user, questions,
+//!   facts about others), and the facts held after the capitals questions;
+//! - `check`: tier1's "needs the deep tier" on the capitals questions
+//!   (plain facts: every yes is a false escalation);
+//! - `loops`: open questions answered at length, loops counted with the
+//!   guard off and on.
+//!
+//! Two states: a fresh data directory, and one where `--history-turns`
+//! earlier turns (introductions and everyday questions from
+//! `data/quality/`) were had through the same `Chat`, background work and all.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::ValueEnum;
+use revis_client::{Client, GenerateParams, Message, Priority, Runner, Sampling};
+use revis_orchestrator::conversation::{Chat, RULES, about_user, extract_facts, profile_facts, repeats_itself, rules_for};
+use revis_orchestrator::{Policies, TaskKind, check};
+use revis_store::Store;
+use serde::Deserialize;
+
+use crate::daemon::Daemon;
+use crate::ensemble::data::{Capital, Piqa, load_capitals, load_piqa};
+
+/// The house rules before issue 29, kept as a candidate: the measured reason they went.
+pub const EARLIER_RULES: &str = "You are revis, a private assistant running on the user's own computer. \
+Answer helpfully, briefly and honestly. If you do not know, say so.";
+
+/// The options of `revis-bench turn`.
+#[derive(clap::Args, Debug)]
+pub struct TurnArgs {
+    /// Parts to run.
+    #[arg(long, value_delimiter = ',', value_enum, default_values_t = TPart::ALL)]
+    pub turn_parts: Vec<TPart>,
+    /// Capitals questions: the first N (0: all 97).
+    #[arg(long, default_value_t = 0)]
+    pub capitals_items: usize,
+    /// PIQA items asked as chat questions: the first N of the dev set.
+    #[arg(long, default_value_t = 60)]
+    pub piqa_items: usize,
+    /// Longest answer, in tokens, for capitals and PIQA.
+    #[arg(long, default_value_t = 32)]
+    pub turn_max_tokens: u32,
+    /// Earlier turns in the second state.
+    #[arg(long, default_value_t = 40)]
+    pub history_turns: usize,
+    /// Open questions answered at length in the loops part.
+    #[arg(long, default_value_t = 12)]
+    pub loop_items: usize,
+    /// Recall conversations: the first N (0: all).
+    #[arg(long, default_value_t = 0)]
+    pub recall_items: usize,
+    /// The folder of the hand-written sets. Default: crates/revis-bench/data/quality.
+    #[arg(long)]
+    pub turn_data: Option<PathBuf>,
+    /// The public sets. Default: ../shared/eval beside the workspace.
+    #[arg(long)]
+    pub eval: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
+pub enum TPart {
+    Capitals,
+    Piqa,
+    Rules,
+    Recall,
+    Profile,
+    Check,
+    Loops,
+}
+
+impl TPart {
+    pub const ALL: [TPart; 7] = [TPart::Capitals, TPart::Piqa, TPart::Rules, TPart::Recall, TPart::Profile, TPart::Check, TPart::Loops];
+}
+
+/// One way of answering a question.
+#[derive(Clone, Debug, serde::Serialize)]
+struct Way {
+    name: String,
+    /// None: the bare model (no system message, greedy). Some: a `Chat` with these rules.
+    rules: Option<String>,
+    sampled: bool,
+    history: bool,
+    checklist: bool,
+    guard: bool,
+    /// The turn leaves its background work behind (profile, audit...), as in use.
+    after_turn: bool,
+}
+
+impl Way {
+    fn bare() -> Way {
+        Way {
+            name: "bare model, greedy".into(),
+            rules: None,
+            sampled: false,
+            history: false,
+            checklist: false,
+            guard: false,
+            after_turn: false,
+        }
+    }
+    fn turn(name: &str, rules: &str, sampled: bool) -> Way {
+        Way { name: name.into(), rules: Some(rules.into()), sampled, history: false, checklist: false, guard: true, after_turn: false }
+    }
+}
+
+/// One row of results: a set, a way, how many right of how many.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Row {
+    set: String,
+    way: String,
+    right: usize,
+    n: usize,
+    /// Answers that repeat a span of themselves (with the loop guard: stopped at the first repeat).
+    loops: usize,
+    /// Characters of all answers together.
+    chars: usize,
+    /// A few answers, for the reader.
+    examples: Vec<(String, String)>,
+}
+
+impl Row {
+    fn rate(&self) -> f64 {
+        if self.n == 0 { 0.0 } else { self.right as f64 / self.n as f64 }
+    }
+}
+
+/// The Wilson 95% interval of `k` successes in `n`, as fractions.
+pub fn wilson(k: usize, n: usize) -> (f64, f64) {
+    if n == 0 {
+        return (0.0, 1.0);
+    }
+    let (n, p, z) = (n as f64, k as f64 / n as f64, 1.96f64);
+    let centre = (p + z * z / (2.0 * n)) / (1.0 + z * z / n);
+    let half = z * ((p * (1.0 - p) / n + z * z / (4.0 * n * n)).sqrt()) / (1.0 + z * z / n);
+    ((centre - half).max(0.0), (centre + half).min(1.0))
+}
+
+/// The choice a chat answer to a PIQA question makes: its first "1" or "2"
+/// standing alone (not part of a longer number), else None.
+pub fn choice_of(answer: &str) -> Option<usize> {
+    let b = answer.as_bytes();
+    for (i, c) in b.iter().enumerate() {
+        if (*c == b'1' || *c == b'2')
+            && !(i > 0 && b[i - 1].is_ascii_digit())
+            && !b.get(i + 1).is_some_and(|n| n.is_ascii_digit() || *n == b'.' && b.get(i + 2).is_some_and(u8::is_ascii_digit))
+        {
+            return Some(usize::from(*c - b'1'));
+        }
+    }
+    None
+}
+
+/// Whether an answer repeated a span of itself at some point (what the
+/// loop guard stops at): some prefix of it [`repeats_itself`].
+pub fn looped(answer: &str) -> bool {
+    answer.char_indices().map(|(i, _)| i).chain([answer.len()]).step_by(4).any(|end| repeats_itself(&answer[..end]))
+        || repeats_itself(answer)
+}
+
+fn piqa_question(p: &Piqa) -> String {
+    format!("{}\n\n1. {}\n2. {}\n\nWhich is better, 1 or 2?", p.goal, p.sols[0], p.sols[1])
+}
+
+#[derive(Deserialize)]
+struct Recall {
+    turns: Vec<String>,
+    ask: String,
+    answers: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct FactItem {
+    text: String,
+    facts: Vec<FactLabel>,
+}
+
+#[derive(Deserialize)]
+struct FactLabel {
+    keys: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct Plain {
+    text: String,
+    #[serde(default)]
+    escalate: Option<bool>,
+}
+
+fn lines<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<Vec<T>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| serde_json::from_str(l).with_context(|| format!("{}:{}", path.display(), i + 1)))
+        .collect()
+}
+
+/// Profile figures: on the mixed set, and what the capitals questions left.
+#[derive(Default, Debug, serde::Serialize)]
+pub struct ProfileFigures {
+    pub messages: usize,
+    pub labelled: usize,
+    pub stored: usize,
+    pub correct: usize,
+    pub found: usize,
+    /// Facts the profile held after the capitals questions, as a person asks them (None: not run).
+    pub after_capitals: Option<usize>,
+}
+
+/// One model's figures.
+#[derive(Default, Debug, serde::Serialize)]
+pub struct ModelTurns {
+    pub model: String,
+    /// The rules the model's gears name (empty: none), and whether they were measured.
+    pub chosen_rules: String,
+    pub measured: bool,
+    pub rows: Vec<Row>,
+    pub profile: Option<ProfileFigures>,
+    /// tier1's check on the capitals questions: said "needs the deep tier", of how many.
+    pub escalations: Option<(usize, usize)>,
+    pub minutes: f64,
+}
+
+impl ModelTurns {
+    fn row(&self, set: &str, way: &str) -> Option<&Row> {
+        self.rows.iter().find(|r| r.set == set && r.way == way)
+    }
+}
+
+/// The model a run measures, and how revisd runs it.
+pub struct Target<'a> {
+    pub revisd: &'a Path,
+    pub model: &'a Path,
+    pub name: &'a str,
+    pub threads: u32,
+    pub context: u32,
+}
+
+struct Run<'a> {
+    client: &'a Client,
+    max_tokens: u32,
+    fresh: Store,
+    history: Option<Store>,
+}
+
+impl Run<'_> {
+    /// Answers `question` the way `way` says; `seed` for a sampled way.
+    async fn answer(&self, way: &Way, store: &Store, question: &str, seed: u64, max_tokens: u32) -> anyhow::Result<String> {
+        let Some(rules) = &way.rules else {
+            let req = GenerateParams {
+                tier: Policies::default().get(TaskKind::ChatAnswer).tier,
+                messages: vec![Message::user(question)],
+                static_messages: Some(0),
+                max_tokens: Some(max_tokens),
+                sampling: Sampling { temperature: Some(0.0), seed: Some(0), ..Default::default() },
+                priority: Priority::User,
+                ..Default::default()
+            };
+            return Ok(Runner::generate(self.client, req, |_| {}).await?.text);
+        };
+        let conv = store.create_conversation("turn bench")?;
+        let mut chat = Chat::new(self.client.clone(), store.clone(), conv, Policies::default());
+        chat.fit_to_model().await?;
+        chat.rules = rules.clone();
+        chat.sampling = if way.sampled { Sampling { seed: Some(seed), ..Default::default() } } else { greedy() };
+        chat.max_tokens = Some(max_tokens);
+        chat.checklist = way.checklist;
+        chat.loop_guard = way.guard;
+        chat.after_turn = way.after_turn;
+        let done = chat.send(question, |_| {}).await?;
+        if way.after_turn {
+            chat.background_done().await;
+        }
+        Ok(done.text)
+    }
+
+    fn store(&self, way: &Way) -> anyhow::Result<&Store> {
+        if way.history { self.history.as_ref().context("no history state was built") } else { Ok(&self.fresh) }
+    }
+
+    /// Answers every question of a set one way; `right` scores an answer.
+    async fn set(
+        &self,
+        set: &str,
+        way: &Way,
+        store: &Store,
+        questions: &[String],
+        right: impl Fn(usize, &str) -> bool,
+    ) -> anyhow::Result<Row> {
+        let mut row = Row { set: set.into(), way: way.name.clone(), right: 0, n: 0, loops: 0, chars: 0, examples: Vec::new() };
+        for (i, q) in questions.iter().enumerate() {
+            let a = self.answer(way, store, q, i as u64, self.max_tokens).await?;
+            row.n += 1;
+            row.right += usize::from(right(i, &a));
+            row.loops += usize::from(looped(&a));
+            row.chars += a.chars().count();
+            if i < 3 {
+                row.examples.push((q.clone(), a.chars().take(160).collect()));
+            }
+        }
+        eprintln!("revis-bench: turn {set}, {}: {}/{}", way.name, row.right, row.n);
+        Ok(row)
+    }
+}
+
+fn greedy() -> Sampling {
+    Sampling { temperature: Some(0.0), seed: Some(0), ..Default::default() }
+}
+
+/// Has the earlier turns in `store`, through the default `Chat` (background
+/// work and all), six to a conversation (what carries over to a new
+/// conversation is the profile; a summary stays in its own).
+async fn build_history(client: &Client, store: &Store, texts: &[String], max_tokens: u32) -> anyhow::Result<()> {
+    let mut chat = Chat::new(client.clone(), store.clone(), store.create_conversation("history")?, Policies::default());
+    chat.fit_to_model().await?;
+    chat.max_tokens = Some(max_tokens);
+    for (i, t) in texts.iter().enumerate() {
+        if i > 0 && i % 6 == 0 {
+            chat.open(store.create_conversation("history")?);
+        }
+        chat.sampling = Sampling { seed: Some(i as u64), ..Default::default() };
+        chat.send(t, |_| {}).await?;
+        chat.background_done().await;
+        eprintln!("revis-bench: turn history {}/{}", i + 1, texts.len());
+    }
+    Ok(())
+}
+
+/// Runs the parts for one model.
+pub async fn run_model(t: &Target<'_>, a: &TurnArgs, quick: bool, data: &Path, eval: &Path) -> anyhow::Result<ModelTurns> {
+    let started = Instant::now();
+    let d = Daemon::start(t.revisd, t.model, t.threads, t.context, 512).await?;
+    let client = &d.client;
+    let parts = &a.turn_parts;
+    let take = |n: usize, quick_n: usize| if quick { if n == 0 { quick_n } else { n.min(quick_n) } } else { n };
+    let mut capitals: Vec<Capital> = load_capitals(&eval.join("capitals-dev.jsonl"))?;
+    capitals.truncate(match take(a.capitals_items, 12) {
+        0 => usize::MAX,
+        n => n,
+    });
+    let mut piqa: Vec<Piqa> = load_piqa(&eval.join("piqa-dev/valid.jsonl"), &eval.join("piqa-dev/valid-labels.lst"))?;
+    piqa.truncate(take(a.piqa_items, 12));
+
+    // The gears the model has, as a first turn would find them.
+    let (fresh_dir, history_dir) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    let fresh = Store::open(fresh_dir.path())?.store;
+    let mut probe = Chat::new(client.clone(), fresh.clone(), fresh.create_conversation("probe")?, Policies::default());
+    let gears = probe.fit_to_model().await?;
+    drop(probe);
+    let chosen = rules_for(&gears);
+    let mut r = ModelTurns { model: t.name.into(), chosen_rules: chosen.clone(), measured: gears.measured, ..Default::default() };
+
+    let history = if parts.contains(&TPart::Capitals) || parts.contains(&TPart::Piqa) {
+        let mut texts: Vec<String> = lines::<Plain>(&data.join("facts.jsonl"))?.into_iter().map(|p| p.text).collect();
+        texts.extend(lines::<Plain>(&data.join("escalation.jsonl"))?.into_iter().filter(|p| p.escalate == Some(false)).map(|p| p.text));
+        texts.truncate(take(a.history_turns, 4));
+        let store = Store::open(history_dir.path())?.store;
+        build_history(client, &store, &texts, 64).await?;
+        Some(store)
+    } else {
+        None
+    };
+    let run = Run { client, max_tokens: a.turn_max_tokens, fresh: fresh.clone(), history };
+
+    let bare = Way::bare();
+    let default = Way { after_turn: true, ..Way::turn("the turn as revis gives it (default sampling)", &chosen, true) };
+    let greedy_turn = Way::turn("the turn, greedy", &chosen, false);
+    let history_default = Way { history: true, ..Way::turn("after 40 turns: the turn (default sampling)", &chosen, true) };
+    let mut candidates = vec![
+        Way::turn("rules: revis's house rules, greedy", RULES, false),
+        Way::turn("rules: the earlier house rules, greedy", EARLIER_RULES, false),
+        Way::turn("rules: none, greedy", "", false),
+    ];
+    if let Some(own) = revis_models::find(t.name).and_then(|e| e.system_prompt) {
+        candidates.push(Way::turn("rules: the model's own system prompt, greedy", own, false));
+    }
+    // The chosen rules are "the turn, greedy" already.
+    candidates.retain(|w| w.rules.as_deref() != Some(chosen.as_str()));
+
+    if parts.contains(&TPart::Capitals) {
+        let qs: Vec<String> = capitals.iter().map(|c| c.question.clone()).collect();
+        let right = |i: usize, a: &str| capitals[i].is_right(a);
+        // The default turn keeps its own data directory: it leaves its background work, as in use.
+        let own_dir = tempfile::tempdir()?;
+        let own = Store::open(own_dir.path())?.store;
+        r.rows.push(run.set("capitals", &default, &own, &qs, right).await?);
+        r.profile.get_or_insert_default().after_capitals = Some(own.facts()?.len());
+        let mut ways = vec![bare.clone(), greedy_turn.clone()];
+        if run.history.is_some() {
+            ways.push(history_default.clone());
+        }
+        for w in &ways {
+            r.rows.push(run.set("capitals", w, run.store(w)?, &qs, right).await?);
+        }
+    }
+    if parts.contains(&TPart::Piqa) {
+        let qs: Vec<String> = piqa.iter().map(piqa_question).collect();
+        let right = |i: usize, a: &str| choice_of(a) == Some(piqa[i].label);
+        let mut ways = vec![bare.clone(), Way { after_turn: false, ..default.clone() }, greedy_turn.clone()];
+        if run.history.is_some() {
+            ways.push(history_default.clone());
+        }
+        for w in &ways {
+            r.rows.push(run.set("piqa-chat", w, run.store(w)?, &qs, right).await?);
+        }
+    }
+    if parts.contains(&TPart::Rules) {
+        let cq: Vec<String> = capitals.iter().map(|c| c.question.clone()).collect();
+        let pq: Vec<String> = piqa.iter().map(piqa_question).collect();
+        for w in &candidates {
+            r.rows.push(run.set("capitals", w, &fresh, &cq, |i, a| capitals[i].is_right(a)).await?);
+            r.rows.push(run.set("piqa-chat", w, &fresh, &pq, |i, a| choice_of(a) == Some(piqa[i].label)).await?);
+        }
+    }
+    if parts.contains(&TPart::Check) {
+        let tier = Policies::default().get(TaskKind::Classify).tier;
+        let mut said = 0;
+        for c in &capitals {
+            said += usize::from(check::run(client, tier, &c.question).await.is_ok_and(|c| c.escalate));
+        }
+        r.escalations = Some((said, capitals.len()));
+        eprintln!("revis-bench: turn check: {said} escalations of {}", capitals.len());
+    }
+    if parts.contains(&TPart::Profile) {
+        profile(client, data, take(0, 12), &mut r).await?;
+    }
+    if parts.contains(&TPart::Recall) {
+        let mut items: Vec<Recall> = lines(&data.join("recall.jsonl"))?;
+        items.truncate(match take(a.recall_items, 3) {
+            0 => usize::MAX,
+            n => n,
+        });
+        recall(client, &items, &default, &mut r).await?;
+    }
+    if parts.contains(&TPart::Loops) {
+        let qs: Vec<String> = piqa.iter().take(take(a.loop_items, 3)).map(|p| p.goal.clone()).collect();
+        let long = Run { max_tokens: 256, fresh: fresh.clone(), history: None, client };
+        let sampled_no_guard = Way { guard: false, ..Way::turn("the turn (default sampling), no loop guard", &chosen, true) };
+        let sampled_guard = Way::turn("the turn (default sampling), loop guard", &chosen, true);
+        for w in [&bare, &sampled_no_guard, &sampled_guard] {
+            r.rows.push(long.set("loops (256 tokens)", w, &fresh, &qs, |_, _| true).await?);
+        }
+    }
+    r.minutes = started.elapsed().as_secs_f64() / 60.0;
+    Ok(r)
+}
+
+/// The profile as stored (only sentences about the user are read, only
+/// facts about them grounded in those kept) on the mixed set.
+async fn profile(client: &Client, data: &Path, quick_items: usize, r: &mut ModelTurns) -> anyhow::Result<()> {
+    let mut items: Vec<FactItem> = lines(&data.join("profile.jsonl"))?;
+    if quick_items > 0 {
+        items.truncate(quick_items);
+    }
+    let tier = Policies::default().get(TaskKind::ExtractFacts).tier;
+    let f = r.profile.get_or_insert_default();
+    let matches = |fact: &str, l: &FactLabel| l.keys.iter().all(|k| fact.to_lowercase().contains(&k.to_lowercase()));
+    for (i, it) in items.iter().enumerate() {
+        f.messages += 1;
+        f.labelled += it.facts.len();
+        let stored = match about_user(&it.text) {
+            Some(said) => profile_facts(&extract_facts(client, tier, &said).await.unwrap_or_default(), &said),
+            None => Vec::new(),
+        };
+        f.stored += stored.len();
+        f.correct += stored.iter().filter(|x| it.facts.iter().any(|l| matches(x, l))).count();
+        f.found += it.facts.iter().filter(|l| stored.iter().any(|x| matches(x, l))).count();
+        eprintln!("revis-bench: turn profile {}/{}", i + 1, items.len());
+    }
+    Ok(())
+}
+
+/// The recall conversations: the turn (its own data directory, background
+/// work and all) and the bare model given the same conversation.
+async fn recall(client: &Client, items: &[Recall], way: &Way, r: &mut ModelTurns) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open(dir.path())?.store;
+    let rules = way.rules.clone().unwrap_or_default();
+    let mut rows: Vec<Row> =
+        ["the turn, same conversation", "the turn, a new conversation (the profile)", "bare model, greedy, same conversation"]
+            .iter()
+            .map(|w| Row { set: "recall".into(), way: (*w).into(), right: 0, n: 0, loops: 0, chars: 0, examples: Vec::new() })
+            .collect();
+    for (i, it) in items.iter().enumerate() {
+        let conv = store.create_conversation("recall")?;
+        let mut chat = Chat::new(client.clone(), store.clone(), conv, Policies::default());
+        chat.fit_to_model().await?;
+        chat.rules = rules.clone();
+        chat.max_tokens = Some(48);
+        let mut history = Vec::new();
+        for (k, t) in it.turns.iter().enumerate() {
+            chat.sampling = Sampling { seed: Some((i * 10 + k) as u64), ..Default::default() };
+            let done = chat.send(t, |_| {}).await?;
+            chat.background_done().await;
+            history.push(Message::user(t.as_str()));
+            if !done.text.is_empty() {
+                history.push(Message::assistant(done.text));
+            }
+        }
+        let right = |a: &str| it.answers.iter().any(|x| a.to_lowercase().contains(&x.to_lowercase()));
+        let same = chat.send(&it.ask, |_| {}).await?.text;
+        chat.background_done().await;
+        chat.open(store.create_conversation("recall, asked again")?);
+        let new = chat.send(&it.ask, |_| {}).await?.text;
+        chat.background_done().await;
+        history.push(Message::user(it.ask.as_str()));
+        let req = GenerateParams {
+            tier: Policies::default().get(TaskKind::ChatAnswer).tier,
+            messages: history,
+            max_tokens: Some(48),
+            sampling: greedy(),
+            priority: Priority::User,
+            ..Default::default()
+        };
+        let bare = Runner::generate(client, req, |_| {}).await?.text;
+        for (row, a) in rows.iter_mut().zip([&same, &new, &bare]) {
+            row.n += 1;
+            row.right += usize::from(right(a));
+            if i < 3 {
+                row.examples.push((it.ask.clone(), a.chars().take(160).collect()));
+            }
+        }
+        eprintln!("revis-bench: turn recall {}/{}", i + 1, items.len());
+    }
+    r.rows.extend(rows);
+    Ok(())
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.0}%", 100.0 * x)
+}
+
+fn cell(row: &Row) -> String {
+    let (lo, hi) = wilson(row.right, row.n);
+    format!("{} ({}–{}), {}/{}", pct(row.rate()), pct(lo), pct(hi), row.right, row.n)
+}
+
+/// PASS or MISS.
+fn verdict(ok: bool) -> &'static str {
+    if ok { "PASS" } else { "MISS" }
+}
+
+/// The targets, each a line: PASS or MISS and the figures.
+pub fn targets(r: &ModelTurns) -> Vec<String> {
+    let mut out = Vec::new();
+    for set in ["capitals", "piqa-chat"] {
+        let Some(bare) = r.row(set, "bare model, greedy") else { continue };
+        for way in ["the turn as revis gives it (default sampling)", "after 40 turns: the turn (default sampling)"] {
+            let Some(turn) = r.row(set, way) else { continue };
+            out.push(format!(
+                "{}: {set}, {way} ≥ the bare model greedy: {} against {}",
+                verdict(turn.rate() >= bare.rate()),
+                cell(turn),
+                cell(bare)
+            ));
+        }
+        if let (Some(s), Some(g)) = (r.row(set, "the turn as revis gives it (default sampling)"), r.row(set, "the turn, greedy")) {
+            out.push(format!(
+                "{}: {set}, default sampling ≥ 0.9 × greedy: {} against {}",
+                verdict(s.rate() >= 0.9 * g.rate()),
+                cell(s),
+                cell(g)
+            ));
+        }
+    }
+    if let Some(p) = &r.profile {
+        if let Some(n) = p.after_capitals {
+            out.push(format!("{}: the profile holds 0 facts after the capitals questions: {n}", verdict(n == 0)));
+        }
+        if p.messages > 0 {
+            let precision = if p.stored == 0 { 1.0 } else { p.correct as f64 / p.stored as f64 };
+            let recall = if p.labelled == 0 { 1.0 } else { p.found as f64 / p.labelled as f64 };
+            out.push(format!(
+                "{}: profile precision ≥ 95%: {} ({} of {} stored)",
+                verdict(precision >= 0.95),
+                pct(precision),
+                p.correct,
+                p.stored
+            ));
+            out.push(format!("{}: profile recall ≥ 80%: {} ({} of {} facts)", verdict(recall >= 0.8), pct(recall), p.found, p.labelled));
+        }
+    }
+    if let Some((said, n)) = r.escalations {
+        let rate = said as f64 / n.max(1) as f64;
+        out.push(format!(
+            "{}: tier1's false escalation on plain questions ≤ 10%: {} ({said} of {n}); the check is {} for this model",
+            verdict(rate <= 0.10),
+            pct(rate),
+            if rate <= 0.10 { "allowed" } else { "off" }
+        ));
+    }
+    out
+}
+
+/// The markers around one model's section of docs/QUALITY.md.
+pub fn markers(model: &str) -> (String, String) {
+    (format!("<!-- revis-bench:turn-{model}:begin"), format!("<!-- revis-bench:turn-{model}:end -->"))
+}
+
+/// One model's section of docs/QUALITY.md.
+pub fn report(r: &ModelTurns, about: &str) -> String {
+    let mut o = String::new();
+    let (begin, end) = markers(&r.model);
+    let _ = writeln!(o, "{begin} (written by revis-bench turn; edit outside the markers) -->\n");
+    let _ = writeln!(o, "{about}\n");
+    let rules = if r.chosen_rules.is_empty() { "none".to_owned() } else { format!("\"{}\"", r.chosen_rules) };
+    let _ = writeln!(o, "The model's gears: rules {rules} ({}).\n", if r.measured { "measured" } else { "not measured: revis's defaults" });
+    let _ = writeln!(o, "### Targets\n");
+    for t in targets(r) {
+        let _ = writeln!(o, "- {t}");
+    }
+    let _ = writeln!(o, "\n### Accuracy (95% Wilson interval), and answers that loop\n");
+    let _ = writeln!(o, "| set | way | right | answers that repeat themselves | mean length (characters) |");
+    let _ = writeln!(o, "|---|---|---|---|---|");
+    for row in &r.rows {
+        let right = if row.set.starts_with("loops") { "–".to_owned() } else { cell(row) };
+        let _ = writeln!(o, "| {} | {} | {right} | {} of {} | {} |", row.set, row.way, row.loops, row.n, row.chars / row.n.max(1));
+    }
+    if let Some(p) = &r.profile
+        && p.messages > 0
+    {
+        let _ = writeln!(
+            o,
+            "\nProfile on the mixed set ({} messages, {} facts about the user): {} stored, {} right, {} of the facts found.",
+            p.messages, p.labelled, p.stored, p.correct, p.found
+        );
+    }
+    let _ = writeln!(o, "\n<details><summary>Some answers, as given (first 160 characters)</summary>\n");
+    for row in &r.rows {
+        for (q, a) in row.examples.iter().take(2) {
+            let q: String = q.chars().take(80).collect();
+            let _ = writeln!(o, "- {} / {}: {} → {}", row.set, row.way, q.replace('\n', " "), a.replace('\n', " ").replace('|', "\\|"));
+        }
+    }
+    let _ = writeln!(o, "\n</details>\n");
+    let _ = writeln!(o, "{end}");
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_choice_is_the_first_lone_one_or_two() {
+        assert_eq!(choice_of("2. Use a spoon."), Some(1));
+        assert_eq!(choice_of("Option 1 is better than 2"), Some(0));
+        assert_eq!(choice_of("In 2019, 12 people said 1"), Some(0));
+        assert_eq!(choice_of("It takes 1.5 hours; 2 is better"), Some(1));
+        assert_eq!(choice_of("Neither."), None);
+    }
+
+    #[test]
+    fn a_loop_in_the_middle_counts_as_one() {
+        let sentence = "The cage needs fresh bedding, a water bottle and a food dish every week. ";
+        assert!(looped(&format!("{sentence}{sentence}And then something else entirely, which goes on and on without repeating.")));
+        assert!(!looped(sentence));
+    }
+
+    #[test]
+    fn wilson_intervals_hold_the_rate() {
+        let (lo, hi) = wilson(36, 97);
+        assert!(lo < 36.0 / 97.0 && 36.0 / 97.0 < hi);
+        assert!((lo - 0.28).abs() < 0.01 && (hi - 0.47).abs() < 0.01, "{lo} {hi}");
+        assert_eq!(wilson(0, 0), (0.0, 1.0));
+    }
+}
