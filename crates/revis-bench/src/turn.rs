@@ -477,10 +477,16 @@ async fn profile(client: &Client, data: &Path, quick_items: usize, r: &mut Model
     for (i, it) in items.iter().enumerate() {
         f.messages += 1;
         f.labelled += it.facts.len();
-        let stored = match about_user(&it.text) {
-            Some(said) => profile_facts(&extract_facts(client, tier, &said).await.unwrap_or_default(), &said),
-            None => Vec::new(),
+        let (extracted, stored) = match about_user(&it.text) {
+            Some(said) => {
+                let v = extract_facts(client, tier, &said).await.unwrap_or_default();
+                (v["facts"].to_string(), profile_facts(&v, &said))
+            }
+            None => ("(not asked)".to_owned(), Vec::new()),
         };
+        if std::env::var_os("REVIS_BENCH_SHOW").is_some() {
+            eprintln!("{:?}\n  extracted {extracted}\n  stored {stored:?}", it.text);
+        }
         f.stored += stored.len();
         f.correct += stored.iter().filter(|x| it.facts.iter().any(|l| matches(x, l))).count();
         f.found += it.facts.iter().filter(|l| stored.iter().any(|x| matches(x, l))).count();

@@ -207,14 +207,24 @@ fn store_facts(store: &Store, v: &serde_json::Value, said: &str, source: revis_s
     }
 }
 
+/// The words of the first person ("I", "my", "we"...), lower-cased.
+const FIRST_PERSON: &[&str] =
+    &["i", "i'm", "im", "i've", "i'd", "i'll", "me", "my", "mine", "myself", "we", "we're", "we've", "we'll", "us", "our", "ours"];
+
+/// The words of `text`, lower-cased, apostrophes kept (typographic ones made plain).
+fn words(text: &str) -> Vec<String> {
+    text.split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '’'))
+        .filter(|w| !w.is_empty())
+        .map(|w| w.to_lowercase().replace('’', "'"))
+        .collect()
+}
+
 /// The sentences of `message` that say something about the user, joined,
 /// or None: those in the first person ("I", "my", "we"...) that are
 /// statements, not questions ("What should I cook?"), requests ("Help me
 /// with my essay") or hypotheticals ("If I were a cat..."). Facts about the
 /// world, questions and the assistant's words never reach the profile.
 pub fn about_user(message: &str) -> Option<String> {
-    const FIRST_PERSON: &[&str] =
-        &["i", "i'm", "im", "i've", "i'd", "i'll", "me", "my", "mine", "myself", "we", "we're", "we've", "we'll", "us", "our", "ours"];
     const NOT_A_STATEMENT: &[&str] = &[
         "if",
         "suppose",
@@ -250,11 +260,7 @@ pub fn about_user(message: &str) -> Option<String> {
             let end = i + c.len_utf8();
             let sentence = message[start..end].trim();
             start = end;
-            let words: Vec<String> = sentence
-                .split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '’'))
-                .filter(|w| !w.is_empty())
-                .map(|w| w.to_lowercase().replace('’', "'"))
-                .collect();
+            let words = words(sentence);
             let question = sentence.ends_with('?');
             let opener = words.first().is_some_and(|w| NOT_A_STATEMENT.contains(&w.as_str()));
             if !question && !opener && words.iter().any(|w| FIRST_PERSON.contains(&w.as_str())) {
@@ -267,26 +273,32 @@ pub fn about_user(message: &str) -> Option<String> {
 
 /// The facts of an extraction (`{"facts": [...]}`) that may go into the
 /// profile: about the user (they say "the user", speak of them as he, she
-/// or they, or begin with a name the user gave themselves or someone of
-/// theirs: "I'm Ada", "my sister Ines") and [`grounded`] in what they said
-/// about themselves. "Paris is the capital of France", taken from "I live
-/// in Paris", is not about the user.
+/// or they, begin with a name the user gave themselves or someone of
+/// theirs, "I'm Ada", "my sister Ines", or keep the user's own first person,
+/// then stored as what the user said) and [`grounded`] in what they said
+/// about themselves; the model's list numbering is dropped, and each is
+/// kept once. "Paris is the capital of France", taken from "I live in
+/// Paris", is not about the user.
 pub fn profile_facts(extracted: &serde_json::Value, said: &str) -> Vec<String> {
     let names = names_in(said);
-    let about = |fact: &str| {
-        let words: Vec<String> = fact.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect();
-        words.iter().any(|w| matches!(w.as_str(), "user" | "users" | "he" | "she" | "they" | "his" | "her" | "their" | "them" | "him"))
-            || words.first().is_some_and(|w| names.contains(w))
-    };
-    extracted["facts"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|f| f.as_str())
-        .map(str::trim)
-        .filter(|f| about(f) && grounded(f, said))
-        .map(str::to_owned)
-        .collect()
+    let mut out: Vec<String> = Vec::new();
+    for fact in extracted["facts"].as_array().into_iter().flatten().filter_map(|f| f.as_str()) {
+        let fact = fact.trim().trim_start_matches(|c: char| c.is_ascii_digit() || matches!(c, '.' | ')' | '-' | '*' | ' ')).trim();
+        let w = words(fact);
+        let third = w
+            .iter()
+            .any(|w| matches!(w.as_str(), "user" | "user's" | "users" | "he" | "she" | "they" | "his" | "her" | "their" | "them" | "him"))
+            || w.first().is_some_and(|first| names.contains(first));
+        let first = w.iter().any(|w| FIRST_PERSON.contains(&w.as_str()));
+        if !(third || first) || !grounded(fact, said) {
+            continue;
+        }
+        let kept = if third { fact.to_owned() } else { format!("The user said: \"{fact}\"") };
+        if !out.iter().any(|k| k.eq_ignore_ascii_case(&kept)) {
+            out.push(kept);
+        }
+    }
+    out
 }
 
 /// The names the user gives in `said`, lower-cased: a capitalised word
@@ -396,6 +408,11 @@ mod tests {
 
     #[test]
     fn only_grounded_facts_about_the_user_are_kept() {
+        let own = json!({"facts": ["1. I'm 71 and took up painting.", "2. I'm 71 and took up painting.", "I am a famous astronaut."]});
+        assert_eq!(
+            profile_facts(&own, "I'm 71 and just took up watercolour painting."),
+            vec!["The user said: \"I'm 71 and took up painting.\""]
+        );
         let said = "My sister Ines lives in Porto and I teach maths.";
         let v = json!({"facts": [
             "The user's sister Ines lives in Porto.",
@@ -404,7 +421,7 @@ mod tests {
             "The user is a famous astronaut.",
         ]});
         assert_eq!(profile_facts(&v, said), vec!["The user's sister Ines lives in Porto.", "The user teaches maths."]);
-        let named = json!({"facts": ["Ada lives in London.", "Ines is a nurse.", "London is in England."]});
+        let named = json!({"facts": ["Ada lives in London.", "2. Ines is a nurse.", "3. Ines is a nurse.", "London is in England."]});
         assert_eq!(
             profile_facts(&named, "I'm Ada and I live in London; my sister Ines is a nurse."),
             vec!["Ada lives in London.", "Ines is a nurse."]
