@@ -247,7 +247,7 @@ fn revis_chat_killed_mid_answer_has_saved_what_it_printed() {
     let data = tempfile::tempdir().unwrap();
     let mut child = Reaped(
         Command::new(revis_testkit::binary("revis"))
-            .args(["chat", "--new", "--temperature", "0", "--max-tokens", "1000", "--socket"])
+            .args(["chat", "--new", "--temperature", "0", "--max-tokens", "1000", "--no-loop-guard", "--socket"])
             .arg(&d.socket)
             .env("REVIS_DATA_DIR", data.path())
             .stdin(Stdio::piped())

@@ -698,7 +698,7 @@ fn a_download_over_1_gb_is_asked_about_and_yes_answers_for_scripts() {
 }
 
 /// `revis chat`'s gears, each seen where it acts (piped, greedy, short):
-/// by default tier1 checks each message (after the answer, piped) and the
+/// by default tier1 (a model nobody measured) checks each message (after the answer, piped) and the
 /// check is stored with the turn; `--no-check` sends tier1 nothing (tier1
 /// has a model of its own here, so Status shows whether it ran);
 /// `--checklist` stores tier2's private notes with the turn and prints only
@@ -706,7 +706,12 @@ fn a_download_over_1_gb_is_asked_about_and_yes_answers_for_scripts() {
 #[tokio::test]
 async fn chat_switches_tier1s_check_and_the_checklist() {
     use revis_client::Tier;
-    let d = TestDaemon::new().tier_model("tier1", revis_testkit::smollm2()).model(revis_testkit::gemma3()).start();
+    // tier1's check runs only for a model measured precise enough, or one
+    // nobody measured: SmolLM2 under a name the catalog does not know.
+    let models = tempfile::tempdir().unwrap();
+    let unmeasured = models.path().join("tiny-unmeasured.gguf");
+    std::os::unix::fs::symlink(revis_testkit::smollm2(), &unmeasured).unwrap();
+    let d = TestDaemon::new().tier_model("tier1", unmeasured).model(revis_testkit::gemma3()).start();
     let client = d.client().await;
     let tier1_ran = async || client.status().await.unwrap().tier(Tier::Tier1).expect("a tier1").cached_prefixes > 0;
     let chat = |flags: &[&str]| {

@@ -150,6 +150,8 @@ async fn a_node_killed_mid_answer_the_answer_continues_here_and_is_stored_once()
     let mut chat = Chat::new(d.clone(), store.clone(), conversation, Default::default());
     chat.sampling = greedy();
     chat.max_tokens = Some(300);
+    // The whole greedy story, loops and all: the test compares it with the daemon's.
+    chat.loop_guard = false;
     // Held closed for the whole test: the turn's background tasks (facts,
     // the audit) wait, so what ran here is the continuation alone.
     let _no_background = chat.gates().streaming();

@@ -293,8 +293,11 @@ fn ctrl_c_in_revis_chat_keeps_exactly_the_text_printed() {
     use std::io::{Read, Write};
     let d = TestDaemon::new().start();
     let data = tempfile::tempdir().unwrap();
-    let mut child =
-        spawn_revis(&d, data.path(), &["chat", "--new", "--temperature", "0", "--max-tokens", "400", "--save-every-ms", "3600000"]);
+    let mut child = spawn_revis(
+        &d,
+        data.path(),
+        &["chat", "--new", "--temperature", "0", "--max-tokens", "400", "--save-every-ms", "3600000", "--no-loop-guard"],
+    );
     child.stdin.take().unwrap().write_all(format!("{LONG}\n").as_bytes()).unwrap();
     let printed = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut stdout = child.stdout.take().unwrap();

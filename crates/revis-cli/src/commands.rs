@@ -79,6 +79,9 @@ pub struct ChatArgs {
     /// machine may lose; Ctrl-C loses nothing).
     #[arg(long, hide = true, default_value_t = revis_orchestrator::conversation::PARTIAL_SAVE_EVERY.as_millis() as u64)]
     save_every_ms: u64,
+    /// Let an answer that repeats itself run on to its end (for tests that need a long answer).
+    #[arg(long, hide = true)]
+    no_loop_guard: bool,
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -347,6 +350,7 @@ async fn chat<D: Runner>(daemon: D, store: Store, a: ChatArgs) -> anyhow::Result
     chat.auto_deep = a.auto_deep;
     chat.deep_max_tokens = Some(a.deep_max_tokens);
     chat.titling = true;
+    chat.loop_guard = !a.no_loop_guard;
     // The rules and checks measured for the models that answer (docs/QUALITY.md).
     chat.fit_to_model().await?;
     let interactive = std::io::stdin().is_terminal();

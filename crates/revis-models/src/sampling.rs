@@ -106,6 +106,6 @@ mod tests {
         std::fs::write(&path, b"not a model").unwrap();
         assert_eq!(sampling_defaults("/some/path/model.gguf", &path), qwen.sampling, "by file name");
         assert_eq!(sampling_defaults("qwen2.5-3b-instruct", &dir.path().join("x.gguf")), qwen.sampling, "by catalog name");
-        assert_eq!(sampling_defaults("smollm2-135m-instruct", &path.with_file_name("y.gguf")), SamplingDefaults::NONE);
+        assert_eq!(sampling_defaults("gemma3-270m", &path.with_file_name("y.gguf")), SamplingDefaults::NONE, "none published");
     }
 }
