@@ -39,6 +39,7 @@ use serde::Deserialize;
 
 use crate::daemon::Daemon;
 use crate::ensemble::data::{Capital, Piqa, load_capitals, load_piqa};
+pub use crate::quality::Target;
 
 /// The house rules before issue 29, kept as a candidate: the measured reason they went.
 pub const EARLIER_RULES: &str = "You are revis, a private assistant running on the user's own computer. \
@@ -99,7 +100,6 @@ struct Way {
     rules: Option<String>,
     sampled: bool,
     history: bool,
-    checklist: bool,
     guard: bool,
     /// The turn leaves its background work behind (profile, audit...), as in use.
     after_turn: bool,
@@ -107,18 +107,10 @@ struct Way {
 
 impl Way {
     fn bare() -> Way {
-        Way {
-            name: "bare model, greedy".into(),
-            rules: None,
-            sampled: false,
-            history: false,
-            checklist: false,
-            guard: false,
-            after_turn: false,
-        }
+        Way { name: "bare model, greedy".into(), rules: None, sampled: false, history: false, guard: false, after_turn: false }
     }
     fn turn(name: &str, rules: &str, sampled: bool) -> Way {
-        Way { name: name.into(), rules: Some(rules.into()), sampled, history: false, checklist: false, guard: true, after_turn: false }
+        Way { name: name.into(), rules: Some(rules.into()), sampled, history: false, guard: true, after_turn: false }
     }
 }
 
@@ -246,15 +238,6 @@ impl ModelTurns {
     }
 }
 
-/// The model a run measures, and how revisd runs it.
-pub struct Target<'a> {
-    pub revisd: &'a Path,
-    pub model: &'a Path,
-    pub name: &'a str,
-    pub threads: u32,
-    pub context: u32,
-}
-
 struct Run<'a> {
     client: &'a Client,
     max_tokens: u32,
@@ -283,7 +266,6 @@ impl Run<'_> {
         chat.rules = rules.clone();
         chat.sampling = if way.sampled { Sampling { seed: Some(seed), ..Default::default() } } else { greedy() };
         chat.max_tokens = Some(max_tokens);
-        chat.checklist = way.checklist;
         chat.loop_guard = way.guard;
         chat.after_turn = way.after_turn;
         let done = chat.send(question, |_| {}).await?;
