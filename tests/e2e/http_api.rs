@@ -875,6 +875,33 @@ fn an_offloaded_tier_answers_over_http_and_a_node_killed_mid_stream_leaves_one_w
 }
 
 #[test]
+fn a_closed_stdout_does_not_end_revis_serve() {
+    // `revis serve | head -1`, or a script that reads the port and closes the
+    // pipe: the announcement fails to write, and the server goes on serving.
+    let d = TestDaemon::new().start();
+    let data = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let log_path = data.path().join("serve.log");
+    let child = revis_serve_command(&d, data.path(), &["--addr", &format!("127.0.0.1:{port}"), "--no-key"])
+        .env("REVIS_LOG", "info")
+        .stdout(writer)
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .expect("start revis serve");
+    let s = Serve { child, addr: format!("127.0.0.1:{port}").parse().unwrap(), key: None, _data: data };
+    // It logs the failed write after binding; then it must answer.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&log_path).unwrap_or_default().contains("stdout closed") {
+        assert!(Instant::now() < deadline, "no word of the closed stdout: {}", std::fs::read_to_string(&log_path).unwrap_or_default());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let r = http(&s, "GET", "/v1/models", None, "");
+    assert_eq!(r.status, 200, "{}", r.body);
+}
+
+#[test]
 fn beyond_loopback_it_serves_https_only_with_the_key() {
     // A network namespace of the test's own: its veth address is not loopback.
     let net = NetnsPair::new();

@@ -270,15 +270,27 @@ async fn run<R: Runner>(
     };
     let scheme = if tls.is_some() { "https" } else { "http" };
     // The first line says where: tests and scripts read the port from it (with --addr 127.0.0.1:0).
-    println!("revis serve: listening on {scheme}://{local} (OpenAI: {scheme}://{local}/v1, Ollama: {scheme}://{local}); {key}");
+    let mut said =
+        format!("revis serve: listening on {scheme}://{local} (OpenAI: {scheme}://{local}/v1, Ollama: {scheme}://{local}); {key}\n");
     if let Some(t) = &tls {
         let names = if t.names.is_empty() { String::new() } else { format!(", valid for {}", t.names.join(", ")) };
-        println!("revis serve: HTTPS; clients trust {} (SHA-256 {}){names}", t.cert_path.display(), t.fingerprint);
+        said += &format!("revis serve: HTTPS; clients trust {} (SHA-256 {}){names}\n", t.cert_path.display(), t.fingerprint);
     }
+    announce(&said);
     let limits = opts.limits;
     let router = revis_http::router(runner, opts);
     revis_http::serve(listener, router, limits, tls, stop_signal(), GRACE).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Says where the server listens, in one write, and goes on serving when
+/// nobody reads it: a reader that takes the first line and closes the pipe
+/// (`revis serve | head -1`, a script after the port) must not end the server.
+fn announce(said: &str) {
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(said.as_bytes()).and_then(|()| out.flush()) {
+        tracing::info!("stdout closed ({e}); serving on");
+    }
 }
 
 /// SIGTERM or SIGINT.
