@@ -38,11 +38,9 @@ enum Command {
     Service(service::Action),
     #[command(flatten)]
     Admin(admin::Action),
-    /// (started by revisd) llama.cpp's RPC server lending this machine's CPU, on 127.0.0.1.
+    /// (started by revisd) llama.cpp's RPC server lending this machine's CPU, on a private loopback.
     #[command(hide = true)]
     RpcWorker {
-        #[arg(long)]
-        endpoint: String,
         #[arg(long)]
         cache_dir: PathBuf,
         #[arg(long)]
@@ -65,9 +63,9 @@ enum Command {
         batch: u32,
         #[arg(long)]
         max_tokens_limit: u32,
-        /// ENDPOINT=NODE, once per node.
+        /// The nodes lending layers, in the tier's order.
         #[arg(long)]
-        rpc: Vec<String>,
+        node: Vec<String>,
         #[arg(long)]
         split_local: Option<f64>,
         #[arg(long)]
@@ -90,9 +88,17 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
-    if let Some(Command::RpcWorker { endpoint, cache_dir, threads }) = &args.command {
+    if let Some(Command::RpcWorker { cache_dir, threads }) = &args.command {
+        // SAFETY: no other thread exists yet.
+        let start = match unsafe { revis_daemon::remote::lend::WorkerStart::take() } {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("revisd rpc-worker: {e}");
+                return ExitCode::from(EX_USAGE);
+            }
+        };
         revis_daemon::remote::child::exit_with_parent();
-        let e = revis_daemon::remote::lend::run_worker(endpoint, cache_dir, *threads);
+        let e = revis_daemon::remote::lend::run_worker(start, cache_dir, *threads);
         eprintln!("revisd rpc-worker: {e}");
         return ExitCode::FAILURE;
     }
@@ -152,28 +158,35 @@ fn main() -> ExitCode {
 
 /// `revisd split-engine`: one split tier, on the socket its revisd gave.
 fn split_engine(args: Args) -> ExitCode {
-    let Some(Command::SplitEngine { socket, tier, model, context, threads, batch, max_tokens_limit, rpc, split_local, state_dir }) =
+    let Some(Command::SplitEngine { socket, tier, model, context, threads, batch, max_tokens_limit, node, split_local, state_dir }) =
         args.command
     else {
         unreachable!("called for split-engine only")
     };
-    // SAFETY: no other thread exists yet.
+    // SAFETY: no other thread exists yet (for all three).
     let ready = unsafe { take_ready_pipe() };
+    let Some(tunnels) = (unsafe { revis_daemon::transport::socket::take_inherited_socket(revis_daemon::remote::split::TUNNELS_FD) }) else {
+        eprintln!(
+            "revisd split-engine: started without {} (revisd starts it; it is not run by hand)",
+            revis_daemon::remote::split::TUNNELS_FD
+        );
+        return ExitCode::from(EX_USAGE);
+    };
+    if let Err(why) = unsafe { revis_daemon::remote::private_net::enter() } {
+        tracing::warn!("no private loopback for the split engine ({why}): other local processes can reach its tunnels");
+    }
     revis_daemon::remote::child::exit_with_parent();
     let Ok(tier) = tier.parse() else {
         eprintln!("revisd split-engine: {tier:?} is not a tier");
         return ExitCode::from(EX_USAGE);
     };
-    let mut nodes = Vec::new();
-    for r in rpc {
-        match r.split_once('=') {
-            Some((ep, name)) => nodes.push((ep.to_owned(), name.to_owned())),
-            None => {
-                eprintln!("revisd split-engine: --rpc {r:?} is not ENDPOINT=NODE");
-                return ExitCode::from(EX_USAGE);
-            }
+    let nodes = match revis_daemon::remote::split::engine_endpoints(&node, tunnels) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("revisd split-engine: the RPC endpoints: {e}");
+            return ExitCode::FAILURE;
         }
-    }
+    };
     let a = revis_daemon::remote::split::EngineArgs {
         tier,
         model,

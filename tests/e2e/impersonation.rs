@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use revis_client::{Client, ClientError};
 use revis_testkit::{TestDaemon, binary};
 
-const NOBODY: u32 = 65534;
+pub const NOBODY: u32 = 65534;
 
 fn my_uid() -> u32 {
     // SAFETY: getuid cannot fail.

@@ -12,9 +12,10 @@ use std::time::{Duration, Instant};
 use revis_client::wire::v1 as pb;
 use revis_client::{Client, Keyring};
 use revis_daemon::remote::split::NODE_SILENCE;
-use revis_testkit::netns::NetnsPair;
+use revis_testkit::netns::{Netns, NetnsPair};
 use revis_testkit::{Running, TestDaemon, binary, gemma3};
 
+use crate::impersonation::NOBODY;
 use crate::server_mode::{listen_addr, open_pairing, pairing_end};
 use crate::{generate, greedy, long_answer, user};
 
@@ -110,6 +111,60 @@ fn worker_of(desk: &Running) -> u32 {
     let pids: Vec<u32> = children(desk.pid()).into_iter().filter(|p| cmdline(*p).contains("rpc-worker")).collect();
     assert_eq!(pids.len(), 1, "one RPC worker under desk's revisd: {pids:?}");
     pids[0]
+}
+
+/// The ports listening on 127.0.0.1 in `pid`'s network namespace, as that
+/// namespace sees them (`/proc/PID/net/tcp`, state 0A).
+fn loopback_listeners(pid: u32) -> Vec<u16> {
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|row| {
+            let f: Vec<&str> = row.split_whitespace().collect();
+            let (host, port) = f.get(1)?.split_once(':')?;
+            (host == "0100007F" && f.get(3) == Some(&"0A")).then(|| u16::from_str_radix(port, 16).ok()).flatten()
+        })
+        .collect()
+}
+
+/// On a thread of its own in `ns`, as `uid`: `f` (setns and the raw
+/// setresuid change only the calling thread).
+fn as_uid_in<T: Send>(uid: u32, ns: &Netns, f: impl FnOnce() -> T + Send) -> T {
+    use std::os::fd::AsRawFd;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let file = std::fs::File::open(format!("/var/run/netns/{}", ns.name)).unwrap();
+            // SAFETY: a valid namespace descriptor; setns changes only this thread.
+            assert_eq!(unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) }, 0, "{}", std::io::Error::last_os_error());
+            // SAFETY: the raw syscall changes only this thread's credentials; the thread ends after `f`.
+            let r = unsafe { libc::syscall(libc::SYS_setresuid, uid, uid, uid) };
+            assert_eq!(r, 0, "setresuid({uid}): {}", std::io::Error::last_os_error());
+            f()
+        })
+        .join()
+        .unwrap()
+    })
+}
+
+/// Whether `uid`, on the machine whose namespace is `ns`, can connect to 127.0.0.1:`port`.
+fn reaches(uid: u32, ns: &Netns, port: u16) -> bool {
+    as_uid_in(uid, ns, || std::net::TcpStream::connect_timeout(&SocketAddr::from(([127, 0, 0, 1], port)), Duration::from_secs(2)).is_ok())
+}
+
+/// A lending session of a paired device, its RPC HELLO answered.
+async fn paired_session(
+    connector: &tokio_rustls::TlsConnector,
+    addr: SocketAddr,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut session = connector.connect(revis_trust::server_name(), tcp).await.unwrap();
+    session.write_all(&hello()).await.unwrap();
+    let mut answer = [0u8; 8 + 28];
+    session.read_exact(&mut answer).await.expect("the worker answers a paired device");
+    assert_eq!((answer[0], answer[8]), (28, 7), "a HELLO answer of RPC protocol 7: {answer:?}");
+    session
 }
 
 /// Streams `req` and calls `act` once after `after` deltas; the stream's end.
@@ -279,28 +334,18 @@ async fn strangers_and_plain_tcp_get_nothing_and_lending_off_cuts() {
 
     // A paired session reaches the worker (which it starts).
     let paired = tokio_rustls::TlsConnector::from(revis_trust::lend_client_config(&keyring.identity, desk_id).unwrap());
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let mut session = paired.connect(revis_trust::server_name(), tcp).await.unwrap();
+    let mut session = paired_session(&paired, addr).await;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    session.write_all(&hello()).await.unwrap();
-    let mut answer = [0u8; 8 + 28];
-    session.read_exact(&mut answer).await.expect("the worker answers a paired device");
-    assert_eq!((answer[0], answer[8]), (28, 7), "a HELLO answer of RPC protocol 7: {answer:?}");
 
-    // Nothing but the server-mode port listens off loopback (the worker is on 127.0.0.1).
+    // Only the server-mode port listens on desk, on any address (the worker
+    // listens in a namespace of its own).
     let ss = net.a.command("ss").args(["-ltnH"]).output().unwrap();
     let listening = String::from_utf8_lossy(&ss.stdout).into_owned();
-    let mut found_worker = false;
     for line in listening.lines() {
         let local = line.split_whitespace().nth(3).unwrap_or_default();
-        let (host, port) = local.rsplit_once(':').unwrap();
-        if host == "127.0.0.1" {
-            found_worker = true;
-            continue;
-        }
-        assert_eq!(port, addr.port().to_string(), "only the server-mode port listens off loopback:\n{listening}");
+        let (_, port) = local.rsplit_once(':').unwrap();
+        assert_eq!(port, addr.port().to_string(), "only the server-mode port listens:\n{listening}");
     }
-    assert!(found_worker, "the worker listens on loopback:\n{listening}");
 
     // A stranger (a key never paired) with the lending protocol: refused in the handshake.
     let stranger = revis_trust::Identity::generate().unwrap();
@@ -329,6 +374,125 @@ async fn strangers_and_plain_tcp_get_nothing_and_lending_off_cuts() {
     let _ = s.write_all(&hello()).await;
     let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await.expect("closed, not left hanging");
     assert!(matches!(n, Ok(0) | Err(_)), "lending off: nothing");
+}
+
+/// No other user on desk, and no other process of its owner, reaches desk's
+/// RPC worker (which has no authentication of its own): it listens in a
+/// network namespace of its own, reached only over descriptors desk's revisd
+/// hands it. A squatter on its port number in desk's namespace gets nothing.
+#[tokio::test(flavor = "current_thread")]
+async fn no_local_process_reaches_or_squats_the_lenders_rpc_worker() {
+    let net = NetnsPair::new();
+    net.b.enter();
+    let desk = desk(&net, true);
+    let dir = tempfile::tempdir().unwrap();
+    let mut keyring = Keyring::open(&dir.path().join("client")).unwrap();
+    let addr = pair(&mut keyring, &net, &desk).await;
+    let desk_id = keyring.store.find("desk").unwrap().unwrap().device_id;
+    let paired = tokio_rustls::TlsConnector::from(revis_trust::lend_client_config(&keyring.identity, desk_id).unwrap());
+    let session = paired_session(&paired, addr).await;
+
+    let ports = loopback_listeners(worker_of(&desk));
+    assert!(!ports.is_empty(), "the worker listens on its loopback");
+    for &port in &ports {
+        for uid in [NOBODY, 0] {
+            assert!(!reaches(uid, &net.a, port), "uid {uid} on desk connected to the RPC worker's port {port}");
+        }
+    }
+    // Another user listening on the same port number on desk's loopback
+    // takes no session: the next one is the worker's.
+    let squatter = as_uid_in(NOBODY, &net.a, || std::net::TcpListener::bind(("127.0.0.1", ports[0])))
+        .expect("the port number is free on desk's own loopback");
+    squatter.set_nonblocking(true).unwrap();
+    drop(session);
+    let _next = paired_session(&paired, addr).await;
+    assert_eq!(squatter.accept().map(|_| ()).map_err(|e| e.kind()), Err(std::io::ErrorKind::WouldBlock), "the squatter got a session");
+}
+
+/// No local process but the split engine rides this machine's tunnels to
+/// desk (each carries this user's paired identity): the engine's RPC
+/// endpoints are in a network namespace of its own, and this revisd listens
+/// on no TCP port.
+#[tokio::test(flavor = "current_thread")]
+async fn no_local_process_rides_the_borrowers_tunnels() {
+    let TwoMachines { net, desk: _desk, laptop, dir: _dir } = two_machines().await;
+    let mut c = laptop.client().await;
+    generate(&mut c, tier2("What is the capital of France?", 8)).await.expect("the split tier answers");
+    let engines: Vec<u32> = children(laptop.pid()).into_iter().filter(|p| cmdline(*p).contains("split-engine")).collect();
+    assert_eq!(engines.len(), 1, "one split engine: {engines:?}");
+    let ports = loopback_listeners(engines[0]);
+    assert!(!ports.is_empty(), "the engine's RPC endpoints listen on its loopback");
+    for &port in &ports {
+        for uid in [NOBODY, 0] {
+            assert!(!reaches(uid, &net.b, port), "uid {uid} on this machine connected to the tunnel at port {port}");
+        }
+    }
+    assert_eq!(loopback_listeners(laptop.pid()), Vec::<u16>::new(), "this machine listens on no loopback port");
+    generate(&mut c, tier2("What is the capital of France?", 8)).await.expect("and the split tier still answers");
+}
+
+/// The RPC worker as an ordinary user (not root: as revisd runs on a
+/// person's machine) enters a user and network namespace of its own, says
+/// so, and answers a session handed to it as a descriptor.
+#[test]
+fn an_ordinary_users_rpc_worker_listens_on_a_private_loopback() {
+    use std::os::fd::{AsFd, AsRawFd};
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::net::UnixStream;
+    use std::os::unix::process::CommandExt;
+    // A copy of revisd that uid 65534 can run wherever this checkout lives.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = dir.path().join("revisd");
+    std::fs::copy(binary("revisd"), &exe).unwrap();
+    let cache = dir.path().join("rpc-cache");
+    std::fs::create_dir(&cache).unwrap();
+    std::os::unix::fs::chown(&cache, Some(NOBODY), Some(NOBODY)).unwrap();
+    let (sessions, theirs) = UnixStream::pair().unwrap();
+    let (mut ready, ready_theirs) = UnixStream::pair().unwrap();
+    let (a, b) = (theirs.as_raw_fd(), ready_theirs.as_raw_fd());
+    let mut cmd = Command::new(&exe);
+    cmd.args(["rpc-worker", "--threads", "1", "--cache-dir"])
+        .arg(&cache)
+        .env(revis_daemon::remote::lend::SESSIONS_FD, a.to_string())
+        .env("REVIS_WORKER_READY_FD", b.to_string())
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdin(std::process::Stdio::piped());
+    // SAFETY: only fcntl between fork and exec, on descriptors open until spawn returns.
+    unsafe {
+        cmd.pre_exec(move || {
+            for fd in [a, b] {
+                if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let mut worker = cmd.spawn().expect("start the worker as uid 65534");
+    drop((theirs, ready_theirs));
+    ready.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut said = String::new();
+    let _ = ready.read_to_string(&mut said);
+    let netns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap();
+    let (theirs_ns, ours_ns) = (netns(&worker.id().to_string()), netns("self"));
+    let ports = loopback_listeners(worker.id());
+    // A session, as revisd hands one over.
+    let (mut mine, its) = UnixStream::pair().unwrap();
+    let handed = revis_daemon::remote::private_net::send_fd(&sessions, 0, its.as_fd());
+    drop(its);
+    mine.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut answer = [0u8; 8 + 28];
+    let answered = mine.write_all(&hello()).and_then(|()| mine.read_exact(&mut answer));
+    let _ = worker.kill();
+    let _ = worker.wait();
+    assert_eq!(said.trim(), "ready (private loopback)");
+    assert_ne!(theirs_ns, ours_ns, "a network namespace of its own");
+    assert!(!ports.is_empty(), "it listens on its own loopback");
+    handed.expect("the session handed over");
+    answered.expect("an answer through the session");
+    assert_eq!((answer[0], answer[8]), (28, 7), "a HELLO answer of RPC protocol 7: {answer:?}");
 }
 
 /// llama.cpp's RPC HELLO (protocol 7): command 14, a 24-byte payload of

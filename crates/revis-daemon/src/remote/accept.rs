@@ -117,7 +117,7 @@ impl Remote {
     async fn lend(self: &Arc<Self>, mut tls: TlsStream<TcpStream>, addr: SocketAddr, cut: CancellationToken, unsettled: Unsettled) {
         let Some(device_id) = revis_trust::peer_device_id(tls.get_ref().1) else { return };
         let this = self.clone();
-        let worker = match tokio::task::spawn_blocking(move || this.lender.worker()).await {
+        let session = match tokio::task::spawn_blocking(move || this.lender.session()).await {
             Ok(Ok(w)) => w,
             Ok(Err(e)) => {
                 tracing::info!(%addr, %device_id, "refusing a lending session: {e}");
@@ -137,14 +137,13 @@ impl Remote {
         };
         let _guard = ConnGuard { remote: Arc::downgrade(self), id };
         drop(unsettled);
-        let mut upstream = match TcpStream::connect(worker).await {
+        let mut upstream = match session.set_nonblocking(true).and_then(|()| tokio::net::UnixStream::from_std(session)) {
             Ok(u) => u,
             Err(e) => {
-                tracing::warn!(%addr, %device_id, "lending: the RPC worker at {worker} refused: {e}");
+                tracing::warn!(%addr, %device_id, "lending: the RPC worker's session: {e}");
                 return;
             }
         };
-        let _ = upstream.set_nodelay(true);
         tracing::info!(%addr, %device_id, "lending session open");
         tokio::select! {
             () = cut.cancelled() => tracing::info!(%addr, %device_id, "lending session cut"),

@@ -3,18 +3,30 @@
 //!
 //! llama.cpp's RPC server does the work, in a child process of its own
 //! (`revisd rpc-worker`): it never returns, serves one client at a time,
-//! has no authentication or encryption. So it binds 127.0.0.1 only, on a
-//! port chosen here, and the only way in from another machine is server
-//! mode's port under ALPN `revis-rpc/1`, for paired devices (`accept.rs`
-//! splices such a connection to it). Switching lending off ends the worker
-//! and cuts its sessions.
+//! has no authentication or encryption. So the worker moves into a network
+//! namespace of its own first (`private_net`) and listens on that private
+//! loopback, where no other process can reach or squat it; revisd hands it
+//! each session as a descriptor over a socket pair made at spawn. The only
+//! way in from another machine is server mode's port under ALPN
+//! `revis-rpc/1`, for paired devices (`accept.rs` splices such a connection
+//! to a session). Switching lending off ends the worker and cuts its
+//! sessions.
 
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::private_net;
+
+/// The variable naming the descriptor of the worker's end of its sessions
+/// socket pair.
+pub const SESSIONS_FD: &str = "REVIS_SESSIONS_FD";
 /// The file that remembers the lending switch (beside server mode's).
 const SWITCH_FILE: &str = "lending";
 /// How long a new RPC worker may take to listen.
@@ -44,7 +56,8 @@ struct Inner {
 
 struct Worker {
     child: Child,
-    addr: SocketAddr,
+    /// revisd's end of the sessions socket pair: each session travels as a descriptor.
+    sessions: UnixStream,
 }
 
 impl Lender {
@@ -77,69 +90,98 @@ impl Lender {
         Ok(())
     }
 
-    /// Where the RPC worker listens (127.0.0.1), started if it is not
-    /// running (first use, or it died). Blocking: call it off the runtime.
-    pub fn worker(&self) -> Result<SocketAddr, LendError> {
+    /// A new session with the RPC worker (started if it is not running:
+    /// first use, or it died): a connected socket whose other end the worker
+    /// relays to llama.cpp's server on its private loopback. Blocking: call
+    /// it off the runtime.
+    pub fn session(&self) -> Result<UnixStream, LendError> {
         let mut inner = self.lock();
         if !inner.on {
             return Err(LendError::Off);
         }
         if let Some(w) = inner.worker.as_mut() {
             match w.child.try_wait() {
-                Ok(None) => return Ok(w.addr),
-                Ok(Some(status)) => tracing::warn!(%status, "the RPC worker had exited; starting another"),
-                Err(e) => tracing::warn!("the RPC worker: {e}; starting another"),
+                Ok(None) => {}
+                Ok(Some(status)) => {
+                    tracing::warn!(%status, "the RPC worker had exited; starting another");
+                    inner.worker = None;
+                }
+                Err(e) => {
+                    tracing::warn!("the RPC worker: {e}; starting another");
+                    inner.worker = None;
+                }
             }
-            inner.worker = None;
         }
-        let w = self.start()?;
-        let addr = w.addr;
-        inner.worker = Some(w);
-        Ok(addr)
+        if inner.worker.is_none() {
+            inner.worker = Some(self.start()?);
+        }
+        let w = inner.worker.as_ref().expect("started above");
+        let (ours, theirs) = UnixStream::pair().map_err(|e| LendError::Worker(format!("a socket pair: {e}")))?;
+        if let Err(e) = private_net::send_fd(&w.sessions, 0, theirs.as_fd()) {
+            // It is going away: the next session starts another.
+            if let Some(w) = inner.worker.take() {
+                end(w);
+            }
+            return Err(LendError::Worker(format!("the RPC worker took no session: {e}")));
+        }
+        Ok(ours)
     }
 
     fn start(&self) -> Result<Worker, LendError> {
         let err = |m: String| LendError::Worker(m);
-        // A free port on loopback, given to the worker (llama.cpp binds it
-        // itself). Another program could take it in between: the worker
-        // then fails to listen and the next connection tries again.
-        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).and_then(|l| l.local_addr()).map_err(|e| err(e.to_string()))?.port();
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
         let cache = self.state_dir.join("rpc-cache");
         std::fs::create_dir_all(&cache).map_err(|e| err(format!("{}: {e}", cache.display())))?;
         let exe = std::env::current_exe().map_err(|e| err(e.to_string()))?;
+        let (sessions, theirs) = UnixStream::pair().map_err(|e| err(format!("a socket pair: {e}")))?;
+        let (ready_read, ready_write) = UnixStream::pair().map_err(|e| err(format!("a socket pair: {e}")))?;
+        let (theirs_fd, ready_fd) = (theirs.as_raw_fd(), ready_write.as_raw_fd());
         let mut cmd = Command::new(exe);
         cmd.arg("rpc-worker")
-            .arg("--endpoint")
-            .arg(addr.to_string())
             .arg("--cache-dir")
             .arg(&cache)
             .arg("--threads")
             .arg(self.threads.to_string())
+            .env(SESSIONS_FD, theirs_fd.to_string())
+            .env(WORKER_READY_FD, ready_fd.to_string())
             // llama.cpp prints its banner and each client to stdout: into revisd's log.
             .stdout(std::io::stderr())
             .stderr(std::io::stderr());
+        // SAFETY: only fcntl between fork and exec; both descriptors stay open in the parent until spawn returns.
+        unsafe {
+            cmd.pre_exec(move || {
+                private_net::inherit_in_child(theirs_fd)?;
+                private_net::inherit_in_child(ready_fd)
+            });
+        }
         super::child::die_with_parent(&mut cmd);
         let mut child = cmd.spawn().map_err(|e| err(e.to_string()))?;
-        let deadline = Instant::now() + WORKER_START;
-        // Ready once it accepts a connection (it serves that one, sees it
-        // close, and waits for the next).
-        loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                return Err(err(format!("it exited ({status}) before listening on {addr}")));
+        drop((theirs, ready_write));
+        // Ready once its relay reached llama.cpp's server: it says "ready"
+        // (and why its loopback is shared, if it is), or closes the pair.
+        let said = read_ready(ready_read, WORKER_START);
+        match said {
+            Some(s) if s.starts_with("ready") => {
+                tracing::info!(pid = child.id(), "RPC worker ready ({})", s.trim_start_matches("ready").trim());
+                Ok(Worker { child, sessions })
             }
-            if std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                tracing::info!(%addr, pid = child.id(), "RPC worker listening");
-                return Ok(Worker { child, addr });
-            }
-            if Instant::now() > deadline {
+            _ => {
                 let _ = child.kill();
-                let _ = child.wait();
-                return Err(err(format!("it did not listen on {addr} within {}s", WORKER_START.as_secs())));
+                let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
+                Err(err(format!("it did not become ready within {}s ({status}; revisd's log says more)", WORKER_START.as_secs())))
             }
-            std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// The variable naming the descriptor the worker says "ready" on.
+const WORKER_READY_FD: &str = "REVIS_WORKER_READY_FD";
+
+/// What the worker wrote before closing its end, if it did within `limit`.
+fn read_ready(mut from: UnixStream, limit: Duration) -> Option<String> {
+    from.set_read_timeout(Some(limit)).ok()?;
+    let mut said = String::new();
+    from.read_to_string(&mut said).ok()?;
+    Some(said)
 }
 
 impl Drop for Lender {
@@ -156,11 +198,103 @@ fn end(mut w: Worker) {
     let _ = w.child.wait();
 }
 
-/// `revisd rpc-worker`: serves this machine's CPU on `endpoint` until the
-/// process ends; returns only when llama.cpp's server could not start.
-pub fn run_worker(endpoint: &str, cache_dir: &std::path::Path, threads: u32) -> revis_engine::EngineError {
-    if !endpoint.starts_with("127.0.0.1:") {
-        return revis_engine::EngineError::Llama(format!("the RPC worker serves loopback only, not {endpoint}"));
+/// What `revisd rpc-worker` takes from its revisd before any thread starts.
+pub struct WorkerStart {
+    /// The sessions socket pair's worker end.
+    pub sessions: UnixStream,
+    /// Where to say "ready".
+    pub ready: Option<UnixStream>,
+    /// Why its loopback is shared with the machine's other processes, when it is.
+    pub shared: Option<String>,
+}
+
+impl WorkerStart {
+    /// Takes the inherited descriptors and moves into a private network
+    /// namespace (see [`private_net`]).
+    ///
+    /// # Safety
+    /// Call it first thing, while the process has a single thread.
+    pub unsafe fn take() -> Result<WorkerStart, String> {
+        // SAFETY: single-threaded, by our caller's contract.
+        let sessions = unsafe { crate::transport::socket::take_inherited_socket(SESSIONS_FD) }
+            .ok_or_else(|| format!("started without {SESSIONS_FD} (revisd starts it; it is not run by hand)"))?;
+        // SAFETY: as above.
+        let ready = unsafe { crate::transport::socket::take_inherited_socket(WORKER_READY_FD) };
+        // SAFETY: as above.
+        let shared = unsafe { private_net::enter() }.err();
+        Ok(WorkerStart { sessions, ready, shared })
     }
-    revis_engine::rpc::serve(endpoint, Some(cache_dir), threads)
+}
+
+/// `revisd rpc-worker`: serves this machine's CPU on its (private) loopback
+/// until the process ends, each session relayed from a descriptor revisd
+/// sends; returns only when llama.cpp's server could not start.
+pub fn run_worker(start: WorkerStart, cache_dir: &std::path::Path, threads: u32) -> revis_engine::EngineError {
+    let WorkerStart { sessions, ready, shared } = start;
+    if let Some(why) = &shared {
+        tracing::warn!("no private loopback for the RPC worker ({why}): other local processes can reach its port");
+    }
+    // Alone in its namespace, a port taken and given back stays free.
+    let port = match TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).and_then(|l| l.local_addr()) {
+        Ok(a) => a.port(),
+        Err(e) => return revis_engine::EngineError::Llama(format!("no loopback port: {e}")),
+    };
+    let endpoint = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    std::thread::Builder::new()
+        .name("revis-sessions".into())
+        .spawn(move || relay_sessions(sessions, ready, endpoint, shared))
+        .expect("start the sessions thread");
+    revis_engine::rpc::serve(&endpoint.to_string(), Some(cache_dir), threads)
+}
+
+/// In the worker: waits until llama.cpp listens, says "ready", then relays
+/// each session revisd sends; exits the process when revisd closes the pair.
+fn relay_sessions(sessions: UnixStream, ready: Option<UnixStream>, endpoint: SocketAddr, shared: Option<String>) {
+    let deadline = Instant::now() + WORKER_START;
+    // Ready once it accepts a connection (it serves that one, sees it close,
+    // and waits for the next).
+    while TcpStream::connect_timeout(&endpoint, Duration::from_millis(200)).is_err() {
+        if Instant::now() > deadline {
+            eprintln!("revisd rpc-worker: llama.cpp's server did not listen on {endpoint} within {}s", WORKER_START.as_secs());
+            std::process::exit(1);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if let Some(mut r) = ready {
+        let loopback = match &shared {
+            None => "private loopback".to_owned(),
+            Some(why) => format!("shared loopback: {why}"),
+        };
+        let _ = writeln!(r, "ready ({loopback})");
+    }
+    loop {
+        match private_net::recv_fd(&sessions) {
+            Ok(Some((_, fd))) => {
+                let session = UnixStream::from(fd);
+                let _ = std::thread::Builder::new().name("revis-session".into()).spawn(move || relay(session, endpoint));
+            }
+            Ok(None) => std::process::exit(0),
+            Err(e) => {
+                eprintln!("revisd rpc-worker: the sessions socket: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+}
+
+/// One session: bytes both ways between revisd's socket and llama.cpp's
+/// server, each direction's end passed on, until both have ended.
+fn relay(session: UnixStream, endpoint: SocketAddr) {
+    let Ok(tcp) = TcpStream::connect(endpoint) else { return };
+    let _ = tcp.set_nodelay(true);
+    let (Ok(mut session_r), Ok(mut tcp_r)) = (session.try_clone(), tcp.try_clone()) else { return };
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let _ = std::io::copy(&mut session_r, &mut &tcp);
+            let _ = tcp.shutdown(Shutdown::Write);
+        });
+        let _ = std::io::copy(&mut tcp_r, &mut &session);
+        let _ = session.shutdown(Shutdown::Both);
+        let _ = tcp.shutdown(Shutdown::Both);
+    });
 }

@@ -28,6 +28,7 @@ pub mod child;
 mod conn;
 pub mod lend;
 mod pairing;
+pub mod private_net;
 pub mod split;
 
 use std::collections::HashMap;

@@ -5,17 +5,22 @@
 //! llama.cpp's RPC client aborts its process when a node disappears, so a
 //! split model never loads in revisd: it runs in a split engine, a child
 //! `revisd split-engine` serving that tier on a private Unix socket, and
-//! revisd forwards the tier's calls to it. The engine's RPC client dials
-//! loopback ports opened here; each is a tunnel to one node's server-mode
-//! port under mutual TLS (ALPN `revis-rpc/1`, pinned to the node's device
-//! ID, with this user's client identity). A node lost mid-answer ends that
+//! revisd forwards the tier's calls to it. The engine runs in a network
+//! namespace of its own (`private_net`): its RPC client dials ports on that
+//! private loopback, where the engine itself accepts and hands each
+//! connection to revisd as a descriptor over a socket pair made at spawn;
+//! revisd carries it to one node's server-mode port under mutual TLS (ALPN
+//! `revis-rpc/1`, pinned to the node's device ID, with this user's client
+//! identity). No other local process can reach those ports, so none rides
+//! this user's paired identity. A node lost mid-answer ends that
 //! engine; the call gets UNAVAILABLE naming the node, every other tier goes
 //! on, and the next call starts the engine again.
 
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,7 +29,7 @@ use hyper_util::rt::TokioIo;
 use revis_proto::Tier;
 use revis_proto::v1 as pb;
 use revis_trust::{DeviceId, Identity, TrustStore};
-use tokio::net::{TcpListener, TcpStream, UnixStream};
+use tokio::net::{TcpStream, UnixStream};
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsConnector;
 use tokio_stream::StreamExt;
@@ -44,6 +49,9 @@ pub const NODE_CONNECT: Duration = Duration::from_secs(5);
 pub const NODE_SILENCE: Duration = Duration::from_secs(10);
 /// Bytes buffered each way in a tunnel.
 const TUNNEL_BUFFER: usize = 256 << 10;
+/// The variable naming the descriptor of the engine's end of its tunnels
+/// socket pair.
+pub const TUNNELS_FD: &str = "REVIS_TUNNELS_FD";
 
 /// Why a split tier cannot answer now (each becomes its `Status` in `error.rs`).
 #[derive(Debug, thiserror::Error)]
@@ -138,18 +146,24 @@ struct Running {
     child: tokio::process::Child,
     channel: Channel,
     tunnels: Vec<Tunnel>,
+    /// Receives the engine's connections and carries each; dropped, it ends them all.
+    _carrier: Carrier,
 }
 
+/// One node's tunnel: its name and what went wrong reaching it.
 struct Tunnel {
     node: String,
-    accept: JoinHandle<()>,
     /// The last failure reaching the node, for the error a caller sees.
     broken: Arc<Mutex<Option<String>>>,
 }
 
-impl Drop for Tunnel {
+/// The task carrying an engine's connections (and, in its set, every
+/// connection it carries): aborted on drop, so none outlives the engine.
+struct Carrier(JoinHandle<()>);
+
+impl Drop for Carrier {
     fn drop(&mut self) {
-        self.accept.abort();
+        self.0.abort();
     }
 }
 
@@ -242,17 +256,9 @@ impl SplitEngine {
     }
 
     async fn start(&self) -> Result<Running, SplitError> {
-        let nodes = self.resolve()?;
-        let connector = nodes.0;
-        let mut tunnels = Vec::new();
-        let mut endpoints = Vec::new();
-        for (name, device_id, addr) in nodes.1 {
-            let (tunnel, local) = open_tunnel(name, device_id, addr, connector.clone())
-                .await
-                .map_err(|e| self.unavailable(&format!("cannot open a loopback port for the tunnel: {e}")))?;
-            tunnels.push(tunnel);
-            endpoints.push(local);
-        }
+        let (connector, nodes) = self.resolve()?;
+        let tunnels: Vec<Tunnel> = nodes.iter().map(|(name, ..)| Tunnel { node: name.clone(), broken: Arc::default() }).collect();
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().map_err(SplitError::Pipe)?;
         std::fs::create_dir_all(&self.run_dir).map_err(|source| SplitError::RunDir { path: self.run_dir.clone(), source })?;
         let socket = self.run_dir.join(format!("{}.sock", self.tier));
         let _ = std::fs::remove_file(&socket);
@@ -277,18 +283,34 @@ impl SplitEngine {
             .arg(self.max_tokens_limit.to_string())
             .arg("--state-dir")
             .arg(self.run_dir.join(format!("{}-state", self.tier)));
-        for (ep, name) in endpoints.iter().zip(&m.split) {
-            cmd.arg("--rpc").arg(format!("{ep}={name}"));
+        for name in &m.split {
+            cmd.arg("--node").arg(name);
         }
         if let Some(s) = m.split_local {
             cmd.arg("--split-local").arg(s.to_string());
         }
-        cmd.env("REVIS_READY_FD", write_end.as_raw_fd().to_string()).stdout(std::io::stderr()).stderr(std::io::stderr());
+        let theirs_fd = theirs.as_raw_fd();
+        cmd.env("REVIS_READY_FD", write_end.as_raw_fd().to_string())
+            .env(TUNNELS_FD, theirs_fd.to_string())
+            .stdout(std::io::stderr())
+            .stderr(std::io::stderr());
+        // SAFETY: only fcntl between fork and exec; `theirs` stays open until spawn returns.
+        unsafe { cmd.pre_exec(move || super::private_net::inherit_in_child(theirs_fd)) };
         super::child::die_with_parent(&mut cmd);
         let mut cmd = tokio::process::Command::from(cmd);
         cmd.kill_on_drop(true);
         let mut child = cmd.spawn().map_err(SplitError::Spawn)?;
-        drop(write_end);
+        drop((write_end, theirs));
+        let targets: Vec<Target> = nodes
+            .into_iter()
+            .zip(&tunnels)
+            .map(|((name, device_id, addr), t)| Target { name, device_id, addr, broken: t.broken.clone() })
+            .collect();
+        let carrier = ours
+            .set_nonblocking(true)
+            .and_then(|()| UnixStream::from_std(ours))
+            .map(|chan| Carrier(tokio::spawn(carry_all(chan, targets, connector))))
+            .map_err(SplitError::Pipe)?;
         tracing::info!(tier = %self.tier, pid = child.id(), nodes = %m.split.join(", "), "split engine starting");
         let wait = tokio::task::spawn_blocking(move || {
             let mut f = std::fs::File::from(read_end);
@@ -316,7 +338,7 @@ impl SplitEngine {
             }))
             .await
             .map_err(|e| self.unavailable(&format!("its split engine does not answer: {e}")))?;
-        Ok(Running { child, channel, tunnels })
+        Ok(Running { child, channel, tunnels, _carrier: carrier })
     }
 
     /// This user's client identity and each node's device ID and address,
@@ -353,31 +375,79 @@ impl TlsConnectorFor {
     }
 }
 
-/// A loopback port whose connections are carried to `addr` under mutual TLS.
-async fn open_tunnel(name: String, device_id: DeviceId, addr: SocketAddr, tls: TlsConnectorFor) -> std::io::Result<(Tunnel, SocketAddr)> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
-    let local = listener.local_addr()?;
-    let broken = Arc::new(Mutex::new(None));
-    let accept = tokio::spawn({
-        let (broken, name) = (broken.clone(), name.clone());
-        async move {
-            loop {
-                let Ok((inner, _)) = listener.accept().await else { return };
-                let (broken, name, tls) = (broken.clone(), name.clone(), tls.clone());
-                tokio::spawn(async move {
-                    let record = |why: String| {
-                        tracing::warn!(node = %name, "split: {why}");
-                        *broken.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
-                    };
-                    match carry(inner, device_id, addr, &tls).await {
-                        Ok(()) => {}
-                        Err(e) => record(format!("{name} at {addr}: {e}")),
-                    }
-                });
+/// Where one node's connections go.
+struct Target {
+    name: String,
+    device_id: DeviceId,
+    addr: SocketAddr,
+    broken: Arc<Mutex<Option<String>>>,
+}
+
+/// Receives the engine's RPC connections (a descriptor each, tagged with
+/// the node's index) and carries each to its node under mutual TLS, until
+/// the engine closes the pair; then waits for the connections to end.
+async fn carry_all(chan: UnixStream, targets: Vec<Target>, tls: TlsConnectorFor) {
+    let targets: Arc<Vec<Target>> = Arc::new(targets);
+    let mut carried = tokio::task::JoinSet::new();
+    loop {
+        let got = chan.async_io(tokio::io::Interest::READABLE, || super::private_net::recv_fd_raw(chan.as_raw_fd())).await;
+        while carried.try_join_next().is_some() {}
+        let (index, fd) = match got {
+            Ok(Some(x)) => x,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::warn!("split: the engine's tunnels socket: {e}");
+                break;
             }
-        }
-    });
-    Ok((Tunnel { node: name, accept, broken }, local))
+        };
+        let Some(inner) = tcp_from(fd) else { continue };
+        let Some(_) = targets.get(index as usize) else {
+            tracing::warn!(index, "split: the engine named no node of this tier");
+            continue;
+        };
+        let (targets, tls) = (targets.clone(), tls.clone());
+        carried.spawn(async move {
+            let t = &targets[index as usize];
+            if let Err(e) = carry(inner, t.device_id, t.addr, &tls).await {
+                let why = format!("{} at {}: {e}", t.name, t.addr);
+                tracing::warn!(node = %t.name, "split: {why}");
+                *t.broken.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+            }
+        });
+    }
+    while carried.join_next().await.is_some() {}
+}
+
+/// A TCP connection the engine handed over, for the runtime.
+fn tcp_from(fd: OwnedFd) -> Option<TcpStream> {
+    let std = std::net::TcpStream::from(fd);
+    std.set_nonblocking(true).ok()?;
+    TcpStream::from_std(std).map_err(|e| tracing::warn!("split: a connection from the engine: {e}")).ok()
+}
+
+/// In the split engine: one private-loopback port per node for llama.cpp's
+/// RPC client to dial, each connection handed to revisd over `chan` (tagged
+/// with the node's index). Returns (endpoint, node) pairs for [`EngineArgs`].
+pub fn engine_endpoints(nodes: &[String], chan: std::os::unix::net::UnixStream) -> std::io::Result<Vec<(String, String)>> {
+    let chan = Arc::new(chan);
+    let mut out = Vec::new();
+    for (index, name) in nodes.iter().enumerate() {
+        let tag = u8::try_from(index).map_err(|_| std::io::Error::other("more than 256 nodes"))?;
+        let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+        out.push((listener.local_addr()?.to_string(), name.clone()));
+        let chan = chan.clone();
+        std::thread::Builder::new().name(format!("revis-tunnel-{index}")).spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                if let Err(e) = super::private_net::send_fd(&chan, tag, conn.as_fd()) {
+                    // revisd is gone: the engine ends with it.
+                    tracing::warn!("split engine: cannot hand a connection to revisd: {e}");
+                    return;
+                }
+            }
+        })?;
+    }
+    Ok(out)
 }
 
 /// One tunnelled connection, until either side closes.

@@ -127,6 +127,29 @@ pub unsafe fn take_ready_pipe() -> Option<std::fs::File> {
     Some(unsafe { std::fs::File::from_raw_fd(fd) })
 }
 
+/// The Unix socket revisd handed a child it started (the RPC worker's
+/// sessions, a split engine's tunnels) under the environment variable `var`,
+/// taken at start like [`take_ready_pipe`]: the variable removed, the
+/// descriptor taken only if it is a socket, and made close-on-exec.
+///
+/// # Safety
+/// Call it once per variable, while the process has a single thread.
+pub unsafe fn take_inherited_socket(var: &str) -> Option<std::os::unix::net::UnixStream> {
+    let value = std::env::var(var).ok();
+    // SAFETY: single-threaded, by our caller's contract.
+    unsafe { std::env::remove_var(var) };
+    let fd: RawFd = value?.trim().parse().ok()?;
+    // SAFETY: fstat only writes into `st`.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if fd < 0 || unsafe { libc::fstat(fd, &mut st) } == -1 || st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+        tracing::warn!(fd, "{var} names no socket; leaving that descriptor alone");
+        return None;
+    }
+    // SAFETY: a socket our parent passed for exactly this; from here on it is ours only.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    Some(unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) })
+}
+
 /// Which service manager handed the socket over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Activation {
