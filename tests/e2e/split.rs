@@ -249,6 +249,31 @@ async fn a_lost_lender_ends_the_answer_with_unavailable_and_the_next_one_works()
     assert!(laptop.log_text().contains("split engine starting"));
 }
 
+/// Status answers while a split engine starts, with the tier Loading: here
+/// a start whose TLS handshake desk never answers (its revisd stopped), so
+/// it lasts until the node's connect limit gives up, then fails naming desk.
+#[tokio::test(flavor = "current_thread")]
+async fn status_answers_while_a_split_engine_starts() {
+    let TwoMachines { net: _net, desk, laptop, dir: _dir } = two_machines().await;
+    desk.signal(libc::SIGSTOP);
+    let mut c = laptop.client().await;
+    let answer = tokio::spawn(async move { generate(&mut c, tier2("What is the capital of France?", 4)).await });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !laptop.log_text().contains("split engine starting") {
+        assert!(Instant::now() < deadline, "no split engine started:\n{}", laptop.log_text());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let status = laptop.client().await.status().await.unwrap();
+    assert!(!answer.is_finished(), "Status answered only after the start had ended");
+    let t2 = status.tier(revis_client::Tier::Tier2).unwrap();
+    assert_eq!(t2.state, revis_client::ModelState::Loading, "{t2:?}");
+    assert!(t2.split.contains("starting"), "{t2:?}");
+    let e = answer.await.unwrap().expect_err("desk cannot be reached");
+    desk.signal(libc::SIGCONT);
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    assert!(e.message().contains("desk"), "names the node: {}", e.message());
+}
+
 /// Runs `revisd --socket SOCKET ARGS...` as the lender's owner types it; must succeed.
 fn revisd(socket: &Path, args: &[&str]) {
     let out = Command::new(binary("revisd"))

@@ -20,6 +20,7 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::private_net;
@@ -46,12 +47,10 @@ pub enum LendError {
 pub struct Lender {
     state_dir: PathBuf,
     threads: u32,
-    inner: Mutex<Inner>,
-}
-
-struct Inner {
-    on: bool,
-    worker: Option<Worker>,
+    /// The switch, read by Status without waiting behind a worker's start.
+    on: AtomicBool,
+    /// The worker, held while one starts (up to [`WORKER_START`]).
+    worker: Mutex<Option<Worker>>,
 }
 
 struct Worker {
@@ -64,15 +63,15 @@ impl Lender {
     /// `configured`: `server.lend`, else the saved position, else off.
     pub fn new(state_dir: PathBuf, configured: Option<bool>, threads: u32) -> Lender {
         let on = configured.unwrap_or_else(|| std::fs::read_to_string(state_dir.join(SWITCH_FILE)).is_ok_and(|s| s.trim() == "on"));
-        Lender { state_dir, threads, inner: Mutex::new(Inner { on, worker: None }) }
+        Lender { state_dir, threads, on: AtomicBool::new(on), worker: Mutex::new(None) }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Worker>> {
+        self.worker.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn is_on(&self) -> bool {
-        self.lock().on
+        self.on.load(Ordering::SeqCst)
     }
 
     /// Switches lending; off ends the worker (the caller cuts the sessions).
@@ -81,9 +80,8 @@ impl Lender {
             let path = self.state_dir.join(SWITCH_FILE);
             std::fs::write(&path, if on { "on\n" } else { "off\n" }).map_err(|source| LendError::Switch { path, source })?;
         }
-        let mut inner = self.lock();
-        inner.on = on;
-        if !on && let Some(w) = inner.worker.take() {
+        self.on.store(on, Ordering::SeqCst);
+        if !on && let Some(w) = self.lock().take() {
             end(w);
         }
         tracing::info!(on, "lending switched");
@@ -95,31 +93,31 @@ impl Lender {
     /// relays to llama.cpp's server on its private loopback. Blocking: call
     /// it off the runtime.
     pub fn session(&self) -> Result<UnixStream, LendError> {
-        let mut inner = self.lock();
-        if !inner.on {
+        let mut worker = self.lock();
+        if !self.is_on() {
             return Err(LendError::Off);
         }
-        if let Some(w) = inner.worker.as_mut() {
+        if let Some(w) = worker.as_mut() {
             match w.child.try_wait() {
                 Ok(None) => {}
                 Ok(Some(status)) => {
                     tracing::warn!(%status, "the RPC worker had exited; starting another");
-                    inner.worker = None;
+                    *worker = None;
                 }
                 Err(e) => {
                     tracing::warn!("the RPC worker: {e}; starting another");
-                    inner.worker = None;
+                    *worker = None;
                 }
             }
         }
-        if inner.worker.is_none() {
-            inner.worker = Some(self.start()?);
+        if worker.is_none() {
+            *worker = Some(self.start()?);
         }
-        let w = inner.worker.as_ref().expect("started above");
+        let w = worker.as_ref().expect("started above");
         let (ours, theirs) = UnixStream::pair().map_err(|e| LendError::Worker(format!("a socket pair: {e}")))?;
         if let Err(e) = private_net::send_fd(&w.sessions, 0, theirs.as_fd()) {
             // It is going away: the next session starts another.
-            if let Some(w) = inner.worker.take() {
+            if let Some(w) = worker.take() {
                 end(w);
             }
             return Err(LendError::Worker(format!("the RPC worker took no session: {e}")));
@@ -186,7 +184,7 @@ fn read_ready(mut from: UnixStream, limit: Duration) -> Option<String> {
 
 impl Drop for Lender {
     fn drop(&mut self) {
-        if let Some(w) = self.lock().worker.take() {
+        if let Some(w) = self.lock().take() {
             end(w);
         }
     }

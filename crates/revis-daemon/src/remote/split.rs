@@ -47,6 +47,8 @@ pub const ENGINE_START: Duration = Duration::from_secs(300);
 pub const NODE_CONNECT: Duration = Duration::from_secs(5);
 /// A node that acknowledges nothing for this long is taken for lost.
 pub const NODE_SILENCE: Duration = Duration::from_secs(10);
+/// How long Status waits for a running engine's own Status.
+const STATUS_WAIT: Duration = Duration::from_secs(2);
 /// Bytes buffered each way in a tunnel.
 const TUNNEL_BUFFER: usize = 256 << 10;
 /// The variable naming the descriptor of the engine's end of its tunnels
@@ -108,6 +110,7 @@ impl Splits {
                     run_dir: config.server.state_dir.join("split"),
                     max_tokens_limit: config.max_tokens_limit,
                     running: tokio::sync::Mutex::new(None),
+                    seen: Mutex::new(Seen::Stopped),
                 })
             });
             tiers.insert(*tier, engine);
@@ -140,6 +143,17 @@ pub struct SplitEngine {
     run_dir: PathBuf,
     max_tokens_limit: u32,
     running: tokio::sync::Mutex<Option<Running>>,
+    /// What Status reads without waiting behind a start (which holds
+    /// `running` for up to [`ENGINE_START`]).
+    seen: Mutex<Seen>,
+}
+
+/// The engine as Status sees it.
+#[derive(Clone)]
+enum Seen {
+    Stopped,
+    Starting,
+    Running(Channel),
 }
 
 struct Running {
@@ -206,10 +220,22 @@ impl SplitEngine {
                 }
             }
         }
-        let r = self.start().await?;
+        self.see(Seen::Starting);
+        let r = match self.start().await {
+            Ok(r) => r,
+            Err(e) => {
+                self.see(Seen::Stopped);
+                return Err(e);
+            }
+        };
         let channel = r.channel.clone();
         *running = Some(r);
+        self.see(Seen::Running(channel.clone()));
         Ok(channel)
+    }
+
+    fn see(&self, seen: Seen) {
+        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = seen;
     }
 
     /// After a call failed on the transport: whether the engine ended, and
@@ -224,12 +250,14 @@ impl SplitEngine {
         }
         let why = r.loss();
         *running = None;
+        self.see(Seen::Stopped);
         Some(self.unavailable(&format!("its split engine stopped mid-call: {why}")))
     }
 
     /// Ends the engine (an unload, or revisd stopping).
     pub async fn stop(&self) -> bool {
         let mut running = self.running.lock().await;
+        self.see(Seen::Stopped);
         match running.take() {
             Some(mut r) => {
                 let _ = r.child.start_kill();
@@ -240,18 +268,26 @@ impl SplitEngine {
         }
     }
 
-    /// The engine's status of this tier while it runs (None otherwise).
+    /// The engine's status of this tier while it runs or starts (None
+    /// otherwise). Never waits behind a start: Status must answer while a
+    /// split engine loads (up to [`ENGINE_START`]).
     pub async fn status(&self) -> Option<pb::TierStatus> {
-        let channel = {
-            let mut running = self.running.lock().await;
-            let r = running.as_mut()?;
-            if !matches!(r.child.try_wait(), Ok(None)) {
-                return None;
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let channel = match seen {
+            Seen::Stopped => return None,
+            Seen::Starting => {
+                return Some(pb::TierStatus {
+                    tier: self.tier.to_string(),
+                    state: pb::ModelState::Loading as i32,
+                    split: format!("split across {}: its engine is starting", self.model.split.join(", ")),
+                    context_tokens: self.model.context,
+                    ..Default::default()
+                });
             }
-            r.channel.clone()
+            Seen::Running(channel) => channel,
         };
         let mut admin = pb::admin_client::AdminClient::new(channel);
-        let s = tokio::time::timeout(Duration::from_secs(2), admin.status(pb::StatusRequest {})).await.ok()?.ok()?.into_inner();
+        let s = tokio::time::timeout(STATUS_WAIT, admin.status(pb::StatusRequest {})).await.ok()?.ok()?.into_inner();
         s.tiers.into_iter().find(|t| t.tier == self.tier.as_str())
     }
 
