@@ -331,6 +331,56 @@ async fn a_call_to_a_vanished_node_fails_within_the_keepalive_not_minutes() {
     net.set_link(true);
 }
 
+// A paired device that vanishes mid-answer: the desk has answer bytes in
+// flight that nobody acknowledges, so neither TCP keepalive nor an HTTP/2
+// ping can tell (pings queue behind the data). The desk still drops the
+// connection within `server.peer_timeout_ms` + 2 s and cancels the answer
+// (its queue goes idle).
+#[tokio::test]
+async fn a_device_that_vanishes_mid_answer_is_dropped_and_its_answer_cancelled() {
+    const PEER: Duration = Duration::from_secs(2);
+    let net = NetnsPair::new();
+    net.b.enter();
+    // A small send buffer on the desk: a few answer bytes in flight fill it,
+    // as a slow link's do, so the desk's writes (its goodbye included) block.
+    let out = net.a.command("sysctl").args(["-w", "net.ipv4.tcp_wmem=4096 4096 4096"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let desk = daemon_in(&net.a, "desk", &format!("enabled = true\nadvertise = false\npeer_timeout_ms = {}", PEER.as_millis())).start();
+    let mut local = desk.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (keyring, node) = pair_with(&mut local, &net, dir.path(), "laptop").await;
+    let remote = Client::connect_node(&keyring, &node).await.unwrap();
+    let mut answer = remote.wire().inference.generate(crate::long_answer(4000)).await.unwrap().into_inner();
+    let mut deltas = 0;
+    while deltas < 8 {
+        if let Some(pb::generate_event::Event::Delta(_)) = answer.message().await.unwrap().expect("the answer runs").event {
+            deltas += 1;
+        }
+    }
+    // The laptop's address goes (as when it sleeps or leaves the network):
+    // the desk's packets still leave on a link that is up, and vanish.
+    let vanish = |verb: &str| {
+        let addr = format!("{}/24", net.b.addr);
+        let out =
+            std::process::Command::new("ip").args(["-n", &net.b.name, "addr", verb, &addr, "dev", &net.b.interface]).output().unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+    };
+    vanish("del");
+    let t0 = Instant::now();
+    let limit = PEER + Duration::from_secs(2);
+    loop {
+        let s = local.status().await.unwrap();
+        if s.server.as_ref().unwrap().remote_connections == 0 && !s.busy {
+            break;
+        }
+        assert!(t0.elapsed() < limit, "{:?} after the cut the desk still counts the device ({s:?})", t0.elapsed());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!("dropped, its answer cancelled, {:?} after the cut", t0.elapsed());
+    vanish("add");
+    drop(answer);
+}
+
 // A forged advertisement with the desk's device ID points at an impostor
 // (the real desk does not advertise here): the client tries it and the
 // address it last reached the desk at, the pin holds only at the desk, and

@@ -126,6 +126,8 @@ async fn dial(connector: &TlsConnector, addr: SocketAddr, name: &str, expected: 
     let probes =
         socket2::TcpKeepalive::new().with_time(NODE_PING_INTERVAL).with_interval(NODE_TCP_PROBE_INTERVAL).with_retries(NODE_TCP_PROBES);
     socket2::SockRef::from(&tcp).set_tcp_keepalive(&probes)?;
+    // Bytes in flight that the node never acknowledges end the connection as a silent ping does.
+    revis_trust::link::give_up_unacknowledged(&tcp, NODE_PING_INTERVAL + NODE_PING_TIMEOUT)?;
     let mut tls = connector.connect(revis_trust::server_name(), tcp).await.map_err(|e| {
         if is_pin_mismatch(&e) { std::io::Error::other(NodeError::NotThatNode { name: name.into(), addr, expected }) } else { e }
     })?;

@@ -37,6 +37,7 @@ mod error;
 mod fsutil;
 mod https;
 mod identity;
+pub mod link;
 mod pairing;
 mod store;
 mod tls;

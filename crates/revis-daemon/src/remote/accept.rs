@@ -52,6 +52,10 @@ impl Remote {
             if let Err(e) = socket2::SockRef::from(&tcp).set_tcp_keepalive(&tcp_keepalive(self.config.peer_timeout)) {
                 tracing::warn!(%addr, "server mode: cannot set TCP keepalive: {e}");
             }
+            // A peer gone mid-answer leaves bytes unacknowledged: drop it at the peer timeout too.
+            if let Err(e) = revis_trust::link::give_up_unacknowledged(&tcp, self.config.peer_timeout) {
+                tracing::warn!(%addr, "server mode: cannot set the TCP user timeout: {e}");
+            }
             let unsettled = match Unsettled::take(&self, addr.ip()) {
                 Ok(u) => u,
                 Err(why) => {

@@ -501,8 +501,7 @@ async fn carry(mut inner: TcpStream, device_id: DeviceId, addr: SocketAddr, tls:
     let _ = sock.set_tcp_keepalive(
         &socket2::TcpKeepalive::new().with_time(Duration::from_secs(2)).with_interval(Duration::from_secs(2)).with_retries(3),
     );
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    let _ = sock.set_tcp_user_timeout(Some(NODE_SILENCE));
+    let _ = revis_trust::link::give_up_unacknowledged(&tcp, NODE_SILENCE);
     let connector = tls.to(device_id)?;
     let mut outer = tokio::time::timeout(NODE_CONNECT, connector.connect(revis_trust::server_name(), tcp))
         .await
