@@ -40,6 +40,11 @@ struct Frozen {
 }
 
 async fn frozen_generate(socket: &Path, req: &pb::GenerateRequest) -> Frozen {
+    frozen_generate_opening(socket, req, 1 << 20).await
+}
+
+/// [`frozen_generate`] whose window, once opened, is `window` bytes.
+async fn frozen_generate_opening(socket: &Path, req: &pb::GenerateRequest, window: u32) -> Frozen {
     let io = tokio::net::UnixStream::connect(socket).await.unwrap();
     let (h2, mut conn) = h2::client::Builder::new().initial_window_size(0).handshake::<_, Bytes>(io).await.unwrap();
     let (open, opened) = tokio::sync::oneshot::channel::<()>();
@@ -49,7 +54,7 @@ async fn frozen_generate(socket: &Path, req: &pb::GenerateRequest) -> Frozen {
             _ = &mut conn => return,
             _ = opened => {}
         }
-        conn.set_initial_window_size(1 << 20).unwrap();
+        conn.set_initial_window_size(window).unwrap();
         let _ = conn.await;
     });
     let mut h2 = h2.ready().await.unwrap();
@@ -111,6 +116,54 @@ async fn a_caller_that_never_reads_does_not_hold_up_the_others() {
     }
     eprintln!("the frozen caller then received {received} bytes");
     let trailers = body.trailers().await.unwrap().expect("trailers");
+    assert_eq!(trailers["grpc-status"], (Code::DeadlineExceeded as i32).to_string());
+    let message = trailers["grpc-message"].to_str().unwrap();
+    assert!(message.contains("stall_timeout_s"), "{message}");
+}
+
+/// A caller that reads a trickle (one chunk of the answer every 1.5 s,
+/// each within the 2 s stall timeout) keeps no place: it is cut off as a
+/// frozen one is, and told why. What counts is progress, a quarter of the
+/// delta buffer per stall timeout once it has fallen a buffer behind (the
+/// rule's own cases are `rpc::stream`'s unit tests; through tonic's and
+/// HTTP/2's buffers this reader is cut off under the old per-delta clock
+/// too, so it guards the behaviour, not the change).
+#[tokio::test]
+async fn a_trickle_reader_is_cut_off_like_a_frozen_one() {
+    const STALL: Duration = Duration::from_secs(2);
+    let d = TestDaemon::new().daemon(&format!("stall_timeout_s = {}", STALL.as_secs())).start();
+    let mut c = d.client().await;
+    generate(&mut c, ask("Say hello.")).await.unwrap();
+    // An answer that cannot end early, through a window of a few deltas.
+    let frozen = frozen_generate_opening(&d.socket, &crate::long_answer(4000), 256).await;
+    // The window opens, then the caller takes one chunk every 1.5 s.
+    let _ = frozen.open.send(());
+    let mut body = frozen.response.into_body();
+    let t0 = Instant::now();
+    // Once the answer is cut off, the caller reads the rest at once.
+    let hurry = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = tokio::spawn({
+        let hurry = hurry.clone();
+        async move {
+            while let Some(chunk) = body.data().await {
+                let Ok(chunk) = chunk else { break };
+                if !hurry.load(std::sync::atomic::Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(1500)).await; // the trickle itself, not a wait for an event
+                }
+                let _ = body.flow_control().release_capacity(chunk.len());
+            }
+            body.trailers().await.ok().flatten()
+        }
+    });
+    // The engine goes idle once the trickle is cut off.
+    let deadline = t0 + Duration::from_secs(60);
+    while c.status().await.unwrap().busy {
+        assert!(Instant::now() < deadline, "a trickle reader held its answer for {:?}", t0.elapsed());
+        tokio::time::sleep(Duration::from_millis(50)).await; // a polling interval, not a wait for an event
+    }
+    eprintln!("the trickle was cut off {:?} after it began", t0.elapsed());
+    hurry.store(true, std::sync::atomic::Ordering::SeqCst);
+    let trailers = reader.await.unwrap().expect("trailers");
     assert_eq!(trailers["grpc-status"], (Code::DeadlineExceeded as i32).to_string());
     let message = trailers["grpc-message"].to_str().unwrap();
     assert!(message.contains("stall_timeout_s"), "{message}");

@@ -25,9 +25,11 @@ pub enum DaemonError {
         RETRY_AFTER_MS / 1000
     )]
     QueueFull { capacity: usize },
-    /// The caller took none of a Generate's text for the stall timeout.
+    /// The caller fell a buffer behind a Generate's text and took too little
+    /// of it within the stall timeout (`rpc/stream.rs`).
     #[error(
-        "the caller took none of the answer for {}s (daemon.stall_timeout_s); revisd stopped it so other requests could go on",
+        "the caller fell behind the answer and took fewer than {} pieces of it in {}s (daemon.stall_timeout_s); revisd stopped it so other requests could go on",
+        crate::rpc::stream::STALL_PROGRESS,
         timeout.as_secs()
     )]
     Stalled { timeout: std::time::Duration },

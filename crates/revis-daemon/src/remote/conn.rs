@@ -34,7 +34,7 @@ impl Remote {
     /// between its handshake and now.
     pub(super) fn register(self: &Arc<Self>, tls: TlsStream<TcpStream>, addr: SocketAddr, cut: CancellationToken) -> Option<RemoteIo> {
         let device_id = revis_trust::peer_device_id(tls.get_ref().1)?;
-        let id = {
+        let (id, calls) = {
             let mut state = self.lock();
             if !self.trusted.contains(&device_id) {
                 return None;
@@ -42,7 +42,8 @@ impl Remote {
             state.next_id += 1;
             let id = state.next_id;
             state.conns.insert(id, Conn { device: device_id, cut: cut.clone(), lending: false });
-            id
+            let calls = state.device_calls.entry(device_id).or_insert_with(Peer::device_places).clone();
+            (id, calls)
         };
         // The file is rewritten at most once a minute per device, not on
         // every connection: "last seen" is for people, to the minute.
@@ -60,7 +61,7 @@ impl Remote {
         tracing::info!(%addr, %device_id, "paired device connected");
         Some(RemoteIo {
             tls,
-            peer: Peer::new(device_id, addr),
+            peer: Peer { device_id, addr, calls },
             cut: Box::pin(cut.cancelled_owned()),
             _guard: ConnGuard { remote: Arc::downgrade(self), id },
         })

@@ -137,6 +137,9 @@ struct State {
     unsettled: usize,
     unsettled_from: HashMap<IpAddr, usize>,
     next_id: u64,
+    /// Each paired device's calls in progress, across all its connections
+    /// (`transport::peer::CALLS_PER_DEVICE` places each).
+    device_calls: HashMap<revis_trust::DeviceId, std::sync::Arc<tokio::sync::Semaphore>>,
 }
 
 struct Listening {

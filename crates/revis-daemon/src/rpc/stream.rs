@@ -44,14 +44,23 @@ pub(super) struct Stall {
     pub(super) stalled: Arc<AtomicBool>,
 }
 
+/// Deltas a caller that has fallen a whole buffer behind must take within
+/// each stall timeout to keep its place: reading one now and then (a
+/// trickle) is not progress.
+pub const STALL_PROGRESS: usize = DELTA_BUFFER / 4;
+
 /// Carries a Generate's deltas from the engine (which never waits) to the
-/// gRPC stream's buffer, and owns the stall clock: when the buffer stays
-/// full for `stall.timeout` (the caller took nothing: a frozen client, an
-/// HTTP/2 window left at 0) the job is cancelled and the forwarder ends.
-/// Also ends when the job ends or the stream is dropped; with it go the
-/// call's admission place and, for the engine, the job's delta channel
-/// (a closed channel stops the generation within one token).
+/// gRPC stream's buffer, and owns the stall clock. The clock starts when the
+/// buffer is full (the caller took nothing: a frozen client, an HTTP/2
+/// window left at 0, or a trickle); it stops when the caller catches up
+/// (the buffer nearly empty) and starts again whenever the caller has taken
+/// [`STALL_PROGRESS`] deltas. When it reaches `stall.timeout` the job is
+/// cancelled and the forwarder ends. Also ends when the job ends or the
+/// stream is dropped; with it go the call's admission place and, for the
+/// engine, the job's delta channel (a closed channel stops the generation
+/// within one token).
 pub(super) async fn forward(mut from: mpsc::UnboundedReceiver<Delta>, to: mpsc::Sender<Delta>, stall: Stall, _admitted: Admitted) {
+    let mut clock = StallClock::default();
     loop {
         let delta = tokio::select! {
             d = from.recv() => match d {
@@ -60,18 +69,55 @@ pub(super) async fn forward(mut from: mpsc::UnboundedReceiver<Delta>, to: mpsc::
             },
             () = to.closed() => return,
         };
-        match tokio::time::timeout(stall.timeout, to.send(delta)).await {
-            Ok(Ok(())) => {}
+        let buffered = to.max_capacity() - to.capacity();
+        let left = clock.before_send(Instant::now(), buffered, to.max_capacity(), stall.timeout);
+        match tokio::time::timeout(left, to.send(delta)).await {
+            Ok(Ok(())) => clock.after_send(Instant::now(), to.max_capacity() - to.capacity()),
             Ok(Err(_)) => return,
             Err(_) => {
                 tracing::warn!(
                     timeout_s = stall.timeout.as_secs(),
-                    "a caller took none of its answer for the stall timeout; cancelling it"
+                    progress = STALL_PROGRESS,
+                    "a caller fell behind and took too little of its answer for the stall timeout; cancelling it"
                 );
                 stall.stalled.store(true, Ordering::SeqCst);
                 stall.cancel.store(true, Ordering::SeqCst);
                 return;
             }
+        }
+    }
+}
+
+/// The forwarder's stall clock (see [`forward`]); pure, for its tests.
+#[derive(Default, Debug)]
+struct StallClock {
+    /// Deltas put into the buffer so far.
+    sent: usize,
+    /// Since when the caller is behind, and how many it had taken then.
+    behind: Option<(Instant, usize)>,
+}
+
+impl StallClock {
+    /// How long the next send may wait, given what is buffered now.
+    fn before_send(&mut self, now: Instant, buffered: usize, capacity: usize, timeout: Duration) -> Duration {
+        let taken = self.sent - buffered;
+        if buffered >= capacity && self.behind.is_none() {
+            self.behind = Some((now, taken));
+        }
+        match self.behind {
+            Some((since, _)) => timeout.saturating_sub(now - since),
+            None => timeout,
+        }
+    }
+
+    /// After a send: `buffered` now holds the delta just sent.
+    fn after_send(&mut self, now: Instant, buffered: usize) {
+        self.sent += 1;
+        let taken = self.sent - buffered;
+        match self.behind {
+            Some(_) if buffered <= 1 => self.behind = None,
+            Some((_, at)) if taken - at >= STALL_PROGRESS => self.behind = Some((now, taken)),
+            _ => {}
         }
     }
 }
@@ -157,5 +203,65 @@ impl Stream for EventStream {
             }
         };
         Poll::Ready(Some(item))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{DELTA_BUFFER, STALL_PROGRESS, StallClock};
+    use std::time::{Duration, Instant};
+
+    const T: Duration = Duration::from_secs(10);
+
+    /// Fills the buffer, then the caller takes one delta every `gap`:
+    /// how long until the clock runs out (None within `limit`).
+    fn reader_taking_one_every(gap: Duration, limit: Duration) -> Option<Duration> {
+        let t0 = Instant::now();
+        let mut c = StallClock::default();
+        let mut buffered = 0;
+        while buffered < DELTA_BUFFER {
+            assert_eq!(c.before_send(t0, buffered, DELTA_BUFFER, T), T);
+            buffered += 1;
+            c.after_send(t0, buffered);
+        }
+        let mut now = t0;
+        while now - t0 < limit {
+            let left = c.before_send(now, buffered, DELTA_BUFFER, T);
+            if left < gap {
+                return Some(now - t0 + left);
+            }
+            now += gap;
+            // The caller took one; the send refills the buffer.
+            c.after_send(now, buffered);
+        }
+        None
+    }
+
+    #[test]
+    fn a_trickle_reader_runs_out_of_time() {
+        let ran_out = reader_taking_one_every(Duration::from_secs(9), Duration::from_secs(120)).expect("a trickle loses its place");
+        assert!(ran_out <= T, "after {ran_out:?}");
+    }
+
+    #[test]
+    fn a_slow_steady_reader_keeps_its_place() {
+        // STALL_PROGRESS deltas per timeout, with room to spare.
+        let gap = T / (STALL_PROGRESS as u32 * 2);
+        assert_eq!(reader_taking_one_every(gap, Duration::from_secs(600)), None);
+    }
+
+    #[test]
+    fn a_caller_that_catches_up_stops_the_clock() {
+        let t0 = Instant::now();
+        let mut c = StallClock::default();
+        for i in 0..DELTA_BUFFER {
+            c.before_send(t0, i, DELTA_BUFFER, T);
+            c.after_send(t0, i + 1);
+        }
+        // Full: the clock starts; 9 s later the caller has emptied the buffer.
+        assert_eq!(c.before_send(t0, DELTA_BUFFER, DELTA_BUFFER, T), T);
+        let later = t0 + Duration::from_secs(9);
+        c.after_send(later, 1);
+        assert_eq!(c.before_send(later + Duration::from_secs(30), 1, DELTA_BUFFER, T), T, "caught up: no clock");
     }
 }

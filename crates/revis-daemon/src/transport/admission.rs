@@ -11,8 +11,11 @@
 //! HTTP/2 itself is bounded per connection by [`MAX_CONCURRENT_STREAMS`],
 //! which both listeners (the Unix socket, TLS in `remote/`) set. A call
 //! from the network (its connection has a [`Peer`]) first waits for one of
-//! its connection's [`CALLS_PER_CONNECTION`](super::peer::CALLS_PER_CONNECTION) places, so one device cannot
-//! hold every place in the queue.
+//! its device's [`CALLS_PER_DEVICE`](super::peer::CALLS_PER_DEVICE) places
+//! (shared by all its connections), then for one of the places paired
+//! devices may hold together: half of them ([`Admission::remote_share`]).
+//! The other half are this machine's own callers', so no paired device,
+//! nor all of them together, can have the owner refused.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -36,17 +39,31 @@ pub const MAX_CONCURRENT_STREAMS: u32 = 64;
 pub struct Admission {
     permits: Arc<Semaphore>,
     capacity: usize,
+    /// The places paired devices may hold together.
+    remote: Arc<Semaphore>,
 }
 
 /// Proof that a call was admitted; its place (and, for a paired device, its
 /// connection's place) is given back when the last clone drops. Tonic hands
 /// it to the handler as a request extension.
 #[derive(Clone)]
-pub struct Admitted(#[allow(dead_code)] Arc<(OwnedSemaphorePermit, Option<OwnedSemaphorePermit>)>);
+pub struct Admitted(#[allow(dead_code)] Arc<(OwnedSemaphorePermit, Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)>)>);
 
 impl Admission {
     pub fn new(queue_capacity: usize, running: usize) -> Admission {
-        Admission { permits: Arc::new(Semaphore::new(queue_capacity + running.max(1))), capacity: queue_capacity }
+        let places = queue_capacity + running.max(1);
+        Admission {
+            permits: Arc::new(Semaphore::new(places)),
+            capacity: queue_capacity,
+            remote: Arc::new(Semaphore::new(Self::remote_share(places))),
+        }
+    }
+
+    /// Of `places` (the queue plus the jobs running), how many paired
+    /// devices may hold together: half, at least one; the rest are kept for
+    /// this machine's own callers.
+    pub fn remote_share(places: usize) -> usize {
+        (places / 2).max(1)
     }
 
     /// Places in the queue (`daemon.queue_capacity`), besides the jobs running.
@@ -94,7 +111,8 @@ where
 
     fn call(&mut self, mut req: http::Request<Body>) -> Self::Future {
         // A paired device's call first waits, unread, for one of its
-        // connection's places (`peer::CALLS_PER_CONNECTION`).
+        // device's places (`peer::CALLS_PER_DEVICE`), then for one of the
+        // paired devices' share.
         let Some(own) = req.extensions().get::<Peer>().map(|p| p.calls.clone()) else {
             return match self.admission.try_admit() {
                 Ok(admitted) => {
@@ -110,9 +128,12 @@ where
             let Ok(mine) = own.acquire_owned().await else {
                 return Ok(tonic::Status::from(DaemonError::ConnectionClosing).into_http());
             };
+            let Ok(share) = admission.remote.clone().acquire_owned().await else {
+                return Ok(tonic::Status::from(DaemonError::ConnectionClosing).into_http());
+            };
             match admission.permits.clone().try_acquire_owned() {
                 Ok(place) => {
-                    req.extensions_mut().insert(Admitted(Arc::new((place, Some(mine)))));
+                    req.extensions_mut().insert(Admitted(Arc::new((place, Some((mine, share))))));
                     inner.call(req).await
                 }
                 Err(_) => Ok(tonic::Status::from(DaemonError::QueueFull { capacity: admission.capacity }).into_http()),
@@ -124,6 +145,13 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paired_devices_share_half_the_places() {
+        assert_eq!(Admission::remote_share(5), 2);
+        assert_eq!(Admission::remote_share(20), 10);
+        assert_eq!(Admission::remote_share(1), 1, "a one-place daemon still serves its paired devices");
+    }
 
     #[test]
     fn places_are_the_queue_plus_the_running_jobs_and_come_back() {

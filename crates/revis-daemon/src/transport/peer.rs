@@ -11,11 +11,11 @@ use tonic::Request;
 
 use crate::error::DaemonError;
 
-/// Calls one paired connection may have in progress at once (a Generate
-/// until its stream ends). More wait on that connection, unread and holding
-/// no place in the queue (`admission.rs`), so one device cannot take every
-/// place and have this machine's own user refused.
-pub const CALLS_PER_CONNECTION: usize = 4;
+/// Calls one paired device may have in progress at once, across all its
+/// connections (a Generate until its stream ends). More wait, unread and
+/// holding no place in the queue (`admission.rs`), so opening more
+/// connections gains a device nothing.
+pub const CALLS_PER_DEVICE: usize = 4;
 
 /// Who is calling over the network: set on every request that came in over
 /// mutual TLS (absent on the local socket).
@@ -23,15 +23,17 @@ pub const CALLS_PER_CONNECTION: usize = 4;
 pub struct Peer {
     pub device_id: DeviceId,
     pub addr: SocketAddr,
-    /// This connection's share of the queue: [`CALLS_PER_CONNECTION`]
-    /// places, taken in `admission.rs` before a place in the queue.
+    /// The device's share of the queue, shared by all its connections:
+    /// [`CALLS_PER_DEVICE`] places, taken in `admission.rs` before a place
+    /// in the queue.
     pub calls: Arc<tokio::sync::Semaphore>,
 }
 
 impl Peer {
-    /// A paired device's new connection, with its [`CALLS_PER_CONNECTION`] places.
-    pub fn new(device_id: DeviceId, addr: SocketAddr) -> Peer {
-        Peer { device_id, addr, calls: Arc::new(tokio::sync::Semaphore::new(CALLS_PER_CONNECTION)) }
+    /// A device's places ([`CALLS_PER_DEVICE`]), made once per device and
+    /// shared by its connections.
+    pub fn device_places() -> Arc<tokio::sync::Semaphore> {
+        Arc::new(tokio::sync::Semaphore::new(CALLS_PER_DEVICE))
     }
 }
 
