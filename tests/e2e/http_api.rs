@@ -648,6 +648,57 @@ fn a_connection_beyond_the_limit_waits_until_one_closes() {
     assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
 }
 
+/// A TCP connection to `to` from the loopback address `from` (any
+/// 127.x.y.z is this machine), as another client on another address.
+fn connect_from(from: [u8; 4], to: SocketAddr) -> TcpStream {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+    let tcp = rt.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(SocketAddr::from((from, 0))).unwrap();
+        socket.connect(to).await.unwrap().into_std().unwrap()
+    });
+    tcp.set_nonblocking(false).unwrap();
+    tcp
+}
+
+/// Slow-loris: connections that never finish their request head hold at
+/// most half the places (per address) and are closed after
+/// --header-timeout-ms, and meanwhile this machine's own requests are
+/// answered. Before, 8 such connections took all 8 places and held them for
+/// good: axum's server set no timer, so hyper's header timeout was off.
+#[test]
+fn slow_loris_connections_are_bounded_and_closed_and_the_owner_is_answered() {
+    let d = TestDaemon::new().start();
+    let s = serve(&d, &["--max-connections", "8", "--header-timeout-ms", "1000"]);
+    let lorises: Vec<TcpStream> = (0..8)
+        .map(|_| {
+            let mut c = connect_from([127, 0, 0, 2], s.addr);
+            c.write_all(b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\n").unwrap();
+            c
+        })
+        .collect();
+    let r = http(&s, "GET", "/v1/models", s.key.as_deref(), "");
+    assert_eq!(r.status, 200, "{}", r.body);
+    // Each is closed: the half beyond its address's share at once, the rest
+    // at the header timeout (hyper may say 408 first).
+    let t0 = Instant::now();
+    for mut c in lorises {
+        c.set_read_timeout(Some(STEP)).unwrap();
+        let mut said = Vec::new();
+        let end = c.read_to_end(&mut said);
+        assert!(end.is_ok() || end.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset), "{end:?}");
+        assert!(said.is_empty() || said.starts_with(b"HTTP/1.1 408"), "{}", String::from_utf8_lossy(&said));
+    }
+    assert!(t0.elapsed() < STEP, "the slow connections were not closed");
+    // And an idle kept-alive connection of the owner's is closed the same way.
+    let mut idle = TcpStream::connect(s.addr).unwrap();
+    idle.set_read_timeout(Some(STEP)).unwrap();
+    idle.write_all(&keep_alive(&s, "GET", "/v1/models", "")).unwrap();
+    assert_eq!(read_reply(&mut idle).status, 200);
+    let mut rest = Vec::new();
+    assert!(idle.read_to_end(&mut rest).is_ok(), "closed by the server, not left open");
+}
+
 #[test]
 fn a_caller_that_stops_reading_holds_up_nobody() {
     // Socket buffers of 4 KiB (a namespace of the test's own), so an unread

@@ -55,9 +55,14 @@ pub struct Flags {
     /// Largest request body, in bytes.
     #[arg(long, default_value_t = Limits::default().max_body_bytes)]
     max_body_bytes: usize,
-    /// Connections open at once; more wait to be accepted.
+    /// Connections open at once; more wait to be accepted. One address may hold half of them
+    /// (every program on this machine shares the loopback address).
     #[arg(long, default_value_t = Limits::default().max_connections)]
     max_connections: usize,
+    /// Milliseconds a client has to send a request's head, and a kept-alive connection may
+    /// sit idle before its next request; then it is closed.
+    #[arg(long, default_value_t = Limits::default().header_timeout.as_millis() as u64)]
+    header_timeout_ms: u64,
     /// A web page allowed to call, by its origin (`http://localhost:3000`); repeat for more.
     /// Requests from any other page (a browser names it in `Origin`) are refused, key or not.
     #[arg(long = "allow-origin", value_name = "ORIGIN")]
@@ -76,6 +81,7 @@ impl Default for Flags {
             max_generations: limits.max_generations,
             max_body_bytes: limits.max_body_bytes,
             max_connections: limits.max_connections,
+            header_timeout_ms: limits.header_timeout.as_millis() as u64,
             allow_origins: Vec::new(),
         }
     }
@@ -86,8 +92,8 @@ impl Flags {
     fn check(&self) -> anyhow::Result<()> {
         revis_http::check_bind(self.addr, self.no_key, self.https())?;
         anyhow::ensure!(
-            self.max_generations >= 1 && self.max_connections >= 1,
-            "--max-generations and --max-connections must be at least 1"
+            self.max_generations >= 1 && self.max_connections >= 1 && self.header_timeout_ms >= 1,
+            "--max-generations, --max-connections and --header-timeout-ms must be at least 1"
         );
         Ok(())
     }
@@ -163,6 +169,7 @@ impl Flags {
             ("--max-generations", self.max_generations),
             ("--max-body-bytes", self.max_body_bytes),
             ("--max-connections", self.max_connections),
+            ("--header-timeout-ms", self.header_timeout_ms as usize),
         ] {
             w.extend([flag.into(), n.to_string().into()]);
         }
@@ -239,7 +246,12 @@ pub async fn serve(paths: &Paths, node: Option<&str>, explicit_socket: bool, a: 
             return Ok(ExitCode::from(EX_USAGE));
         }
     };
-    let limits = Limits { max_body_bytes: a.max_body_bytes, max_generations: a.max_generations, max_connections: a.max_connections };
+    let limits = Limits {
+        max_body_bytes: a.max_body_bytes,
+        max_generations: a.max_generations,
+        max_connections: a.max_connections,
+        header_timeout: Duration::from_millis(a.header_timeout_ms),
+    };
     let opts = Options { key, limits, loopback_host_only: a.addr.ip().is_loopback(), allowed_origins: a.allow_origins.clone() };
     if let Some(n) = node {
         return run(crate::nodes::connect(paths, n).await?, a.addr, opts, tls, paths).await;
@@ -413,6 +425,7 @@ mod tests {
             max_generations: 3,
             max_body_bytes: 1000,
             max_connections: 7,
+            header_timeout_ms: 2500,
             allow_origins: vec!["http://localhost:3000".into(), "https://my app.example".into()],
         };
         let data = std::path::Path::new("/home/ada/.local/share/revis");
@@ -442,6 +455,7 @@ mod tests {
             Flags { addr: "0.0.0.0:11435".parse().unwrap(), no_key: true, tls: true, ..Flags::default() },
             Flags { max_generations: 0, ..Flags::default() },
             Flags { max_connections: 0, ..Flags::default() },
+            Flags { header_timeout_ms: 0, ..Flags::default() },
         ] {
             assert!(bad.check().is_err(), "{bad:?}");
         }

@@ -41,10 +41,11 @@ mod ollama;
 mod openai;
 mod request;
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Request, State};
@@ -72,13 +73,27 @@ pub struct Limits {
     pub max_body_bytes: usize,
     /// Generations running at once; one more is refused with 429.
     pub max_generations: usize,
-    /// Connections open at once; more wait to be accepted.
+    /// Connections open at once; more wait to be accepted. One address may
+    /// hold [`Limits::per_address`] of them.
     pub max_connections: usize,
+    /// How long a client has to send a request's head, and how long a
+    /// kept-alive connection may sit idle before its next request.
+    pub header_timeout: Duration,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_body_bytes: 4 << 20, max_generations: 16, max_connections: 64 }
+        Limits { max_body_bytes: 4 << 20, max_generations: 16, max_connections: 64, header_timeout: Duration::from_secs(10) }
+    }
+}
+
+impl Limits {
+    /// Connections one peer address may hold at once: half of
+    /// `max_connections` (at least one), so clients on one other address
+    /// cannot take every place. Every program on this machine shares the
+    /// loopback address.
+    pub fn per_address(&self) -> usize {
+        (self.max_connections / 2).max(1)
     }
 }
 
@@ -335,24 +350,69 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
     grace: Duration,
 ) -> std::io::Result<()> {
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let (done_tx, done_rx) = tokio::sync::mpsc::channel(limits.max_connections.max(1));
     let places = Arc::new(Semaphore::new(limits.max_connections));
-    let listener = Bounded { inner: listener, places, tls: tls.map(|identity| Tls { identity, done_tx, done_rx }) };
-    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
-        shutdown.await;
-        let _ = stop_tx.send(true);
-    });
-    let mut stop_rx = stop_rx;
+    let from = Arc::new(std::sync::Mutex::new(HashMap::new()));
+    let mut listener = Bounded {
+        inner: listener,
+        places,
+        from,
+        per_address: limits.per_address(),
+        tls: tls.map(|identity| Tls { identity, done_tx, done_rx }),
+    };
+    // Each connection holds a receiver; all gone means all closed.
+    let (stopping_tx, stopping_rx) = tokio::sync::watch::channel(false);
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (io, addr) = tokio::select! {
+            c = listener.accept() => c,
+            () = &mut shutdown => break,
+        };
+        tokio::spawn(serve_connection(io, addr, router.clone(), limits.header_timeout, stopping_rx.clone()));
+    }
+    drop(listener);
+    let _ = stopping_tx.send(true);
+    drop(stopping_rx);
     tokio::select! {
-        r = server.into_future() => r,
-        _ = async {
-            let _ = stop_rx.wait_for(|s| *s).await;
-            let t = Instant::now();
-            tokio::time::sleep_until((t + grace).into()).await;
-        } => {
-            tracing::info!("answers still under way after {grace:?}: dropped");
-            Ok(())
+        () = stopping_tx.closed() => {}
+        () = tokio::time::sleep(grace) => tracing::info!("answers still under way after {grace:?}: dropped"),
+    }
+    Ok(())
+}
+
+/// One connection, HTTP/1.1 with keep-alive, until the client closes it,
+/// sends no request head within `header_timeout` (a slow or idle client), or
+/// the server stops (answers under way are let finish).
+async fn serve_connection(
+    io: Held,
+    addr: SocketAddr,
+    router: Router,
+    header_timeout: Duration,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) {
+    let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        tower::ServiceExt::oneshot(router.clone(), req.map(axum::body::Body::new))
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .serve_connection(hyper_util::rt::TokioIo::new(io), service);
+    let mut conn = std::pin::pin!(conn);
+    let mut asked = false;
+    loop {
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(%addr, "connection: {e}");
+                }
+                return;
+            }
+            changed = stopping.changed(), if !asked => {
+                asked = true;
+                if changed.is_ok() {
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
         }
     }
 }
@@ -365,6 +425,10 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 struct Bounded {
     inner: TcpListener,
     places: Arc<Semaphore>,
+    /// Connections open by peer address.
+    from: ByAddress,
+    /// At most this many from one address ([`Limits::per_address`]).
+    per_address: usize,
     tls: Option<Tls>,
 }
 
@@ -376,10 +440,29 @@ struct Tls {
     done_rx: tokio::sync::mpsc::Receiver<(Held, SocketAddr)>,
 }
 
-/// A connection and its place, given back when it closes.
+/// A connection and its places (among all, and its address's), given back when it closes.
 struct Held {
     io: Io,
     _place: OwnedSemaphorePermit,
+    _from: FromAddress,
+}
+
+/// One of an address's connections, counted until dropped.
+struct FromAddress {
+    from: ByAddress,
+    ip: IpAddr,
+}
+
+impl Drop for FromAddress {
+    fn drop(&mut self) {
+        let mut from = self.from.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = from.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                from.remove(&self.ip);
+            }
+        }
+    }
 }
 
 enum Io {
@@ -387,14 +470,38 @@ enum Io {
     Tls(Box<revis_trust::HttpsStream>),
 }
 
-/// The next TCP connection, once a place is free.
-async fn accept_tcp(inner: &TcpListener, places: &Arc<Semaphore>) -> (TcpStream, SocketAddr, OwnedSemaphorePermit) {
+/// Connections open by peer address.
+type ByAddress = Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>;
+
+/// The next TCP connection, once a place is free; one from an address that
+/// holds `per_address` already is closed at once.
+async fn accept_tcp(
+    inner: &TcpListener,
+    places: &Arc<Semaphore>,
+    by_address: &ByAddress,
+    per_address: usize,
+) -> (TcpStream, SocketAddr, OwnedSemaphorePermit, FromAddress) {
     let place = places.clone().acquire_owned().await.expect("the semaphore is never closed");
+    loop {
+        let (io, addr) = accept_one(inner).await;
+        let mut from = by_address.lock().unwrap_or_else(|e| e.into_inner());
+        let n = from.entry(addr.ip()).or_default();
+        if *n >= per_address {
+            tracing::warn!(%addr, limit = per_address, "refusing a connection: its address holds half of --max-connections already");
+            continue;
+        }
+        *n += 1;
+        return (io, addr, place, FromAddress { from: by_address.clone(), ip: addr.ip() });
+    }
+}
+
+/// The next TCP connection.
+async fn accept_one(inner: &TcpListener) -> (TcpStream, SocketAddr) {
     loop {
         match inner.accept().await {
             Ok((io, addr)) => {
                 let _ = io.set_nodelay(true);
-                return (io, addr, place);
+                return (io, addr);
             }
             Err(e) => {
                 // Out of file descriptors and the like: wait, as axum's own listener does.
@@ -405,24 +512,21 @@ async fn accept_tcp(inner: &TcpListener, places: &Arc<Semaphore>) -> (TcpStream,
     }
 }
 
-impl axum::serve::Listener for Bounded {
-    type Io = Held;
-    type Addr = SocketAddr;
-
+impl Bounded {
     async fn accept(&mut self) -> (Held, SocketAddr) {
         let Some(tls) = &mut self.tls else {
-            let (io, addr, place) = accept_tcp(&self.inner, &self.places).await;
-            return (Held { io: Io::Plain(io), _place: place }, addr);
+            let (io, addr, place, from) = accept_tcp(&self.inner, &self.places, &self.from, self.per_address).await;
+            return (Held { io: Io::Plain(io), _place: place, _from: from }, addr);
         };
         loop {
             tokio::select! {
                 Some(done) = tls.done_rx.recv() => return done,
-                (io, addr, place) = accept_tcp(&self.inner, &self.places) => {
+                (io, addr, place, from) = accept_tcp(&self.inner, &self.places, &self.from, self.per_address) => {
                     let (identity, done) = (tls.identity.clone(), tls.done_tx.clone());
                     tokio::spawn(async move {
                         match tokio::time::timeout(HANDSHAKE_TIMEOUT, identity.accept(io)).await {
                             Ok(Ok(s)) => {
-                                let _ = done.send((Held { io: Io::Tls(Box::new(s)), _place: place }, addr)).await;
+                                let _ = done.send((Held { io: Io::Tls(Box::new(s)), _place: place, _from: from }, addr)).await;
                             }
                             Ok(Err(e)) => tracing::debug!(%addr, "TLS handshake failed: {e}"),
                             Err(_) => tracing::debug!(%addr, "no TLS handshake within {HANDSHAKE_TIMEOUT:?}"),
@@ -431,10 +535,6 @@ impl axum::serve::Listener for Bounded {
                 }
             }
         }
-    }
-
-    fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.inner.local_addr()
     }
 }
 
