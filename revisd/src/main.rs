@@ -45,6 +45,9 @@ enum Command {
         cache_dir: PathBuf,
         #[arg(long)]
         threads: u32,
+        /// Bytes of address space it may take (`server.lend_memory_mb`).
+        #[arg(long)]
+        memory_limit: u64,
     },
     /// (started by revisd) a split tier's engine, serving it on a private socket.
     #[command(hide = true)]
@@ -88,7 +91,7 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
-    if let Some(Command::RpcWorker { cache_dir, threads }) = &args.command {
+    if let Some(Command::RpcWorker { cache_dir, threads, memory_limit }) = &args.command {
         // SAFETY: no other thread exists yet.
         let start = match unsafe { revis_daemon::remote::lend::WorkerStart::take() } {
             Ok(s) => s,
@@ -98,7 +101,7 @@ fn main() -> ExitCode {
             }
         };
         revis_daemon::remote::child::exit_with_parent();
-        let e = revis_daemon::remote::lend::run_worker(start, cache_dir, *threads);
+        let e = revis_daemon::remote::lend::run_worker(start, cache_dir, *threads, *memory_limit);
         eprintln!("revisd rpc-worker: {e}");
         return ExitCode::FAILURE;
     }

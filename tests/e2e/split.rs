@@ -456,6 +456,39 @@ async fn no_local_process_rides_the_borrowers_tunnels() {
     generate(&mut c, tier2("What is the capital of France?", 8)).await.expect("and the split tier still answers");
 }
 
+/// A paired device that asks desk's worker for a buffer past
+/// `server.lend_memory_mb` has its session ended at once, and the same
+/// worker serves the next one. Before the bound, the worker took the
+/// 4 GiB (zero-filled) and waited for its bytes.
+#[tokio::test(flavor = "current_thread")]
+async fn a_session_asking_past_the_lending_memory_is_ended_and_the_worker_goes_on() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let net = NetnsPair::new();
+    net.b.enter();
+    let desk = TestDaemon::new()
+        .daemon("threads = 1")
+        .netns(&net.a.name)
+        .server("enabled = true\nlisten = \"0.0.0.0:0\"\nadvertise = false\nname = \"desk\"\nlend = true\nlend_memory_mb = 1024")
+        .start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut keyring = Keyring::open(&dir.path().join("client")).unwrap();
+    let addr = pair(&mut keyring, &net, &desk).await;
+    let desk_id = keyring.store.find("desk").unwrap().unwrap().device_id;
+    let paired = tokio_rustls::TlsConnector::from(revis_trust::lend_client_config(&keyring.identity, desk_id).unwrap());
+    let mut session = paired_session(&paired, addr).await;
+    let worker = worker_of(&desk);
+    // SET_TENSOR (command 6), announcing a 4 GiB payload.
+    let mut m = vec![6u8];
+    m.extend_from_slice(&(4u64 << 30).to_le_bytes());
+    session.write_all(&m).await.unwrap();
+    let mut buf = [0u8; 16];
+    let end =
+        tokio::time::timeout(Duration::from_secs(10), session.read(&mut buf)).await.expect("ended at once, not left waiting for 4 GiB");
+    assert!(matches!(end, Ok(0) | Err(_)), "{end:?}");
+    assert_eq!(worker_of(&desk), worker, "the same worker goes on");
+    let _next = paired_session(&paired, addr).await;
+}
+
 /// The RPC worker as an ordinary user (not root: as revisd runs on a
 /// person's machine) enters a user and network namespace of its own, says
 /// so, and answers a session handed to it as a descriptor.
@@ -477,7 +510,7 @@ fn an_ordinary_users_rpc_worker_listens_on_a_private_loopback() {
     let (mut ready, ready_theirs) = UnixStream::pair().unwrap();
     let (a, b) = (theirs.as_raw_fd(), ready_theirs.as_raw_fd());
     let mut cmd = Command::new(&exe);
-    cmd.args(["rpc-worker", "--threads", "1", "--cache-dir"])
+    cmd.args(["rpc-worker", "--threads", "1", "--memory-limit", &(2u64 << 30).to_string(), "--cache-dir"])
         .arg(&cache)
         .env(revis_daemon::remote::lend::SESSIONS_FD, a.to_string())
         .env("REVIS_WORKER_READY_FD", b.to_string())

@@ -34,6 +34,8 @@ struct RawServer {
     max_connections: Option<u32>,
     peer_timeout_ms: Option<u64>,
     lend: Option<bool>,
+    lend_memory_mb: Option<u64>,
+    rpc_cache_mb: Option<u64>,
     keyring: Option<PathBuf>,
     /// Only here to refuse `tls = false` with a message of its own.
     tls: Option<bool>,
@@ -120,6 +122,13 @@ pub struct ServerConfig {
     pub peer_timeout: Duration,
     /// `server.lend`: lending on or off at start; None: as it was last left (off at first).
     pub lend: Option<bool>,
+    /// `server.lend_memory_mb`: the most memory (address space) the RPC
+    /// worker may take, lent layers and buffers together; a paired device
+    /// asking for more gets its session ended, and the worker goes on.
+    pub lend_memory: u64,
+    /// `server.rpc_cache_mb`: the most the lent layers' weight cache
+    /// (`state_dir/rpc-cache`) may hold; the least recently used go first.
+    pub rpc_cache: u64,
     /// The user's client keyring (`$REVIS_DATA_DIR/client`, as `revis pair`
     /// writes it): the identity and the nodes a split tier borrows from.
     pub keyring: PathBuf,
@@ -128,6 +137,16 @@ pub struct ServerConfig {
 /// `daemon.streams` unless told otherwise: four generations of a model
 /// decode together (a reply and the facts, audit and summary after it).
 pub const DEFAULT_STREAMS: u32 = 4;
+
+/// `server.rpc_cache_mb` unless told otherwise.
+pub const DEFAULT_RPC_CACHE_MB: u64 = 8192;
+
+/// This machine's memory, in bytes (0 when the system will not say).
+pub fn physical_memory() -> u64 {
+    // SAFETY: sysconf reads system constants only.
+    let (pages, size) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    if pages <= 0 || size <= 0 { 0 } else { pages as u64 * size as u64 }
+}
 
 /// The TCP port server mode listens on unless told otherwise.
 pub const DEFAULT_PORT: u16 = 47470;
@@ -367,8 +386,14 @@ fn server_config(
     }
     // The default sits beside the models: `$REVIS_DATA_DIR/daemon`.
     let state_dir = s.state_dir.unwrap_or_else(|| models_dir.parent().unwrap_or(models_dir).join("daemon"));
+    let mb = 1u64 << 20;
+    let physical_mb = physical_memory() / mb;
+    let lend_memory = mb * range("server.lend_memory_mb", s.lend_memory_mb, (physical_mb * 3 / 4).max(256), 256, 1 << 24)?;
+    let rpc_cache = mb * range("server.rpc_cache_mb", s.rpc_cache_mb, DEFAULT_RPC_CACHE_MB, 64, 1 << 24)?;
     Ok(ServerConfig {
         lend: s.lend,
+        lend_memory,
+        rpc_cache,
         keyring: s.keyring.unwrap_or_else(|| models_dir.parent().unwrap_or(models_dir).join("client")),
         enabled: s.enabled,
         listen,

@@ -156,5 +156,8 @@ impl Remote {
                 Err(e) => tracing::info!(%addr, %device_id, "lending session ended: {e}"),
             },
         }
+        // The session may have added weights to the cache.
+        let this = self.clone();
+        let _ = tokio::task::spawn_blocking(move || this.lender.trim_cache()).await;
     }
 }

@@ -47,6 +47,10 @@ pub enum LendError {
 pub struct Lender {
     state_dir: PathBuf,
     threads: u32,
+    /// The worker's address-space limit (`server.lend_memory_mb`).
+    memory: u64,
+    /// The weight cache's size limit (`server.rpc_cache_mb`).
+    cache_limit: u64,
     /// The switch, read by Status without waiting behind a worker's start.
     on: AtomicBool,
     /// The worker, held while one starts (up to [`WORKER_START`]).
@@ -61,9 +65,21 @@ struct Worker {
 
 impl Lender {
     /// `configured`: `server.lend`, else the saved position, else off.
-    pub fn new(state_dir: PathBuf, configured: Option<bool>, threads: u32) -> Lender {
+    pub fn new(state_dir: PathBuf, configured: Option<bool>, threads: u32, memory: u64, cache_limit: u64) -> Lender {
         let on = configured.unwrap_or_else(|| std::fs::read_to_string(state_dir.join(SWITCH_FILE)).is_ok_and(|s| s.trim() == "on"));
-        Lender { state_dir, threads, on: AtomicBool::new(on), worker: Mutex::new(None) }
+        Lender { state_dir, threads, memory, cache_limit, on: AtomicBool::new(on), worker: Mutex::new(None) }
+    }
+
+    /// Trims the weight cache to `server.rpc_cache_mb`, least recently used
+    /// first. At each worker start and after each session (llama.cpp writes
+    /// the cache itself, while a session sends weights). Blocking.
+    pub fn trim_cache(&self) {
+        let dir = self.state_dir.join(CACHE_DIR);
+        match trim(&dir, self.cache_limit) {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(removed = n, limit_mb = self.cache_limit >> 20, "trimmed the RPC weight cache to server.rpc_cache_mb"),
+            Err(e) => tracing::warn!("trimming the RPC weight cache in {}: {e}", dir.display()),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Worker>> {
@@ -127,8 +143,9 @@ impl Lender {
 
     fn start(&self) -> Result<Worker, LendError> {
         let err = |m: String| LendError::Worker(m);
-        let cache = self.state_dir.join("rpc-cache");
+        let cache = self.state_dir.join(CACHE_DIR);
         std::fs::create_dir_all(&cache).map_err(|e| err(format!("{}: {e}", cache.display())))?;
+        self.trim_cache();
         let exe = std::env::current_exe().map_err(|e| err(e.to_string()))?;
         let (sessions, theirs) = UnixStream::pair().map_err(|e| err(format!("a socket pair: {e}")))?;
         let (ready_read, ready_write) = UnixStream::pair().map_err(|e| err(format!("a socket pair: {e}")))?;
@@ -139,6 +156,8 @@ impl Lender {
             .arg(&cache)
             .arg("--threads")
             .arg(self.threads.to_string())
+            .arg("--memory-limit")
+            .arg(self.memory.to_string())
             .env(SESSIONS_FD, theirs_fd.to_string())
             .env(WORKER_READY_FD, ready_fd.to_string())
             // llama.cpp prints its banner and each client to stdout: into revisd's log.
@@ -169,6 +188,35 @@ impl Lender {
             }
         }
     }
+}
+
+/// The weight cache's directory in `state_dir`.
+const CACHE_DIR: &str = "rpc-cache";
+
+/// Removes the least recently used files of `dir` (by access time, else
+/// modification time) until what is left fits in `limit` bytes; how many went.
+fn trim(dir: &std::path::Path, limit: u64) -> std::io::Result<usize> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        if meta.is_file() {
+            let used = meta.accessed().or_else(|_| meta.modified()).unwrap_or(std::time::UNIX_EPOCH);
+            files.push((used, meta.len(), entry.path()));
+        }
+    }
+    let mut total: u64 = files.iter().map(|f| f.1).sum();
+    files.sort();
+    let mut removed = 0;
+    for (_, len, path) in files {
+        if total <= limit {
+            break;
+        }
+        std::fs::remove_file(&path)?;
+        total -= len;
+        removed += 1;
+    }
+    Ok(removed)
 }
 
 /// The variable naming the descriptor the worker says "ready" on.
@@ -227,8 +275,15 @@ impl WorkerStart {
 /// `revisd rpc-worker`: serves this machine's CPU on its (private) loopback
 /// until the process ends, each session relayed from a descriptor revisd
 /// sends; returns only when llama.cpp's server could not start.
-pub fn run_worker(start: WorkerStart, cache_dir: &std::path::Path, threads: u32) -> revis_engine::EngineError {
+pub fn run_worker(start: WorkerStart, cache_dir: &std::path::Path, threads: u32, memory_limit: u64) -> revis_engine::EngineError {
     let WorkerStart { sessions, ready, shared } = start;
+    // A paired device's request for a buffer past this fails (llama.cpp
+    // ends that session) instead of taking this machine's memory.
+    let limit = libc::rlimit { rlim_cur: memory_limit as libc::rlim_t, rlim_max: memory_limit as libc::rlim_t };
+    // SAFETY: setrlimit reads the struct, which outlives the call.
+    if unsafe { libc::setrlimit(libc::RLIMIT_AS, &limit) } != 0 {
+        tracing::warn!("cannot limit the RPC worker's memory to {memory_limit} bytes: {}", std::io::Error::last_os_error());
+    }
     if let Some(why) = &shared {
         tracing::warn!("no private loopback for the RPC worker ({why}): other local processes can reach its port");
     }
@@ -295,4 +350,30 @@ fn relay(session: UnixStream, endpoint: SocketAddr) {
         let _ = session.shutdown(Shutdown::Both);
         let _ = tcp.shutdown(Shutdown::Both);
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_keeps_the_most_recently_used_within_its_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let t0 = std::time::SystemTime::now() - Duration::from_secs(3600);
+        for (i, name) in ["old", "mid", "new"].iter().enumerate() {
+            let path = dir.path().join(name);
+            std::fs::write(&path, vec![0u8; 1000]).unwrap();
+            let at = t0 + Duration::from_secs(60 * i as u64);
+            std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_times(std::fs::FileTimes::new().set_accessed(at).set_modified(at))
+                .unwrap();
+        }
+        assert_eq!(trim(dir.path(), 3000).unwrap(), 0, "within the limit: nothing goes");
+        assert_eq!(trim(dir.path(), 2500).unwrap(), 1);
+        assert!(!dir.path().join("old").exists() && dir.path().join("mid").exists() && dir.path().join("new").exists());
+        assert_eq!(trim(dir.path(), 0).unwrap(), 2, "a limit below every file empties it");
+    }
 }
