@@ -37,17 +37,24 @@ pub unsafe fn enter() -> Result<(), String> {
     use nix::sched::{CloneFlags, unshare};
     use nix::unistd::{getegid, geteuid};
     let (uid, gid) = (geteuid(), getegid());
-    if uid.is_root() {
-        unshare(CloneFlags::CLONE_NEWNET).map_err(|e| format!("a network namespace: {e}"))?;
-    } else {
-        unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET)
-            .map_err(|e| format!("a user and network namespace: {e} (does this system allow unprivileged user namespaces?)"))?;
+    // Each step that can fail comes before the one that changes the network:
+    // a failure leaves this process on the shared loopback, still working
+    // (a user namespace alone changes no network and no file access).
+    if !uid.is_root() {
+        unshare(CloneFlags::CLONE_NEWUSER)
+            .map_err(|e| format!("a user namespace: {e} (does this system allow unprivileged user namespaces?)"))?;
         let write = |file: &str, text: String| std::fs::write(file, text).map_err(|e| format!("{file}: {e}"));
         write("/proc/self/setgroups", "deny".into())?;
         write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
         write("/proc/self/gid_map", format!("{gid} {gid} 1"))?;
     }
-    loopback_up()?;
+    unshare(CloneFlags::CLONE_NEWNET).map_err(|e| format!("a network namespace: {e}"))?;
+    // From here there is no way back: a namespace whose loopback stays down
+    // reaches nothing, so this process cannot go on.
+    if let Err(e) = loopback_up() {
+        eprintln!("revisd: in a network namespace of its own whose loopback cannot come up ({e}); exiting");
+        std::process::exit(1);
+    }
     // SAFETY: prctl with an integer argument touches no memory of ours.
     if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
         return Err(format!("PR_SET_DUMPABLE: {}", io::Error::last_os_error()));
