@@ -70,8 +70,7 @@ impl Revis {
         text
     }
 
-    /// The store in the data directory; drop it before the next `revis`
-    /// command (sled allows one process at a time).
+    /// The store in the data directory (shared with any `revis` running).
     fn store(&self) -> Store {
         Store::open(&self.data().join("db")).unwrap().store
     }
@@ -313,6 +312,47 @@ async fn chat_continues_the_latest_conversation_with_what_was_said_before() {
     assert_eq!(prompt4, prompt2, "the same history, as long");
     let two = vec![turn(User, line), turn(Assistant, &third), turn(User, line), turn(Assistant, &fourth)];
     assert_eq!(conversations(), [two, one]);
+}
+
+/// Several client processes at once on one database: a `revis chat` left
+/// open holds it; `revis history` and a second `revis chat` work beside it
+/// and see its turn; killed with -9, the next process holds the database,
+/// and nothing acknowledged is lost. Before, the second process failed with
+/// "the database ... is in use by another process".
+#[tokio::test]
+async fn chat_history_and_another_chat_run_side_by_side_and_survive_kill_9() {
+    let d = TestDaemon::new().daemon(CHAT_TOKEN_LIMIT).start();
+    let revis = Revis::new(Some(&d));
+    let mut open_chat = Command::new(revis_testkit::binary("revis"))
+        .args(["chat", "--temperature", "0", "--max-tokens", "8"])
+        .env("REVIS_DATA_DIR", revis.data())
+        .env("REVIS_SOCKET", &revis.socket)
+        .env("REVIS_MDNS_INTERFACES", "none")
+        .env_remove("REVIS_NODE")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start revis chat");
+    let mut input = open_chat.stdin.take().unwrap();
+    std::io::Write::write_all(&mut input, b"Name a colour.\n").unwrap();
+    // Its answer printed is its turn stored; the chat stays open for more.
+    let mut answer = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(open_chat.stdout.take().unwrap()), &mut answer).unwrap();
+    let listed = revis.ok(&["history"]);
+    assert!(listed.contains("Name a colour."), "another process lists the open chat's turn:\n{listed}");
+    // A second chat beside it continues the same (latest) conversation.
+    let (second, _) = revis.ok_with(&["chat", "--temperature", "0", "--max-tokens", "8"], "Name a fruit.\n");
+    assert!(!second.trim().is_empty());
+    // The first, killed with -9 while it holds the database.
+    open_chat.kill().unwrap();
+    open_chat.wait().unwrap();
+    drop(input);
+    let id = revis.ok(&["history"]).split_whitespace().next().unwrap().to_owned();
+    let shown = revis.ok(&["history", "show", &id]);
+    assert_eq!(shown.matches("you: ").count(), 2, "both turns, from both processes:\n{shown}");
+    assert_eq!(shown.matches("revis: ").count(), 2, "{shown}");
+    assert!(shown.contains(answer.trim()), "the first process's answer as it printed it:\n{shown}");
 }
 
 #[tokio::test]

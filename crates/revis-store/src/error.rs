@@ -79,6 +79,24 @@ pub enum StoreError {
     /// `update_reply`/`complete_reply` on a user message or a finished reply.
     #[error("message {0} is not an open reply (it is a user message or already complete)")]
     NotAnOpenReply(MessageId),
+    /// The revis process that holds the database (and serves it to the
+    /// others, `share.rs`) could not be reached or failed otherwise.
+    #[error("the revis process holding the database at {path}: {message}")]
+    Shared {
+        /// The database directory.
+        path: PathBuf,
+        /// What went wrong, in its words or ours.
+        message: String,
+    },
+    /// The process holding the database ended during a write; this process
+    /// holds it now, but whether that write was stored is not known.
+    #[error(
+        "the revis process holding the database at {path} ended during this change; it may or may not have been saved (look, then try again)"
+    )]
+    HolderGone {
+        /// The database directory.
+        path: PathBuf,
+    },
     /// A summary must cover a message of its own conversation.
     #[error("message {message} is not in conversation {conversation}")]
     WrongConversation {

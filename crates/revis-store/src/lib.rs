@@ -41,8 +41,10 @@
 //! - [`flush`](Store::flush).
 //!
 //! All methods block; from async code use `spawn_blocking`. A [`Store`] is a
-//! cheap `Clone` handle; one process at a time may open a directory
-//! ([`StoreError::Locked`] otherwise).
+//! cheap `Clone` handle. Any number of processes may open one directory: the
+//! first holds it (sled allows one) and serves the others over a Unix socket
+//! beside it, `<dir>.sock`; when it ends, another takes over
+//! ([`Store::is_holder`]; see `share.rs`).
 //!
 //! # Durability
 //!
@@ -69,11 +71,12 @@ mod error;
 mod keys;
 mod open;
 mod schema;
+mod share;
 mod store;
 mod types;
 
 pub use error::{DbError, Result, StoreError};
 pub use open::{Opened, Recovered};
 pub use schema::SCHEMA_VERSION;
-pub use store::Store;
+pub use share::{Store, socket_path};
 pub use types::{Conversation, ConversationId, Fact, FactId, MessageId, MessageState, ParseIdError, Role, StoredMessage, Summary};

@@ -10,16 +10,17 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::error::{Result, StoreError};
 use crate::schema::{self, MARKER, Marker, SCHEMA_VERSION, VERSION_KEY};
-use crate::store::Store;
+use crate::share::Store;
+use crate::store::Db;
 
 /// sled's page cache limit. sled's default is 1 GiB; a chat history needs far less.
 const CACHE_CAPACITY: u64 = 64 * 1024 * 1024;
 
-/// How long [`Store::open`] waits for a database in use to be let go (sled
-/// can hold its lock a moment after the last handle is dropped, longer
-/// while it flushes on a busy machine).
+/// How long a fresh database, just moved aside from a damaged one, may take
+/// to be let go by sled (it holds its lock a moment after the last handle
+/// is dropped, longer while it flushes on a busy machine).
 const LOCK_WAIT: Duration = Duration::from_secs(3);
-const LOCK_POLL: Duration = Duration::from_millis(5);
+pub(crate) const LOCK_POLL: Duration = Duration::from_millis(5);
 
 /// An opened store, and what was done if the old database was damaged.
 #[derive(Debug)]
@@ -63,25 +64,14 @@ enum Failure {
     Damaged(String),
 }
 
-impl Store {
-    /// Opens the database in `dir`, creating it (mode 0700) if needed.
-    ///
-    /// - An older schema is migrated; a newer one is refused
-    ///   ([`StoreError::NewerSchema`]) and left untouched.
-    /// - A damaged database (sled reports corruption or fails inside, a
-    ///   record that should be there is not, the version stamp or
-    ///   marker file `revis-store.json` is unreadable) is renamed to
-    ///   `<dir>.damaged-<unix ms>`, a fresh one is created, and
-    ///   [`Opened::recovered`] says so. Nothing is deleted or overwritten.
-    /// - A directory that cannot be used (permissions, a regular file in the
-    ///   way) is [`StoreError::Io`]; one open elsewhere is [`StoreError::Locked`]
-    ///   (after waiting up to a second for it to be let go). Those are never
-    ///   treated as damage.
-    ///
-    /// Blocking (file I/O and fsync), like every method of [`Store`].
-    pub fn open(dir: &Path) -> Result<Opened> {
-        match try_open_waiting(dir) {
-            Ok(store) => Ok(Opened { store, recovered: None }),
+impl Db {
+    /// Opens the database in `dir` for this process alone, creating it
+    /// (mode 0700) if needed (see [`Store::open`] for what is done with an
+    /// older, newer or damaged one). [`StoreError::Locked`] at once when
+    /// another process holds it.
+    pub(crate) fn open_exclusive(dir: &Path) -> Result<(Db, Option<Recovered>)> {
+        match try_open(dir) {
+            Ok(db) => Ok((db, None)),
             Err(Failure::Fatal(e)) => Err(e),
             Err(Failure::Damaged(error)) => {
                 let moved = move_aside(dir)?;
@@ -92,9 +82,7 @@ impl Store {
                     "the database was damaged; moved it aside and started a new one"
                 );
                 match try_open_waiting(dir) {
-                    Ok(store) => {
-                        Ok(Opened { store, recovered: Some(Recovered { path: dir.to_path_buf(), damaged_path_moved_to: moved, error }) })
-                    }
+                    Ok(db) => Ok((db, Some(Recovered { path: dir.to_path_buf(), damaged_path_moved_to: moved, error }))),
                     Err(Failure::Fatal(e)) => Err(e),
                     Err(Failure::Damaged(reason)) => Err(StoreError::Damaged { path: dir.to_path_buf(), reason }),
                 }
@@ -108,7 +96,7 @@ impl Store {
 /// sled 0.34 does not release its lock when the last handle is dropped but
 /// when its background I/O threads let go of the file, a little later: without
 /// the wait, closing and reopening in one process fails now and then.
-fn try_open_waiting(dir: &Path) -> Result<Store, Failure> {
+fn try_open_waiting(dir: &Path) -> Result<Db, Failure> {
     let deadline = Instant::now() + LOCK_WAIT;
     loop {
         match try_open(dir) {
@@ -120,7 +108,7 @@ fn try_open_waiting(dir: &Path) -> Result<Store, Failure> {
     }
 }
 
-fn try_open(dir: &Path) -> Result<Store, Failure> {
+fn try_open(dir: &Path) -> Result<Db, Failure> {
     let io = |source| Failure::Fatal(StoreError::Io { path: dir.to_path_buf(), source });
     let newer = |found| Failure::Fatal(StoreError::NewerSchema { path: dir.to_path_buf(), found, supported: SCHEMA_VERSION });
 
@@ -199,10 +187,10 @@ fn try_open(dir: &Path) -> Result<Store, Failure> {
     if marker != Some(version) {
         schema::write_marker(dir, &Marker { schema_version: version }).map_err(io)?;
     }
-    Store::from_db(Arc::from(dir), db).map_err(|e| classify(dir, e))
+    Db::from_db(Arc::from(dir), db).map_err(|e| classify(dir, e))
 }
 
-/// Whether another process (or another [`Store`]) holds sled's lock on the
+/// Whether another process (or another [`Db`] here) holds sled's lock on the
 /// database: the same `flock` on its `db` file that sled takes.
 fn in_use(dir: &Path) -> std::io::Result<bool> {
     let file = match std::fs::OpenOptions::new().read(true).write(true).open(dir.join("db")) {

@@ -1,4 +1,6 @@
-//! `Store`: conversations, messages, facts, summaries and settings on sled.
+//! `Db`: conversations, messages, facts, summaries and settings on sled, in
+//! the one process that holds the database (`share.rs` makes it a `Store`
+//! for every process).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -16,14 +18,11 @@ use crate::schema::{
 };
 use crate::{Conversation, ConversationId, Fact, FactId, MessageId, MessageState, Role, StoredMessage, Summary};
 
-/// The client's database: a cheap, `Clone`, thread-safe handle.
-///
-/// Every method blocks (sled, and fsync for durable writes): from async code
-/// call it through `spawn_blocking` (or a thread of its own). Every write
-/// except [`update_reply`](Store::update_reply) is flushed to disk before it
-/// returns.
+/// The database as the process holding sled's lock sees it: a cheap,
+/// `Clone`, thread-safe handle. Every method blocks; every write except
+/// `update_reply` is flushed to disk before it returns.
 #[derive(Clone)]
-pub struct Store {
+pub(crate) struct Db {
     path: Arc<Path>,
     db: sled::Db,
     conversations: sled::Tree,
@@ -33,9 +32,9 @@ pub struct Store {
     settings: sled::Tree,
 }
 
-impl std::fmt::Debug for Store {
+impl std::fmt::Debug for Db {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("path", &self.path).finish_non_exhaustive()
+        f.debug_struct("Db").field("path", &self.path).finish_non_exhaustive()
     }
 }
 
@@ -49,10 +48,10 @@ fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
-impl Store {
+impl Db {
     /// Wraps an open, migrated database.
-    pub(crate) fn from_db(path: Arc<Path>, db: sled::Db) -> sled::Result<Store> {
-        Ok(Store {
+    pub(crate) fn from_db(path: Arc<Path>, db: sled::Db) -> sled::Result<Db> {
+        Ok(Db {
             conversations: db.open_tree(CONVERSATIONS)?,
             messages: db.open_tree(MESSAGES)?,
             facts: db.open_tree(FACTS)?,
@@ -61,11 +60,6 @@ impl Store {
             path,
             db,
         })
-    }
-
-    /// The database directory.
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// Flushes everything written so far to disk.

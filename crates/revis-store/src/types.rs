@@ -106,7 +106,7 @@ pub enum MessageState {
 }
 
 /// A conversation, as listed.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Conversation {
     /// Its id.
     pub id: ConversationId,
@@ -121,7 +121,7 @@ pub struct Conversation {
 }
 
 /// A message as stored.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredMessage {
     /// Its id (conversation and position).
     pub id: MessageId,
@@ -140,7 +140,7 @@ pub struct StoredMessage {
 }
 
 /// A fact about the user, for the profile.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fact {
     /// Its id.
     pub id: FactId,
@@ -154,7 +154,7 @@ pub struct Fact {
 }
 
 /// A conversation's summary (one per conversation; a new one replaces it).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Summary {
     /// The conversation summarised.
     pub conversation: ConversationId,

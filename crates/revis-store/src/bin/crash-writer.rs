@@ -8,11 +8,14 @@
 //! - `intent <id> <text>` before `complete_reply` (the text it will complete with)
 //! - `ack complete <id>` after `complete_reply`
 //! - `recovered <what>` if opening found a damaged database (then it exits 3)
+//! - `unsure <what>` when the process holding the database (another writer)
+//!   ended during a write: that write may or may not be stored; it goes on
+//!   with the next message
 
 use std::io::Write as _;
 use std::path::PathBuf;
 
-use revis_store::Store;
+use revis_store::{Store, StoreError};
 
 /// Messages per conversation before the next one starts.
 const PER_CONVERSATION: u64 = 5;
@@ -36,12 +39,25 @@ fn main() {
         }
     };
     let mut conversation = None;
+    // A write cut by the holder's end is told, not fatal: on with the next message.
+    macro_rules! step {
+        ($e:expr, $what:expr) => {
+            match $e {
+                Ok(v) => v,
+                Err(StoreError::HolderGone { .. }) => {
+                    ack(format!("unsure {}", $what));
+                    continue;
+                }
+                Err(e) => panic!("{}: {e}", $what),
+            }
+        };
+    }
     for n in 0u64.. {
         let conv = match conversation {
             Some(conv) if n % PER_CONVERSATION != 0 => conv,
             _ => {
                 let title = format!("run {run} from message {n}");
-                let conv = store.create_conversation(&title).expect("create_conversation");
+                let conv = step!(store.create_conversation(&title), "create_conversation");
                 ack(format!("ack conv {conv} {title}"));
                 conversation = Some(conv);
                 conv
@@ -49,23 +65,28 @@ fn main() {
         };
 
         let user = format!("user {run}/{n} {}", filler(n, (n as usize * 37) % 700));
-        let id = store.append_user(conv, &user).expect("append_user");
+        let id = step!(store.append_user(conv, &user), "append_user");
         ack(format!("ack user {id} {user}"));
 
-        let reply = store.begin_reply(conv, "tier2").expect("begin_reply");
+        let reply = step!(store.begin_reply(conv, "tier2"), "begin_reply");
         ack(format!("ack begin {reply}"));
         // Now and then a big reply (sled stores large values apart).
         let chunk_len = if n % 16 == 7 { 8000 } else { (n as usize * 53) % 300 };
         let mut text = String::new();
+        let mut streamed = Ok(());
         for i in 0..CHUNKS {
             text.push_str(&format!("[{n}.{i}] {}", filler(n + i as u64, chunk_len)));
-            store.update_reply(reply, &text).expect("update_reply");
+            streamed = store.update_reply(reply, &text);
+            if streamed.is_err() {
+                break;
+            }
         }
+        step!(streamed, "update_reply");
         // The final text differs from the last update, so a completion that
         // kept the streamed text would show.
         let text = format!("{text}[end {n}]");
         ack(format!("intent {reply} {text}"));
-        store.complete_reply(reply, &text).expect("complete_reply");
+        step!(store.complete_reply(reply, &text), "complete_reply");
         ack(format!("ack complete {reply}"));
     }
 }

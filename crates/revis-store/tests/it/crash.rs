@@ -70,6 +70,8 @@ impl Acked {
                 let (id, text) = id_and_text();
                 self.intents.insert(message(id), text.to_owned());
             }
+            // A write cut by the holder's end: neither promised nor denied.
+            "unsure" => {}
             _ => panic!("the writer said {line:?}"),
         }
     }
@@ -214,4 +216,89 @@ fn every_acknowledged_write_survives_kill_9() {
     );
     // The kills did land inside replies, so the incomplete path was tested.
     assert!(cut_off > 0, "no kill interrupted a reply (seed {seed})");
+}
+
+/// A writer process and the lines it printed, read on a thread of its own.
+struct Writer {
+    child: std::process::Child,
+    lines: mpsc::Receiver<String>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Writer {
+    fn start(dir: &Path) -> Writer {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_revis-store-crash-writer"))
+            .arg(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the writer");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let mut stdout = std::io::BufReader::new(stdout);
+            loop {
+                let mut line = Vec::new();
+                match stdout.read_until(b'\n', &mut line) {
+                    Ok(_) if line.last() == Some(&b'\n') => {
+                        line.pop();
+                        if tx.send(String::from_utf8(line).expect("UTF-8")).is_err() {
+                            return;
+                        }
+                    }
+                    _ => return,
+                }
+            }
+        });
+        Writer { child, lines, reader: Some(reader) }
+    }
+
+    /// Reads until `n` more acknowledgements came; records every line.
+    fn acks(&mut self, n: usize, acked: &mut Acked) {
+        let mut seen = 0;
+        while seen < n {
+            let line = self.lines.recv_timeout(STALL).unwrap_or_else(|e| {
+                let _ = self.child.kill();
+                panic!("the writer stopped ({e}): {:?}", self.child.wait());
+            });
+            seen += usize::from(line.starts_with("ack "));
+            acked.record(&line);
+        }
+    }
+
+    /// kill -9; records what it printed before.
+    fn kill(mut self, acked: &mut Acked) {
+        self.child.kill().unwrap();
+        let status = self.child.wait().unwrap();
+        assert_eq!(status.signal(), Some(9), "the writer ended by itself: {status}");
+        self.reader.take().unwrap().join().unwrap();
+        for line in self.lines.try_iter() {
+            acked.record(&line);
+        }
+    }
+}
+
+/// Two processes writing to one database at once: the first holds it and
+/// serves the second. kill -9 of the holder mid-write: the second takes the
+/// database over and goes on writing, and every write either acknowledged
+/// is there (kill -9 of the second as well, then).
+#[test]
+fn two_writers_share_the_database_and_a_holder_killed_loses_nothing() {
+    let (_tmp, dir) = temp_db();
+    let mut acked = Acked::default();
+    for round in 0..3 {
+        let mut holder = Writer::start(&dir);
+        holder.acks(20, &mut acked);
+        let mut guest = Writer::start(&dir);
+        guest.acks(20, &mut acked);
+        holder.acks(20, &mut acked);
+        holder.kill(&mut acked);
+        // The guest goes on: it holds the database now.
+        guest.acks(40, &mut acked);
+        guest.kill(&mut acked);
+        check(&dir, &acked, round);
+        crate::wait_closed(&dir);
+    }
+    assert!(acked.completed.len() > 20, "few replies were completed: {}", acked.completed.len());
 }

@@ -76,7 +76,9 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
 /// The entries of `dir` other than `keep`, i.e. what was moved aside beside it.
 fn siblings(dir: &Path) -> Vec<PathBuf> {
     let parent = dir.parent().unwrap();
-    let mut found: Vec<PathBuf> = std::fs::read_dir(parent).unwrap().map(|e| e.unwrap().path()).filter(|p| p != dir).collect();
+    let socket = revis_store::socket_path(dir);
+    let mut found: Vec<PathBuf> =
+        std::fs::read_dir(parent).unwrap().map(|e| e.unwrap().path()).filter(|p| p != dir && p != &socket).collect();
     found.sort();
     found
 }

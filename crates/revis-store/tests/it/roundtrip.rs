@@ -2,7 +2,7 @@
 //! API's refusals.
 
 use expect_test::expect;
-use revis_store::{ConversationId, MessageId, MessageState, Role, Store, StoreError};
+use revis_store::{ConversationId, MessageId, MessageState, Role, StoreError};
 use serde_json::json;
 
 use crate::{dump, open, temp_db};
@@ -202,15 +202,32 @@ fn clones_on_many_threads_append_without_losing_or_reusing_a_seq() {
     assert_eq!(store.conversation(conv).unwrap().unwrap().message_count, 200);
 }
 
+/// A second opener (here the same process; `crash.rs` has two) shares the
+/// database through the first, reads its writes and is read; when the
+/// first closes, the second takes it over with everything in it.
 #[test]
-fn one_process_at_a_time() {
+fn a_second_opener_shares_the_database_and_takes_it_over() {
     let (_tmp, dir) = temp_db();
     let first = open(&dir);
-    let err = Store::open(&dir).unwrap_err();
-    assert!(matches!(&err, StoreError::Locked { path } if path == &dir), "{err:?}");
-    assert!(err.to_string().contains(&dir.display().to_string()), "{err}");
+    let second = open(&dir);
+    assert!(first.is_holder() && !second.is_holder());
+    let mode = std::fs::metadata(revis_store::socket_path(&dir)).unwrap().permissions();
+    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777, 0o600, "the socket is the user's alone");
+    let a = first.create_conversation("from the first").unwrap();
+    let b = second.create_conversation("from the second").unwrap();
+    let m = second.append_user(a, "written by the second").unwrap();
+    assert_eq!(first.message(m).unwrap().unwrap().text, "written by the second");
+    assert_eq!(second.conversation(b).unwrap().unwrap().title, "from the second");
+    // Errors keep their kind across the socket.
+    let none = ConversationId(9999);
+    assert!(matches!(second.append_user(none, "x"), Err(StoreError::NoConversation(c)) if c == none));
     drop(first);
-    open(&dir);
+    let m2 = second.append_user(b, "after the first closed").unwrap();
+    assert!(second.is_holder(), "the second took the database over");
+    assert_eq!(second.messages(a).unwrap().len(), 1);
+    assert_eq!(second.message(m2).unwrap().unwrap().text, "after the first closed");
+    drop(second);
+    assert_eq!(open(&dir).conversations().unwrap().len(), 2);
 }
 
 #[cfg(unix)]
