@@ -249,3 +249,46 @@ fn shift_enter_starts_a_new_line_and_enter_sends_both() {
     let stored = store.messages(s.current.unwrap()).unwrap();
     assert_eq!((stored[0].role, stored[0].text.as_str()), (StoreRole::User, "First line\nsecond line"));
 }
+
+/// The app and `revis` commands at once on one database: the app's process
+/// holds it, `revis history` and `revis chat` in other processes work beside
+/// it, and each sees the other's writes. Before, those commands failed with
+/// "the database ... is in use by another process" while the app was open.
+#[test]
+fn the_app_and_revis_commands_share_the_database() {
+    let d = TestDaemon::new().start();
+    let data = tempfile::tempdir().unwrap();
+    let opts = options(&d.socket, data.path(), 8);
+    let store = opts.store.clone().unwrap();
+    let mut h = harness(opts);
+    ready(&mut h);
+    type_message(&mut h, "Name a colour.");
+    h.key_press(Key::Enter);
+    h.run_ok();
+    wait_until(&mut h, "the answer to finish", |h| !h.state().state.streaming);
+    let revis = |args: &[&str], stdin: &str| {
+        let mut child = std::process::Command::new(revis_testkit::binary("revis"))
+            .args(args)
+            .env("REVIS_DATA_DIR", data.path())
+            .env("REVIS_SOCKET", &d.socket)
+            .env("REVIS_MDNS_INTERFACES", "none")
+            .env_remove("REVIS_NODE")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start revis");
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "revis {args:?}: {text}{}", String::from_utf8_lossy(&out.stderr));
+        text
+    };
+    let listed = revis(&["history"], "");
+    assert!(listed.contains("Name a colour."), "revis history lists the app's conversation:\n{listed}");
+    revis(&["chat", "--new", "--temperature", "0", "--max-tokens", "8"], "Name a fruit.\n");
+    let titles: Vec<String> = store.conversations().unwrap().into_iter().map(|c| c.title).collect();
+    assert_eq!(titles.len(), 2, "{titles:?}");
+    assert!(titles.iter().any(|t| t == "Name a fruit."), "the app's database holds revis chat's turn: {titles:?}");
+    assert!(store.is_holder(), "the app's process held the database throughout");
+}
