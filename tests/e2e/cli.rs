@@ -33,18 +33,22 @@ impl Revis {
         self.data.path()
     }
 
-    fn output(&self, args: &[&str], stdin: &str) -> Output {
-        let mut child = Command::new(revis_testkit::binary("revis"))
-            .args(args)
+    /// `revis ARGS` with this data directory and socket, stdin and stdout piped.
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(revis_testkit::binary("revis"));
+        cmd.args(args)
             .env("REVIS_DATA_DIR", self.data())
             .env("REVIS_SOCKET", &self.socket)
             .env("REVIS_MDNS_INTERFACES", "none")
             .env_remove("REVIS_NODE")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start revis");
+            .stderr(Stdio::piped());
+        cmd
+    }
+
+    fn output(&self, args: &[&str], stdin: &str) -> Output {
+        let mut child = self.command(args).spawn().expect("start revis");
         std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin.as_bytes()).unwrap();
         child.wait_with_output().expect("wait for revis")
     }
@@ -323,17 +327,8 @@ async fn chat_continues_the_latest_conversation_with_what_was_said_before() {
 async fn chat_history_and_another_chat_run_side_by_side_and_survive_kill_9() {
     let d = TestDaemon::new().daemon(CHAT_TOKEN_LIMIT).start();
     let revis = Revis::new(Some(&d));
-    let mut open_chat = Command::new(revis_testkit::binary("revis"))
-        .args(["chat", "--temperature", "0", "--max-tokens", "8"])
-        .env("REVIS_DATA_DIR", revis.data())
-        .env("REVIS_SOCKET", &revis.socket)
-        .env("REVIS_MDNS_INTERFACES", "none")
-        .env_remove("REVIS_NODE")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start revis chat");
+    let mut open_chat =
+        revis.command(&["chat", "--temperature", "0", "--max-tokens", "8"]).stderr(Stdio::null()).spawn().expect("start revis chat");
     let mut input = open_chat.stdin.take().unwrap();
     std::io::Write::write_all(&mut input, b"Name a colour.\n").unwrap();
     // Its answer printed is its turn stored; the chat stays open for more.

@@ -22,22 +22,49 @@ use crate::{generate, greedy, long_answer, user};
 /// SmolLM2-135M has 30 layers; `split_local = 0.5` keeps 15 here.
 const PLACEMENT: &str = "layers 1-15 here, 16-30 on desk";
 
-/// The lender: server mode on (not advertised), lending as asked, one thread.
-fn desk(net: &NetnsPair, lend: bool) -> Running {
-    desk_on(net, lend, 0)
-}
-
-/// [`desk`] on a chosen port (0: any), in its own namespace, so nothing
+/// The lender on a chosen port (0: any): server mode on (not advertised),
+/// lending as asked, one thread, in its own namespace, so nothing
 /// else can hold it: server mode switched off and on again comes back
 /// where the laptop paired it.
 fn desk_on(net: &NetnsPair, lend: bool, port: u16) -> Running {
+    desk_with(net, lend, port, "")
+}
+
+/// [`desk_on`] with more `[server]` settings.
+fn desk_with(net: &NetnsPair, lend: bool, port: u16, extra: &str) -> Running {
     TestDaemon::new()
         .daemon("threads = 1")
         .netns(&net.a.name)
         .server(&format!(
-            "enabled = true\nlisten = \"0.0.0.0:{port}\"\nadvertise = false\nname = \"desk\"\nlend = {lend}\npeer_timeout_ms = 2000"
+            "enabled = true\nlisten = \"0.0.0.0:{port}\"\nadvertise = false\nname = \"desk\"\nlend = {lend}\npeer_timeout_ms = 2000\n{extra}"
         ))
         .start()
+}
+
+/// desk lending (with `extra` server settings), paired with a keyring of
+/// the test's, this thread on the other end of the veth: what a paired
+/// device's lending session needs. Every field is bound by the caller.
+struct LendingDesk {
+    net: NetnsPair,
+    desk: Running,
+    _dir: tempfile::TempDir,
+    /// desk's server-mode port.
+    addr: SocketAddr,
+    desk_id: revis_trust::DeviceId,
+    /// The paired keyring's lending client, pinned to desk.
+    paired: tokio_rustls::TlsConnector,
+}
+
+async fn lending_desk(extra: &str) -> LendingDesk {
+    let net = NetnsPair::new();
+    net.b.enter();
+    let desk = desk_with(&net, true, 0, extra);
+    let dir = tempfile::tempdir().unwrap();
+    let mut keyring = Keyring::open(&dir.path().join("client")).unwrap();
+    let addr = pair(&mut keyring, &net, &desk).await;
+    let desk_id = keyring.store.find("desk").unwrap().unwrap().device_id;
+    let paired = tokio_rustls::TlsConnector::from(revis_trust::lend_client_config(&keyring.identity, desk_id).unwrap());
+    LendingDesk { net, desk, _dir: dir, addr, desk_id, paired }
 }
 
 /// This machine's revisd: tier2 (SmolLM2) split with desk, half the layers
@@ -349,16 +376,8 @@ async fn server_mode_off_and_revoke_on_the_lender_cut_a_running_split_answer() {
 /// port, only while lending is on; nothing else listens on the veth.
 #[tokio::test(flavor = "current_thread")]
 async fn strangers_and_plain_tcp_get_nothing_and_lending_off_cuts() {
-    let net = NetnsPair::new();
-    net.b.enter();
-    let desk = desk(&net, true);
-    let dir = tempfile::tempdir().unwrap();
-    let mut keyring = Keyring::open(&dir.path().join("client")).unwrap();
-    let addr = pair(&mut keyring, &net, &desk).await;
-    let desk_id = keyring.store.find("desk").unwrap().unwrap().device_id;
-
+    let LendingDesk { net, desk, _dir, addr, desk_id, paired } = lending_desk("").await;
     // A paired session reaches the worker (which it starts).
-    let paired = tokio_rustls::TlsConnector::from(revis_trust::lend_client_config(&keyring.identity, desk_id).unwrap());
     let mut session = paired_session(&paired, addr).await;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -407,14 +426,7 @@ async fn strangers_and_plain_tcp_get_nothing_and_lending_off_cuts() {
 /// hands it. A squatter on its port number in desk's namespace gets nothing.
 #[tokio::test(flavor = "current_thread")]
 async fn no_local_process_reaches_or_squats_the_lenders_rpc_worker() {
-    let net = NetnsPair::new();
-    net.b.enter();
-    let desk = desk(&net, true);
-    let dir = tempfile::tempdir().unwrap();
-    let mut keyring = Keyring::open(&dir.path().join("client")).unwrap();
-    let addr = pair(&mut keyring, &net, &desk).await;
-    let desk_id = keyring.store.find("desk").unwrap().unwrap().device_id;
-    let paired = tokio_rustls::TlsConnector::from(revis_trust::lend_client_config(&keyring.identity, desk_id).unwrap());
+    let LendingDesk { net, desk, _dir, addr, desk_id: _, paired } = lending_desk("").await;
     let session = paired_session(&paired, addr).await;
 
     let ports = loopback_listeners(worker_of(&desk));
@@ -463,18 +475,7 @@ async fn no_local_process_rides_the_borrowers_tunnels() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_session_asking_past_the_lending_memory_is_ended_and_the_worker_goes_on() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let net = NetnsPair::new();
-    net.b.enter();
-    let desk = TestDaemon::new()
-        .daemon("threads = 1")
-        .netns(&net.a.name)
-        .server("enabled = true\nlisten = \"0.0.0.0:0\"\nadvertise = false\nname = \"desk\"\nlend = true\nlend_memory_mb = 1024")
-        .start();
-    let dir = tempfile::tempdir().unwrap();
-    let mut keyring = Keyring::open(&dir.path().join("client")).unwrap();
-    let addr = pair(&mut keyring, &net, &desk).await;
-    let desk_id = keyring.store.find("desk").unwrap().unwrap().device_id;
-    let paired = tokio_rustls::TlsConnector::from(revis_trust::lend_client_config(&keyring.identity, desk_id).unwrap());
+    let LendingDesk { net: _net, desk, _dir, addr, desk_id: _, paired } = lending_desk("lend_memory_mb = 1024").await;
     let mut session = paired_session(&paired, addr).await;
     let worker = worker_of(&desk);
     // SET_TENSOR (command 6), announcing a 4 GiB payload.

@@ -77,67 +77,6 @@ impl Acked {
     }
 }
 
-/// Runs the writer on `dir` and kills it (SIGKILL) `jitter` after `acks`
-/// acknowledgements have been read; returns every complete line it printed.
-fn run_and_kill(dir: &Path, acks: usize, jitter: Duration) -> Vec<String> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_revis-store-crash-writer"))
-        .arg(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start the writer");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        let mut stdout = std::io::BufReader::new(stdout);
-        loop {
-            let mut line = Vec::new();
-            match stdout.read_until(b'\n', &mut line) {
-                // A line without its newline was cut by the kill: not printed.
-                Ok(_) if line.last() == Some(&b'\n') => {
-                    line.pop();
-                    let line = String::from_utf8(line).expect("the writer prints UTF-8");
-                    if tx.send(line).is_err() {
-                        return;
-                    }
-                }
-                Ok(_) => return,
-                Err(e) => panic!("reading the writer: {e}"),
-            }
-        }
-    });
-
-    let mut lines = Vec::new();
-    let mut seen = 0;
-    while seen < acks {
-        match rx.recv_timeout(STALL) {
-            Ok(line) => {
-                seen += usize::from(line.starts_with("ack "));
-                lines.push(line);
-            }
-            Err(e) => {
-                let _ = child.kill();
-                let status = child.wait().unwrap();
-                panic!("the writer stopped ({e}, {status}) after {lines:#?}");
-            }
-        }
-    }
-    // Not a wait for anything: it spreads the kills over the writer's cycle
-    // (a write takes well under a millisecond here).
-    let chosen = Instant::now();
-    while chosen.elapsed() < jitter {
-        std::hint::spin_loop();
-    }
-    child.kill().unwrap();
-    let status = child.wait().unwrap();
-    assert_eq!(status.signal(), Some(9), "the writer ended by itself: {status}; it said {lines:#?}");
-    // Lines printed before the kill but not read yet were acknowledged too.
-    reader.join().unwrap();
-    lines.extend(rx.try_iter());
-    lines
-}
-
 /// Checks the reopened database against everything acknowledged so far.
 /// Returns how many replies were found cut off.
 fn check(dir: &Path, acked: &Acked, kill: usize) -> usize {
@@ -200,10 +139,17 @@ fn every_acknowledged_write_survives_kill_9() {
     let started = Instant::now();
     let mut cut_off = 0;
     for kill in 1..=kills {
-        let (acks, jitter) = (rng.random_range(1..=MOST_ACKS), rng.random_range(0..MOST_JITTER_US));
-        for line in run_and_kill(&dir, acks, Duration::from_micros(jitter)) {
-            acked.record(&line);
+        let (acks, jitter) = (rng.random_range(1..=MOST_ACKS), Duration::from_micros(rng.random_range(0..MOST_JITTER_US)));
+        let mut writer = Writer::start(&dir);
+        writer.acks(acks, &mut acked);
+        // Not a wait for anything: it spreads the kills over the writer's
+        // cycle (a write takes well under a millisecond here).
+        let chosen = Instant::now();
+        while chosen.elapsed() < jitter {
+            std::hint::spin_loop();
         }
+        // Lines printed before the kill but not read yet were acknowledged too.
+        writer.kill(&mut acked);
         cut_off = check(&dir, &acked, kill);
     }
     eprintln!(
