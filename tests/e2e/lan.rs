@@ -343,7 +343,8 @@ async fn a_device_that_vanishes_mid_answer_is_dropped_and_its_answer_cancelled()
     net.b.enter();
     // A small send buffer on the desk: a few answer bytes in flight fill it,
     // as a slow link's do, so the desk's writes (its goodbye included) block.
-    let out = net.a.command("sysctl").args(["-w", "net.ipv4.tcp_wmem=4096 4096 4096"]).output().unwrap();
+    // (/proc/sys directly: a fresh machine may have no sysctl command.)
+    let out = net.a.command("sh").args(["-c", "echo '4096 4096 4096' > /proc/sys/net/ipv4/tcp_wmem"]).output().unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let desk = daemon_in(&net.a, "desk", &format!("enabled = true\nadvertise = false\npeer_timeout_ms = {}", PEER.as_millis())).start();
     let mut local = desk.client().await;
