@@ -41,7 +41,7 @@ async fn prefill_then_generate_reuses_the_prefill_and_matches_a_cold_run() {
     let history = vec![
         system(&long_rules()),
         user("My name is Ada and I like astronomy."),
-        pb::ChatMessage { role: pb::Role::Assistant as i32, content: b"Nice to meet you, Ada!".to_vec().into() },
+        pb::ChatMessage { role: pb::Role::Assistant as i32, content: b"Nice to meet you, Ada!".to_vec().into(), ..Default::default() },
     ];
     let mut messages = history.clone();
     messages.push(user("Which planet is the largest?"));

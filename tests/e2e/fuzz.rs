@@ -113,6 +113,15 @@ fn mangle(rng: &mut StdRng, valid: &[u8]) -> Vec<u8> {
 
 /// Text a caller might send, or not: words, control-token spellings, huge
 /// runs, invalid UTF-8, nothing.
+/// A tool call as an assistant message may carry one, well formed or not.
+fn call(rng: &mut StdRng) -> pb::ToolCall {
+    pb::ToolCall {
+        id: ["", "call00001", "x"][rng.random_range(0..3)].into(),
+        name: ["", "f", "get_weather"][rng.random_range(0..3)].into(),
+        arguments: [&b""[..], b"{", b"{\"x\": 1}", b"[]"][rng.random_range(0..4)].to_vec().into(),
+    }
+}
+
 fn text(rng: &mut StdRng) -> Vec<u8> {
     match rng.random_range(0..6) {
         0 => Vec::new(),
@@ -135,8 +144,15 @@ fn tier(rng: &mut StdRng) -> String {
 /// A well-formed message of `method`'s type with random field values: it
 /// always decodes, so it reaches the daemon's own checks.
 fn random_request(rng: &mut StdRng, method: &str) -> Vec<u8> {
-    let messages: Vec<pb::ChatMessage> =
-        (0..rng.random_range(0..5)).map(|_| pb::ChatMessage { role: rng.random_range(-1..5), content: text(rng).into() }).collect();
+    let messages: Vec<pb::ChatMessage> = (0..rng.random_range(0..5))
+        .map(|_| pb::ChatMessage {
+            role: rng.random_range(-1..6),
+            content: text(rng).into(),
+            tool_calls: (0..rng.random_range(0..2)).map(|_| call(rng)).collect(),
+            tool_call_id: String::from_utf8_lossy(&text(rng)).into_owned(),
+            name: String::from_utf8_lossy(&text(rng)).into_owned(),
+        })
+        .collect();
     match method {
         "/revis.v1.Inference/Generate" => pb::GenerateRequest {
             tier: tier(rng),
@@ -162,6 +178,19 @@ fn random_request(rng: &mut StdRng, method: &str) -> Vec<u8> {
             answer_prefix: text(rng).into(),
             logprobs: rng.random_bool(0.3),
             top_logprobs: [0, 1, 5, 20, 21, u32::MAX][rng.random_range(0..6)],
+            tools: (0..rng.random_range(0..3))
+                .map(|_| pb::Tool {
+                    name: ["f", "get_weather", "", "bad name"][rng.random_range(0..4)].into(),
+                    description: text(rng).into(),
+                    parameters: [&b""[..], b"{", b"{}", br#"{"type":"object","properties":{"x":{"type":"integer"}}}"#, b"[1]"]
+                        [rng.random_range(0..5)]
+                    .to_vec()
+                    .into(),
+                })
+                .collect(),
+            tool_choice: rng.random_range(-1..6),
+            tool_name: ["", "f", "nope"][rng.random_range(0..3)].into(),
+            parallel_tool_calls: rng.random_bool(0.5),
         }
         .encode_to_vec(),
         "/revis.v1.Inference/Prefill" => {

@@ -273,12 +273,48 @@ fn the_ollama_python_package_chats_streaming_generates_embeds_and_lists_tags() {
         (&json!(true), &chat["done_reason"], &chat["eval_count"])
     );
     assert!(v["json"]["name"].is_string(), "{}", v["json"]);
+    let tools = &v["tools"];
+    for call in tools["calls"].as_array().unwrap() {
+        assert_eq!(call["name"], "get_weather", "{tools}");
+        assert!(call["arguments"]["city"].is_string(), "the arguments keep to the schema, as an object: {tools}");
+    }
+    assert!(!tools["calls"].as_array().unwrap().is_empty() || tools["content"] != "", "a call or text: {tools}");
+    assert_eq!((&v["tools_answer"]["done"], &v["tools_answer"]["well_formed"]), (&json!(true), &json!(true)), "{}", v["tools_answer"]);
     let vectors: Vec<Vec<f64>> = serde_json::from_value(v["embed"]["vectors"].clone()).unwrap();
     assert_eq!(vectors.len(), 2);
     assert!(vectors.iter().all(|e| e.len() == 576), "SmolLM2's hidden size");
     assert!(v["embed"]["prompt_eval_count"].as_u64().unwrap() > 0);
     assert_eq!(v["unknown_model"]["status"], 404);
     assert_eq!(v["no_key"]["status"], 401, "Ollama's client sends no key unless told: refused");
+}
+
+#[test]
+fn the_openai_python_package_calls_functions_streamed_parsed_and_in_an_agent_loop() {
+    let d = TestDaemon::new().start();
+    let s = serve(&d, &[]);
+    let v = python("openai_tools.py", &s, "tier2");
+    let required = &v["required"];
+    assert_eq!(required["finish_reason"], "tool_calls", "{required}");
+    let calls = required["calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 1, "parallel_tool_calls false: one call; {required}");
+    assert_eq!((&calls[0]["type"], &required["valid"]), (&json!("function"), &json!(true)), "the arguments keep to the schema: {required}");
+    assert!(["get_weather", "get_time"].contains(&calls[0]["name"].as_str().unwrap()), "{required}");
+    assert!(required["content"].is_null() || required["content"] == "", "{required}");
+    let streamed = &v["streamed"];
+    assert_eq!(
+        (&streamed["name"], &streamed["arguments"], &streamed["finish_reason"]),
+        (&calls[0]["name"], &calls[0]["arguments"], &json!("tool_calls")),
+        "greedy: the streamed call adds up to the same call"
+    );
+    assert_eq!(streamed["ids"], 1);
+    assert_eq!(v["named"], json!({"name": "get_time", "valid": true}));
+    let answer = &v["answer"];
+    assert!(answer["calls"].is_null() && answer["has_text"] == true, "tool_choice none: a text answer; {answer}");
+    assert!(["stop", "length"].contains(&answer["finish_reason"].as_str().unwrap()), "{answer}");
+    assert_eq!(v["auto"]["well_formed"], true, "{}", v["auto"]);
+    assert_eq!(v["parsed"], json!({"type": "Weather", "city_is_str": true}));
+    let unknown = &v["unknown_choice"];
+    assert_eq!((&unknown["status"], &unknown["param"]), (&json!(400), &json!("tool_choice")), "{unknown}");
 }
 
 /// The same greedy chat asked through revis's own gRPC client: what an
@@ -303,6 +339,7 @@ fn reason(d: &Done) -> &'static str {
     match d.finish_reason {
         FinishReason::Length => "length",
         FinishReason::End | FinishReason::Stop => "stop",
+        FinishReason::ToolCalls => "tool_calls",
     }
 }
 

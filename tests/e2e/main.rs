@@ -27,6 +27,7 @@ mod service;
 mod speculation;
 mod split;
 mod third_party;
+mod tools;
 
 use revis_client::Client;
 use revis_client::wire::{message, v1 as pb};

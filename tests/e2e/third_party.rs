@@ -36,6 +36,7 @@ async fn python_grpcio_calls_status_and_generate() {
         FinishReason::End => "FINISH_REASON_END",
         FinishReason::Length => "FINISH_REASON_LENGTH",
         FinishReason::Stop => "FINISH_REASON_STOP",
+        FinishReason::ToolCalls => "FINISH_REASON_TOOL_CALLS",
     };
     assert_eq!(v["finish_reason"], reason, "{v}");
     assert_eq!(

@@ -53,6 +53,37 @@ def main() -> None:
     )
     out["json"] = json.loads(r.message.content)
 
+    # Functions: the model chooses (Ollama has no tool_choice). Any call it
+    # makes names a function offered, with arguments as an object; its
+    # result goes back as a tool message and the answer is well formed.
+    weather = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The current weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+    asked = [{"role": "user", "content": "What is the weather in Paris? Use the get_weather function."}]
+    r = client.chat(model=model, messages=asked, tools=[weather], options={"temperature": 0, "num_predict": 64})
+    calls = r.message.tool_calls or []
+    out["tools"] = {
+        "done_reason": r.done_reason,
+        "calls": [{"name": c.function.name, "arguments": dict(c.function.arguments)} for c in calls],
+        "content": r.message.content,
+    }
+    call = calls[0] if calls else ollama.Message.ToolCall(function=ollama.Message.ToolCall.Function(name="get_weather", arguments={"city": "Paris"}))
+    history = asked + [
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "content": json.dumps({"temperature": 18}), "tool_name": "get_weather"},
+    ]
+    r = client.chat(model=model, messages=history, tools=[weather], options={"temperature": 0, "num_predict": 32})
+    out["tools_answer"] = {
+        "done": r.done,
+        "well_formed": bool(r.message.content) or bool(r.message.tool_calls),
+        "calls": [c.function.name for c in r.message.tool_calls or []],
+    }
+
     r = client.embed(model=model, input=["The cat sat on the mat.", "Quarterly tax filings are due in April."])
     out["embed"] = {"vectors": r.embeddings, "prompt_eval_count": r.prompt_eval_count}
 

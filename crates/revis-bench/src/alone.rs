@@ -71,7 +71,7 @@ impl Alone {
 
     /// Runs a generation with `sampling`.
     pub async fn generate_with(&self, messages: &[Message], max_tokens: u32, sampling: Sampling) -> anyhow::Result<Generation> {
-        let prompt = build_prompt(self.loaded.tokenizer.as_ref(), messages, messages.len().saturating_sub(1))?;
+        let prompt = build_prompt(self.loaded.tokenizer.as_ref(), messages, &[], messages.len().saturating_sub(1))?;
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let (done, done_rx) = tokio::sync::oneshot::channel();
         let job = GenerateJob {

@@ -57,15 +57,15 @@ impl Layout {
 pub const ACK: &str = "Noted.";
 
 pub fn user(text: &str) -> Message {
-    Message { role: Role::User, content: text.to_owned() }
+    Message::new(Role::User, text)
 }
 
 pub fn system(text: &str) -> Message {
-    Message { role: Role::System, content: text.to_owned() }
+    Message::new(Role::System, text)
 }
 
 pub fn assistant(text: &str) -> Message {
-    Message { role: Role::Assistant, content: text.to_owned() }
+    Message::new(Role::Assistant, text)
 }
 
 impl Prompts {
@@ -75,7 +75,7 @@ impl Prompts {
     /// `n_prefix` tokens of text (the template adds a few).
     pub fn build(tok: &dyn Tokenizer, n_prompt: usize, n_prefix: usize) -> anyhow::Result<Prompts> {
         let words = filler_words(4 * n_prompt.max(n_prefix) + 64);
-        let user_len = |k: usize| -> anyhow::Result<usize> { Ok(build_prompt(tok, &[user(&words[..k].join(" "))], 0)?.tokens.len()) };
+        let user_len = |k: usize| -> anyhow::Result<usize> { Ok(build_prompt(tok, &[user(&words[..k].join(" "))], &[], 0)?.tokens.len()) };
         let k = largest_at_most(words.len(), n_prompt, user_len)?;
         let long_user = words[..k].join(" ");
         let prompt_tokens = user_len(k)?;

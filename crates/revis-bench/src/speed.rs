@@ -246,6 +246,7 @@ fn to_pb(m: &revis_engine::Message) -> pb::ChatMessage {
         revis_engine::Role::System => pb::Role::System,
         revis_engine::Role::User => pb::Role::User,
         revis_engine::Role::Assistant => pb::Role::Assistant,
+        revis_engine::Role::Tool => pb::Role::Tool,
     };
     revis_client::wire::message(role, &m.content)
 }

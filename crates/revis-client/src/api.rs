@@ -17,23 +17,65 @@ use std::time::Duration;
 pub use revis_proto::{Priority, Tier, UnknownTier};
 
 /// Who says a message.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Role {
     System,
+    #[default]
     User,
     Assistant,
+    /// A function's result, answering an assistant's [`ToolCall`].
+    Tool,
 }
 
 /// One message of a conversation.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Message {
     pub role: Role,
     pub text: String,
+    /// An assistant message: the functions it called.
+    pub tool_calls: Vec<ToolCall>,
+    /// A tool message: the call it answers (empty: not said).
+    pub tool_call_id: String,
+    /// A tool message: the function that answered (empty: not said).
+    pub name: String,
+}
+
+/// A function call: made by the model ([`Done::tool_calls`]) or earlier in
+/// the conversation ([`Message::tool_calls`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// The arguments, a JSON object as text.
+    pub arguments: String,
+}
+
+/// A function the model may call.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tool {
+    pub name: String,
+    pub description: String,
+    /// The arguments' JSON schema (an object) as text; empty: any object.
+    pub parameters: String,
+}
+
+/// Whether, and which, function the model must call.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// Text or calls, as the model chooses.
+    #[default]
+    Auto,
+    /// Text: the functions are not offered.
+    None,
+    /// At least one call.
+    Required,
+    /// A call of this function.
+    Named(String),
 }
 
 impl Message {
     pub fn new(role: Role, text: impl Into<String>) -> Message {
-        Message { role, text: text.into() }
+        Message { role, text: text.into(), ..Message::default() }
     }
 
     pub fn system(text: impl Into<String>) -> Message {
@@ -94,6 +136,18 @@ pub struct GenerateParams {
     /// Report each token's log-probability (in [`Event::Delta`]) with this
     /// many alternatives (at most 20); `None`: no log-probabilities.
     pub logprobs: Option<u32>,
+    /// Functions the model may call (their calls come in [`Done::tool_calls`]).
+    pub tools: Vec<Tool>,
+    pub tool_choice: ToolChoice,
+    /// Several calls in one answer.
+    pub parallel_tool_calls: bool,
+}
+
+impl GenerateParams {
+    /// Whether the model may call a function in this answer.
+    pub fn offers_tools(&self) -> bool {
+        !self.tools.is_empty() && self.tool_choice != ToolChoice::None
+    }
 }
 
 /// A prompt to evaluate ahead of its answer (pre-prefill while the user types).
@@ -175,6 +229,8 @@ pub enum FinishReason {
     Length,
     /// A stop string.
     Stop,
+    /// The answer is function calls ([`Done::tool_calls`]).
+    ToolCalls,
 }
 
 /// A finished answer and what it cost.
@@ -200,6 +256,8 @@ pub struct Done {
     /// The most answers that shared one decode step with this one, itself
     /// included (1: it was decoded alone).
     pub batch_peak: u32,
+    /// The functions the answer called; their text is not in `text`.
+    pub tool_calls: Vec<ToolCall>,
 }
 
 impl Done {

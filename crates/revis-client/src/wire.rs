@@ -22,7 +22,12 @@ fn role(r: Role) -> pb::Role {
         Role::System => pb::Role::System,
         Role::User => pb::Role::User,
         Role::Assistant => pb::Role::Assistant,
+        Role::Tool => pb::Role::Tool,
     }
+}
+
+fn tool_call(c: &ToolCall) -> pb::ToolCall {
+    pb::ToolCall { id: c.id.clone(), name: c.name.clone(), arguments: c.arguments.clone().into_bytes().into() }
 }
 
 /// The raw stubs of one connection (see [`crate::Client::wire`]): no
@@ -40,11 +45,19 @@ pub struct Raw {
 /// requests themselves.
 #[cfg(feature = "wire")]
 pub fn message(role: pb::Role, text: &str) -> pb::ChatMessage {
-    pb::ChatMessage { role: role as i32, content: text.as_bytes().to_vec().into() }
+    pb::ChatMessage { role: role as i32, content: text.as_bytes().to_vec().into(), ..Default::default() }
 }
 
 pub(crate) fn messages(ms: &[Message]) -> Vec<pb::ChatMessage> {
-    ms.iter().map(|m| pb::ChatMessage { role: role(m.role) as i32, content: m.text.clone().into_bytes().into() }).collect()
+    ms.iter()
+        .map(|m| pb::ChatMessage {
+            role: role(m.role) as i32,
+            content: m.text.clone().into_bytes().into(),
+            tool_calls: m.tool_calls.iter().map(tool_call).collect(),
+            tool_call_id: m.tool_call_id.clone(),
+            name: m.name.clone(),
+        })
+        .collect()
 }
 
 fn sampling(s: &Sampling) -> pb::Sampling {
@@ -78,6 +91,26 @@ impl From<&GenerateParams> for pb::GenerateRequest {
             answer_prefix: g.answer_prefix.clone().into_bytes().into(),
             logprobs: g.logprobs.is_some(),
             top_logprobs: g.logprobs.unwrap_or(0),
+            tools: g
+                .tools
+                .iter()
+                .map(|t| pb::Tool {
+                    name: t.name.clone(),
+                    description: t.description.clone().into_bytes().into(),
+                    parameters: t.parameters.clone().into_bytes().into(),
+                })
+                .collect(),
+            tool_choice: match g.tool_choice {
+                ToolChoice::Auto => pb::ToolChoice::Auto,
+                ToolChoice::None => pb::ToolChoice::None,
+                ToolChoice::Required => pb::ToolChoice::Required,
+                ToolChoice::Named(_) => pb::ToolChoice::Named,
+            } as i32,
+            tool_name: match &g.tool_choice {
+                ToolChoice::Named(name) => name.clone(),
+                _ => String::new(),
+            },
+            parallel_tool_calls: g.parallel_tool_calls,
         }
     }
 }
@@ -135,6 +168,7 @@ impl From<pb::Done> for Done {
             finish_reason: match pb::FinishReason::try_from(d.finish_reason) {
                 Ok(pb::FinishReason::Length) => FinishReason::Length,
                 Ok(pb::FinishReason::Stop) => FinishReason::Stop,
+                Ok(pb::FinishReason::ToolCalls) => FinishReason::ToolCalls,
                 _ => FinishReason::End,
             },
             prompt_tokens: d.prompt_tokens,
@@ -148,6 +182,11 @@ impl From<pb::Done> for Done {
             draft_tokens: d.draft_tokens,
             draft_accepted: d.draft_accepted,
             batch_peak: d.batch_peak,
+            tool_calls: d
+                .tool_calls
+                .into_iter()
+                .map(|c| ToolCall { id: c.id, name: c.name, arguments: String::from_utf8_lossy(&c.arguments).into_owned() })
+                .collect(),
         }
     }
 }

@@ -76,7 +76,8 @@ impl From<DaemonError> for Status {
                     | EngineError::Grammar(_)
                     | EngineError::EmptyContinuation
                     | EngineError::EmbedTooLong { .. }
-                    | EngineError::Template(_) => Code::InvalidArgument,
+                    | EngineError::Template(_)
+                    | EngineError::Tools(_) => Code::InvalidArgument,
                     EngineError::Load { .. } => Code::FailedPrecondition,
                     EngineError::NotLoaded(_) | EngineError::Stopped => Code::Unavailable,
                     EngineError::Llama(_) => Code::Internal,

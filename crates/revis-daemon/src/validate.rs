@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use revis_engine::{Message, Role, Sampling};
+use revis_engine::{Message, Role, Sampling, Tool, ToolCall, ToolChoice};
 use revis_proto::v1 as pb;
 
 use revis_proto::Tier;
@@ -21,6 +21,14 @@ pub const MAX_MESSAGES: usize = 1024;
 pub const MAX_STOP_STRINGS: usize = 8;
 pub const MAX_STOP_BYTES: usize = 64;
 pub const MAX_SCHEMA_BYTES: usize = 64 << 10;
+/// Functions one request may offer (`tools`).
+pub const MAX_TOOLS: usize = 128;
+/// A function's name: OpenAI's rule.
+pub const MAX_TOOL_NAME: usize = 64;
+/// All functions' names, descriptions and schemas together.
+pub const MAX_TOOLS_BYTES: usize = 256 << 10;
+/// Calls one earlier assistant message may carry.
+pub const MAX_CALLS_PER_MESSAGE: usize = 64;
 /// The sampling bounds, shared with the models' defaults (which must keep to them).
 pub use revis_models::{MAX_REPEAT_LAST_N, MAX_REPEAT_PENALTY, MAX_TEMPERATURE, MAX_TOP_K};
 /// Continuations one Score call may carry.
@@ -49,6 +57,10 @@ pub struct ValidGenerate {
     pub answer_prefix: String,
     /// Alternatives per token to report; None = no log-probabilities.
     pub logprobs: Option<u32>,
+    /// Functions the model may call, and whether and which it must.
+    pub tools: Vec<Tool>,
+    pub tool_choice: ToolChoice,
+    pub parallel_tool_calls: bool,
 }
 
 pub struct ValidPrefill {
@@ -122,21 +134,108 @@ fn messages(list: &[pb::ChatMessage], allow_empty_list: bool) -> Result<(Vec<Mes
     }
     let mut total = 0;
     let mut out = Vec::with_capacity(list.len());
+    let mut call_ids = std::collections::HashSet::new();
     for (i, m) in list.iter().enumerate() {
         let role = match pb::Role::try_from(m.role) {
             Ok(pb::Role::System) => Role::System,
             Ok(pb::Role::User) => Role::User,
             Ok(pb::Role::Assistant) => Role::Assistant,
-            _ => return Err(invalid(format!("messages[{i}].role must be system, user or assistant"))),
+            Ok(pb::Role::Tool) => Role::Tool,
+            _ => return Err(invalid(format!("messages[{i}].role must be system, user, assistant or tool"))),
         };
-        if m.content.is_empty() {
+        if !m.tool_calls.is_empty() && role != Role::Assistant {
+            return Err(invalid(format!("messages[{i}] has tool_calls but only an assistant message makes calls")));
+        }
+        if m.content.is_empty() && m.tool_calls.is_empty() {
             return Err(invalid(format!("messages[{i}].content is empty")));
         }
-        total += m.content.len();
+        if m.tool_calls.len() > MAX_CALLS_PER_MESSAGE {
+            return Err(invalid(format!("messages[{i}] has {} tool_calls; the limit is {MAX_CALLS_PER_MESSAGE}", m.tool_calls.len())));
+        }
+        let mut tool_calls = Vec::with_capacity(m.tool_calls.len());
+        for (j, c) in m.tool_calls.iter().enumerate() {
+            let field = format!("messages[{i}].tool_calls[{j}]");
+            if c.name.is_empty() {
+                return Err(invalid(format!("{field}.name is empty; name the function called")));
+            }
+            let arguments = if c.arguments.is_empty() { "{}".to_owned() } else { utf8(&format!("{field}.arguments"), &c.arguments)? };
+            if serde_json::from_str::<serde_json::Value>(&arguments).is_err() {
+                return Err(invalid(format!("{field}.arguments is not JSON; give the arguments as a JSON object")));
+            }
+            total += c.id.len() + c.name.len() + arguments.len();
+            call_ids.insert(c.id.clone());
+            tool_calls.push(ToolCall { id: c.id.clone(), name: c.name.clone(), arguments });
+        }
+        if role == Role::Tool && !m.tool_call_id.is_empty() && !call_ids.contains(&m.tool_call_id) {
+            return Err(invalid(format!(
+                "messages[{i}].tool_call_id is {:?}, but no earlier assistant message made a call with that id",
+                m.tool_call_id
+            )));
+        }
+        total += m.content.len() + m.tool_call_id.len() + m.name.len();
         let content = utf8(&format!("messages[{i}].content"), &m.content)?;
-        out.push(Message { role, content });
+        out.push(Message { role, content, tool_calls, tool_call_id: m.tool_call_id.clone(), name: m.name.clone() });
     }
     Ok((out, total))
+}
+
+/// The functions offered and the choice among them; the bytes they carry.
+fn tools(req: &pb::GenerateRequest) -> Result<(Vec<Tool>, ToolChoice, usize), DaemonError> {
+    if req.tools.len() > MAX_TOOLS {
+        return Err(invalid(format!("{} tools is over the limit of {MAX_TOOLS}", req.tools.len())));
+    }
+    let mut out: Vec<Tool> = Vec::with_capacity(req.tools.len());
+    let mut total = 0;
+    for (i, t) in req.tools.iter().enumerate() {
+        let ok_char = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+        if t.name.is_empty() || t.name.len() > MAX_TOOL_NAME || !t.name.chars().all(ok_char) {
+            return Err(invalid(format!("tools[{i}].name {:?} must be 1 to {MAX_TOOL_NAME} characters of a-z, A-Z, 0-9, _ and -", t.name)));
+        }
+        if out.iter().any(|o| o.name == t.name) {
+            return Err(invalid(format!("tools[{i}].name {:?} is offered twice; give each function once", t.name)));
+        }
+        if t.parameters.len() > MAX_SCHEMA_BYTES {
+            return Err(DaemonError::TooLarge(format!(
+                "tools[{i}].parameters is {} bytes; the limit is {MAX_SCHEMA_BYTES} bytes a schema",
+                t.parameters.len()
+            )));
+        }
+        let parameters = if t.parameters.is_empty() {
+            r#"{"type":"object"}"#.to_owned()
+        } else {
+            utf8(&format!("tools[{i}].parameters"), &t.parameters)?
+        };
+        match serde_json::from_str::<serde_json::Value>(&parameters) {
+            Ok(v) if v.is_object() => {}
+            _ => return Err(invalid(format!("tools[{i}].parameters is not a JSON schema (a JSON object)"))),
+        }
+        total += t.name.len() + t.description.len() + parameters.len();
+        out.push(Tool { name: t.name.clone(), description: utf8(&format!("tools[{i}].description"), &t.description)?, parameters });
+    }
+    if total > MAX_TOOLS_BYTES {
+        return Err(DaemonError::TooLarge(format!(
+            "the tools carry {total} bytes of names, descriptions and schemas; the limit is {MAX_TOOLS_BYTES} bytes"
+        )));
+    }
+    let choice = match pb::ToolChoice::try_from(req.tool_choice) {
+        Ok(pb::ToolChoice::Unspecified | pb::ToolChoice::Auto) => ToolChoice::Auto,
+        Ok(pb::ToolChoice::None) => ToolChoice::None,
+        Ok(pb::ToolChoice::Required) => ToolChoice::Required,
+        Ok(pb::ToolChoice::Named) => {
+            if !out.iter().any(|t| t.name == req.tool_name) {
+                return Err(invalid(format!("tool_name {:?} is not among the tools offered", req.tool_name)));
+            }
+            ToolChoice::Named(req.tool_name.clone())
+        }
+        Err(_) => return Err(invalid(format!("tool_choice {} is not a known choice", req.tool_choice))),
+    };
+    if out.is_empty() && matches!(choice, ToolChoice::Required | ToolChoice::Named(_)) {
+        return Err(invalid("tool_choice asks for a call but no tools are offered"));
+    }
+    if !req.tool_name.is_empty() && !matches!(choice, ToolChoice::Named(_)) {
+        return Err(invalid("tool_name is set but tool_choice is not TOOL_CHOICE_NAMED"));
+    }
+    Ok((out, choice, total))
 }
 
 fn size(total: usize) -> Result<(), DaemonError> {
@@ -243,11 +342,29 @@ pub fn generate(req: &pb::GenerateRequest, registry: &Registry, config: &Config)
         (true, n) => Some(n),
         (false, _) => None,
     };
-    total += req.answer_prefix.len();
+    let (tools, tool_choice, tool_bytes) = tools(req)?;
+    if !tools.is_empty() && tool_choice != ToolChoice::None {
+        let with = if json.is_some() {
+            Some("format OUTPUT_FORMAT_JSON")
+        } else if !answer_prefix.is_empty() {
+            Some("answer_prefix")
+        } else if logprobs.is_some() {
+            Some("logprobs")
+        } else {
+            None
+        };
+        if let Some(with) = with {
+            return Err(invalid(format!("tools cannot be combined with {with} yet; send one or the other")));
+        }
+    }
+    total += req.answer_prefix.len() + tool_bytes;
     size(total)?;
     Ok(ValidGenerate {
         answer_prefix,
         logprobs,
+        tools,
+        tool_choice,
+        parallel_tool_calls: req.parallel_tool_calls,
         tier,
         model: model.clone(),
         messages,

@@ -19,8 +19,8 @@ async fn main() {
     };
     let loaded = engine.load("m", spec).await.unwrap();
     println!("loaded {} MB in {} ms", loaded.memory_bytes >> 20, loaded.load_ms);
-    let msgs = vec![Message { role: Role::User, content: "What is the capital of France?".into() }];
-    let prompt = build_prompt(loaded.tokenizer.as_ref(), &msgs, 0).unwrap();
+    let msgs = vec![Message::new(Role::User, "What is the capital of France?")];
+    let prompt = build_prompt(loaded.tokenizer.as_ref(), &msgs, &[], 0).unwrap();
     for _ in 0..2 {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let (done, done_rx) = tokio::sync::oneshot::channel();

@@ -12,7 +12,9 @@ mod prompt;
 pub mod rpc;
 pub mod sample;
 mod stop;
+mod template;
 mod thread;
+pub mod tools;
 mod utf8;
 
 use std::path::PathBuf;
@@ -23,17 +25,22 @@ pub use llama::LlamaCpp;
 pub use lookup::Speculate;
 pub use prompt::{Prompt, build_prompt, build_score_prefix, build_static_prompt};
 pub use stop::{StopMatcher, Stopped};
+pub use template::ChatTemplate;
 pub use thread::{Class, EmbedJob, Engine, GenerateJob, Job, LoadedModel, PrefillJob, ScoreJob};
+pub use tools::{Grammar, Tool, ToolCall, ToolChoice, ToolFormat};
 pub use utf8::Utf8Stream;
 
 /// A token id in the model's vocabulary.
 pub type Token = u32;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Role {
     System,
+    #[default]
     User,
     Assistant,
+    /// A tool's result, answering an assistant's [`ToolCall`].
+    Tool,
 }
 
 impl Role {
@@ -42,14 +49,27 @@ impl Role {
             Role::System => "system",
             Role::User => "user",
             Role::Assistant => "assistant",
+            Role::Tool => "tool",
         }
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Message {
     pub role: Role,
     pub content: String,
+    /// The calls an assistant message made (see [`tools`]).
+    pub tool_calls: Vec<ToolCall>,
+    /// A tool message: the call it answers (empty when the caller gave none).
+    pub tool_call_id: String,
+    /// A tool message: the function that answered (empty when unknown).
+    pub name: String,
+}
+
+impl Message {
+    pub fn new(role: Role, content: impl Into<String>) -> Message {
+        Message { role, content: content.into(), ..Message::default() }
+    }
 }
 
 /// How to load one model.
@@ -201,6 +221,9 @@ pub enum EngineError {
     InvalidSchema(String),
     #[error("invalid grammar: {0}")]
     Grammar(String),
+    /// The functions offered, or the choice among them, cannot be used.
+    #[error("{0}")]
+    Tools(String),
     #[error("the continuation to score is empty after tokenization")]
     EmptyContinuation,
     #[error("a text to embed is {tokens} tokens; the limit is {limit} tokens a text")]
@@ -217,9 +240,18 @@ pub enum EngineError {
 /// template and tokenizer. Used to validate and tokenize requests before
 /// they are queued.
 pub trait Tokenizer: Send + Sync {
-    /// Renders messages with the model's chat template; with
-    /// `add_generation_prompt` the text ends with the assistant's turn opening.
-    fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, EngineError>;
+    /// Renders messages, and the functions the model may call, with the
+    /// model's chat template; with `add_generation_prompt` the text ends with
+    /// the assistant's turn opening. `tools` are given only when
+    /// [`Tokenizer::tool_format`] says the template renders them (else
+    /// [`tools::plan`] has put them into the messages already).
+    fn render(&self, messages: &[Message], tools: &[Tool], add_generation_prompt: bool) -> Result<String, EngineError>;
+    /// How this model's template offers functions and how its calls are
+    /// written (see [`tools`]); by default it offers none, and calls are
+    /// written in revis's generic (Hermes) form.
+    fn tool_format(&self) -> ToolFormat {
+        ToolFormat { native: false, syntax: tools::ToolSyntax::Hermes }
+    }
     /// Tokenizes text; template markers are parsed as special tokens.
     fn tokenize(&self, text: &str, add_bos: bool) -> Vec<Token>;
     /// Tokenizes plain text (no special tokens, no BOS), e.g. a continuation to score.

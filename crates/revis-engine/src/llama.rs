@@ -22,8 +22,9 @@ use crate::cache::{Evaluated, PrefixCache};
 use crate::lookup::{self, BatchCosts, EXACT_CONTEXT, MAX_DRAFT, PRIOR_ACCEPT, Speculate, Speculation};
 use crate::sample::{argmax, softmax, top_k_of};
 use crate::{
-    Backend, Begun, Delta, EngineError, FinishReason, Finished, GenerateJob, Loaded, MAX_EMBED_TOKENS, Message, ModelSpec, ModelStats,
-    Prefilled, Prompt, Sampling, Scored, Session, StopMatcher, Stopped, StreamId, Token, TokenInfo, Tokenizer, Utf8Stream,
+    Backend, Begun, ChatTemplate, Delta, EngineError, FinishReason, Finished, GenerateJob, Loaded, MAX_EMBED_TOKENS, Message, ModelSpec,
+    ModelStats, Prefilled, Prompt, Sampling, Scored, Session, StopMatcher, Stopped, StreamId, Token, TokenInfo, Tokenizer, Tool,
+    ToolFormat, Utf8Stream,
 };
 
 /// How long the batch probe ([`LlamaSession::probe`]) may take before it
@@ -72,13 +73,18 @@ impl Backend for LlamaCpp {
         }
         let model = LlamaModel::load_from_file(raw_backend(), &spec.path, &params).map_err(|e| load_err(e.to_string()))?;
         let model = Arc::new(model);
-        let template = match model.chat_template(None) {
-            Ok(t) => t,
-            // No template in the GGUF: use llama.cpp's built-in one for the architecture.
-            Err(_) => {
+        let template = match model.chat_template(None).ok().and_then(|t| t.to_string().ok()) {
+            // The model's own (Jinja), as Hugging Face renders it.
+            Some(source) => {
+                let special = |t: LlamaToken| String::from_utf8_lossy(&model.vocab().token_to_piece(t, true, None)).into_owned();
+                let (bos, eos) = (special(model.vocab().bos()), special(model.vocab().eos()));
+                Template::Jinja(Box::new(ChatTemplate::new(&source, &bos, &eos).map_err(|e| load_err(e.to_string()))?))
+            }
+            // No template in the GGUF: llama.cpp's built-in one for the architecture.
+            None => {
                 let arch = model.meta_val_str("general.architecture").unwrap_or_default();
                 let name = if arch.starts_with("gemma") { "gemma" } else { "chatml" };
-                LlamaChatTemplate::new(name).map_err(|e| load_err(e.to_string()))?
+                Template::Builtin(LlamaChatTemplate::new(name).map_err(|e| load_err(e.to_string()))?)
             }
         };
         let n_ctx = spec.n_ctx.min(model.n_ctx_train().max(1));
@@ -136,24 +142,52 @@ impl Backend for LlamaCpp {
     }
 }
 
+/// A model's chat template: its own, or llama.cpp's built-in one where the
+/// GGUF has none.
+enum Template {
+    Jinja(Box<ChatTemplate>),
+    Builtin(LlamaChatTemplate),
+}
+
 struct LlamaTokenizer {
     model: Arc<LlamaModel>,
-    template: LlamaChatTemplate,
+    template: Template,
     n_ctx: u32,
     add_bos: bool,
 }
 
 impl Tokenizer for LlamaTokenizer {
-    fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, EngineError> {
+    fn render(&self, messages: &[Message], tools: &[Tool], add_generation_prompt: bool) -> Result<String, EngineError> {
         if messages.is_empty() {
             return Ok(String::new());
         }
-        let chat = messages
-            .iter()
-            .map(|m| LlamaChatMessage::new(m.role.as_str().to_owned(), m.content.clone()))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| EngineError::Template(e.to_string()))?;
-        self.model.apply_chat_template(&self.template, &chat, add_generation_prompt).map_err(|e| EngineError::Template(e.to_string()))
+        match &self.template {
+            Template::Jinja(t) => {
+                let text = t.render(messages, tools, add_generation_prompt)?;
+                // The template writes BOS as text where tokenizing adds it
+                // (Gemma's `{{ bos_token }}`): once is enough.
+                let bos = String::from_utf8_lossy(&self.model.vocab().token_to_piece(self.model.vocab().bos(), true, None)).into_owned();
+                match text.strip_prefix(bos.as_str()) {
+                    Some(rest) if self.add_bos && !bos.is_empty() => Ok(rest.to_owned()),
+                    _ => Ok(text),
+                }
+            }
+            Template::Builtin(t) => {
+                let chat = messages
+                    .iter()
+                    .map(|m| LlamaChatMessage::new(m.role.as_str().to_owned(), m.content.clone()))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| EngineError::Template(e.to_string()))?;
+                self.model.apply_chat_template(t, &chat, add_generation_prompt).map_err(|e| EngineError::Template(e.to_string()))
+            }
+        }
+    }
+
+    fn tool_format(&self) -> ToolFormat {
+        match &self.template {
+            Template::Jinja(t) => t.tool_format(),
+            Template::Builtin(_) => ToolFormat { native: false, syntax: crate::tools::ToolSyntax::Hermes },
+        }
     }
 
     fn tokenize(&self, text: &str, add_bos: bool) -> Vec<Token> {
@@ -356,7 +390,7 @@ impl LlamaSession {
     }
 
     /// How this job picks its tokens (see [`Picker`]).
-    fn picker(&self, s: &Sampling, grammar: Option<&str>) -> Result<Picker, EngineError> {
+    fn picker(&self, s: &Sampling, grammar: Option<&crate::Grammar>) -> Result<Picker, EngineError> {
         let penalize = s.repeat_penalty != 1.0;
         if s.temperature <= 0.0 && grammar.is_none() && !penalize {
             return Ok(Picker::Argmax);
@@ -366,7 +400,12 @@ impl LlamaSession {
             chain.push(LlamaSampler::penalties(self.model.n_vocab(), s.repeat_last_n as i32, s.repeat_penalty, 0.0, 0.0));
         }
         if let Some(g) = grammar {
-            chain.push(LlamaSampler::grammar(&self.model, g, "root").map_err(|e| EngineError::Grammar(e.to_string()))?);
+            let sampler = if g.triggers.is_empty() {
+                LlamaSampler::grammar(&self.model, &g.text, "root")
+            } else {
+                LlamaSampler::grammar_lazy(&self.model, &g.text, "root", &g.triggers, &[])
+            };
+            chain.push(sampler.map_err(|e| EngineError::Grammar(e.to_string()))?);
         }
         if s.temperature <= 0.0 {
             chain.push(LlamaSampler::greedy());
@@ -680,7 +719,7 @@ impl Session for LlamaSession {
         if tokens.is_empty() {
             return Err(EngineError::Template("the prompt is empty".into()));
         }
-        let picker = self.picker(&job.sampling, job.grammar.as_deref())?;
+        let picker = self.picker(&job.sampling, job.grammar.as_ref())?;
         let drafting = job.speculate != Speculate::Off;
         if drafting && self.exact_batch.is_none() && !self.seqs.iter().any(|s| s.busy) {
             // Before the prompt is placed: the probe empties sequence 0.

@@ -24,8 +24,9 @@ pub struct GenerateJob {
     pub sampling: Sampling,
     pub max_tokens: u32,
     pub stop: Vec<String>,
-    /// A grammar from [`Tokenizer::json_grammar`], for JSON output.
-    pub grammar: Option<String>,
+    /// A grammar the answer keeps to: from [`Tokenizer::json_grammar`] for
+    /// JSON output, from [`crate::tools::plan`] for function calls.
+    pub grammar: Option<crate::Grammar>,
     /// Report each token's log-probability with this many alternatives
     /// (in [`Delta::logprobs`]); None = no log-probabilities.
     pub logprobs: Option<u32>,
@@ -597,7 +598,7 @@ mod tests {
     struct NoText;
 
     impl Tokenizer for NoText {
-        fn render(&self, _: &[Message], _: bool) -> Result<String, EngineError> {
+        fn render(&self, _: &[Message], _: &[crate::Tool], _: bool) -> Result<String, EngineError> {
             Ok(String::new())
         }
         fn tokenize(&self, _: &str, _: bool) -> Vec<Token> {

@@ -14,12 +14,16 @@
 //! nanoseconds (`load_duration` is 0: a model is loaded by the daemon on
 //! first use, inside `prompt_eval_duration`'s wait). A failure after text
 //! was sent is a last line `{"error": "..."}`.
+//!
+//! `/api/chat` takes `tools` (functions, OpenAI's form), assistant messages'
+//! `tool_calls` (arguments as an object) and `tool` messages (`tool_name`);
+//! the answer's calls come in the last line's `message.tool_calls`.
 
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use revis_client::{Done, Format, GenerateParams, Message, Role, Runner, Sampling};
+use revis_client::{Done, Format, GenerateParams, Message, Role, Runner, Sampling, Tool};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -51,7 +55,40 @@ pub(crate) struct ChatMessage {
     #[serde(default)]
     images: Option<Vec<Value>>,
     #[serde(default)]
-    tool_calls: Option<Vec<Value>>,
+    tool_calls: Option<Vec<OllamaToolCall>>,
+    /// A tool message: the function that answered (`name` before Ollama 0.9).
+    #[serde(default, alias = "name")]
+    tool_name: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+pub(crate) struct OllamaToolCall {
+    function: OllamaFunctionCall,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+pub(crate) struct OllamaFunctionCall {
+    name: String,
+    /// An object (Ollama's form); a JSON string is taken too.
+    #[serde(default)]
+    arguments: Value,
+}
+
+/// A function a chat offers: OpenAI's form, as Ollama takes it.
+#[derive(Debug, Deserialize)]
+pub(crate) struct OllamaTool {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    function: OllamaFunction,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct OllamaFunction {
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    parameters: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -62,7 +99,7 @@ pub(crate) struct ChatRequest {
     stream: Option<bool>,
     format: Option<Value>,
     options: Option<Options>,
-    tools: Option<Vec<Value>>,
+    tools: Option<Vec<OllamaTool>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -303,9 +340,20 @@ fn options(o: Option<&Options>) -> Result<(Sampling, Option<u32>, Vec<String>), 
 }
 
 pub(crate) fn chat_params(req: &ChatRequest) -> Result<GenerateParams, ApiError> {
-    if req.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-        return Err(ApiError::invalid(FLAVOR, "tools", "tools are not supported"));
-    }
+    let tools = req
+        .tools
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, t)| match t.kind.as_deref() {
+            None | Some("function") => Ok(Tool {
+                name: t.function.name.clone(),
+                description: t.function.description.clone().unwrap_or_default(),
+                parameters: t.function.parameters.as_ref().map(|p| p.to_string()).unwrap_or_default(),
+            }),
+            Some(other) => Err(ApiError::invalid(FLAVOR, "tools", format!("tools[{i}].type is {other:?}; revis's tools are functions"))),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     if req.messages.is_empty() {
         return Err(ApiError::invalid(FLAVOR, "messages", "messages is empty; send at least one"));
     }
@@ -317,26 +365,64 @@ pub(crate) fn chat_params(req: &ChatRequest) -> Result<GenerateParams, ApiError>
             if m.images.as_ref().is_some_and(|v| !v.is_empty()) {
                 return Err(ApiError::invalid(FLAVOR, "images", format!("messages[{i}] has images: revis's models read text only")));
             }
-            if m.tool_calls.as_ref().is_some_and(|v| !v.is_empty()) {
-                return Err(ApiError::invalid(FLAVOR, "tool_calls", "tool calls are not supported"));
-            }
             let role = match m.role.as_str() {
                 "system" => Role::System,
                 "user" => Role::User,
                 "assistant" => Role::Assistant,
+                "tool" => Role::Tool,
                 other => {
                     return Err(ApiError::invalid(
                         FLAVOR,
                         "role",
-                        format!("messages[{i}].role is {other:?}; it must be system, user or assistant"),
+                        format!("messages[{i}].role is {other:?}; it must be system, user, assistant or tool"),
                     ));
                 }
             };
-            Ok(Message::new(role, m.content.clone()))
+            let mut message = Message::new(role, m.content.clone());
+            // Ollama's calls carry no ID: each gets one, and a tool message
+            // answers by the function's name.
+            message.tool_calls = m
+                .tool_calls
+                .iter()
+                .flatten()
+                .map(|c| revis_client::ToolCall {
+                    id: String::new(),
+                    name: c.function.name.clone(),
+                    arguments: match &c.function.arguments {
+                        Value::String(s) => s.clone(),
+                        Value::Null => "{}".to_owned(),
+                        v => v.to_string(),
+                    },
+                })
+                .collect();
+            message.name = m.tool_name.clone().unwrap_or_default();
+            Ok(message)
         })
         .collect::<Result<Vec<_>, _>>()?;
     let (sampling, max_tokens, stop) = options(req.options.as_ref())?;
-    Ok(GenerateParams { messages, sampling, max_tokens, stop, format: format(&req.format)?, ..Default::default() })
+    Ok(GenerateParams {
+        messages,
+        sampling,
+        max_tokens,
+        stop,
+        format: format(&req.format)?,
+        tools,
+        parallel_tool_calls: true,
+        ..Default::default()
+    })
+}
+
+/// The calls an answer made, as Ollama writes them (arguments as an object).
+fn tool_calls(d: &Done) -> Vec<OllamaToolCall> {
+    d.tool_calls
+        .iter()
+        .map(|c| OllamaToolCall {
+            function: OllamaFunctionCall {
+                name: c.name.clone(),
+                arguments: serde_json::from_str(&c.arguments).unwrap_or_else(|_| Value::String(c.arguments.clone())),
+            },
+        })
+        .collect()
 }
 
 pub(crate) fn generate_params(req: &GenerateRequest) -> Result<GenerateParams, ApiError> {
@@ -362,8 +448,13 @@ pub(crate) fn generate_params(req: &GenerateRequest) -> Result<GenerateParams, A
     Ok(GenerateParams { messages, sampling, max_tokens, stop, format: format(&req.format)?, ..Default::default() })
 }
 
-/// The counts and durations of a finished answer.
+/// The counts and durations of a finished answer, and its calls.
 fn finished(v: &mut Value, d: &Done, total_ns: u64) {
+    if !d.tool_calls.is_empty()
+        && let Some(message) = v.get_mut("message").and_then(Value::as_object_mut)
+    {
+        message.insert("tool_calls".into(), json!(tool_calls(d)));
+    }
     let extra = json!({
         "done": true,
         "done_reason": if d.finish_reason == revis_client::FinishReason::Length { "length" } else { "stop" },
@@ -480,7 +571,41 @@ mod tests {
             Some("options.num_predict")
         );
         assert_eq!(bad(json!({"model": "m", "messages": msgs, "format": "yaml"})).param.as_deref(), Some("format"));
-        assert_eq!(bad(json!({"model": "m", "messages": [{"role": "tool", "content": "x"}]})).param.as_deref(), Some("role"));
+        assert_eq!(bad(json!({"model": "m", "messages": [{"role": "robot", "content": "x"}]})).param.as_deref(), Some("role"));
+        assert_eq!(
+            bad(json!({"model": "m", "messages": msgs, "tools": [{"type": "code", "function": {"name": "f"}}]})).param.as_deref(),
+            Some("tools")
+        );
+    }
+
+    #[test]
+    fn tools_and_calls_carry_over_and_calls_come_back_as_objects() {
+        let req: ChatRequest = serde_json::from_value(json!({
+            "model": "m",
+            "messages": [
+                {"role": "user", "content": "Weather?"},
+                {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+                {"role": "tool", "content": "18 C", "tool_name": "get_weather"}
+            ],
+            "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+        }))
+        .unwrap();
+        let p = chat_params(&req).unwrap();
+        assert_eq!((p.tools.len(), p.tools[0].parameters.as_str()), (1, r#"{"type":"object"}"#));
+        assert_eq!(
+            (p.messages[1].tool_calls[0].name.as_str(), p.messages[1].tool_calls[0].arguments.as_str()),
+            ("get_weather", r#"{"city":"Paris"}"#)
+        );
+        assert_eq!((p.messages[2].role, p.messages[2].name.as_str()), (Role::Tool, "get_weather"));
+        let d = Done {
+            finish_reason: revis_client::FinishReason::ToolCalls,
+            tool_calls: vec![revis_client::ToolCall { id: "x".into(), name: "get_weather".into(), arguments: r#"{"city":"Oslo"}"#.into() }],
+            ..Default::default()
+        };
+        let mut v = Kind::Chat.line("tier2", "");
+        finished(&mut v, &d, 1);
+        assert_eq!(v["message"]["tool_calls"], json!([{"function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]));
+        assert_eq!(v["done_reason"], json!("stop"));
     }
 
     #[test]

@@ -5,9 +5,15 @@
 //! messages are system messages; `max_completion_tokens` (or the older
 //! `max_tokens`), `temperature`, `top_p`, `seed` and `stop` carry over;
 //! `response_format` `json_object` is JSON, `json_schema` JSON held to its
-//! schema by the daemon's grammar. What revis cannot do is refused with a
-//! 400 naming the field: more than one choice (`n`), tools and function
-//! calls, logprobs, non-text content, penalties other than 0.
+//! schema by the daemon's grammar. `tools` (functions), `tool_choice`
+//! (`none`, `auto`, `required`, one named function) and
+//! `parallel_tool_calls` carry over, as do assistant messages' `tool_calls`
+//! and `tool` messages; the answer's calls come as `message.tool_calls`
+//! with `finish_reason: "tool_calls"` (streamed: one chunk with every call
+//! whole, at its index, before the last chunk). What revis cannot do is
+//! refused with a 400 naming the field: more than one choice (`n`), custom
+//! tools and the deprecated `functions`, logprobs, non-text content,
+//! penalties other than 0.
 //!
 //! A legacy completion's `prompt` is sent as one user message (revis's
 //! engine always applies the model's chat template).
@@ -31,6 +37,11 @@ use async_openai::types::chat::{
     CreateChatCompletionRequest, CreateChatCompletionResponse, CreateChatCompletionStreamResponse, FinishReason, PromptTokensDetails,
     ResponseFormat, Role, StopConfiguration,
 };
+use async_openai::types::chat::{
+    ChatCompletionMessageToolCall, ChatCompletionMessageToolCallChunk, ChatCompletionMessageToolCalls,
+    ChatCompletionRequestToolMessageContent, ChatCompletionRequestToolMessageContentPart, ChatCompletionToolChoiceOption,
+    ChatCompletionTools, FunctionCall, FunctionCallStream, FunctionType, ToolChoiceOptions,
+};
 use async_openai::types::chat::{Choice, CompletionFinishReason, Prompt};
 use async_openai::types::completions::{CreateCompletionRequest, CreateCompletionResponse};
 use async_openai::types::embeddings::{
@@ -42,7 +53,7 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use revis_client::{Done, Format, GenerateParams, Message, Runner, Sampling};
+use revis_client::{Done, Format, GenerateParams, Message, Runner, Sampling, Tool, ToolCall, ToolChoice};
 
 use crate::error::{ApiError, Flavor};
 use crate::generation::{Generation, Piece};
@@ -180,10 +191,23 @@ fn messages(req: &CreateChatCompletionRequest) -> Result<Vec<Message>, ApiError>
                     )?,
                 }),
                 M::Assistant(a) => {
-                    if a.tool_calls.as_ref().is_some_and(|c| !c.is_empty()) {
-                        return Err(ApiError::invalid(FLAVOR, &format!("messages[{i}].tool_calls"), "tool calls are not supported"));
-                    }
-                    Message::assistant(match &a.content {
+                    let tool_calls = a
+                        .tool_calls
+                        .iter()
+                        .flatten()
+                        .enumerate()
+                        .map(|(j, c)| match c {
+                            ChatCompletionMessageToolCalls::Function(c) => {
+                                Ok(ToolCall { id: c.id.clone(), name: c.function.name.clone(), arguments: c.function.arguments.clone() })
+                            }
+                            ChatCompletionMessageToolCalls::Custom(_) => Err(ApiError::invalid(
+                                FLAVOR,
+                                &format!("messages[{i}].tool_calls[{j}]"),
+                                "custom tool calls are not supported; revis's tools are functions",
+                            )),
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let mut m = Message::assistant(match &a.content {
                         None => String::new(),
                         Some(ChatCompletionRequestAssistantMessageContent::Text(t)) => t.clone(),
                         Some(ChatCompletionRequestAssistantMessageContent::Array(parts)) => text_parts(
@@ -193,10 +217,30 @@ fn messages(req: &CreateChatCompletionRequest) -> Result<Vec<Message>, ApiError>
                             }),
                             &param,
                         )?,
-                    })
+                    });
+                    m.tool_calls = tool_calls;
+                    m
                 }
-                M::Tool(_) | M::Function(_) => {
-                    return Err(ApiError::invalid(FLAVOR, &format!("messages[{i}].role"), "tool and function messages are not supported"));
+                M::Tool(t) => Message {
+                    role: revis_client::Role::Tool,
+                    text: match &t.content {
+                        ChatCompletionRequestToolMessageContent::Text(t) => t.clone(),
+                        ChatCompletionRequestToolMessageContent::Array(a) => text_parts(
+                            a.iter().map(|p| match p {
+                                ChatCompletionRequestToolMessageContentPart::Text(t) => Some(t.text.as_str()),
+                            }),
+                            &param,
+                        )?,
+                    },
+                    tool_call_id: t.tool_call_id.clone(),
+                    ..Message::default()
+                },
+                M::Function(_) => {
+                    return Err(ApiError::invalid(
+                        FLAVOR,
+                        &format!("messages[{i}].role"),
+                        "function messages (deprecated) are not supported; answer a tool call with a tool message",
+                    ));
                 }
             })
         })
@@ -238,13 +282,58 @@ fn one_choice(n: Option<u8>) -> Result<(), ApiError> {
     }
 }
 
+/// The functions a chat request offers, and the choice among them.
+#[allow(deprecated)] // `functions`: deprecated in OpenAI's API, and still sent
+fn tools(req: &CreateChatCompletionRequest) -> Result<(Vec<Tool>, ToolChoice), ApiError> {
+    if req.functions.as_ref().is_some_and(|f| !f.is_empty()) {
+        return Err(ApiError::invalid(FLAVOR, "functions", "functions (deprecated) is not supported; offer them as tools"));
+    }
+    let tools = req
+        .tools
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, t)| match t {
+            ChatCompletionTools::Function(t) => Ok(Tool {
+                name: t.function.name.clone(),
+                description: t.function.description.clone().unwrap_or_default(),
+                parameters: t.function.parameters.as_ref().map(|p| p.to_string()).unwrap_or_default(),
+            }),
+            ChatCompletionTools::Custom(_) => {
+                Err(ApiError::invalid(FLAVOR, &format!("tools[{i}]"), "custom tools are not supported; revis's tools are functions"))
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let choice = match &req.tool_choice {
+        None => ToolChoice::Auto,
+        Some(ChatCompletionToolChoiceOption::Mode(ToolChoiceOptions::Auto)) => ToolChoice::Auto,
+        Some(ChatCompletionToolChoiceOption::Mode(ToolChoiceOptions::None)) => ToolChoice::None,
+        Some(ChatCompletionToolChoiceOption::Mode(ToolChoiceOptions::Required)) => ToolChoice::Required,
+        Some(ChatCompletionToolChoiceOption::Function(f)) => {
+            if !tools.iter().any(|t| t.name == f.function.name) {
+                return Err(ApiError::invalid(
+                    FLAVOR,
+                    "tool_choice",
+                    format!("tool_choice names {:?}, which is not among the tools", f.function.name),
+                ));
+            }
+            ToolChoice::Named(f.function.name.clone())
+        }
+        Some(_) => {
+            return Err(ApiError::invalid(FLAVOR, "tool_choice", "tool_choice must be none, auto, required or one named function"));
+        }
+    };
+    if tools.is_empty() && matches!(choice, ToolChoice::Required | ToolChoice::Named(_)) {
+        return Err(ApiError::invalid(FLAVOR, "tool_choice", "tool_choice asks for a call but tools is empty"));
+    }
+    Ok((tools, choice))
+}
+
 /// A chat request as revis's [`GenerateParams`] (its tier set by the caller).
 #[allow(deprecated)] // `max_tokens`, `seed` and `function_call` are deprecated in OpenAI's API, and still sent
 pub(crate) fn chat_params(req: &CreateChatCompletionRequest) -> Result<GenerateParams, ApiError> {
     one_choice(req.n)?;
-    if req.tools.as_ref().is_some_and(|t| !t.is_empty()) || req.functions.as_ref().is_some_and(|f| !f.is_empty()) {
-        return Err(ApiError::invalid(FLAVOR, "tools", "tools and function calling are not supported"));
-    }
+    let (tools, tool_choice) = tools(req)?;
     if req.logprobs == Some(true) || req.top_logprobs.is_some_and(|n| n > 0) {
         return Err(ApiError::invalid(FLAVOR, "logprobs", "logprobs are not supported yet"));
     }
@@ -271,6 +360,9 @@ pub(crate) fn chat_params(req: &CreateChatCompletionRequest) -> Result<GenerateP
         max_tokens: max,
         stop: stop(&req.stop),
         format,
+        tools,
+        tool_choice,
+        parallel_tool_calls: req.parallel_tool_calls.unwrap_or(true),
         ..Default::default()
     })
 }
@@ -319,7 +411,38 @@ fn finish_reason(d: &Done) -> FinishReason {
     match d.finish_reason {
         revis_client::FinishReason::Length => FinishReason::Length,
         revis_client::FinishReason::End | revis_client::FinishReason::Stop => FinishReason::Stop,
+        revis_client::FinishReason::ToolCalls => FinishReason::ToolCalls,
     }
+}
+
+/// The calls an answer made, as a message carries them.
+fn tool_calls(d: &Done) -> Option<Vec<ChatCompletionMessageToolCalls>> {
+    (!d.tool_calls.is_empty()).then(|| {
+        d.tool_calls
+            .iter()
+            .map(|c| {
+                ChatCompletionMessageToolCalls::Function(ChatCompletionMessageToolCall {
+                    id: c.id.clone(),
+                    function: FunctionCall { name: c.name.clone(), arguments: c.arguments.clone() },
+                })
+            })
+            .collect()
+    })
+}
+
+/// The calls an answer made, as a stream's delta carries them: each whole,
+/// at its index.
+fn tool_call_chunks(d: &Done) -> Vec<ChatCompletionMessageToolCallChunk> {
+    d.tool_calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| ChatCompletionMessageToolCallChunk {
+            index: i as u32,
+            id: Some(c.id.clone()),
+            r#type: Some(FunctionType::Function),
+            function: Some(FunctionCallStream { name: Some(c.name.clone()), arguments: Some(c.arguments.clone()) }),
+        })
+        .collect()
 }
 
 fn usage(d: &Done) -> CompletionUsage {
@@ -381,7 +504,13 @@ async fn chat_response<R: Runner>(app: AppState<R>, body: Body) -> Result<Respon
     if req.stream != Some(true) {
         let done = generation.finish().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
         #[allow(deprecated)] // function_call: deprecated, left out
-        let message = ChatCompletionResponseMessage { content: Some(done.text.clone()), role: Role::Assistant, ..Default::default() };
+        let message = ChatCompletionResponseMessage {
+            // OpenAI's: no content beside calls when the model wrote none.
+            content: (done.tool_calls.is_empty() || !done.text.is_empty()).then(|| done.text.clone()),
+            tool_calls: tool_calls(&done),
+            role: Role::Assistant,
+            ..Default::default()
+        };
         return Ok(json_response(&CreateChatCompletionResponse {
             id,
             object: "chat.completion".into(),
@@ -422,7 +551,12 @@ async fn chat_response<R: Runner>(app: AppState<R>, body: Body) -> Result<Respon
                 out.extend(chunk(ChatCompletionStreamResponseDelta { content: Some(t), ..Default::default() }, None, None, true))
             }
             Piece::End(r) => out.extend(stream_end(r, |d| {
-                let mut last = chunk(Default::default(), Some(finish_reason(d)), None, true);
+                let mut last = Vec::new();
+                if !d.tool_calls.is_empty() {
+                    let calls = ChatCompletionStreamResponseDelta { tool_calls: Some(tool_call_chunks(d)), ..Default::default() };
+                    last.extend(chunk(calls, None, None, true));
+                }
+                last.extend(chunk(Default::default(), Some(finish_reason(d)), None, true));
                 if include_usage {
                     last.extend(chunk(Default::default(), None, Some(usage(d)), false));
                 }
@@ -441,7 +575,9 @@ pub(crate) async fn completions<R: Runner>(State(app): State<AppState<R>>, body:
 fn completion_finish(d: &Done) -> CompletionFinishReason {
     match d.finish_reason {
         revis_client::FinishReason::Length => CompletionFinishReason::Length,
-        revis_client::FinishReason::End | revis_client::FinishReason::Stop => CompletionFinishReason::Stop,
+        revis_client::FinishReason::End | revis_client::FinishReason::Stop | revis_client::FinishReason::ToolCalls => {
+            CompletionFinishReason::Stop
+        }
     }
 }
 
@@ -510,7 +646,12 @@ mod tests {
             (json!({"presence_penalty": 0.5}), "presence_penalty"),
             (json!({"seed": -1}), "seed"),
             (json!({"max_tokens": 0}), "max_tokens"),
-            (json!({"tools": [{"type": "function", "function": {"name": "f"}}]}), "tools"),
+            (json!({"tools": [{"type": "custom", "custom": {"name": "f", "format": {"type": "text"}}}]}), "tools[0]"),
+            (json!({"tool_choice": "required"}), "tool_choice"),
+            (
+                json!({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}}}),
+                "tool_choice",
+            ),
         ] {
             let mut req = json!({"model": "m", "messages": user});
             req.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
@@ -520,6 +661,35 @@ mod tests {
         let image = json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]});
         assert_eq!(chat_req(image).unwrap_err().param.as_deref(), Some("messages[0].content"));
         assert!(chat_req(json!({"model": "m", "messages": []})).unwrap_err().message.contains("messages is empty"));
+    }
+
+    #[test]
+    fn tools_calls_and_their_results_carry_over() {
+        let p = chat_req(json!({
+            "model": "m",
+            "messages": [
+                {"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "18 C"}
+            ],
+            "tools": [{"type": "function", "function": {"name": "get_weather", "description": "d", "parameters": {"type": "object"}}}],
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+            "parallel_tool_calls": false
+        }))
+        .unwrap();
+        assert_eq!(p.tools, [Tool { name: "get_weather".into(), description: "d".into(), parameters: r#"{"type":"object"}"#.into() }]);
+        assert_eq!((p.tool_choice, p.parallel_tool_calls), (ToolChoice::Named("get_weather".into()), false));
+        assert_eq!(
+            p.messages[1].tool_calls,
+            [ToolCall { id: "call_1".into(), name: "get_weather".into(), arguments: r#"{"city":"Paris"}"#.into() }]
+        );
+        assert_eq!(
+            (p.messages[2].role, p.messages[2].tool_call_id.as_str(), p.messages[2].text.as_str()),
+            (revis_client::Role::Tool, "call_1", "18 C")
+        );
+        let p =
+            chat_req(json!({"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [], "tool_choice": "none"})).unwrap();
+        assert_eq!((p.tools.len(), p.tool_choice, p.parallel_tool_calls), (0, ToolChoice::None, true));
     }
 
     #[test]

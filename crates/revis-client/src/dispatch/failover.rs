@@ -5,7 +5,10 @@
 //! - before any text was shown: sent again, to another node or here;
 //! - after text was shown: continued here from exactly that text
 //!   (`answer_prefix`), so the user sees one answer;
-//! - a JSON answer, never shown in parts: started again elsewhere.
+//! - a JSON answer, never shown in parts: started again elsewhere;
+//! - an answer that may call functions, after text was shown: not
+//!   continued (a call may have followed the text), the error is the
+//!   caller's, with how much was shown.
 //!
 //! This machine's daemon is the last resort: a failure there is the
 //! caller's, never sent again; so is a failure on the node a dispatcher is
@@ -77,6 +80,7 @@ impl Dispatcher {
     ) -> Result<Done, CallError> {
         let background = req.priority == Priority::Background;
         let json = matches!(req.format, Format::Json { .. });
+        let tools = req.offers_tools();
         let mut delivered = String::new();
         let mut tokens = 0u32;
         let mut tried: Vec<Route> = Vec::new();
@@ -111,6 +115,11 @@ impl Dispatcher {
                     return Ok(Done { text: delivered, generated_tokens: tokens, ..done });
                 }
                 Err(e) if e.is_final() || target == Route::Local => return Err(e.after(if json { 0 } else { delivered.len() })),
+                // A call may still have followed the text: it is not continued elsewhere.
+                Err(e) if tools && !delivered.is_empty() => {
+                    self.failed(&target, &e.message);
+                    return Err(e.after(delivered.len()));
+                }
                 Err(e) if self.pinned.is_some() => {
                     // Held to this node: its breaker opens, the answer goes nowhere else.
                     self.failed(&target, &e.message);

@@ -364,6 +364,33 @@ impl Ensemble {
         Ok(whole(&d))
     }
 
+    /// An answer that may call functions is one member's: calls are not
+    /// mixed from spans of several. The members are asked in their order;
+    /// one that fails before its first text is passed over for the next.
+    async fn generate_with_tools(&self, req: GenerateParams, mut on_delta: impl FnMut(&str) + Send) -> Result<Done, CallError> {
+        let mut last = None;
+        for m in &self.members {
+            let mut shown = 0;
+            let mut on_text = |t: &str| {
+                shown += t.len();
+                on_delta(t);
+            };
+            match Runner::generate(&m.client, GenerateParams { tier: m.tier, ..req.clone() }, &mut on_text).await {
+                Ok(done) => return Ok(done),
+                Err(e) if shown > 0 => return Err(e.after(shown)),
+                Err(e) => {
+                    tracing::warn!(member = %m.name, "an ensemble member failed an answer with tools: {}; asking the next", e.message);
+                    self.count(|s| s.dropped += 1);
+                    if let Some(f) = &self.on_failure {
+                        f(&m.name, &e);
+                    }
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| CallError::new(Code::Unavailable, "no ensemble member answered")))
+    }
+
     /// A JSON answer is never shown in parts, so it is not built span by
     /// span: every member writes the whole answer under the schema (its
     /// daemon enforces it), and the method picks one whole answer.
@@ -413,7 +440,7 @@ impl Ensemble {
 /// string came; or it made fewer tokens than asked because the context is full.
 fn ends(done: &Done, made: usize, asked: u32) -> Option<FinishReason> {
     match done.finish_reason {
-        FinishReason::End | FinishReason::Stop => Some(done.finish_reason),
+        FinishReason::End | FinishReason::Stop | FinishReason::ToolCalls => Some(done.finish_reason),
         FinishReason::Length if (made as u32) < asked && done.generated_tokens < asked => Some(FinishReason::Length),
         FinishReason::Length => None,
     }
@@ -468,6 +495,9 @@ impl Runner for Ensemble {
         }
         if matches!(req.format, Format::Json { .. }) {
             return self.generate_json(req, on_delta).await;
+        }
+        if req.offers_tools() {
+            return self.generate_with_tools(req, on_delta).await;
         }
         let started = Instant::now();
         let max_tokens = req.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);

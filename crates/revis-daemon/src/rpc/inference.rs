@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
+use revis_engine::tools::ToolStream;
 use revis_engine::{EmbedJob, GenerateJob, Job, PrefillJob, ScoreJob, build_static_prompt};
 use revis_proto::v1 as pb;
 use tokio::sync::{mpsc, oneshot};
@@ -42,9 +43,16 @@ impl pb::inference_server::Inference for Daemon {
         }
         let lease = self.registry.lease(&v.model).await.map_err(DaemonError::from)?;
         let tok = lease.tokenizer.clone();
-        let (messages, static_count, json, prefix) = (v.messages, v.static_count, v.json, v.answer_prefix);
-        let (prompt, grammar) =
-            blocking(&self.tokenizers, move || prompt::generate(tok.as_ref(), &messages, static_count, &prefix, json)).await?;
+        let (messages, static_count) = (v.messages, v.static_count);
+        let asked = prompt::Asked {
+            answer_prefix: v.answer_prefix,
+            json: v.json,
+            tools: v.tools,
+            tool_choice: v.tool_choice,
+            parallel_tool_calls: v.parallel_tool_calls,
+        };
+        let (prompt, grammar, tool_syntax) =
+            blocking(&self.tokenizers, move || prompt::generate(tok.as_ref(), &messages, static_count, asked)).await?;
         let n_ctx = lease.tokenizer.n_ctx();
         if prompt.tokens.len() >= n_ctx as usize {
             return Err(too_long(prompt.tokens.len(), n_ctx, v.tier).into());
@@ -79,6 +87,8 @@ impl pb::inference_server::Inference for Daemon {
             stall_timeout: self.config.stall_timeout,
             seed,
             admitted: admitted_at,
+            calls: tool_syntax.map(ToolStream::new),
+            ending: None,
         })))
     }
 

@@ -2,7 +2,8 @@
 //! of threads of their own, off the async runtime, and checked against the
 //! model's context.
 
-use revis_engine::{EngineError, Message, Prompt, Token, Tokenizer, build_prompt, build_score_prefix};
+use revis_engine::tools::{self, ToolSyntax};
+use revis_engine::{EngineError, Grammar, Message, Prompt, Token, Tokenizer, Tool, ToolChoice, build_prompt, build_score_prefix};
 use revis_proto::Tier;
 use tokio::sync::oneshot;
 
@@ -39,23 +40,36 @@ pub(super) async fn blocking<T: Send + 'static>(
     }
 }
 
-/// Generate's prompt, and its grammar when JSON output was asked for.
+/// What Generate asks of a model besides its messages.
+pub(super) struct Asked {
+    pub answer_prefix: String,
+    pub json: Option<Option<String>>,
+    pub tools: Vec<Tool>,
+    pub tool_choice: ToolChoice,
+    pub parallel_tool_calls: bool,
+}
+
+/// Generate's prompt; its grammar when JSON output or function calls were
+/// asked for; and, when the model may call, how its calls are written.
 pub(super) fn generate(
     tok: &dyn Tokenizer,
     messages: &[Message],
     static_count: usize,
-    answer_prefix: &str,
-    json: Option<Option<String>>,
-) -> Result<(Prompt, Option<String>), EngineError> {
-    let mut prompt = build_prompt(tok, messages, static_count)?;
+    asked: Asked,
+) -> Result<(Prompt, Option<Grammar>, Option<ToolSyntax>), EngineError> {
+    let Asked { answer_prefix, json, tools, tool_choice, parallel_tool_calls } = asked;
+    let plan = tools::plan(tok.tool_format(), messages, &tools, &tool_choice, parallel_tool_calls, |s| tok.json_grammar(Some(s)))?;
+    // The generic prompt may add a system message: the static part grows by it.
+    let static_count = static_count + plan.messages.len().saturating_sub(messages.len());
+    let mut prompt = build_prompt(tok, &plan.messages, &plan.tools, static_count)?;
     // Continuing an answer: its text so far follows the turn's
     // opening, as the model's own text (special-token names in it
     // stay text).
     if !answer_prefix.is_empty() {
-        prompt.continue_answer(&tok.tokenize_plain(answer_prefix));
+        prompt.continue_answer(&tok.tokenize_plain(&answer_prefix));
     }
-    let grammar = json.map(|schema| tok.json_grammar(schema.as_deref())).transpose()?;
-    Ok((prompt, grammar))
+    let json = json.map(|schema| tok.json_grammar(schema.as_deref()).map(Grammar::strict)).transpose()?;
+    Ok((prompt, plan.grammar.or(json), plan.syntax))
 }
 
 /// Score's prefix and its continuations, tokenized.
@@ -72,7 +86,7 @@ pub(super) fn score(
         Prompt { split: tokens.len(), answer: tokens.len(), tokens }
     } else {
         // A conversation: as Generate builds it, `prefix` as its answer so far.
-        let mut prompt = build_prompt(tok, messages, static_count)?;
+        let mut prompt = build_prompt(tok, messages, &[], static_count)?;
         if !prefix.is_empty() {
             prompt.continue_answer(&tok.tokenize_plain(prefix));
         }

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use revis_engine::tools::ToolStream;
 use revis_engine::{Delta, EngineError, FinishReason, Finished};
 use revis_proto::v1 as pb;
 use tokio::sync::{mpsc, oneshot};
@@ -134,6 +135,10 @@ pub struct EventStream {
     pub(super) stall_timeout: Duration,
     pub(super) seed: u64,
     pub(super) admitted: Instant,
+    /// When the model may call functions: reads the calls out of the text.
+    pub(super) calls: Option<ToolStream>,
+    /// Done, held while the last of the text goes first.
+    pub(super) ending: Option<pb::Done>,
 }
 
 impl Drop for EventStream {
@@ -154,10 +159,17 @@ impl Stream for EventStream {
         if let Some(s) = this.started.take() {
             return Poll::Ready(Some(event(pb::generate_event::Event::Started(s))));
         }
+        if let Some(done) = this.ending.take() {
+            return Poll::Ready(Some(event(pb::generate_event::Event::Done(done))));
+        }
         match this.deltas.poll_recv(cx) {
             Poll::Ready(Some(d)) => {
+                let text = match &mut this.calls {
+                    Some(calls) => calls.push(&d.text),
+                    None => d.text,
+                };
                 return Poll::Ready(Some(event(pb::generate_event::Event::Delta(pb::Delta {
-                    text: d.text,
+                    text,
                     tokens: d.tokens,
                     logprobs: d.logprobs.into_iter().map(token_logprob).collect(),
                 }))));
@@ -180,14 +192,35 @@ impl Stream for EventStream {
             Err(_) => Err(DaemonError::ShuttingDown.into()),
             Ok(Err(e)) => Err(DaemonError::from(e).into()),
             Ok(Ok(f)) if f.reason == FinishReason::Cancelled => Err(DaemonError::CutShort.into()),
-            Ok(Ok(f)) => {
+            Ok(Ok(mut f)) => {
                 let busy_us = f.prompt_us + f.generate_us;
-                event(pb::generate_event::Event::Done(pb::Done {
-                    finish_reason: match f.reason {
-                        FinishReason::End => pb::FinishReason::End,
-                        FinishReason::Length => pb::FinishReason::Length,
-                        FinishReason::Stop | FinishReason::Cancelled => pb::FinishReason::Stop,
-                    } as i32,
+                let mut reason = match f.reason {
+                    FinishReason::End => pb::FinishReason::End,
+                    FinishReason::Length => pb::FinishReason::Length,
+                    FinishReason::Stop | FinishReason::Cancelled => pb::FinishReason::Stop,
+                };
+                // The calls' text is not the answer's: Done's text is what the deltas carried.
+                let mut last_text = None;
+                let mut tool_calls = Vec::new();
+                if let Some(calls) = this.calls.take() {
+                    let (rest, found, shown) = calls.finish();
+                    if !found.is_empty() {
+                        // Cut short by max_tokens after whole calls: those, and the length said.
+                        if reason != pb::FinishReason::Length {
+                            reason = pb::FinishReason::ToolCalls;
+                        }
+                        let count = found.len();
+                        tool_calls = found
+                            .into_iter()
+                            .map(|c| pb::ToolCall { id: c.id, name: c.name, arguments: c.arguments.into_bytes().into() })
+                            .collect();
+                        tracing::debug!(calls = count, "the answer called functions");
+                    }
+                    f.text = shown;
+                    last_text = (!rest.is_empty()).then_some(rest);
+                }
+                let done = pb::Done {
+                    finish_reason: reason as i32,
                     prompt_tokens: f.prompt_tokens,
                     cached_tokens: f.cached_tokens,
                     generated_tokens: f.generated_tokens,
@@ -199,7 +232,15 @@ impl Stream for EventStream {
                     draft_tokens: f.draft_tokens,
                     draft_accepted: f.draft_accepted,
                     batch_peak: f.batch_peak,
-                }))
+                    tool_calls,
+                };
+                match last_text {
+                    Some(text) => {
+                        this.ending = Some(done);
+                        event(pb::generate_event::Event::Delta(pb::Delta { text, tokens: 0, logprobs: Vec::new() }))
+                    }
+                    None => event(pb::generate_event::Event::Done(done)),
+                }
             }
         };
         Poll::Ready(Some(item))
