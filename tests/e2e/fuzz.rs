@@ -165,6 +165,8 @@ fn random_request(rng: &mut StdRng, method: &str) -> Vec<u8> {
                 repeat_penalty: float(rng),
                 repeat_last_n: rng.random_bool(0.5).then(|| rng.random()),
                 seed: rng.random_bool(0.5).then(|| rng.random()),
+                presence_penalty: float(rng),
+                frequency_penalty: float(rng),
             }),
             messages,
             max_tokens: [0, 1, 4, 100_000, u32::MAX][rng.random_range(0..5)],

@@ -317,6 +317,82 @@ fn the_openai_python_package_calls_functions_streamed_parsed_and_in_an_agent_loo
     assert_eq!((&unknown["status"], &unknown["param"]), (&json!(400), &json!("tool_choice")), "{unknown}");
 }
 
+#[test]
+fn the_anthropic_and_langchain_packages_chat_stream_count_and_call_functions() {
+    let d = TestDaemon::new().start();
+    let s = serve(&d, &[]);
+    let v = python("anthropic_client.py", &s, "tier2");
+    let create = &v["create"];
+    assert_eq!(
+        (&create["type"], &create["role"], &create["blocks"]),
+        (&json!("message"), &json!("assistant"), &json!(["text"])),
+        "{create}"
+    );
+    assert!(["end_turn", "max_tokens"].contains(&create["stop_reason"].as_str().unwrap()), "{create}");
+    let stream = &v["stream"];
+    assert_eq!((&stream["text"], &stream["stop_reason"]), (&create["text"], &create["stop_reason"]), "greedy: streamed as whole");
+    assert_eq!(stream["usage"], create["usage"]);
+    let events: Vec<&str> = stream["events"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
+    assert_eq!(events[..2], ["message_start", "content_block_start"], "{events:?}");
+    assert_eq!(events[events.len() - 3..], ["content_block_stop", "message_delta", "message_stop"], "{events:?}");
+    assert_eq!(v["count"], create["usage"]["input_tokens"], "count_tokens counts the prompt create evaluates");
+    let calls = v["tool_use"]["calls"].as_array().unwrap();
+    assert_eq!(v["tool_use"]["stop_reason"], "tool_use", "{}", v["tool_use"]);
+    assert!(!calls.is_empty() && calls.iter().all(|c| c["name"] == "get_weather" && c["input"]["city"].is_string()), "{calls:?}");
+    let streamed = v["tool_use_streamed"].as_array().unwrap();
+    assert_eq!(streamed[0]["input"], calls[0]["input"], "greedy: the streamed call is the same call");
+    assert_eq!((&v["answer"]["has_text"], &v["answer"]["blocks"]), (&json!(true), &json!(["text"])), "{}", v["answer"]);
+    assert_eq!(v["unknown_model"], json!({"status": 404, "type": "not_found_error"}));
+    assert_eq!(v["wrong_key"]["status"], 401);
+
+    let v = python("langchain_client.py", &s, "tier2");
+    let bound = v["bind_tools"].as_array().unwrap();
+    assert!(
+        !bound.is_empty() && bound.iter().all(|c| c["name"] == "get_weather" && c["args"]["city"].is_string() && c["id"] == true),
+        "{v}"
+    );
+    assert_eq!(v["structured"], json!({"type": "Capital", "fields": ["capital", "country"]}));
+}
+
+#[test]
+fn the_openai_python_package_uses_responses_logprobs_several_choices_and_penalties() {
+    let d = TestDaemon::new().start();
+    let s = serve(&d, &[]);
+    let v = python("openai_more.py", &s, "tier2");
+    let r = &v["responses"];
+    assert!(["completed", "incomplete"].contains(&r["status"].as_str().unwrap()) && r["types"] == json!(["message"]), "{r}");
+    let rs = &v["responses_stream"];
+    assert_eq!((&rs["text"], &rs["status"]), (&r["text"], &r["status"]), "greedy: streamed as whole");
+    let events: Vec<&str> = rs["events"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
+    let order = ["response.created", "response.in_progress", "response.output_item.added", "response.content_part.added"];
+    assert_eq!(events[..4], order, "{events:?}");
+    let end = ["response.output_text.done", "response.content_part.done", "response.output_item.done"];
+    assert_eq!(events[events.len() - 4..events.len() - 1], end, "{events:?}");
+    assert!(["response.completed", "response.incomplete"].contains(events.last().unwrap()), "{events:?}");
+    assert!(events[4..events.len() - 4].iter().all(|e| *e == "response.output_text.delta"), "{events:?}");
+    let calls = v["responses_call"]["calls"].as_array().unwrap();
+    assert!(calls.len() == 1 && calls[0]["name"] == "get_weather" && calls[0]["arguments"]["city"].is_string(), "{calls:?}");
+    assert_eq!(v["responses_answer"], json!({"types": ["message"], "has_text": true}));
+    assert_eq!(v["stateless"], json!({"status": 400, "param": "previous_response_id"}));
+
+    let lp = &v["logprobs"];
+    assert_eq!(lp["tokens"], lp["text"], "the tokens spell the answer: {lp}");
+    assert_eq!((&lp["valid"], &lp["greedy_is_top"]), (&json!(true), &json!(true)), "{lp}");
+    assert!(lp["tops"].as_array().unwrap().iter().all(|n| n == 3), "{lp}");
+    assert_eq!(v["logprobs_streamed"], lp["text"], "streamed: the same tokens");
+    let c = &v["completion_logprobs"];
+    assert_eq!(c["tokens"], c["text"], "{c}");
+
+    let n = &v["n"];
+    assert_eq!(n["indices"], json!([0, 1, 2]));
+    let texts: Vec<&str> = n["texts"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    assert!(texts.iter().all(|t| !t.is_empty()), "{n}");
+    assert_eq!(v["n_greedy"][0], v["n_greedy"][1], "greedy: every choice the same");
+    assert_eq!(v["n_streamed"], v["n_greedy"], "streamed by index: the same choices");
+    assert_eq!(v["penalties"]["has_text"], true, "{}", v["penalties"]);
+    assert_eq!(v["penalty_range"], json!({"status": 400, "param": "presence_penalty"}));
+}
+
 /// The same greedy chat asked through revis's own gRPC client: what an
 /// HTTP answer must equal, text, counts and end.
 fn ask_grpc(d: &Running, tier: Tier, question: &str, max_tokens: u32) -> Done {

@@ -125,5 +125,5 @@ impl Alone {
 /// revis's default sampling (revis-daemon's validate.rs for a model that
 /// publishes none), with a fixed seed.
 pub fn default_sampling() -> Sampling {
-    Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, min_p: 0.05, repeat_penalty: 1.0, repeat_last_n: 64, seed: 1 }
+    Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, min_p: 0.05, seed: 1, ..Sampling::greedy() }
 }

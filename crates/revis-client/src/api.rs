@@ -100,6 +100,9 @@ pub struct Sampling {
     pub min_p: Option<f32>,
     pub repeat_penalty: Option<f32>,
     pub repeat_last_n: Option<u32>,
+    /// OpenAI's penalties (-2 to 2, 0 = off), over the last `repeat_last_n` tokens.
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
     /// The same seed, prompt and settings give the same answer.
     pub seed: Option<u64>,
 }
@@ -234,7 +237,7 @@ pub enum FinishReason {
 }
 
 /// A finished answer and what it cost.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Done {
     pub finish_reason: FinishReason,
     pub prompt_tokens: u32,
@@ -258,6 +261,10 @@ pub struct Done {
     pub batch_peak: u32,
     /// The functions the answer called; their text is not in `text`.
     pub tool_calls: Vec<ToolCall>,
+    /// Each token of the answer with its log-probability, when the request
+    /// asked ([`GenerateParams::logprobs`]): those the deltas carried, in
+    /// order (after a failover, the last daemon's only).
+    pub logprobs: Vec<TokenLogprob>,
 }
 
 impl Done {

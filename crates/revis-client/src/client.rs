@@ -388,10 +388,14 @@ impl GenerateStream {
     /// Reads the stream to its end, handing each piece of text to
     /// `on_delta`; returns the finished answer.
     pub async fn finish(mut self, mut on_delta: impl FnMut(&str)) -> Result<Done, CallError> {
+        let mut logprobs = Vec::new();
         while let Some(ev) = self.next().await? {
             match ev {
-                Event::Delta { text, .. } => on_delta(&text),
-                Event::Done(done) => return Ok(done),
+                Event::Delta { text, logprobs: l, .. } => {
+                    logprobs.extend(l);
+                    on_delta(&text);
+                }
+                Event::Done(done) => return Ok(Done { logprobs, ..done }),
                 Event::Started { .. } => {}
             }
         }

@@ -68,6 +68,8 @@ fn sampling(s: &Sampling) -> pb::Sampling {
         min_p: s.min_p,
         repeat_penalty: s.repeat_penalty,
         repeat_last_n: s.repeat_last_n,
+        presence_penalty: s.presence_penalty,
+        frequency_penalty: s.frequency_penalty,
         seed: s.seed,
     }
 }
@@ -187,6 +189,8 @@ impl From<pb::Done> for Done {
                 .into_iter()
                 .map(|c| ToolCall { id: c.id, name: c.name, arguments: String::from_utf8_lossy(&c.arguments).into_owned() })
                 .collect(),
+            // Read from the deltas (GenerateStream::finish).
+            logprobs: Vec::new(),
         }
     }
 }
@@ -359,13 +363,16 @@ impl CallError {
     pub(crate) fn from_status(s: tonic::Status) -> CallError {
         let retry_after =
             s.metadata().get("grpc-retry-pushback-ms").and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).map(Duration::from_millis);
-        CallError {
-            code: code(s.code()),
-            message: s.message().to_owned(),
-            retry_after,
-            broken: std::error::Error::source(&s).is_some(),
-            delivered: 0,
-        }
+        let broken = std::error::Error::source(&s).is_some();
+        let code = match code(s.code()) {
+            // The connection gave up the call (hyper's "operation was
+            // canceled", as a daemon closes its connections on shutdown):
+            // nobody here cancelled it (a caller that does drops the call
+            // and sees no status), and the daemon never ran it.
+            Code::Cancelled if broken => Code::Unavailable,
+            c => c,
+        };
+        CallError { code, message: s.message().to_owned(), retry_after, broken, delivered: 0 }
     }
 }
 
@@ -381,6 +388,14 @@ impl From<tonic::Status> for CallError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_the_connection_gave_up_is_unavailable_and_a_cancel_from_the_daemon_stays_one() {
+        let mut s = tonic::Status::cancelled("operation was canceled");
+        s.set_source(std::sync::Arc::new(std::io::Error::other("connection closing")));
+        assert_eq!(CallError::from_status(s).code, Code::Unavailable);
+        assert_eq!(CallError::from_status(tonic::Status::cancelled("cut")).code, Code::Cancelled);
+    }
 
     #[test]
     fn a_generation_goes_out_as_the_daemon_reads_it() {

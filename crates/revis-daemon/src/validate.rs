@@ -31,6 +31,8 @@ pub const MAX_TOOLS_BYTES: usize = 256 << 10;
 pub const MAX_CALLS_PER_MESSAGE: usize = 64;
 /// The sampling bounds, shared with the models' defaults (which must keep to them).
 pub use revis_models::{MAX_REPEAT_LAST_N, MAX_REPEAT_PENALTY, MAX_TEMPERATURE, MAX_TOP_K};
+/// OpenAI's presence and frequency penalties lie in [-this, this].
+pub const MAX_PENALTY: f32 = 2.0;
 /// Continuations one Score call may carry.
 pub const MAX_CONTINUATIONS: usize = 16;
 /// Texts one Embed call may carry.
@@ -168,8 +170,8 @@ fn messages(list: &[pb::ChatMessage], allow_empty_list: bool) -> Result<(Vec<Mes
         }
         if role == Role::Tool && !m.tool_call_id.is_empty() && !call_ids.contains(&m.tool_call_id) {
             return Err(invalid(format!(
-                "messages[{i}].tool_call_id is {:?}, but no earlier assistant message made a call with that id",
-                m.tool_call_id
+                "messages[{i}].tool_call_id is {}, but no earlier assistant message made a call with that id",
+                quoted(&m.tool_call_id)
             )));
         }
         total += m.content.len() + m.tool_call_id.len() + m.name.len();
@@ -189,10 +191,13 @@ fn tools(req: &pb::GenerateRequest) -> Result<(Vec<Tool>, ToolChoice, usize), Da
     for (i, t) in req.tools.iter().enumerate() {
         let ok_char = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
         if t.name.is_empty() || t.name.len() > MAX_TOOL_NAME || !t.name.chars().all(ok_char) {
-            return Err(invalid(format!("tools[{i}].name {:?} must be 1 to {MAX_TOOL_NAME} characters of a-z, A-Z, 0-9, _ and -", t.name)));
+            return Err(invalid(format!(
+                "tools[{i}].name {} must be 1 to {MAX_TOOL_NAME} characters of a-z, A-Z, 0-9, _ and -",
+                quoted(&t.name)
+            )));
         }
         if out.iter().any(|o| o.name == t.name) {
-            return Err(invalid(format!("tools[{i}].name {:?} is offered twice; give each function once", t.name)));
+            return Err(invalid(format!("tools[{i}].name {} is offered twice; give each function once", quoted(&t.name))));
         }
         if t.parameters.len() > MAX_SCHEMA_BYTES {
             return Err(DaemonError::TooLarge(format!(
@@ -223,7 +228,7 @@ fn tools(req: &pb::GenerateRequest) -> Result<(Vec<Tool>, ToolChoice, usize), Da
         Ok(pb::ToolChoice::Required) => ToolChoice::Required,
         Ok(pb::ToolChoice::Named) => {
             if !out.iter().any(|t| t.name == req.tool_name) {
-                return Err(invalid(format!("tool_name {:?} is not among the tools offered", req.tool_name)));
+                return Err(invalid(format!("tool_name {} is not among the tools offered", quoted(&req.tool_name))));
             }
             ToolChoice::Named(req.tool_name.clone())
         }
@@ -237,6 +242,18 @@ fn tools(req: &pb::GenerateRequest) -> Result<(Vec<Tool>, ToolChoice, usize), Da
     }
     Ok((out, choice, total))
 }
+
+/// A caller's text as an error quotes it: at most [`QUOTED_CHARS`]
+/// characters (an error travels in a header, which has a size limit).
+fn quoted(text: &str) -> String {
+    match text.char_indices().nth(QUOTED_CHARS) {
+        None => format!("{text:?}"),
+        Some((at, _)) => format!("{:?}… ({} bytes)", &text[..at], text.len()),
+    }
+}
+
+/// The most characters of a caller's text an error quotes.
+const QUOTED_CHARS: usize = 64;
 
 fn size(total: usize) -> Result<(), DaemonError> {
     if total > MAX_TEXT_BYTES {
@@ -257,6 +274,10 @@ fn sampling(s: Option<&pb::Sampling>, defaults: &revis_models::SamplingDefaults)
             return Err(invalid(format!("sampling.{name} is {v}; it must be {range}")));
         }
         Ok(v)
+    };
+    let penalty = |name: &str, v: Option<f32>| {
+        let v = v.unwrap_or(0.0);
+        check(name, v, (-MAX_PENALTY..=MAX_PENALTY).contains(&v), &format!("between -{MAX_PENALTY} and {MAX_PENALTY} (0 = off)"))
     };
     let t = s.temperature.or(defaults.temperature).unwrap_or(0.7);
     let top_p = s.top_p.or(defaults.top_p).unwrap_or(0.95);
@@ -282,6 +303,8 @@ fn sampling(s: Option<&pb::Sampling>, defaults: &revis_models::SamplingDefaults)
             &format!("between 1 (off) and {MAX_REPEAT_PENALTY}"),
         )?,
         repeat_last_n: last_n,
+        presence_penalty: penalty("presence_penalty", s.presence_penalty)?,
+        frequency_penalty: penalty("frequency_penalty", s.frequency_penalty)?,
         seed: s.seed.unwrap_or_else(rand::random),
     })
 }
@@ -433,6 +456,14 @@ pub fn score(req: &pb::ScoreRequest, registry: &Registry) -> Result<ValidScore, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_quotes_at_most_a_few_characters_of_the_callers_text() {
+        assert_eq!(quoted("get_weather"), "\"get_weather\"");
+        let long = "x".repeat(40_000);
+        let q = quoted(&long);
+        assert!(q.len() < 100 && q.ends_with("… (40000 bytes)"), "{q}");
+    }
 
     #[test]
     fn unset_sampling_comes_from_the_model_then_from_revis() {

@@ -27,7 +27,7 @@ async fn main() {
     let msgs = vec![Message::new(Role::User, "Count from 1 to 500, separated by spaces. Write every number; do not stop early.")];
     let prompt = build_prompt(loaded.tokenizer.as_ref(), &msgs, &[], 0).expect("prompt");
     let sampling = if sampled {
-        Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, min_p: 0.05, repeat_penalty: 1.0, repeat_last_n: 64, seed: 1 }
+        Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, min_p: 0.05, seed: 1, ..Sampling::greedy() }
     } else {
         Sampling::greedy()
     };

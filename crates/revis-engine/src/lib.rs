@@ -117,12 +117,25 @@ pub struct Sampling {
     /// 1 = off.
     pub repeat_penalty: f32,
     pub repeat_last_n: u32,
+    /// 0 = off (OpenAI's penalties, over the last `repeat_last_n` tokens).
+    pub presence_penalty: f32,
+    pub frequency_penalty: f32,
     pub seed: u64,
 }
 
 impl Sampling {
     pub fn greedy() -> Self {
-        Sampling { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, repeat_penalty: 1.0, repeat_last_n: 64, seed: 0 }
+        Sampling {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            seed: 0,
+        }
     }
 }
 

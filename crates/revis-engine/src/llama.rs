@@ -391,13 +391,19 @@ impl LlamaSession {
 
     /// How this job picks its tokens (see [`Picker`]).
     fn picker(&self, s: &Sampling, grammar: Option<&crate::Grammar>) -> Result<Picker, EngineError> {
-        let penalize = s.repeat_penalty != 1.0;
+        let penalize = s.repeat_penalty != 1.0 || s.presence_penalty != 0.0 || s.frequency_penalty != 0.0;
         if s.temperature <= 0.0 && grammar.is_none() && !penalize {
             return Ok(Picker::Argmax);
         }
         let mut chain = Vec::new();
         if penalize {
-            chain.push(LlamaSampler::penalties(self.model.n_vocab(), s.repeat_last_n as i32, s.repeat_penalty, 0.0, 0.0));
+            chain.push(LlamaSampler::penalties(
+                self.model.n_vocab(),
+                s.repeat_last_n as i32,
+                s.repeat_penalty,
+                s.frequency_penalty,
+                s.presence_penalty,
+            ));
         }
         if let Some(g) = grammar {
             let sampler = if g.triggers.is_empty() {

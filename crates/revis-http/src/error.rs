@@ -15,11 +15,18 @@ use serde_json::json;
 pub enum Flavor {
     OpenAi,
     Ollama,
+    Anthropic,
 }
 
 impl Flavor {
     pub fn of(path: &str) -> Flavor {
-        if path.starts_with("/api/") { Flavor::Ollama } else { Flavor::OpenAi }
+        if path.starts_with("/api/") {
+            Flavor::Ollama
+        } else if path == "/v1/messages" || path.starts_with("/v1/messages/") {
+            Flavor::Anthropic
+        } else {
+            Flavor::OpenAi
+        }
     }
 }
 
@@ -112,6 +119,15 @@ impl ApiError {
         match self.flavor {
             Flavor::OpenAi => json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}),
             Flavor::Ollama => json!({"error": self.message}),
+            Flavor::Anthropic => {
+                let kind = match self.status {
+                    StatusCode::PAYLOAD_TOO_LARGE => "request_too_large",
+                    StatusCode::SERVICE_UNAVAILABLE => "overloaded_error",
+                    s if s.is_server_error() => "api_error",
+                    _ => self.kind,
+                };
+                json!({"type": "error", "error": {"type": kind, "message": self.message}})
+            }
         }
     }
 }

@@ -72,6 +72,25 @@ impl Generation {
         axum::body::Body::from_stream(tokio_stream::once(Ok::<_, Infallible>(head)).chain(rest))
     }
 
+    /// The response body of several answers streamed together (OpenAI's
+    /// `n`): each answer's first piece, then the rest of all of them as they
+    /// come, each as `encode` writes it with its answer's index; `encode`
+    /// is given `None` once every answer has ended. Dropping the body
+    /// cancels every answer still running.
+    pub(crate) fn bodies(
+        started: Vec<(Piece, Generation)>,
+        mut encode: impl FnMut(Option<(usize, Piece)>) -> Vec<u8> + Send + 'static,
+    ) -> axum::body::Body {
+        let mut head = Vec::new();
+        let mut rest = tokio_stream::StreamMap::new();
+        for (i, (first, generation)) in started.into_iter().enumerate() {
+            head.extend(encode(Some((i, first))));
+            rest.insert(i, UnboundedReceiverStream::new(generation.rx));
+        }
+        let rest = rest.map(Some).chain(tokio_stream::once(None)).map(move |p| Ok::<_, Infallible>(Bytes::from(encode(p))));
+        axum::body::Body::from_stream(tokio_stream::once(Ok::<_, Infallible>(Bytes::from(head))).chain(rest))
+    }
+
     /// The whole answer (a request that does not stream).
     pub(crate) async fn finish(mut self) -> Result<Done, CallError> {
         while let Some(p) = self.rx.recv().await {

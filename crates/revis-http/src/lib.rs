@@ -12,6 +12,11 @@
 //! - Ollama: `GET /api/tags`, `/api/version`, `/api/ps`, `POST /api/show`,
 //!   `/api/chat` and `/api/generate` (NDJSON streaming unless `stream:
 //!   false`); errors are `{"error": "..."}`.
+//! - OpenAI's Responses: `POST /v1/responses`, stateless (`response.*`
+//!   SSE events with `stream: true`).
+//! - Anthropic: `POST /v1/messages` (SSE events with `stream: true`) and
+//!   `/v1/messages/count_tokens`; errors are `{"type": "error", "error":
+//!   {"type", "message"}}`; the key may come as `x-api-key`.
 //! - Embeddings: `POST /v1/embeddings` (floats or base64), `/api/embed`
 //!   and the older `/api/embeddings`: the tier's model's hidden states,
 //!   mean-pooled and L2-normalised (any model gives them; a model trained
@@ -33,6 +38,7 @@
 //! reading holds nothing: the answer is finished into memory and the
 //! generation's place is given back.
 
+mod anthropic;
 mod error;
 mod generation;
 pub mod key;
@@ -40,6 +46,7 @@ pub mod models;
 mod ollama;
 mod openai;
 mod request;
+mod responses;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -116,6 +123,35 @@ pub enum HttpError {
     Refused(String),
     #[error("{path}: {source}")]
     Io { path: std::path::PathBuf, source: std::io::Error },
+}
+
+/// What a request's `model` names.
+async fn resolve<R: Runner>(app: &AppState<R>, model: &str, flavor: Flavor) -> Result<models::Entry, ApiError> {
+    let catalog = app.catalog.get(&app.runner).await.map_err(|e| ApiError::from_call(flavor, &e))?;
+    catalog.find(model).cloned().ok_or_else(|| ApiError::model_not_found(flavor, model, &catalog.names()))
+}
+
+/// An SSE response: `first`, then the rest of the generation, each piece
+/// written by `encode`.
+fn sse_response(
+    first: generation::Piece,
+    generation: generation::Generation,
+    encode: impl FnMut(generation::Piece) -> Vec<u8> + Send + 'static,
+) -> Response {
+    sse_body(generation.body(first, encode))
+}
+
+/// A response of server-sent events with `body`.
+fn sse_body(body: axum::body::Body) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+            (header::HeaderName::from_static("x-accel-buffering"), "no"),
+        ],
+        body,
+    )
+        .into_response()
 }
 
 /// Refuses an address the server may not listen on: `--no-key` anywhere
@@ -217,6 +253,9 @@ pub fn router<R: Runner>(runner: R, opts: Options) -> Router {
         .route("/v1/chat/completions", post(openai::chat::<R>))
         .route("/v1/completions", post(openai::completions::<R>))
         .route("/v1/embeddings", post(openai::embeddings::<R>))
+        .route("/v1/responses", post(responses::create::<R>))
+        .route("/v1/messages", post(anthropic::messages_route::<R>))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens::<R>))
         .route("/api/tags", get(ollama::tags::<R>))
         .route("/api/ps", get(ollama::ps::<R>))
         .route("/api/version", get(ollama::version))
@@ -261,7 +300,10 @@ async fn guard<R: Runner>(State(app): State<AppState<R>>, req: Request, next: Ne
             let mut r = axum::http::StatusCode::NO_CONTENT.into_response();
             let h = r.headers_mut();
             h.insert(header::ACCESS_CONTROL_ALLOW_METHODS, header::HeaderValue::from_static("GET, POST"));
-            h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, header::HeaderValue::from_static("authorization, content-type"));
+            h.insert(
+                header::ACCESS_CONTROL_ALLOW_HEADERS,
+                header::HeaderValue::from_static("authorization, content-type, x-api-key, anthropic-version"),
+            );
             h.insert(header::ACCESS_CONTROL_MAX_AGE, header::HeaderValue::from_static("600"));
             return with_origin(r, o.clone());
         }
@@ -314,11 +356,17 @@ async fn checked<R: Runner>(app: &App<R>, flavor: Flavor, req: Request, next: Ne
         .into_response();
     }
     if let Some(key) = &app.opts.key {
-        let given = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+        // `Authorization: Bearer` on every API; Anthropic's clients send `x-api-key`.
+        let bearer = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+        let x_api_key = req.headers().get("x-api-key").and_then(|v| v.to_str().ok());
+        let given = bearer.or(x_api_key);
         match given {
             None => {
-                return ApiError::unauthorized(flavor, "no API key: send `Authorization: Bearer KEY` (`revis serve --show-key` prints it)")
-                    .into_response();
+                return ApiError::unauthorized(
+                    flavor,
+                    "no API key: send `Authorization: Bearer KEY` or `x-api-key: KEY` (`revis serve --show-key` prints it)",
+                )
+                .into_response();
             }
             Some(g) if !key::same(g.trim(), key) => {
                 return ApiError::unauthorized(flavor, "the API key is not this server's (`revis serve --show-key` prints it)")

@@ -6,7 +6,8 @@
 //!
 //! `options` carries `temperature`, `top_p`, `top_k`, `min_p`, `seed`,
 //! `num_predict` (-1 and -2: the daemon's default length), `stop`,
-//! `repeat_penalty` and `repeat_last_n`; other options (`num_ctx`,
+//! `repeat_penalty`, `repeat_last_n`, `presence_penalty` and
+//! `frequency_penalty`; other options (`num_ctx`,
 //! `num_thread`, ...) are the daemon's configuration and are ignored, as
 //! Ollama ignores options it does not know. `format` is `"json"` or a JSON
 //! Schema. Streaming is the default: one JSON object per line, the last
@@ -15,7 +16,8 @@
 //! first use, inside `prompt_eval_duration`'s wait). A failure after text
 //! was sent is a last line `{"error": "..."}`.
 //!
-//! `/api/chat` takes `tools` (functions, OpenAI's form), assistant messages'
+//! `logprobs` and `top_logprobs` (at most 20) are answered in the last
+//! line's `logprobs`. `/api/chat` takes `tools` (functions, OpenAI's form), assistant messages'
 //! `tool_calls` (arguments as an object) and `tool` messages (`tool_name`);
 //! the answer's calls come in the last line's `message.tool_calls`.
 
@@ -45,6 +47,8 @@ pub(crate) struct Options {
     stop: Option<Vec<String>>,
     repeat_penalty: Option<f32>,
     repeat_last_n: Option<u32>,
+    presence_penalty: Option<f32>,
+    frequency_penalty: Option<f32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -100,6 +104,10 @@ pub(crate) struct ChatRequest {
     format: Option<Value>,
     options: Option<Options>,
     tools: Option<Vec<OllamaTool>>,
+    #[serde(default)]
+    logprobs: Option<bool>,
+    #[serde(default)]
+    top_logprobs: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -116,6 +124,10 @@ pub(crate) struct GenerateRequest {
     stream: Option<bool>,
     format: Option<Value>,
     options: Option<Options>,
+    #[serde(default)]
+    logprobs: Option<bool>,
+    #[serde(default)]
+    top_logprobs: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -334,6 +346,8 @@ fn options(o: Option<&Options>) -> Result<(Sampling, Option<u32>, Vec<String>), 
         min_p: o.min_p,
         repeat_penalty: o.repeat_penalty,
         repeat_last_n: o.repeat_last_n,
+        presence_penalty: o.presence_penalty,
+        frequency_penalty: o.frequency_penalty,
         seed,
     };
     Ok((sampling, max, o.stop.clone().unwrap_or_default()))
@@ -408,6 +422,7 @@ pub(crate) fn chat_params(req: &ChatRequest) -> Result<GenerateParams, ApiError>
         format: format(&req.format)?,
         tools,
         parallel_tool_calls: true,
+        logprobs: logprobs(req.logprobs, req.top_logprobs)?,
         ..Default::default()
     })
 }
@@ -445,7 +460,32 @@ pub(crate) fn generate_params(req: &GenerateRequest) -> Result<GenerateParams, A
     }
     messages.push(Message::user(req.prompt.clone()));
     let (sampling, max_tokens, stop) = options(req.options.as_ref())?;
-    Ok(GenerateParams { messages, sampling, max_tokens, stop, format: format(&req.format)?, ..Default::default() })
+    let logprobs = logprobs(req.logprobs, req.top_logprobs)?;
+    Ok(GenerateParams { messages, sampling, max_tokens, stop, format: format(&req.format)?, logprobs, ..Default::default() })
+}
+
+/// Ollama's `logprobs` and `top_logprobs` (at most 20) as revis's.
+fn logprobs(on: Option<bool>, top: Option<u32>) -> Result<Option<u32>, ApiError> {
+    match (on, top) {
+        (_, Some(n)) if n > 20 => Err(ApiError::invalid(FLAVOR, "top_logprobs", format!("top_logprobs is {n}; it must be at most 20"))),
+        (Some(true), n) => Ok(Some(n.unwrap_or(0))),
+        (_, Some(n)) if n > 0 => Err(ApiError::invalid(FLAVOR, "top_logprobs", "top_logprobs needs logprobs: true")),
+        _ => Ok(None),
+    }
+}
+
+/// An answer's log-probabilities as Ollama writes them (the token that ends
+/// the turn, which has no text, left out).
+fn logprobs_json(d: &Done) -> Value {
+    let lossy = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    d.logprobs
+        .iter()
+        .filter(|t| !t.piece.is_empty())
+        .map(|t| {
+            let top: Vec<Value> = t.top.iter().map(|a| json!({"token": lossy(&a.piece), "logprob": a.logprob, "bytes": a.piece})).collect();
+            json!({"token": lossy(&t.piece), "logprob": t.logprob, "bytes": t.piece, "top_logprobs": top})
+        })
+        .collect()
 }
 
 /// The counts and durations of a finished answer, and its calls.
@@ -454,6 +494,11 @@ fn finished(v: &mut Value, d: &Done, total_ns: u64) {
         && let Some(message) = v.get_mut("message").and_then(Value::as_object_mut)
     {
         message.insert("tool_calls".into(), json!(tool_calls(d)));
+    }
+    if !d.logprobs.is_empty()
+        && let Some(o) = v.as_object_mut()
+    {
+        o.insert("logprobs".into(), logprobs_json(d));
     }
     let extra = json!({
         "done": true,

@@ -11,9 +11,11 @@
 //! and `tool` messages; the answer's calls come as `message.tool_calls`
 //! with `finish_reason: "tool_calls"` (streamed: one chunk with every call
 //! whole, at its index, before the last chunk). What revis cannot do is
-//! refused with a 400 naming the field: more than one choice (`n`), custom
-//! tools and the deprecated `functions`, logprobs, non-text content,
-//! penalties other than 0.
+//! refused with a 400 naming the field: more than 8 choices (`n`), custom
+//! tools and the deprecated `functions`, non-text content, penalties
+//! outside -2 to 2. `logprobs` and `top_logprobs` (at most 20) come as
+//! OpenAI writes them (streamed: whole, with the last chunk); the legacy
+//! completions' `logprobs` in that API's older shape.
 //!
 //! A legacy completion's `prompt` is sent as one user message (revis's
 //! engine always applies the model's chat template).
@@ -38,11 +40,13 @@ use async_openai::types::chat::{
     ResponseFormat, Role, StopConfiguration,
 };
 use async_openai::types::chat::{
+    ChatChoiceLogprobs, ChatCompletionTokenLogprob, Choice, CompletionFinishReason, Logprobs, Prompt, TopLogprobs,
+};
+use async_openai::types::chat::{
     ChatCompletionMessageToolCall, ChatCompletionMessageToolCallChunk, ChatCompletionMessageToolCalls,
     ChatCompletionRequestToolMessageContent, ChatCompletionRequestToolMessageContentPart, ChatCompletionToolChoiceOption,
     ChatCompletionTools, FunctionCall, FunctionCallStream, FunctionType, ToolChoiceOptions,
 };
-use async_openai::types::chat::{Choice, CompletionFinishReason, Prompt};
 use async_openai::types::completions::{CreateCompletionRequest, CreateCompletionResponse};
 use async_openai::types::embeddings::{
     Base64Embedding, Base64EmbeddingVector, CreateBase64EmbeddingResponse, CreateEmbeddingRequest, CreateEmbeddingResponse, Embedding,
@@ -57,7 +61,7 @@ use revis_client::{Done, Format, GenerateParams, Message, Runner, Sampling, Tool
 
 use crate::error::{ApiError, Flavor};
 use crate::generation::{Generation, Piece};
-use crate::{AppState, new_id, request, unix_now};
+use crate::{AppState, new_id, request, resolve, sse_body, unix_now};
 
 const FLAVOR: Flavor = Flavor::OpenAi;
 
@@ -137,12 +141,6 @@ fn base64_floats(values: &[f32]) -> String {
     use base64::Engine as _;
     let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
     base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
-/// What a request's `model` names.
-async fn resolve<R: Runner>(app: &AppState<R>, model: &str, flavor: Flavor) -> Result<crate::models::Entry, ApiError> {
-    let catalog = app.catalog.get(&app.runner).await.map_err(|e| ApiError::from_call(flavor, &e))?;
-    catalog.find(model).cloned().ok_or_else(|| ApiError::model_not_found(flavor, model, &catalog.names()))
 }
 
 fn text_parts<'a>(parts: impl Iterator<Item = Option<&'a str>>, param: &str) -> Result<String, ApiError> {
@@ -266,19 +264,13 @@ fn max_tokens(param: &str, n: Option<u32>) -> Result<Option<u32>, ApiError> {
     }
 }
 
-fn no_penalty(param: &str, v: Option<f32>) -> Result<(), ApiError> {
+/// OpenAI's presence or frequency penalty, -2 to 2.
+fn penalty(param: &str, v: Option<f32>) -> Result<Option<f32>, ApiError> {
     match v {
-        Some(p) if p != 0.0 => {
-            Err(ApiError::invalid(FLAVOR, param, format!("{param} is {p}; revis supports only 0 (use Ollama's repeat_penalty on /api)")))
+        Some(p) if !(-2.0..=2.0).contains(&p) => {
+            Err(ApiError::invalid(FLAVOR, param, format!("{param} is {p}; it must be between -2 and 2")))
         }
-        _ => Ok(()),
-    }
-}
-
-fn one_choice(n: Option<u8>) -> Result<(), ApiError> {
-    match n {
-        Some(n) if n != 1 => Err(ApiError::invalid(FLAVOR, "n", format!("n is {n}; revis answers with one choice, n must be 1"))),
-        _ => Ok(()),
+        v => Ok(v),
     }
 }
 
@@ -332,16 +324,19 @@ fn tools(req: &CreateChatCompletionRequest) -> Result<(Vec<Tool>, ToolChoice), A
 /// A chat request as revis's [`GenerateParams`] (its tier set by the caller).
 #[allow(deprecated)] // `max_tokens`, `seed` and `function_call` are deprecated in OpenAI's API, and still sent
 pub(crate) fn chat_params(req: &CreateChatCompletionRequest) -> Result<GenerateParams, ApiError> {
-    one_choice(req.n)?;
+    choices(req.n)?;
     let (tools, tool_choice) = tools(req)?;
-    if req.logprobs == Some(true) || req.top_logprobs.is_some_and(|n| n > 0) {
-        return Err(ApiError::invalid(FLAVOR, "logprobs", "logprobs are not supported yet"));
-    }
+    let logprobs = match (req.logprobs, req.top_logprobs) {
+        (_, Some(n)) if u32::from(n) > MAX_TOP_LOGPROBS => {
+            return Err(ApiError::invalid(FLAVOR, "top_logprobs", format!("top_logprobs is {n}; it must be at most {MAX_TOP_LOGPROBS}")));
+        }
+        (Some(true), n) => Some(u32::from(n.unwrap_or(0))),
+        (_, Some(n)) if n > 0 => return Err(ApiError::invalid(FLAVOR, "top_logprobs", "top_logprobs needs logprobs: true")),
+        _ => None,
+    };
     if req.audio.is_some() {
         return Err(ApiError::invalid(FLAVOR, "audio", "audio output is not supported"));
     }
-    no_penalty("frequency_penalty", req.frequency_penalty)?;
-    no_penalty("presence_penalty", req.presence_penalty)?;
     if req.messages.is_empty() {
         return Err(ApiError::invalid(FLAVOR, "messages", "messages is empty; send at least one"));
     }
@@ -356,20 +351,79 @@ pub(crate) fn chat_params(req: &CreateChatCompletionRequest) -> Result<GenerateP
     };
     Ok(GenerateParams {
         messages: messages(req)?,
-        sampling: Sampling { temperature: req.temperature, top_p: req.top_p, seed: seed(req.seed)?, ..Default::default() },
+        sampling: Sampling {
+            temperature: req.temperature,
+            top_p: req.top_p,
+            seed: seed(req.seed)?,
+            presence_penalty: penalty("presence_penalty", req.presence_penalty)?,
+            frequency_penalty: penalty("frequency_penalty", req.frequency_penalty)?,
+            ..Default::default()
+        },
         max_tokens: max,
         stop: stop(&req.stop),
         format,
         tools,
         tool_choice,
         parallel_tool_calls: req.parallel_tool_calls.unwrap_or(true),
+        logprobs,
         ..Default::default()
     })
 }
 
+/// The most alternatives a token's log-probability may come with.
+const MAX_TOP_LOGPROBS: u32 = 20;
+
+/// The tokens an answer's log-probabilities speak of: those with text (the
+/// token that ends the turn has none, and OpenAI lists no such token).
+fn spoken(d: &Done) -> impl Iterator<Item = &revis_client::TokenLogprob> {
+    d.logprobs.iter().filter(|t| !t.piece.is_empty())
+}
+
+/// A chat answer's log-probabilities, when they were asked.
+fn chat_logprobs(d: &Done) -> Option<ChatChoiceLogprobs> {
+    let lossy = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (!d.logprobs.is_empty()).then(|| ChatChoiceLogprobs {
+        content: Some(
+            spoken(d)
+                .map(|t| ChatCompletionTokenLogprob {
+                    token: lossy(&t.piece),
+                    logprob: t.logprob as f32,
+                    bytes: Some(t.piece.clone()),
+                    top_logprobs: t
+                        .top
+                        .iter()
+                        .map(|a| TopLogprobs { token: lossy(&a.piece), logprob: a.logprob as f32, bytes: Some(a.piece.clone()) })
+                        .collect(),
+                })
+                .collect(),
+        ),
+        refusal: None,
+    })
+}
+
+/// A legacy completion's log-probabilities, in that API's older shape.
+fn completion_logprobs(d: &Done) -> Option<Logprobs> {
+    let lossy = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    if d.logprobs.is_empty() {
+        return None;
+    }
+    let mut offset = 0u32;
+    let (mut tokens, mut token_logprobs, mut top_logprobs, mut text_offset) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for t in spoken(d) {
+        tokens.push(lossy(&t.piece));
+        token_logprobs.push(Some(t.logprob as f32));
+        let top: serde_json::Map<String, serde_json::Value> =
+            t.top.iter().map(|a| (lossy(&a.piece), serde_json::json!(a.logprob as f32))).collect();
+        top_logprobs.push(serde_json::Value::Object(top));
+        text_offset.push(offset);
+        offset += t.piece.len() as u32;
+    }
+    Some(Logprobs { tokens, token_logprobs, top_logprobs, text_offset })
+}
+
 /// A legacy completion request as revis's [`GenerateParams`].
 pub(crate) fn completion_params(req: &CreateCompletionRequest) -> Result<GenerateParams, ApiError> {
-    one_choice(req.n)?;
+    choices(req.n)?;
     let prompt = match &req.prompt {
         Prompt::String(s) => s.clone(),
         Prompt::StringArray(a) if a.len() == 1 => a[0].clone(),
@@ -390,19 +444,27 @@ pub(crate) fn completion_params(req: &CreateCompletionRequest) -> Result<Generat
     if req.echo == Some(true) {
         return Err(ApiError::invalid(FLAVOR, "echo", "echo is not supported"));
     }
-    if req.logprobs.is_some_and(|n| n > 0) {
-        return Err(ApiError::invalid(FLAVOR, "logprobs", "logprobs are not supported yet"));
+    if let Some(n) = req.logprobs
+        && u32::from(n) > MAX_TOP_LOGPROBS
+    {
+        return Err(ApiError::invalid(FLAVOR, "logprobs", format!("logprobs is {n}; it must be at most {MAX_TOP_LOGPROBS}")));
     }
     if req.best_of.is_some_and(|n| n > 1) {
         return Err(ApiError::invalid(FLAVOR, "best_of", "best_of must be 1: revis answers with one choice"));
     }
-    no_penalty("frequency_penalty", req.frequency_penalty)?;
-    no_penalty("presence_penalty", req.presence_penalty)?;
     Ok(GenerateParams {
         messages: vec![Message::user(prompt)],
-        sampling: Sampling { temperature: req.temperature, top_p: req.top_p, seed: seed(req.seed)?, ..Default::default() },
+        sampling: Sampling {
+            temperature: req.temperature,
+            top_p: req.top_p,
+            seed: seed(req.seed)?,
+            presence_penalty: penalty("presence_penalty", req.presence_penalty)?,
+            frequency_penalty: penalty("frequency_penalty", req.frequency_penalty)?,
+            ..Default::default()
+        },
         max_tokens: max_tokens("max_tokens", req.max_tokens)?,
         stop: stop(&req.stop),
+        logprobs: req.logprobs.map(u32::from),
         ..Default::default()
     })
 }
@@ -462,34 +524,6 @@ fn sse(v: &impl serde::Serialize) -> Vec<u8> {
     out
 }
 
-/// An SSE response: `first`, then the rest of the generation, each piece
-/// written by `encode`.
-fn sse_response(first: Piece, generation: Generation, encode: impl FnMut(Piece) -> Vec<u8> + Send + 'static) -> Response {
-    let body = generation.body(first, encode);
-    (
-        [
-            (header::CONTENT_TYPE, "text/event-stream"),
-            (header::CACHE_CONTROL, "no-cache"),
-            (header::HeaderName::from_static("x-accel-buffering"), "no"),
-        ],
-        body,
-    )
-        .into_response()
-}
-
-/// The end of a stream after text was sent: the error event, or the last
-/// chunks and `[DONE]`.
-fn stream_end(r: Result<Done, revis_client::CallError>, last: impl FnOnce(&Done) -> Vec<u8>) -> Vec<u8> {
-    match r {
-        Ok(done) => {
-            let mut out = last(&done);
-            out.extend_from_slice(b"data: [DONE]\n\n");
-            out
-        }
-        Err(e) => sse(&ApiError::from_call(FLAVOR, &e).body()),
-    }
-}
-
 pub(crate) async fn chat<R: Runner>(State(app): State<AppState<R>>, body: Body) -> Response {
     chat_response(app, body).await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -497,75 +531,185 @@ pub(crate) async fn chat<R: Runner>(State(app): State<AppState<R>>, body: Body) 
 async fn chat_response<R: Runner>(app: AppState<R>, body: Body) -> Result<Response, ApiError> {
     let req: CreateChatCompletionRequest = request::json(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
     let params = chat_params(&req)?;
+    let n = choices(req.n)?;
     let entry = resolve(&app, &req.model, FLAVOR).await?;
-    let place = app.generation_place(FLAVOR)?;
-    let mut generation = app.start(FLAVOR, &entry, params, place)?;
+    let mut generations = start_choices(&app, &entry, params, n)?;
     let (id, created, model) = (new_id("chatcmpl"), unix_now(), req.model.clone());
     if req.stream != Some(true) {
-        let done = generation.finish().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
-        #[allow(deprecated)] // function_call: deprecated, left out
-        let message = ChatCompletionResponseMessage {
-            // OpenAI's: no content beside calls when the model wrote none.
-            content: (done.tool_calls.is_empty() || !done.text.is_empty()).then(|| done.text.clone()),
-            tool_calls: tool_calls(&done),
-            role: Role::Assistant,
-            ..Default::default()
-        };
+        let mut choices = Vec::with_capacity(n);
+        let mut dones = Vec::with_capacity(n);
+        for (i, generation) in generations.into_iter().enumerate() {
+            let done = generation.finish().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
+            #[allow(deprecated)] // function_call: deprecated, left out
+            let message = ChatCompletionResponseMessage {
+                // OpenAI's: no content beside calls when the model wrote none.
+                content: (done.tool_calls.is_empty() || !done.text.is_empty()).then(|| done.text.clone()),
+                tool_calls: tool_calls(&done),
+                role: Role::Assistant,
+                ..Default::default()
+            };
+            let (finish, logprobs) = (Some(finish_reason(&done)), chat_logprobs(&done));
+            choices.push(ChatChoice { index: i as u32, message, finish_reason: finish, logprobs });
+            dones.push(done);
+        }
         return Ok(json_response(&CreateChatCompletionResponse {
             id,
             object: "chat.completion".into(),
             created,
             model,
-            choices: vec![ChatChoice { index: 0, message, finish_reason: Some(finish_reason(&done)), logprobs: None }],
-            usage: Some(usage(&done)),
+            choices,
+            usage: Some(usage_of(&dones)),
             ..Default::default()
         }));
     }
     let include_usage = req.stream_options.as_ref().and_then(|o| o.include_usage) == Some(true);
-    let first = generation.first().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
-    let chunk = move |delta: ChatCompletionStreamResponseDelta,
+    let started = firsts(&mut generations).await?;
+    let chunk = move |index: usize,
+                      delta: ChatCompletionStreamResponseDelta,
                       finish: Option<FinishReason>,
                       usage: Option<CompletionUsage>,
-                      choices: bool| {
+                      logprobs: Option<ChatChoiceLogprobs>| {
+        let choices = match usage {
+            Some(_) => Vec::new(),
+            None => vec![ChatChoiceStream { index: index as u32, delta, finish_reason: finish, logprobs }],
+        };
         sse(&CreateChatCompletionStreamResponse {
             id: id.clone(),
             object: "chat.completion.chunk".into(),
             created,
             model: model.clone(),
-            choices: if choices { vec![ChatChoiceStream { index: 0, delta, finish_reason: finish, logprobs: None }] } else { Vec::new() },
+            choices,
             usage,
             ..Default::default()
         })
     };
-    let mut role_sent = false;
-    let encode = move |p: Piece| {
+    let mut ends = Ends::new(n);
+    let encode = move |p: Option<(usize, Piece)>| {
+        let Some((i, p)) = p else { return ends.last(|u| chunk(0, Default::default(), None, include_usage.then_some(u), None)) };
         let mut out = Vec::new();
-        if !role_sent {
-            role_sent = true;
+        if ends.first(i) {
             let role =
                 ChatCompletionStreamResponseDelta { role: Some(Role::Assistant), content: Some(String::new()), ..Default::default() };
-            out = chunk(role, None, None, true);
+            out = chunk(i, role, None, None, None);
         }
         match p {
             Piece::Text(t) => {
-                out.extend(chunk(ChatCompletionStreamResponseDelta { content: Some(t), ..Default::default() }, None, None, true))
+                out.extend(chunk(i, ChatCompletionStreamResponseDelta { content: Some(t), ..Default::default() }, None, None, None))
             }
-            Piece::End(r) => out.extend(stream_end(r, |d| {
+            Piece::End(r) => out.extend(ends.end(r, |d| {
                 let mut last = Vec::new();
                 if !d.tool_calls.is_empty() {
                     let calls = ChatCompletionStreamResponseDelta { tool_calls: Some(tool_call_chunks(d)), ..Default::default() };
-                    last.extend(chunk(calls, None, None, true));
+                    last.extend(chunk(i, calls, None, None, None));
                 }
-                last.extend(chunk(Default::default(), Some(finish_reason(d)), None, true));
-                if include_usage {
-                    last.extend(chunk(Default::default(), None, Some(usage(d)), false));
-                }
+                // The answer's log-probabilities come whole with its last chunk.
+                last.extend(chunk(i, Default::default(), Some(finish_reason(d)), None, chat_logprobs(d)));
                 last
             })),
         }
         out
     };
-    Ok(sse_response(first, generation, encode))
+    Ok(sse_body(Generation::bodies(started, encode)))
+}
+
+/// The most choices one request may ask for (`n`): streams of one batch.
+const MAX_CHOICES: u8 = 8;
+
+/// How many choices a request asks for.
+fn choices(n: Option<u8>) -> Result<usize, ApiError> {
+    match n.unwrap_or(1) {
+        0 => Err(ApiError::invalid(FLAVOR, "n", "n is 0; it must be at least 1")),
+        n if n > MAX_CHOICES => Err(ApiError::invalid(FLAVOR, "n", format!("n is {n}; revis answers with at most {MAX_CHOICES} choices"))),
+        n => Ok(usize::from(n)),
+    }
+}
+
+/// Starts `n` answers of `params`, each with a place of its own (a 429 when
+/// there are not that many); a seed given is the first choice's, the next
+/// ones take the seeds after it.
+fn start_choices<R: Runner>(
+    app: &AppState<R>,
+    entry: &crate::models::Entry,
+    params: GenerateParams,
+    n: usize,
+) -> Result<Vec<Generation>, ApiError> {
+    let places = (0..n).map(|_| app.generation_place(FLAVOR)).collect::<Result<Vec<_>, _>>()?;
+    places
+        .into_iter()
+        .enumerate()
+        .map(|(i, place)| {
+            let mut p = params.clone();
+            p.sampling.seed = p.sampling.seed.map(|s| s.wrapping_add(i as u64));
+            app.start(FLAVOR, entry, p, place)
+        })
+        .collect()
+}
+
+/// Each answer's first piece: a failure before any text is the response's status.
+async fn firsts(generations: &mut Vec<Generation>) -> Result<Vec<(Piece, Generation)>, ApiError> {
+    let mut started = Vec::with_capacity(generations.len());
+    for mut g in generations.drain(..) {
+        let first = g.first().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
+        started.push((first, g));
+    }
+    Ok(started)
+}
+
+/// The usage of several answers to one prompt: the prompt once, every answer's tokens.
+fn usage_of(dones: &[Done]) -> CompletionUsage {
+    let mut u = usage(&dones[0]);
+    u.completion_tokens = dones.iter().map(|d| d.generated_tokens).sum();
+    u.total_tokens = u.prompt_tokens + u.completion_tokens;
+    u
+}
+
+/// A stream of several answers: which have started and ended, what they
+/// used, and whether one failed (then nothing follows its error event, and
+/// no `[DONE]`).
+struct Ends {
+    started: Vec<bool>,
+    dones: Vec<Done>,
+    failed: bool,
+}
+
+impl Ends {
+    fn new(n: usize) -> Ends {
+        Ends { started: vec![false; n], dones: Vec::with_capacity(n), failed: false }
+    }
+
+    /// Whether this is answer `i`'s first piece.
+    fn first(&mut self, i: usize) -> bool {
+        !std::mem::replace(&mut self.started[i], true)
+    }
+
+    /// An answer's end: its last chunks (`last`), or the error event.
+    fn end(&mut self, r: Result<Done, revis_client::CallError>, last: impl FnOnce(&Done) -> Vec<u8>) -> Vec<u8> {
+        if self.failed {
+            return Vec::new();
+        }
+        match r {
+            Ok(done) => {
+                let out = last(&done);
+                self.dones.push(done);
+                out
+            }
+            Err(e) => {
+                self.failed = true;
+                sse(&ApiError::from_call(FLAVOR, &e).body())
+            }
+        }
+    }
+
+    /// After every answer ended: the usage chunk (`usage`, given the
+    /// answers' usage) and `[DONE]`, unless one failed.
+    fn last(&mut self, usage_chunk: impl FnOnce(CompletionUsage) -> Vec<u8>) -> Vec<u8> {
+        if self.failed || self.dones.is_empty() {
+            return Vec::new();
+        }
+        let mut out = usage_chunk(usage_of(&self.dones));
+        out.extend_from_slice(b"data: [DONE]\n\n");
+        out
+    }
 }
 
 pub(crate) async fn completions<R: Runner>(State(app): State<AppState<R>>, body: Body) -> Response {
@@ -584,30 +728,44 @@ fn completion_finish(d: &Done) -> CompletionFinishReason {
 async fn completion_response<R: Runner>(app: AppState<R>, body: Body) -> Result<Response, ApiError> {
     let req: CreateCompletionRequest = request::json(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
     let params = completion_params(&req)?;
+    let n = choices(req.n)?;
     let entry = resolve(&app, &req.model, FLAVOR).await?;
-    let place = app.generation_place(FLAVOR)?;
-    let mut generation = app.start(FLAVOR, &entry, params, place)?;
+    let mut generations = start_choices(&app, &entry, params, n)?;
     let (id, created, model) = (new_id("cmpl"), unix_now(), req.model.clone());
-    let response = move |text: String, finish: Option<CompletionFinishReason>, usage: Option<CompletionUsage>| CreateCompletionResponse {
+    let response = move |choices: Vec<Choice>, usage: Option<CompletionUsage>| CreateCompletionResponse {
         id: id.clone(),
         object: "text_completion".into(),
         created,
         model: model.clone(),
-        choices: vec![Choice { text, index: 0, logprobs: None, finish_reason: finish }],
+        choices,
         usage,
         ..Default::default()
     };
+    let choice = |index: usize, text: String, d: Option<&Done>| Choice {
+        text,
+        index: index as u32,
+        logprobs: d.and_then(completion_logprobs),
+        finish_reason: d.map(completion_finish),
+    };
     if req.stream != Some(true) {
-        let done = generation.finish().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
-        return Ok(json_response(&response(done.text.clone(), Some(completion_finish(&done)), Some(usage(&done)))));
+        let mut choices = Vec::with_capacity(n);
+        let mut dones = Vec::with_capacity(n);
+        for (i, generation) in generations.into_iter().enumerate() {
+            let done = generation.finish().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
+            choices.push(choice(i, done.text.clone(), Some(&done)));
+            dones.push(done);
+        }
+        return Ok(json_response(&response(choices, Some(usage_of(&dones)))));
     }
     let include_usage = req.stream_options.as_ref().and_then(|o| o.include_usage) == Some(true);
-    let first = generation.first().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
-    let encode = move |p: Piece| match p {
-        Piece::Text(t) => sse(&response(t, None, None)),
-        Piece::End(r) => stream_end(r, |d| sse(&response(String::new(), Some(completion_finish(d)), include_usage.then(|| usage(d))))),
+    let started = firsts(&mut generations).await?;
+    let mut ends = Ends::new(n);
+    let encode = move |p: Option<(usize, Piece)>| match p {
+        None => ends.last(|u| if include_usage { sse(&response(Vec::new(), Some(u))) } else { Vec::new() }),
+        Some((i, Piece::Text(t))) => sse(&response(vec![choice(i, t, None)], None)),
+        Some((i, Piece::End(r))) => ends.end(r, |d| sse(&response(vec![choice(i, String::new(), Some(d))], None))),
     };
-    Ok(sse_response(first, generation, encode))
+    Ok(sse_body(Generation::bodies(started, encode)))
 }
 
 #[cfg(test)]
@@ -641,9 +799,10 @@ mod tests {
     fn what_revis_cannot_do_is_refused_naming_the_field() {
         let user = json!([{"role": "user", "content": "x"}]);
         for (extra, param) in [
-            (json!({"n": 2}), "n"),
-            (json!({"logprobs": true}), "logprobs"),
-            (json!({"presence_penalty": 0.5}), "presence_penalty"),
+            (json!({"n": 9}), "n"),
+            (json!({"logprobs": true, "top_logprobs": 21}), "top_logprobs"),
+            (json!({"top_logprobs": 2}), "top_logprobs"),
+            (json!({"presence_penalty": 2.5}), "presence_penalty"),
             (json!({"seed": -1}), "seed"),
             (json!({"max_tokens": 0}), "max_tokens"),
             (json!({"tools": [{"type": "custom", "custom": {"name": "f", "format": {"type": "text"}}}]}), "tools[0]"),

@@ -188,6 +188,7 @@ impl Dispatcher {
             Ok(r) => r?,
         };
         let mut first = true;
+        let mut logprobs = Vec::new();
         loop {
             let limit = if first { d.first_token.saturating_sub(t0.elapsed()) } else { d.gap };
             let limit = limit.min(d.total.saturating_sub(t0.elapsed()));
@@ -203,11 +204,12 @@ impl Dispatcher {
             };
             match ev {
                 Event::Started { .. } => {}
-                Event::Delta { text, tokens, .. } => {
+                Event::Delta { text, tokens, logprobs: l } => {
                     first = false;
+                    logprobs.extend(l);
                     on_text(&text, tokens);
                 }
-                Event::Done(done) => return Ok(done),
+                Event::Done(done) => return Ok(Done { logprobs, ..done }),
             }
         }
     }

@@ -1,0 +1,460 @@
+//! OpenAI's Responses API (`POST /v1/responses`), stateless: nothing is
+//! kept between requests, so `previous_response_id`, and `store: true` when
+//! a request sets it, are refused with a 400 that says so (the reply says
+//! `"store": false`). Its request and reply are read and written here as
+//! JSON by hand: async-openai's Responses types cover far more than revis
+//! serves, and a request need only fit what is read.
+//!
+//! A request becomes one [`GenerateParams`]: `instructions` is the system
+//! message; `input` is a string (one user message) or items: messages
+//! (`system`, `developer`, `user`, `assistant`; text content or
+//! `input_text`/`output_text` parts), `function_call` items (an assistant's
+//! call) and `function_call_output` items (its result); `reasoning` items
+//! are left out. `tools` (functions), `tool_choice`, `parallel_tool_calls`,
+//! `max_output_tokens`, `temperature`, `top_p` and `text.format`
+//! (`json_object`, `json_schema`) carry over.
+//!
+//! The reply's `output` is a `message` item with one `output_text` part
+//! (when the model wrote text, or called nothing) and a `function_call`
+//! item per call; `status` is `incomplete` with `max_output_tokens` when
+//! the answer ran out. Streamed, the `response.*` events come in OpenAI's
+//! order, each with its `sequence_number`: `created`, `in_progress`, the
+//! message item (`output_item.added`, `content_part.added`,
+//! `output_text.delta`s, `output_text.done`, `content_part.done`,
+//! `output_item.done`), each call (`output_item.added`,
+//! `function_call_arguments.delta` and `.done`, `output_item.done`), then
+//! `completed` (or `incomplete`); a failure after the first is an `error`
+//! event.
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use revis_client::{Done, FinishReason, Format, GenerateParams, Message, Role, Runner, Sampling, Tool, ToolCall, ToolChoice};
+use serde_json::{Map, Value, json};
+
+use crate::error::{ApiError, Flavor};
+use crate::generation::Piece;
+use crate::{AppState, new_id, request, resolve, unix_now};
+
+const FLAVOR: Flavor = Flavor::OpenAi;
+
+/// Writes one SSE event of a kind, with its data and its sequence number.
+trait Event: FnMut(&str, Map<String, Value>) -> Vec<u8> {}
+impl<F: FnMut(&str, Map<String, Value>) -> Vec<u8>> Event for F {}
+
+fn invalid(param: &str, message: impl Into<String>) -> ApiError {
+    ApiError::invalid(FLAVOR, param, message)
+}
+
+/// A content's text: a string, or text parts (`input_text`, `output_text`, `text`).
+fn text_of(content: &Value, field: &str) -> Result<String, ApiError> {
+    match content {
+        Value::String(s) => Ok(s.clone()),
+        Value::Null => Ok(String::new()),
+        Value::Array(parts) => {
+            let mut out = String::new();
+            for (i, p) in parts.iter().enumerate() {
+                match (p["type"].as_str(), p["text"].as_str()) {
+                    (Some("input_text" | "output_text" | "text"), Some(t)) => out.push_str(t),
+                    _ => return Err(invalid(&format!("{field}[{i}]"), "only text parts are supported: revis's models read text")),
+                }
+            }
+            Ok(out)
+        }
+        _ => Err(invalid(field, "content must be a string or a list of text parts")),
+    }
+}
+
+/// The request's messages as revis's.
+fn messages(req: &Value) -> Result<Vec<Message>, ApiError> {
+    let mut out = Vec::new();
+    if let Some(i) = req.get("instructions").filter(|v| !v.is_null()) {
+        let text = i.as_str().ok_or_else(|| invalid("instructions", "instructions must be a string"))?;
+        if !text.is_empty() {
+            out.push(Message::system(text));
+        }
+    }
+    let items = match req.get("input") {
+        Some(Value::String(s)) => {
+            out.push(Message::user(s.clone()));
+            return Ok(out);
+        }
+        Some(Value::Array(items)) => items,
+        _ => return Err(invalid("input", "input must be a string or a list of items")),
+    };
+    for (i, item) in items.iter().enumerate() {
+        let field = format!("input[{i}]");
+        let kind = item["type"].as_str().unwrap_or(if item.get("role").is_some() { "message" } else { "" });
+        match kind {
+            "message" => {
+                let role = match item["role"].as_str() {
+                    Some("system" | "developer") => Role::System,
+                    Some("user") => Role::User,
+                    Some("assistant") => Role::Assistant,
+                    other => {
+                        return Err(invalid(
+                            &format!("{field}.role"),
+                            format!("role {other:?} must be system, developer, user or assistant"),
+                        ));
+                    }
+                };
+                out.push(Message::new(role, text_of(&item["content"], &format!("{field}.content"))?));
+            }
+            "function_call" => {
+                let call = ToolCall {
+                    id: item["call_id"].as_str().unwrap_or_default().to_owned(),
+                    name: item["name"]
+                        .as_str()
+                        .ok_or_else(|| invalid(&format!("{field}.name"), "a function_call names its function"))?
+                        .to_owned(),
+                    arguments: item["arguments"].as_str().unwrap_or("{}").to_owned(),
+                };
+                // Calls one after another are one assistant message's.
+                match out.last_mut() {
+                    Some(m) if m.role == Role::Assistant && !m.tool_calls.is_empty() => m.tool_calls.push(call),
+                    _ => out.push(Message { role: Role::Assistant, tool_calls: vec![call], ..Message::default() }),
+                }
+            }
+            "function_call_output" => {
+                let output = match &item["output"] {
+                    Value::String(s) => s.clone(),
+                    other => text_of(other, &format!("{field}.output"))?,
+                };
+                out.push(Message {
+                    role: Role::Tool,
+                    text: output,
+                    tool_call_id: item["call_id"].as_str().unwrap_or_default().to_owned(),
+                    ..Message::default()
+                });
+            }
+            "reasoning" => {}
+            other => return Err(invalid(&format!("{field}.type"), format!("input items of type {other:?} are not supported"))),
+        }
+    }
+    Ok(out)
+}
+
+/// The functions offered and the choice among them.
+fn tools(req: &Value) -> Result<(Vec<Tool>, ToolChoice), ApiError> {
+    let mut tools = Vec::new();
+    for (i, t) in req["tools"].as_array().into_iter().flatten().enumerate() {
+        if t["type"].as_str() != Some("function") {
+            return Err(invalid(&format!("tools[{i}]"), "only function tools are supported: revis's tools are functions you run"));
+        }
+        tools.push(Tool {
+            name: t["name"].as_str().ok_or_else(|| invalid(&format!("tools[{i}].name"), "a function tool has a name"))?.to_owned(),
+            description: t["description"].as_str().unwrap_or_default().to_owned(),
+            parameters: if t["parameters"].is_null() { String::new() } else { t["parameters"].to_string() },
+        });
+    }
+    let choice = match &req["tool_choice"] {
+        Value::Null => ToolChoice::Auto,
+        Value::String(s) if s == "auto" => ToolChoice::Auto,
+        Value::String(s) if s == "none" => ToolChoice::None,
+        Value::String(s) if s == "required" => ToolChoice::Required,
+        Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("function") => {
+            let name = o.get("name").and_then(Value::as_str).unwrap_or_default();
+            if !tools.iter().any(|t| t.name == name) {
+                return Err(invalid("tool_choice", format!("tool_choice names {name:?}, which is not among the tools")));
+            }
+            ToolChoice::Named(name.to_owned())
+        }
+        _ => return Err(invalid("tool_choice", "tool_choice must be none, auto, required or one named function")),
+    };
+    if tools.is_empty() && matches!(choice, ToolChoice::Required | ToolChoice::Named(_)) {
+        return Err(invalid("tool_choice", "tool_choice asks for a call but tools is empty"));
+    }
+    Ok((tools, choice))
+}
+
+/// A Responses request as revis's [`GenerateParams`] (its tier set by the caller).
+pub(crate) fn params(req: &Value) -> Result<GenerateParams, ApiError> {
+    if req.get("previous_response_id").is_some_and(|v| !v.is_null()) {
+        return Err(invalid(
+            "previous_response_id",
+            "revis keeps no responses (its Responses API is stateless): send the whole conversation in input",
+        ));
+    }
+    if req.get("store") == Some(&Value::Bool(true)) {
+        return Err(invalid("store", "revis keeps no responses (its Responses API is stateless): leave store out or set it false"));
+    }
+    if req.get("conversation").is_some_and(|v| !v.is_null()) {
+        return Err(invalid("conversation", "revis keeps no conversations: send the whole conversation in input"));
+    }
+    let number = |k: &str| req.get(k).and_then(Value::as_f64).map(|v| v as f32);
+    let max_tokens = match req.get("max_output_tokens").and_then(Value::as_u64) {
+        Some(0) => return Err(invalid("max_output_tokens", "max_output_tokens is 0; it must be at least 1")),
+        n => n.map(|n| n.min(u64::from(u32::MAX)) as u32),
+    };
+    let format = match req.pointer("/text/format/type").and_then(Value::as_str) {
+        None | Some("text") => Format::Text,
+        Some("json_object") => Format::Json { schema: None },
+        Some("json_schema") => Format::Json { schema: req.pointer("/text/format/schema").map(Value::to_string) },
+        Some(other) => return Err(invalid("text.format.type", format!("{other:?} must be text, json_object or json_schema"))),
+    };
+    let (tools, tool_choice) = tools(req)?;
+    let messages = messages(req)?;
+    if messages.is_empty() {
+        return Err(invalid("input", "input is empty; send at least one message"));
+    }
+    Ok(GenerateParams {
+        messages,
+        sampling: Sampling { temperature: number("temperature"), top_p: number("top_p"), ..Default::default() },
+        max_tokens,
+        format,
+        tools,
+        tool_choice,
+        parallel_tool_calls: req.get("parallel_tool_calls").and_then(Value::as_bool).unwrap_or(true),
+        ..Default::default()
+    })
+}
+
+/// What the reply repeats of the request.
+struct Echo {
+    id: String,
+    created_at: u32,
+    model: String,
+    request: Value,
+}
+
+impl Echo {
+    /// The response object, `status` and `output` as given.
+    fn response(&self, status: &str, output: Vec<Value>, done: Option<&Done>) -> Value {
+        let r = &self.request;
+        let mut v = json!({
+            "id": self.id, "object": "response", "created_at": self.created_at, "status": status,
+            "model": self.model, "output": output, "error": null, "incomplete_details": null,
+            "instructions": r.get("instructions").cloned().unwrap_or(Value::Null),
+            "max_output_tokens": r.get("max_output_tokens").cloned().unwrap_or(Value::Null),
+            "parallel_tool_calls": r.get("parallel_tool_calls").cloned().unwrap_or(Value::Bool(true)),
+            "temperature": r.get("temperature").cloned().unwrap_or(Value::Null),
+            "top_p": r.get("top_p").cloned().unwrap_or(Value::Null),
+            "tool_choice": r.get("tool_choice").cloned().unwrap_or(json!("auto")),
+            "tools": r.get("tools").cloned().unwrap_or(json!([])),
+            "text": r.get("text").cloned().unwrap_or(json!({"format": {"type": "text"}})),
+            "store": false, "metadata": {}, "usage": null,
+        });
+        if let Some(d) = done {
+            v["usage"] = json!({
+                "input_tokens": d.prompt_tokens, "output_tokens": d.generated_tokens,
+                "total_tokens": d.prompt_tokens + d.generated_tokens,
+                "input_tokens_details": {"cached_tokens": d.cached_tokens},
+                "output_tokens_details": {"reasoning_tokens": 0},
+            });
+            if d.finish_reason == FinishReason::Length {
+                v["incomplete_details"] = json!({"reason": "max_output_tokens"});
+            }
+        }
+        v
+    }
+}
+
+fn status(d: &Done) -> &'static str {
+    if d.finish_reason == FinishReason::Length { "incomplete" } else { "completed" }
+}
+
+fn message_item(id: &str, text: &str, status: &str) -> Value {
+    let content: Vec<Value> = if status == "in_progress" { Vec::new() } else { vec![text_part(text)] };
+    json!({"type": "message", "id": id, "status": status, "role": "assistant", "content": content})
+}
+
+fn text_part(text: &str) -> Value {
+    json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []})
+}
+
+fn call_item(id: &str, c: &ToolCall, status: &str) -> Value {
+    let arguments = if status == "in_progress" { "" } else { c.arguments.as_str() };
+    json!({"type": "function_call", "id": id, "call_id": c.id, "name": c.name, "arguments": arguments, "status": status})
+}
+
+/// A finished answer's output items.
+fn output(d: &Done, message_id: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    if !d.text.is_empty() || d.tool_calls.is_empty() {
+        out.push(message_item(message_id, &d.text, status(d)));
+    }
+    out.extend(d.tool_calls.iter().map(|c| call_item(&format!("fc_{}", c.id), c, "completed")));
+    out
+}
+
+pub(crate) async fn create<R: Runner>(State(app): State<AppState<R>>, body: Body) -> Response {
+    answer(app, body).await.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn answer<R: Runner>(app: AppState<R>, body: Body) -> Result<Response, ApiError> {
+    let req: Value = request::json(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
+    let model = req["model"].as_str().ok_or_else(|| invalid("model", "model names the model to answer"))?.to_owned();
+    let params = params(&req)?;
+    let entry = resolve(&app, &model, FLAVOR).await?;
+    let place = app.generation_place(FLAVOR)?;
+    let mut generation = app.start(FLAVOR, &entry, params, place)?;
+    let stream = req.get("stream") == Some(&Value::Bool(true));
+    let echo = Echo { id: new_id("resp"), created_at: unix_now(), model, request: req };
+    let message_id = new_id("msg");
+    if !stream {
+        let done = generation.finish().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
+        let v = echo.response(status(&done), output(&done, &message_id), Some(&done));
+        return Ok(([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response());
+    }
+    let first = generation.first().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
+    let mut seq = 0u64;
+    let mut event = move |kind: &str, mut data: Map<String, Value>| {
+        data.insert("type".into(), kind.into());
+        data.insert("sequence_number".into(), seq.into());
+        seq += 1;
+        format!("event: {kind}\ndata: {}\n\n", Value::Object(data)).into_bytes()
+    };
+    let obj = |v: Value| match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    };
+    let mut text = String::new();
+    let mut opened = false;
+    let mut begun = false;
+    let encode = move |p: Piece| {
+        let mut out = Vec::new();
+        if !begun {
+            begun = true;
+            let r = echo.response("in_progress", Vec::new(), None);
+            out.extend(event("response.created", obj(json!({"response": r}))));
+            out.extend(event("response.in_progress", obj(json!({"response": r}))));
+        }
+        let open = |out: &mut Vec<u8>, event: &mut dyn Event| {
+            out.extend(event(
+                "response.output_item.added",
+                obj(json!({"output_index": 0, "item": message_item(&message_id, "", "in_progress")})),
+            ));
+            let part = json!({"item_id": message_id, "output_index": 0, "content_index": 0, "part": text_part("")});
+            out.extend(event("response.content_part.added", obj(part)));
+        };
+        match p {
+            Piece::Text(t) => {
+                if !opened {
+                    opened = true;
+                    open(&mut out, &mut event);
+                }
+                text.push_str(&t);
+                let delta = json!({"item_id": message_id, "output_index": 0, "content_index": 0, "delta": t, "logprobs": []});
+                out.extend(event("response.output_text.delta", obj(delta)));
+            }
+            Piece::End(Ok(d)) => {
+                if !opened && d.tool_calls.is_empty() {
+                    opened = true;
+                    open(&mut out, &mut event);
+                }
+                let mut index = 0;
+                if opened {
+                    let at = json!({"item_id": message_id, "output_index": 0, "content_index": 0});
+                    let mut done = obj(at.clone());
+                    done.insert("text".into(), text.clone().into());
+                    done.insert("logprobs".into(), json!([]));
+                    out.extend(event("response.output_text.done", done));
+                    let mut part = obj(at);
+                    part.insert("part".into(), text_part(&text));
+                    out.extend(event("response.content_part.done", part));
+                    out.extend(event(
+                        "response.output_item.done",
+                        obj(json!({"output_index": 0, "item": message_item(&message_id, &text, status(&d))})),
+                    ));
+                    index = 1;
+                }
+                for c in &d.tool_calls {
+                    let item_id = format!("fc_{}", c.id);
+                    out.extend(event(
+                        "response.output_item.added",
+                        obj(json!({"output_index": index, "item": call_item(&item_id, c, "in_progress")})),
+                    ));
+                    out.extend(event(
+                        "response.function_call_arguments.delta",
+                        obj(json!({"item_id": item_id, "output_index": index, "delta": c.arguments})),
+                    ));
+                    out.extend(event(
+                        "response.function_call_arguments.done",
+                        obj(json!({"item_id": item_id, "output_index": index, "name": c.name, "arguments": c.arguments})),
+                    ));
+                    out.extend(event(
+                        "response.output_item.done",
+                        obj(json!({"output_index": index, "item": call_item(&item_id, c, "completed")})),
+                    ));
+                    index += 1;
+                }
+                let kind = if status(&d) == "incomplete" { "response.incomplete" } else { "response.completed" };
+                let r = echo.response(status(&d), output(&d, &message_id), Some(&d));
+                out.extend(event(kind, obj(json!({"response": r}))));
+            }
+            Piece::End(Err(e)) => {
+                let body = ApiError::from_call(FLAVOR, &e);
+                out.extend(event("error", obj(json!({"code": body.code, "message": body.message, "param": body.param}))));
+            }
+        }
+        out
+    };
+    Ok(crate::sse_response(first, generation, encode))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_items_become_messages_calls_and_results() {
+        let p = params(&json!({
+            "model": "tier2", "instructions": "Be brief.", "max_output_tokens": 40, "temperature": 0,
+            "input": [
+                {"role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]},
+                {"type": "reasoning", "id": "rs_1", "summary": []},
+                {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{\"city\":\"Paris\"}"},
+                {"type": "function_call_output", "call_id": "call_1", "output": "18 C"}
+            ],
+            "tools": [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}],
+            "tool_choice": {"type": "function", "name": "get_weather"},
+            "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}}
+        }))
+        .unwrap();
+        let roles: Vec<Role> = p.messages.iter().map(|m| m.role).collect();
+        assert_eq!(roles, [Role::System, Role::User, Role::Assistant, Role::Tool]);
+        assert_eq!(p.messages[2].tool_calls[0].arguments, r#"{"city":"Paris"}"#);
+        assert_eq!((p.messages[3].tool_call_id.as_str(), p.messages[3].text.as_str()), ("call_1", "18 C"));
+        assert_eq!((p.max_tokens, p.tool_choice.clone()), (Some(40), ToolChoice::Named("get_weather".into())));
+        assert_eq!(p.format, Format::Json { schema: Some(r#"{"type":"object"}"#.into()) });
+        let p = params(&json!({"model": "m", "input": "Hi"})).unwrap();
+        assert_eq!(p.messages, [Message::user("Hi")]);
+    }
+
+    #[test]
+    fn state_and_what_cannot_be_done_are_refused_naming_the_field() {
+        for (v, param) in [
+            (json!({"model": "m", "input": "x", "previous_response_id": "resp_1"}), "previous_response_id"),
+            (json!({"model": "m", "input": "x", "store": true}), "store"),
+            (json!({"model": "m", "input": 3}), "input"),
+            (
+                json!({"model": "m", "input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}),
+                "input[0].content[0]",
+            ),
+            (json!({"model": "m", "input": "x", "tools": [{"type": "web_search"}]}), "tools[0]"),
+            (json!({"model": "m", "input": "x", "tool_choice": "required"}), "tool_choice"),
+            (json!({"model": "m", "input": "x", "max_output_tokens": 0}), "max_output_tokens"),
+        ] {
+            assert_eq!(params(&v).unwrap_err().param.as_deref(), Some(param), "{v}");
+        }
+        assert!(params(&json!({"model": "m", "input": "x", "store": false})).is_ok());
+    }
+
+    #[test]
+    fn the_output_holds_the_text_then_each_call() {
+        let d = Done {
+            text: String::new(),
+            finish_reason: FinishReason::ToolCalls,
+            tool_calls: vec![ToolCall { id: "c1".into(), name: "f".into(), arguments: "{}".into() }],
+            ..Default::default()
+        };
+        let out = output(&d, "msg_1");
+        assert_eq!(
+            out,
+            [json!({"type": "function_call", "id": "fc_c1", "call_id": "c1", "name": "f", "arguments": "{}", "status": "completed"})]
+        );
+        let d = Done { text: "Hi".into(), finish_reason: FinishReason::Length, ..Default::default() };
+        assert_eq!((output(&d, "m")[0]["content"][0]["text"].as_str(), status(&d)), (Some("Hi"), "incomplete"));
+    }
+}
