@@ -72,8 +72,14 @@ fn serve_with(daemon: &Running, data: tempfile::TempDir, args: &[&str]) -> Serve
 
 /// [`serve_with`] on `addr`.
 fn serve_at(daemon: &Running, data: tempfile::TempDir, addr: &str, args: &[&str]) -> Serve {
+    serve_in(daemon, data, addr, args, &[])
+}
+
+/// [`serve_at`] with more of its environment given.
+fn serve_in(daemon: &Running, data: tempfile::TempDir, addr: &str, args: &[&str], env: &[(&str, String)]) -> Serve {
     let log = std::fs::File::create(data.path().join("serve.log")).expect("serve's log");
     let mut child = revis_serve_command(daemon, data.path(), &[&["--addr", addr], args].concat())
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdout(Stdio::piped())
         .stderr(log)
         .spawn()
@@ -391,6 +397,81 @@ fn the_openai_python_package_uses_responses_logprobs_several_choices_and_penalti
     assert_eq!(v["n_streamed"], v["n_greedy"], "streamed by index: the same choices");
     assert_eq!(v["penalties"]["has_text"], true, "{}", v["penalties"]);
     assert_eq!(v["penalty_range"], json!({"status": 400, "param": "presence_penalty"}));
+}
+
+/// A Hugging Face stand-in on loopback: the catalog's files, served from
+/// this machine's copies (their listings and their bytes), until the test ends.
+fn local_hub() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut head = String::new();
+                while reader.read_line(&mut head).is_ok_and(|n| n > 2) {}
+                let path = head.split_whitespace().nth(1).unwrap_or_default().to_owned();
+                for e in revis_models::catalog() {
+                    for s in e.sources {
+                        let revis_models::Source::HuggingFace { repo, revision, file } = s else { continue };
+                        if path.starts_with(&format!("/api/models/{repo}/tree/{revision}")) {
+                            let lfs = json!({"oid": format!("sha256:{}", e.sha256), "size": e.size});
+                            let body = json!([{"type": "file", "path": file, "size": e.size, "lfs": lfs}]).to_string();
+                            let _ = write!(
+                                conn,
+                                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                                body.len()
+                            );
+                            return;
+                        }
+                        if path.starts_with(&format!("/{repo}/resolve/{revision}/{file}")) {
+                            let bytes = std::fs::read(revis_testkit::model(e.name)).unwrap();
+                            let _ = write!(conn, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", bytes.len());
+                            let _ = conn.write_all(&bytes);
+                            return;
+                        }
+                    }
+                }
+                let _ = write!(conn, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+            });
+        }
+    });
+    url
+}
+
+#[test]
+fn the_ollama_python_package_pulls_and_deletes_models() {
+    let d = TestDaemon::new().start();
+    let nothing = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let env = [("HF_ENDPOINT", local_hub()), ("PIP_INDEX_URL", format!("http://{}/simple", nothing.local_addr().unwrap()))];
+    let s = serve_in(&d, tempfile::tempdir().unwrap(), "127.0.0.1:0", &[], &env);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let out = Command::new(revis_testkit::python())
+        .arg(root.join("tests/python/ollama_pull.py"))
+        .args([format!("http://{}", s.addr), s.key.clone().unwrap_or_default(), "smollm2-135m-instruct".into(), "gemma3-270m".into()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for (name, entry) in [
+        ("gemma3-270m", revis_models::find("gemma3-270m").unwrap()),
+        ("smollm2-135m-instruct", revis_models::find("smollm2-135m-instruct").unwrap()),
+    ] {
+        let p = &v[name];
+        assert_eq!(p["statuses"], json!(["pulling manifest", "verifying sha256 digest", "writing manifest", "success"]), "{p}");
+        assert_eq!(p["last_progress"], json!([entry.size, entry.size]), "{p}");
+        assert_eq!(p["monotonic"], true);
+    }
+    assert_eq!((&v["again"], &v["deleted"]), (&json!("success"), &json!("success")));
+    assert_eq!(v["delete_again"]["status"], 404, "{v}");
+    let in_use = &v["delete_in_use"];
+    assert_eq!(in_use["status"], 409, "tier2 runs it: {in_use}");
+    assert!(in_use["error"].as_str().unwrap().contains("tier1 runs model smollm2-135m-instruct"), "{in_use}");
+    assert_eq!(v["pull_unknown"]["status"], 404, "{v}");
+    let models = s._data.path().join("models");
+    assert!(!models.join(revis_models::find("gemma3-270m").unwrap().file_name).exists(), "deleted");
+    assert!(models.join(revis_models::find("smollm2-135m-instruct").unwrap().file_name).is_file(), "kept: a tier runs it");
 }
 
 /// The same greedy chat asked through revis's own gRPC client: what an

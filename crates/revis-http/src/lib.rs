@@ -179,6 +179,8 @@ struct App<R> {
     runner: R,
     catalog: models::Cached,
     generations: Arc<Semaphore>,
+    /// Model downloads running at once (`/api/pull`).
+    pulls: Arc<Semaphore>,
     opts: Options,
 }
 
@@ -245,6 +247,7 @@ pub fn router<R: Runner>(runner: R, opts: Options) -> Router {
         runner,
         catalog: models::Cached::default(),
         generations: Arc::new(Semaphore::new(opts.limits.max_generations)),
+        pulls: Arc::new(Semaphore::new(ollama::MAX_PULLS)),
         opts,
     });
     Router::new()
@@ -264,6 +267,8 @@ pub fn router<R: Runner>(runner: R, opts: Options) -> Router {
         .route("/api/generate", post(ollama::generate::<R>))
         .route("/api/embed", post(ollama::embed::<R>))
         .route("/api/embeddings", post(ollama::embeddings::<R>))
+        .route("/api/pull", post(ollama::pull::<R>))
+        .route("/api/delete", axum::routing::delete(ollama::delete::<R>))
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(app.clone(), guard::<R>))
         .with_state(app)
@@ -299,7 +304,7 @@ async fn guard<R: Runner>(State(app): State<AppState<R>>, req: Request, next: Ne
             // An allowed page asks first (a preflight, without the key): what it may send.
             let mut r = axum::http::StatusCode::NO_CONTENT.into_response();
             let h = r.headers_mut();
-            h.insert(header::ACCESS_CONTROL_ALLOW_METHODS, header::HeaderValue::from_static("GET, POST"));
+            h.insert(header::ACCESS_CONTROL_ALLOW_METHODS, header::HeaderValue::from_static("GET, POST, DELETE"));
             h.insert(
                 header::ACCESS_CONTROL_ALLOW_HEADERS,
                 header::HeaderValue::from_static("authorization, content-type, x-api-key, anthropic-version"),

@@ -1,5 +1,5 @@
 //! Ollama's API (`/api`): tags, ps, version, show, chat, generate, embed
-//! (and the older embeddings).
+//! (and the older embeddings), pull and delete.
 //!
 //! Ollama publishes no Rust types for its server side, so its requests and
 //! replies are the serde structs below, written from Ollama's API document.
@@ -28,6 +28,7 @@ use axum::response::{IntoResponse, Response};
 use revis_client::{Done, Format, GenerateParams, Message, Role, Runner, Sampling, Tool};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use tokio_stream::StreamExt;
 
 use crate::error::{ApiError, Flavor};
 use crate::generation::Piece;
@@ -584,6 +585,107 @@ pub(crate) async fn generate<R: Runner>(State(app): State<AppState<R>>, body: Bo
         }
         let params = generate_params(&req)?;
         answer(app.clone(), req.model, params, req.stream != Some(false), Kind::Generate).await
+    };
+    r.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct PullRequest {
+    model: Option<String>,
+    name: Option<String>,
+    stream: Option<bool>,
+}
+
+/// The model a pull or delete names: a catalog name or an `hf:` reference
+/// (`:latest` accepted and ignored); a 404 listing the catalog otherwise.
+fn model_ref(model: Option<&String>, name: Option<&String>) -> Result<revis_models::ModelRef, ApiError> {
+    let given = model.or(name).ok_or_else(|| ApiError::invalid(FLAVOR, "model", "model names the model"))?;
+    let bare = given.strip_suffix(":latest").unwrap_or(given);
+    revis_models::ModelRef::parse_known(bare).map_err(|e| ApiError::new(FLAVOR, StatusCode::NOT_FOUND, e.to_string()))
+}
+
+/// `POST /api/pull`: downloads a catalog model or an `hf:` reference into
+/// this machine's models directory, as `revis pull` does (verified against
+/// its SHA-256, resumable), streaming Ollama's progress objects (`status`,
+/// and `digest`, `total`, `completed` while a file downloads), ending with
+/// `{"status": "success"}` or `{"error": ...}`. A tier uses it once
+/// revisd.toml names it. At most [`MAX_PULLS`] at once; a caller that goes
+/// away leaves the download running to its end (a partial one resumes on
+/// the next pull).
+pub(crate) async fn pull<R: Runner>(State(app): State<AppState<R>>, body: Body) -> Response {
+    let r = async {
+        let req: PullRequest = request::json(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
+        let reference = model_ref(req.model.as_ref(), req.name.as_ref())?;
+        let dir = revis_models::models_dir().map_err(|e| ApiError::new(FLAVOR, StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        let place = app.pulls.clone().try_acquire_owned().map_err(|_| {
+            ApiError::too_many(
+                FLAVOR,
+                format!("revis serve runs at most {MAX_PULLS} pulls at once; retry when one ends"),
+                std::time::Duration::from_secs(5),
+            )
+        })?;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+        tokio::task::spawn_blocking(move || {
+            let _place = place;
+            let _ = tx.send(json!({"status": "pulling manifest"}));
+            let report = tx.clone();
+            let reporter = revis_models::Reporter::new(move |label, completed, total| {
+                let _ = report.send(json!({"status": format!("pulling {label}"), "digest": label, "total": total, "completed": completed}));
+            });
+            let opts = revis_models::PullOptions { progress: revis_models::Progress::Report(reporter), ..Default::default() };
+            match reference.pull(&dir, &opts) {
+                Ok(_) => {
+                    for status in ["verifying sha256 digest", "writing manifest", "success"] {
+                        let _ = tx.send(json!({"status": status}));
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(json!({"error": e.to_string()}));
+                }
+            }
+        });
+        if req.stream == Some(false) {
+            let mut last = json!({"error": "the pull ended without a word"});
+            while let Some(v) = rx.recv().await {
+                last = v;
+            }
+            return match last.get("error").and_then(Value::as_str) {
+                Some(e) => Err(ApiError::new(FLAVOR, StatusCode::INTERNAL_SERVER_ERROR, e)),
+                None => Ok(json_response(&last)),
+            };
+        }
+        let lines = tokio_stream::wrappers::UnboundedReceiverStream::new(rx).map(|v| Ok::<_, std::convert::Infallible>(ndjson_line(&v)));
+        Ok::<_, ApiError>(([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response())
+    };
+    r.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// Pulls that may run at once.
+pub const MAX_PULLS: usize = 2;
+
+/// `DELETE /api/delete`: removes a downloaded model's file. A model a tier
+/// of this machine runs is refused (409, naming the tier): revisd.toml
+/// names it, and the tier could not load it again.
+pub(crate) async fn delete<R: Runner>(State(app): State<AppState<R>>, body: Body) -> Response {
+    let r = async {
+        let req: PullRequest = request::json(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
+        let reference = model_ref(req.model.as_ref(), req.name.as_ref())?;
+        let dir = revis_models::models_dir().map_err(|e| ApiError::new(FLAVOR, StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        let path = reference
+            .local_path(&dir)
+            .ok_or_else(|| ApiError::new(FLAVOR, StatusCode::NOT_FOUND, format!("model {reference} is not downloaded here")))?;
+        let name = crate::models::model_name(&path.to_string_lossy());
+        let c = catalog(&app).await?;
+        if let Some(e) = c.entries.iter().find(|e| e.node.is_none() && e.model == name && e.name == e.tier.to_string()) {
+            return Err(ApiError::new(
+                FLAVOR,
+                StatusCode::CONFLICT,
+                format!("{} runs model {reference}: give it another model in revisd.toml before deleting this one", e.tier),
+            ));
+        }
+        std::fs::remove_file(&path)
+            .map_err(|e| ApiError::new(FLAVOR, StatusCode::INTERNAL_SERVER_ERROR, format!("{}: {e}", path.display())))?;
+        Ok::<_, ApiError>(StatusCode::OK.into_response())
     };
     r.await.unwrap_or_else(IntoResponse::into_response)
 }

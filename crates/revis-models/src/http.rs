@@ -198,7 +198,7 @@ enum Stop {
 /// A hash mismatch of a file resumed from a partial file left by an earlier
 /// pull is tried once more from the start: the file may have changed
 /// upstream since those bytes were fetched.
-pub(crate) fn download(agent: &Agent, art: &Artifact<'_>, progress: Progress, retries: u32) -> Result<()> {
+pub(crate) fn download(agent: &Agent, art: &Artifact<'_>, progress: &Progress, retries: u32) -> Result<()> {
     let mut attempt = 0;
     let mut from_scratch = false;
     loop {
@@ -221,7 +221,7 @@ pub(crate) fn download(agent: &Agent, art: &Artifact<'_>, progress: Progress, re
     }
 }
 
-fn download_once(agent: &Agent, art: &Artifact<'_>, progress: Progress) -> Result<(), Stop> {
+fn download_once(agent: &Agent, art: &Artifact<'_>, progress: &Progress) -> Result<(), Stop> {
     let partial = with_suffix(art.dest, ".partial");
     let io_fail = |action, e| Stop::Failed(Error::io(action, &partial, e));
     let mut offset = match fs::metadata(&partial) {

@@ -72,7 +72,7 @@ pub use gears::{ChatGears, Rules, chat_gears};
 pub use hf::HfRef;
 pub use index::DEFAULT_INDEX_URL;
 pub use machine::Machine;
-pub use progress::Progress;
+pub use progress::{Progress, Reporter};
 pub use pull::{DEFAULT_HF_ENDPOINT, PullOptions, probe, pull, pull_hf, resolve_hf};
 pub use sampling::{MAX_REPEAT_LAST_N, MAX_REPEAT_PENALTY, MAX_TEMPERATURE, MAX_TOP_K, SamplingDefaults, sampling_defaults};
 

