@@ -4,6 +4,13 @@
 //! each time) and time to the first token on a cached prompt (target: at
 //! most 2 ms added). The HTTP client is a plain HTTP/1.1 one over a TCP
 //! socket, one connection per request, as most tools use the API.
+//!
+//! In the same run, what offering functions costs (issue 31): decode speed
+//! with 3 functions offered (`auto`: the lazy grammar waits for a call's
+//! opening) against the same chat without (daemon-side figures, target ≥
+//! 0.9×), the first token on a cached prompt with them against without
+//! (at most 5 ms later), and rendering a 20-message chat with 5 functions
+//! through Qwen 2.5's own template (at most 1 ms).
 
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
@@ -27,6 +34,14 @@ use crate::stats::{Summary, show_median};
 pub const TPS_TARGET: f64 = 0.98;
 /// Time to first token HTTP − gRPC, at most (issue 15).
 pub const TTFT_TARGET_MS: f64 = 2.0;
+/// Decode with 3 functions offered ÷ without (issue 31).
+pub const TOOLS_TPS_TARGET: f64 = 0.9;
+/// First token with functions offered − without, cached prompt, at most (issue 31).
+pub const TOOLS_TTFT_TARGET_MS: f64 = 5.0;
+/// Rendering a 20-message chat with 5 functions, at most (issue 31).
+pub const RENDER_TARGET_MS: f64 = 1.0;
+/// Renders timed for the rendering figure.
+const RENDERS: usize = 200;
 /// The warm request: a static system message, a short question, 4 tokens.
 const SHORT_MAX_TOKENS: u32 = 4;
 /// Above this share of all cores taken by other processes: no verdict.
@@ -73,6 +88,22 @@ pub struct HttpRun {
     http_ttft_ms: Vec<f64>,
     ttft_added_ms: Vec<f64>,
     generated: Vec<u32>,
+    /// Per pair, daemon-side decode tokens/s without functions and with 3
+    /// offered, and their ratio; first-token ms without and with, and the difference.
+    plain_tps: Vec<f64>,
+    tools_tps: Vec<f64>,
+    tools_ratio: Vec<f64>,
+    plain_first_ms: Vec<f64>,
+    tools_first_ms: Vec<f64>,
+    tools_first_added_ms: Vec<f64>,
+    /// The same, against the same prompt with the functions' text in it
+    /// but none offered: what the machinery costs, apart from the prompt's length.
+    same_tps: Vec<f64>,
+    same_ratio: Vec<f64>,
+    same_first_ms: Vec<f64>,
+    same_first_added_ms: Vec<f64>,
+    /// Each rendering of the 20-message chat with 5 functions, ms.
+    render_ms: Vec<f64>,
     loads: Vec<f64>,
     others_cpu_pct: Option<f64>,
     elapsed: Duration,
@@ -246,7 +277,161 @@ async fn measure(d: &mut Daemon, addr: SocketAddr, s: &Settings) -> anyhow::Resu
         out.ttft_added_ms.push(pair[1] - pair[0]);
     }
     out.loads.extend(machine::load_average().map(|l| l[0]));
+    measure_tools(d, s, &mut out).await?;
+    out.loads.extend(machine::load_average().map(|l| l[0]));
+    out.render_ms = render_times();
     Ok(out)
+}
+
+/// Functions as an agent offers them.
+fn functions(n: usize) -> Vec<pb::Tool> {
+    let all = [
+        (
+            "get_weather",
+            json!({"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}),
+        ),
+        ("get_time", json!({"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]})),
+        (
+            "search",
+            json!({"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1, "maximum": 20}}, "required": ["query"]}),
+        ),
+        ("read_file", json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})),
+        (
+            "send_mail",
+            json!({"type": "object", "properties": {"to": {"type": "string"}, "subject": {"type": "string"}, "body": {"type": "string"}}, "required": ["to", "body"]}),
+        ),
+    ];
+    all.iter()
+        .take(n)
+        .map(|(name, params)| pb::Tool {
+            name: (*name).into(),
+            description: format!("{name}, as an agent offers it").into_bytes().into(),
+            parameters: params.to_string().into_bytes().into(),
+        })
+        .collect()
+}
+
+/// A greedy Generate, with `tools` offered (`auto`) or none: daemon-side
+/// decode tokens/s, and the client's time to the first Delta (text or not:
+/// text that may open a call is held back, the token is not).
+async fn with_tools(
+    d: &mut Daemon,
+    messages: Vec<pb::ChatMessage>,
+    tools: Vec<pb::Tool>,
+    max_tokens: u32,
+) -> anyhow::Result<(Option<f64>, f64)> {
+    let req = pb::GenerateRequest {
+        tier: "tier2".into(),
+        messages,
+        sampling: Some(pb::Sampling { temperature: Some(0.0), ..Default::default() }),
+        max_tokens,
+        tools,
+        ..Default::default()
+    };
+    let sent = Instant::now();
+    let mut stream = d.client.wire().inference.generate(req).await?.into_inner();
+    let mut first = None;
+    while let Some(ev) = tokio::time::timeout(HTTP_TIMEOUT, stream.message()).await?? {
+        match ev.event {
+            Some(pb::generate_event::Event::Delta(_)) => {
+                first.get_or_insert_with(|| sent.elapsed());
+            }
+            Some(pb::generate_event::Event::Done(done)) => {
+                let tps = (done.generated_tokens >= 2 && done.generate_us > 0)
+                    .then(|| f64::from(done.generated_tokens) / (done.generate_us as f64 / 1e6));
+                return Ok((tps, first.unwrap_or_else(|| sent.elapsed()).as_secs_f64() * 1e3));
+            }
+            _ => {}
+        }
+    }
+    bail!("the stream ended without a Done event")
+}
+
+/// Decode and first-token figures with 3 functions offered, without, and
+/// without but with their text in the prompt (revis's generic system
+/// message, as SmolLM2 and Gemma 3 get it), in turns.
+async fn measure_tools(d: &mut Daemon, s: &Settings, out: &mut HttpRun) -> anyhow::Result<()> {
+    let offered: Vec<revis_engine::Tool> = functions(3)
+        .into_iter()
+        .map(|t| revis_engine::Tool {
+            name: t.name,
+            description: String::from_utf8_lossy(&t.description).into_owned(),
+            parameters: String::from_utf8_lossy(&t.parameters).into_owned(),
+        })
+        .collect();
+    let text = revis_engine::tools::generic_instructions(&offered);
+    let m = revis_client::wire::message;
+    let (system, user) = (pb::Role::System, pb::Role::User);
+    let decode = vec![m(user, prompts::DECODE_PROMPT)];
+    let short = vec![m(system, crate::remote::SHORT_SYSTEM), m(user, crate::remote::SHORT_PROMPT)];
+    let decode_same = vec![m(system, &text), m(user, prompts::DECODE_PROMPT)];
+    let short_same = vec![m(system, &format!("{}\n\n{text}", crate::remote::SHORT_SYSTEM)), m(user, crate::remote::SHORT_PROMPT)];
+    // 0: none offered; 1: offered; 2: none offered, their text in the prompt.
+    let ask = |way: usize| match way {
+        0 => (decode.clone(), short.clone(), Vec::new()),
+        1 => (decode.clone(), short.clone(), functions(3)),
+        _ => (decode_same.clone(), short_same.clone(), Vec::new()),
+    };
+    for way in 0..3 {
+        let (long, brief, tools) = ask(way);
+        with_tools(d, long, tools.clone(), s.n_gen).await?;
+        with_tools(d, brief, tools, SHORT_MAX_TOKENS).await?;
+    }
+    for i in 0..s.pairs {
+        eprintln!("revis-bench: functions round {}/{}", i + 1, s.pairs);
+        let mut tps = [None; 3];
+        let mut first = [0.0; 3];
+        let order = if http_first(i) { [1, 2, 0] } else { [0, 2, 1] };
+        for way in order {
+            let (long, brief, tools) = ask(way);
+            d.purge().await?;
+            tps[way] = with_tools(d, long, tools.clone(), s.n_gen).await?.0;
+            // Cached: asked once, then timed.
+            with_tools(d, brief.clone(), tools.clone(), SHORT_MAX_TOKENS).await?;
+            first[way] = with_tools(d, brief, tools, SHORT_MAX_TOKENS).await?.1;
+        }
+        if let [Some(plain), Some(tools), Some(same)] = tps {
+            out.plain_tps.push(plain);
+            out.tools_tps.push(tools);
+            out.same_tps.push(same);
+            out.tools_ratio.push(tools / plain);
+            out.same_ratio.push(tools / same);
+        }
+        out.plain_first_ms.push(first[0]);
+        out.tools_first_ms.push(first[1]);
+        out.same_first_ms.push(first[2]);
+        out.tools_first_added_ms.push(first[1] - first[0]);
+        out.same_first_added_ms.push(first[1] - first[2]);
+    }
+    Ok(())
+}
+
+/// Rendering a 20-message chat with 5 functions through Qwen 2.5's own
+/// template (it offers functions itself), each of [`RENDERS`] times, ms.
+fn render_times() -> Vec<f64> {
+    use revis_engine::{ChatTemplate, Message, Role, Tool};
+    let source = include_str!("../../revis-engine/tests/templates/qwen2.5.jinja");
+    let Ok(template) = ChatTemplate::new(source, "", "<|im_end|>") else { return Vec::new() };
+    let tools: Vec<Tool> = functions(5)
+        .into_iter()
+        .map(|t| Tool {
+            name: t.name,
+            description: String::from_utf8_lossy(&t.description).into_owned(),
+            parameters: String::from_utf8_lossy(&t.parameters).into_owned(),
+        })
+        .collect();
+    let mut messages = vec![Message::new(Role::System, crate::remote::SHORT_SYSTEM)];
+    for i in 0..19 {
+        let role = if i % 2 == 0 { Role::User } else { Role::Assistant };
+        messages.push(Message::new(role, format!("Message {i} of a conversation long enough to matter, with a sentence or two in it.")));
+    }
+    (0..RENDERS)
+        .map(|_| {
+            let t = Instant::now();
+            let _ = std::hint::black_box(template.render(&messages, &tools, true));
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect()
 }
 
 pub struct About<'a> {
@@ -302,6 +487,53 @@ pub fn report(r: &HttpRun, s: &Settings, a: &About<'_>) -> String {
     );
     let _ = writeln!(o);
     let _ = writeln!(o, "The HTTP time includes opening its TCP connection; the gRPC client's connection is open already.");
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "Functions (issue 31), over gRPC in the same run (greedy; `auto`: the model chooses, the lazy grammar waits for a call), against the same chat without functions, and against it with the functions' text in its system message but none offered (the prompt as long: what revis's machinery costs apart from the prompt's length):\n"
+    );
+    let _ = writeln!(
+        o,
+        "| | without | same text, none offered | with 3 functions | with ÷ or − without | with ÷ or − same text | target | verdict (without / same text) |"
+    );
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|");
+    let (tools_ratio, same_ratio) = (median(&r.tools_ratio), median(&r.same_ratio));
+    let (tools_added, same_added) = (median(&r.tools_first_added_ms), median(&r.same_first_added_ms));
+    let _ = writeln!(
+        o,
+        "| decode, tokens/s (daemon's figures, {} tokens, after a Purge) | {} | {} | {} | {} | {} | ≥ {TOOLS_TPS_TARGET} | {} / {} |",
+        s.n_gen,
+        show_median(&r.plain_tps, 1),
+        show_median(&r.same_tps, 1),
+        show_median(&r.tools_tps, 1),
+        shown_ratio(tools_ratio, true),
+        shown_ratio(same_ratio, true),
+        say(tools_ratio, TOOLS_TPS_TARGET, true),
+        say(same_ratio, TOOLS_TPS_TARGET, true)
+    );
+    let ms = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{v:+.2} ms"));
+    let _ = writeln!(
+        o,
+        "| first token, ms (cached prompt, {SHORT_MAX_TOKENS} tokens) | {} | {} | {} | {} | {} | ≤ +{TOOLS_TTFT_TARGET_MS} ms | {} / {} |",
+        show_median(&r.plain_first_ms, 1),
+        show_median(&r.same_first_ms, 1),
+        show_median(&r.tools_first_ms, 1),
+        ms(tools_added),
+        ms(same_added),
+        say(tools_added, TOOLS_TTFT_TARGET_MS, false),
+        say(same_added, TOOLS_TTFT_TARGET_MS, false)
+    );
+    let render = median(&r.render_ms);
+    let _ = writeln!(
+        o,
+        "| rendering 20 messages and 5 functions (Qwen 2.5's template), ms | | | {} | | | ≤ {RENDER_TARGET_MS} ms | {} |",
+        show_median(&r.render_ms, 3),
+        say(render, RENDER_TARGET_MS, false)
+    );
+    let _ = writeln!(
+        o,
+        "\nWhere \"without\" misses and \"same text\" passes, the cost is the prompt's length, not revis's: the functions' descriptions are tokens the model attends to at every step and evaluates once (a small model feels a few hundred more tokens the most)."
+    );
     let _ = writeln!(o, "{END}");
     o
 }
@@ -311,6 +543,10 @@ pub fn raw_json(r: &HttpRun) -> Value {
         "grpc_tps": r.grpc_tps, "http_tps": r.http_tps, "tps_ratio": r.tps_ratio,
         "grpc_ttft_ms": r.grpc_ttft_ms, "http_ttft_ms": r.http_ttft_ms, "ttft_added_ms": r.ttft_added_ms,
         "generated": r.generated, "loads": r.loads, "others_cpu_pct": r.others_cpu_pct,
+        "plain_tps": r.plain_tps, "tools_tps": r.tools_tps, "tools_ratio": r.tools_ratio,
+        "plain_first_ms": r.plain_first_ms, "tools_first_ms": r.tools_first_ms, "tools_first_added_ms": r.tools_first_added_ms,
+        "render_ms": r.render_ms, "same_tps": r.same_tps, "same_ratio": r.same_ratio,
+        "same_first_ms": r.same_first_ms, "same_first_added_ms": r.same_first_added_ms,
     })
 }
 
@@ -331,6 +567,13 @@ mod tests {
             grpc_ttft_ms: vec![20.0, 21.0, 19.0],
             http_ttft_ms: vec![21.0, 24.0, 20.0],
             ttft_added_ms: vec![1.0, 3.0, 1.0],
+            plain_tps: vec![100.0],
+            tools_tps: vec![95.0],
+            tools_ratio: vec![0.95],
+            same_ratio: vec![0.99],
+            tools_first_added_ms: vec![6.0],
+            same_first_added_ms: vec![1.0],
+            render_ms: vec![0.2, 0.3, 0.25],
             others_cpu_pct: Some(1.0),
             ..Default::default()
         };
@@ -339,6 +582,9 @@ mod tests {
         let text = report(&r, &s, &About { date: "d", command: "c", machine: &m, model: "smollm2" });
         assert!(text.contains("| 0.994 | ≥ 0.98 | PASS |"), "{text}");
         assert!(text.contains("| +1.00 ms | ≤ +2 ms | PASS |"), "{text}");
+        assert!(text.contains("| 0.950 | 0.990 | ≥ 0.9 | PASS / PASS |"), "{text}");
+        assert!(text.contains("| +6.00 ms | +1.00 ms | ≤ +5 ms | **MISS** / PASS |"), "{text}");
+        assert!(text.contains("| 0.250 (0.200–0.300) | | | ≤ 1 ms | PASS |"), "{text}");
         let busy = report(&HttpRun { others_cpu_pct: Some(40.0), ..r }, &s, &About { date: "d", command: "c", machine: &m, model: "m" });
         assert!(busy.contains("no verdict (machine busy)"), "{busy}");
         assert!(splice(&splice("# B\n", &text), &text).matches(BEGIN).count() == 1);

@@ -265,6 +265,11 @@ pub trait Tokenizer: Send + Sync {
     fn tool_format(&self) -> ToolFormat {
         ToolFormat { native: false, syntax: tools::ToolSyntax::Hermes }
     }
+    /// Refuses a grammar the backend cannot compile (before the request is
+    /// queued; the engine builds a lazy grammar only when its trigger comes).
+    fn check_grammar(&self, _grammar: &Grammar) -> Result<(), EngineError> {
+        Ok(())
+    }
     /// Tokenizes text; template markers are parsed as special tokens.
     fn tokenize(&self, text: &str, add_bos: bool) -> Vec<Token>;
     /// Tokenizes plain text (no special tokens, no BOS), e.g. a continuation to score.

@@ -109,7 +109,7 @@ impl Backend for LlamaCpp {
         // dropped first and the model outlives every use of it.
         let ctx: LlamaContext<'static> = unsafe { std::mem::transmute::<LlamaContext<'_>, LlamaContext<'static>>(ctx) };
         let add_bos = model.vocab().should_add_bos();
-        let tokenizer = Arc::new(LlamaTokenizer { model: model.clone(), template, n_ctx, add_bos });
+        let tokenizer = Arc::new(LlamaTokenizer { model: model.clone(), template, n_ctx, add_bos, grammars: Default::default() });
         let mut session = LlamaSession {
             embed_ctx: None,
             ctx,
@@ -154,7 +154,13 @@ struct LlamaTokenizer {
     template: Template,
     n_ctx: u32,
     add_bos: bool,
+    /// Schemas compiled lately and their grammars, the latest first: an
+    /// agent offers the same functions request after request.
+    grammars: std::sync::Mutex<Vec<(String, String)>>,
 }
+
+/// Compiled grammars a tokenizer keeps ([`LlamaTokenizer::grammars`]).
+const GRAMMARS_KEPT: usize = 16;
 
 impl Tokenizer for LlamaTokenizer {
     fn render(&self, messages: &[Message], tools: &[Tool], add_generation_prompt: bool) -> Result<String, EngineError> {
@@ -202,8 +208,49 @@ impl Tokenizer for LlamaTokenizer {
         self.n_ctx
     }
 
+    fn check_grammar(&self, grammar: &crate::Grammar) -> Result<(), EngineError> {
+        if self.seen_before(&grammar.text) {
+            return Ok(());
+        }
+        LlamaSampler::grammar(&self.model, &grammar.text, "root").map(drop).map_err(|e| {
+            self.grammars.lock().unwrap_or_else(|e| e.into_inner()).retain(|(k, _)| !k.ends_with(grammar.text.as_str()));
+            EngineError::Tools(format!("the functions' grammar does not compile: {e}"))
+        })
+    }
+
     fn json_grammar(&self, schema: Option<&str>) -> Result<String, EngineError> {
         let schema = schema.unwrap_or(r#"{"type":"object"}"#);
+        let mut kept = self.grammars.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(at) = kept.iter().position(|(s, _)| s == schema) {
+            let hit = kept.remove(at);
+            let grammar = hit.1.clone();
+            kept.insert(0, hit);
+            return Ok(grammar);
+        }
+        drop(kept);
+        let grammar = self.compile_json_grammar(schema)?;
+        let mut kept = self.grammars.lock().unwrap_or_else(|e| e.into_inner());
+        kept.insert(0, (schema.to_owned(), grammar.clone()));
+        kept.truncate(GRAMMARS_KEPT);
+        Ok(grammar)
+    }
+}
+
+impl LlamaTokenizer {
+    /// Whether `text` compiled before; remembers it if not (the latest first).
+    fn seen_before(&self, text: &str) -> bool {
+        let mut kept = self.grammars.lock().unwrap_or_else(|e| e.into_inner());
+        let key = format!("\u{0}checked\u{0}{text}");
+        if kept.iter().any(|(k, _)| *k == key) {
+            return true;
+        }
+        kept.insert(0, (key, String::new()));
+        kept.truncate(GRAMMARS_KEPT);
+        false
+    }
+
+    /// A JSON schema's grammar, checked by compiling it once.
+    fn compile_json_grammar(&self, schema: &str) -> Result<String, EngineError> {
         let value: serde_json::Value = serde_json::from_str(schema).map_err(|e| EngineError::InvalidSchema(format!("not JSON: {e}")))?;
         if !value.is_object() {
             return Err(EngineError::InvalidSchema("a JSON schema must be a JSON object".into()));
@@ -395,6 +442,19 @@ impl LlamaSession {
         if s.temperature <= 0.0 && grammar.is_none() && !penalize {
             return Ok(Picker::Argmax);
         }
+        if let Some(g) = grammar
+            && !g.triggers.is_empty()
+            && s.temperature <= 0.0
+            && !penalize
+        {
+            return Ok(Picker::Waiting(Box::new(Waiting {
+                grammar: g.clone(),
+                model: self.model.clone(),
+                recent: std::collections::VecDeque::new(),
+                seen: String::new(),
+                chain: None,
+            })));
+        }
         let mut chain = Vec::new();
         if penalize {
             chain.push(LlamaSampler::penalties(
@@ -514,10 +574,71 @@ enum Picker {
     Argmax,
     /// Greedy through llama.cpp's chain (grammar, repetition penalty).
     Chain(LlamaSampler),
+    /// Greedy with a lazy grammar (function calls, `auto`): see [`Waiting`].
+    Waiting(Box<Waiting>),
     /// Sampling: llama.cpp's chain up to the temperature gives the
     /// distribution and revis draws from it (speculative sampling needs the
     /// distribution itself, [`lookup::resample`]).
     Sampled(Box<Sampled>),
+}
+
+/// Greedy with a lazy grammar (function calls, `auto`): until the trigger
+/// is written the grammar allows every token, so argmax picks them, with
+/// no grammar made yet (llama.cpp's lazy grammar matches its triggers with
+/// a regular expression at every token, and making it costs a few
+/// milliseconds). When the text so far holds a trigger, the chain is made
+/// (the lazy grammar, then greedy) and given the last tokens, where it
+/// finds the trigger as llama.cpp's lazy grammar would have; from then on
+/// it picks. The same tokens as that chain from the first token.
+struct Waiting {
+    grammar: crate::Grammar,
+    model: Arc<LlamaModel>,
+    /// The last [`RECENT_TOKENS`] tokens, for the chain to find the trigger in.
+    recent: std::collections::VecDeque<LlamaToken>,
+    /// The end of the text so far, long enough to hold a trigger.
+    seen: String,
+    chain: Option<LlamaSampler>,
+}
+
+/// Tokens a trigger may span (a trigger is a word or two).
+const RECENT_TOKENS: usize = 24;
+
+impl Waiting {
+    fn pick(&mut self, ctx: &LlamaContext<'_>, i: i32) -> LlamaToken {
+        if let Some(chain) = &mut self.chain {
+            return chain.sample(ctx, i);
+        }
+        let token = LlamaToken(argmax(ctx.get_logits_ith(i)) as i32);
+        if self.recent.len() == RECENT_TOKENS {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(token);
+        self.seen.push_str(&String::from_utf8_lossy(&self.model.vocab().token_to_piece(token, true, None)));
+        if self.grammar.triggers.iter().any(|t| self.seen.contains(t.as_str())) {
+            let made = LlamaSampler::grammar_lazy(&self.model, &self.grammar.text, "root", &self.grammar.triggers, &[]);
+            match made {
+                Ok(grammar) => {
+                    let mut chain = LlamaSampler::chain_simple([grammar, LlamaSampler::greedy()]);
+                    for &t in &self.recent {
+                        chain.accept(t);
+                    }
+                    self.chain = Some(chain);
+                }
+                // Checked when the request came (Tokenizer::check_grammar): not expected.
+                Err(e) => tracing::warn!("a call's grammar failed to build: {e}; the answer goes on without it"),
+            }
+            self.grammar.triggers.clear();
+        }
+        let keep = self.grammar.triggers.iter().map(String::len).max().unwrap_or(0);
+        if self.seen.len() > 2 * keep + 64 {
+            let mut cut = self.seen.len() - keep;
+            while !self.seen.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            self.seen.drain(..cut);
+        }
+        token
+    }
 }
 
 struct Sampled {
@@ -538,6 +659,7 @@ impl Picker {
         match self {
             Picker::Argmax => LlamaToken(argmax(ctx.get_logits_ith(i)) as i32),
             Picker::Chain(chain) => chain.sample(ctx, i),
+            Picker::Waiting(w) => w.pick(ctx, i),
             Picker::Sampled(sampled) => {
                 let Sampled { chain, top_k, rng, p } = sampled.as_mut();
                 let mut candidates = match *top_k {

@@ -181,6 +181,9 @@ pub fn plan(
 /// The rule the schema's grammar starts with, renamed so the wrapper can
 /// be the start rule.
 const CALL_RULE: &str = "revis-tool-call";
+/// Whitespace around a call: at most 4 characters, so a greedy model cannot
+/// spend its tokens there.
+const WS_RULE: &str = "revis-ws";
 
 /// GBNF for up to `max_calls` calls of `tools` in `syntax`.
 fn grammar(
@@ -211,16 +214,16 @@ fn grammar(
         other => other,
     })?;
     let body = rename_root(&compiled);
+    // A little whitespace around each call, so the text a model writes in
+    // the same token as the opening (a newline, a space) is the grammar's.
+    let one = format!("\"<tool_call>\" {WS_RULE} {CALL_RULE} {WS_RULE} \"</tool_call>\"");
     let root = match syntax {
-        ToolSyntax::Hermes if max_calls > 1 => format!(
-            "root ::= \"<tool_call>\\n\" {CALL_RULE} \"\\n</tool_call>\" (\"\\n<tool_call>\\n\" {CALL_RULE} \"\\n</tool_call>\"){{0,{}}}",
-            max_calls - 1
-        ),
-        ToolSyntax::Hermes => format!("root ::= \"<tool_call>\\n\" {CALL_RULE} \"\\n</tool_call>\""),
+        ToolSyntax::Hermes if max_calls > 1 => format!("root ::= {one} ({WS_RULE} {one}){{0,{}}}", max_calls - 1),
+        ToolSyntax::Hermes => format!("root ::= {one}"),
         ToolSyntax::Llama3 => format!("root ::= {CALL_RULE}"),
-        ToolSyntax::Mistral => format!("root ::= \"[TOOL_CALLS]\" {CALL_RULE}"),
+        ToolSyntax::Mistral => format!("root ::= \"[TOOL_CALLS]\" {WS_RULE} {CALL_RULE}"),
     };
-    Ok(format!("{root}\n{body}"))
+    Ok(format!("{root}\n{WS_RULE} ::= [ \\t\\n]{{0,4}}\n{body}"))
 }
 
 /// `grammar` with its start rule renamed [`CALL_RULE`].
@@ -494,7 +497,7 @@ mod tests {
         let g = p.grammar.unwrap();
         assert!(g.triggers.is_empty(), "required: from the first token");
         assert!(
-            g.text.starts_with("root ::= \"<tool_call>\\n\" revis-tool-call \"\\n</tool_call>\"\nrevis-tool-call ::= object"),
+            g.text.starts_with("root ::= \"<tool_call>\" revis-ws revis-tool-call revis-ws \"</tool_call>\"\nrevis-ws ::= [ \\t\\n]{0,4}\nrevis-tool-call ::= object"),
             "{}",
             g.text
         );

@@ -59,6 +59,9 @@ pub(super) fn generate(
 ) -> Result<(Prompt, Option<Grammar>, Option<ToolSyntax>), EngineError> {
     let Asked { answer_prefix, json, tools, tool_choice, parallel_tool_calls } = asked;
     let plan = tools::plan(tok.tool_format(), messages, &tools, &tool_choice, parallel_tool_calls, |s| tok.json_grammar(Some(s)))?;
+    if let Some(g) = &plan.grammar {
+        tok.check_grammar(g)?;
+    }
     // The generic prompt may add a system message: the static part grows by it.
     let static_count = static_count + plan.messages.len().saturating_sub(messages.len());
     let mut prompt = build_prompt(tok, &plan.messages, &plan.tools, static_count)?;
