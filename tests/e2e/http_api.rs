@@ -596,7 +596,7 @@ fn errors_have_each_apis_shape_and_name_their_limit() {
     assert_eq!((&e["code"], &e["param"], &e["type"]), (&json!("model_not_found"), &json!("model"), &json!("not_found_error")));
     assert!(e["message"].as_str().unwrap().contains("tier2"), "the message lists the models: {e}");
 
-    let r = post(&s, "/v1/chat/completions", json!({"model": "tier2", "messages": ask, "n": 3}));
+    let r = post(&s, "/v1/chat/completions", json!({"model": "tier2", "messages": ask, "n": 9}));
     assert_eq!((r.status, &r.json()["error"]["param"]), (400, &json!("n")));
 
     // The daemon's own limit, said through the API.

@@ -25,7 +25,7 @@ fn weather() -> pb::Tool {
         "get_weather",
         json!({
             "type": "object",
-            "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+            "properties": {"city": {"type": "string", "maxLength": 24}, "days": {"type": "integer", "minimum": 1, "maximum": 7}},
             "required": ["city", "days"],
             "additionalProperties": false
         }),
@@ -33,7 +33,7 @@ fn weather() -> pb::Tool {
 }
 
 fn clock() -> pb::Tool {
-    tool("get_time", json!({"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}))
+    tool("get_time", json!({"type": "object", "properties": {"zone": {"type": "string", "maxLength": 24}}, "required": ["zone"]}))
 }
 
 /// Whether a call's arguments keep to its function's schema (the two above).

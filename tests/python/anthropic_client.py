@@ -19,7 +19,7 @@ GREEDY = {"temperature": 0}
 WEATHER = {
     "name": "get_weather",
     "description": "The current weather in a city",
-    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": False},
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24}}, "required": ["city"], "additionalProperties": False},
 }
 
 
@@ -52,13 +52,13 @@ def main() -> None:
 
     # A tool_use round trip: the call, its result, the answer.
     asked = [{"role": "user", "content": "What is the weather in Paris?"}]
-    r = client.messages.create(model=model, max_tokens=64, extra_body=GREEDY, tools=[WEATHER], tool_choice={"type": "any"}, messages=asked)
+    r = client.messages.create(model=model, max_tokens=64, extra_body=GREEDY, tools=[WEATHER], tool_choice={"type": "any", "disable_parallel_tool_use": True}, messages=asked)
     uses = [b for b in r.content if b.type == "tool_use"]
     out["tool_use"] = {
         "stop_reason": r.stop_reason,
         "calls": [{"id": u.id, "name": u.name, "input": u.input} for u in uses],
     }
-    with client.messages.stream(model=model, max_tokens=64, extra_body=GREEDY, tools=[WEATHER], tool_choice={"type": "any"}, messages=asked) as s:
+    with client.messages.stream(model=model, max_tokens=64, extra_body=GREEDY, tools=[WEATHER], tool_choice={"type": "any", "disable_parallel_tool_use": True}, messages=asked) as s:
         streamed = s.get_final_message()
     out["tool_use_streamed"] = [{"name": b.name, "input": b.input} for b in streamed.content if b.type == "tool_use"]
     u = uses[0]

@@ -13,7 +13,12 @@ from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
 
-@tool
+# Bounded strings, so a call always fits max_tokens whatever the model writes.
+class City(pydantic.BaseModel):
+    city: str = pydantic.Field(max_length=24)
+
+
+@tool(args_schema=City)
 def get_weather(city: str) -> str:
     """The current weather in a city."""
     return "18 C"
@@ -22,13 +27,13 @@ def get_weather(city: str) -> str:
 class Capital(pydantic.BaseModel):
     """A country's capital city."""
 
-    country: str
-    capital: str
+    country: str = pydantic.Field(max_length=24)
+    capital: str = pydantic.Field(max_length=24)
 
 
 def main() -> None:
     base, key, model = sys.argv[1], sys.argv[2], sys.argv[3]
-    llm = ChatOpenAI(base_url=f"{base}/v1", api_key=key, model=model, temperature=0, max_tokens=64, max_retries=0, timeout=120)
+    llm = ChatOpenAI(base_url=f"{base}/v1", api_key=key, model=model, temperature=0, max_tokens=128, max_retries=0, timeout=120)
     out = {}
     m = llm.bind_tools([get_weather], tool_choice="get_weather").invoke("What is the weather in Paris?")
     out["bind_tools"] = [{"name": c["name"], "args": c["args"], "id": bool(c["id"])} for c in m.tool_calls]

@@ -17,7 +17,7 @@ WEATHER = {
     "type": "function",
     "name": "get_weather",
     "description": "The current weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": False},
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24}}, "required": ["city"], "additionalProperties": False},
 }
 
 

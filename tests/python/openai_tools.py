@@ -20,7 +20,7 @@ WEATHER = {
         "description": "The current weather in a city",
         "parameters": {
             "type": "object",
-            "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+            "properties": {"city": {"type": "string", "maxLength": 24}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
             "required": ["city", "unit"],
             "additionalProperties": False,
         },
@@ -31,7 +31,7 @@ TIME = {
     "function": {
         "name": "get_time",
         "description": "The local time in a time zone",
-        "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]},
+        "parameters": {"type": "object", "properties": {"zone": {"type": "string", "maxLength": 24}}, "required": ["zone"]},
     },
 }
 QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
@@ -48,8 +48,9 @@ def keeps_to_schema(name: str, arguments: str) -> bool:
 
 
 class Weather(pydantic.BaseModel):
-    city: str
-    unit: str
+    # Bounded, so a call always fits max_tokens whatever the model writes.
+    city: str = pydantic.Field(max_length=24)
+    unit: str = pydantic.Field(max_length=12)
 
 
 def main() -> None:
@@ -102,7 +103,7 @@ def main() -> None:
         tools=[WEATHER, TIME],
         tool_choice={"type": "function", "function": {"name": "get_time"}},
         temperature=0,
-        max_tokens=64,
+        max_tokens=96,
     )
     t = r.choices[0].message.tool_calls[0]
     out["named"] = {"name": t.function.name, "valid": keeps_to_schema(t.function.name, t.function.arguments)}
@@ -135,7 +136,7 @@ def main() -> None:
         tools=[openai.pydantic_function_tool(Weather, name="weather")],
         tool_choice={"type": "function", "function": {"name": "weather"}},
         temperature=0,
-        max_tokens=64,
+        max_tokens=96,
     )
     parsed = r.choices[0].message.tool_calls[0].function.parsed_arguments
     out["parsed"] = {"type": type(parsed).__name__, "city_is_str": isinstance(parsed.city, str)}

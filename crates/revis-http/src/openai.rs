@@ -9,8 +9,9 @@
 //! (`none`, `auto`, `required`, one named function) and
 //! `parallel_tool_calls` carry over, as do assistant messages' `tool_calls`
 //! and `tool` messages; the answer's calls come as `message.tool_calls`
-//! with `finish_reason: "tool_calls"` (streamed: one chunk with every call
-//! whole, at its index, before the last chunk). What revis cannot do is
+//! with `finish_reason: "tool_calls"` (streamed as OpenAI does: a chunk
+//! with each call's index, ID and name, then one with its arguments, before
+//! the last chunk). What revis cannot do is
 //! refused with a 400 naming the field: more than 8 choices (`n`), custom
 //! tools and the deprecated `functions`, non-text content, penalties
 //! outside -2 to 2. `logprobs` and `top_logprobs` (at most 20) come as
@@ -492,17 +493,26 @@ fn tool_calls(d: &Done) -> Option<Vec<ChatCompletionMessageToolCalls>> {
     })
 }
 
-/// The calls an answer made, as a stream's delta carries them: each whole,
-/// at its index.
+/// The calls an answer made, as OpenAI streams them: for each, a delta
+/// with its index, ID, type and name (arguments empty), then one with its
+/// arguments.
 fn tool_call_chunks(d: &Done) -> Vec<ChatCompletionMessageToolCallChunk> {
     d.tool_calls
         .iter()
         .enumerate()
-        .map(|(i, c)| ChatCompletionMessageToolCallChunk {
-            index: i as u32,
-            id: Some(c.id.clone()),
-            r#type: Some(FunctionType::Function),
-            function: Some(FunctionCallStream { name: Some(c.name.clone()), arguments: Some(c.arguments.clone()) }),
+        .flat_map(|(i, c)| {
+            let named = ChatCompletionMessageToolCallChunk {
+                index: i as u32,
+                id: Some(c.id.clone()),
+                r#type: Some(FunctionType::Function),
+                function: Some(FunctionCallStream { name: Some(c.name.clone()), arguments: Some(String::new()) }),
+            };
+            let arguments = ChatCompletionMessageToolCallChunk {
+                index: i as u32,
+                function: Some(FunctionCallStream { name: None, arguments: Some(c.arguments.clone()) }),
+                ..Default::default()
+            };
+            [named, arguments]
         })
         .collect()
 }
@@ -585,7 +595,9 @@ async fn chat_response<R: Runner>(app: AppState<R>, body: Body) -> Result<Respon
     };
     let mut ends = Ends::new(n);
     let encode = move |p: Option<(usize, Piece)>| {
-        let Some((i, p)) = p else { return ends.last(|u| chunk(0, Default::default(), None, include_usage.then_some(u), None)) };
+        let Some((i, p)) = p else {
+            return ends.last(|u| if include_usage { chunk(0, Default::default(), None, Some(u), None) } else { Vec::new() });
+        };
         let mut out = Vec::new();
         if ends.first(i) {
             let role =
@@ -598,9 +610,9 @@ async fn chat_response<R: Runner>(app: AppState<R>, body: Body) -> Result<Respon
             }
             Piece::End(r) => out.extend(ends.end(r, |d| {
                 let mut last = Vec::new();
-                if !d.tool_calls.is_empty() {
-                    let calls = ChatCompletionStreamResponseDelta { tool_calls: Some(tool_call_chunks(d)), ..Default::default() };
-                    last.extend(chunk(i, calls, None, None, None));
+                for call in tool_call_chunks(d) {
+                    let delta = ChatCompletionStreamResponseDelta { tool_calls: Some(vec![call]), ..Default::default() };
+                    last.extend(chunk(i, delta, None, None, None));
                 }
                 // The answer's log-probabilities come whole with its last chunk.
                 last.extend(chunk(i, Default::default(), Some(finish_reason(d)), None, chat_logprobs(d)));
