@@ -759,7 +759,10 @@ impl LlamaSession {
             g.finished.generated_tokens += 1;
             g.unsent += 1;
             piece.clear();
-            vocab.token_to_piece_into(token, &mut piece, false, None);
+            // Under a grammar a control token's text is part of the answer
+            // (Mistral opens its calls with `[TOOL_CALLS]`, one token): the
+            // grammar matched that text, so the answer says it too.
+            vocab.token_to_piece_into(token, &mut piece, g.job.grammar.is_some(), None);
             let text = g.utf8.push(&piece);
             match g.stop.push(&text) {
                 Stopped::Yes(before) => {
