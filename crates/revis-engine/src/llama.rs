@@ -109,7 +109,16 @@ impl Backend for LlamaCpp {
         // dropped first and the model outlives every use of it.
         let ctx: LlamaContext<'static> = unsafe { std::mem::transmute::<LlamaContext<'_>, LlamaContext<'static>>(ctx) };
         let add_bos = model.vocab().should_add_bos();
-        let tokenizer = Arc::new(LlamaTokenizer { model: model.clone(), template, n_ctx, add_bos, grammars: Default::default() });
+        let bos_text = String::from_utf8_lossy(&model.vocab().token_to_piece(model.vocab().bos(), true, None)).into_owned();
+        let tokenizer = Arc::new(LlamaTokenizer {
+            model: model.clone(),
+            template,
+            n_ctx,
+            add_bos,
+            bos_text,
+            grammars: Default::default(),
+            checked: Default::default(),
+        });
         let mut session = LlamaSession {
             embed_ctx: None,
             ctx,
@@ -157,6 +166,10 @@ struct LlamaTokenizer {
     /// Schemas compiled lately and their grammars, the latest first: an
     /// agent offers the same functions request after request.
     grammars: std::sync::Mutex<Vec<(String, String)>>,
+    /// Function-call grammars that compiled lately, the latest first.
+    checked: std::sync::Mutex<Vec<String>>,
+    /// BOS as text, as a template writes it.
+    bos_text: String,
 }
 
 /// Compiled grammars a tokenizer keeps ([`LlamaTokenizer::grammars`]).
@@ -172,9 +185,8 @@ impl Tokenizer for LlamaTokenizer {
                 let text = t.render(messages, tools, add_generation_prompt)?;
                 // The template writes BOS as text where tokenizing adds it
                 // (Gemma's `{{ bos_token }}`): once is enough.
-                let bos = String::from_utf8_lossy(&self.model.vocab().token_to_piece(self.model.vocab().bos(), true, None)).into_owned();
-                match text.strip_prefix(bos.as_str()) {
-                    Some(rest) if self.add_bos && !bos.is_empty() => Ok(rest.to_owned()),
+                match text.strip_prefix(self.bos_text.as_str()) {
+                    Some(rest) if self.add_bos && !self.bos_text.is_empty() => Ok(rest.to_owned()),
                     _ => Ok(text),
                 }
             }
@@ -209,13 +221,16 @@ impl Tokenizer for LlamaTokenizer {
     }
 
     fn check_grammar(&self, grammar: &crate::Grammar) -> Result<(), EngineError> {
-        if self.seen_before(&grammar.text) {
+        let lock = || self.checked.lock().unwrap_or_else(|e| e.into_inner());
+        if lock().contains(&grammar.text) {
             return Ok(());
         }
-        LlamaSampler::grammar(&self.model, &grammar.text, "root").map(drop).map_err(|e| {
-            self.grammars.lock().unwrap_or_else(|e| e.into_inner()).retain(|(k, _)| !k.ends_with(grammar.text.as_str()));
-            EngineError::Tools(format!("the functions' grammar does not compile: {e}"))
-        })
+        LlamaSampler::grammar(&self.model, &grammar.text, "root")
+            .map_err(|e| EngineError::Tools(format!("the functions' grammar does not compile: {e}")))?;
+        let mut kept = lock();
+        kept.insert(0, grammar.text.clone());
+        kept.truncate(GRAMMARS_KEPT);
+        Ok(())
     }
 
     fn json_grammar(&self, schema: Option<&str>) -> Result<String, EngineError> {
@@ -237,18 +252,6 @@ impl Tokenizer for LlamaTokenizer {
 }
 
 impl LlamaTokenizer {
-    /// Whether `text` compiled before; remembers it if not (the latest first).
-    fn seen_before(&self, text: &str) -> bool {
-        let mut kept = self.grammars.lock().unwrap_or_else(|e| e.into_inner());
-        let key = format!("\u{0}checked\u{0}{text}");
-        if kept.iter().any(|(k, _)| *k == key) {
-            return true;
-        }
-        kept.insert(0, (key, String::new()));
-        kept.truncate(GRAMMARS_KEPT);
-        false
-    }
-
     /// A JSON schema's grammar, checked by compiling it once.
     fn compile_json_grammar(&self, schema: &str) -> Result<String, EngineError> {
         let value: serde_json::Value = serde_json::from_str(schema).map_err(|e| EngineError::InvalidSchema(format!("not JSON: {e}")))?;
