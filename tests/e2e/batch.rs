@@ -126,3 +126,110 @@ async fn two_prefilled_conversations_each_keep_their_own_prefix() {
         assert_eq!(done.cached_tokens, prefilled, "{topic}: its whole prefill was reused");
     }
 }
+
+/// A prompt of several batches dropped by its caller while it joins the
+/// engine frees its sequence: the four answers that follow decode together
+/// (a sequence kept would leave three places), each as it is alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_dropped_while_it_joins_frees_its_sequence() {
+    let d = TestDaemon::new().start();
+    let mut c = d.client().await;
+    let keep = ask("Count from one to twenty in words.");
+    let alone = generate(&mut c, keep.clone()).await.unwrap().done.text;
+
+    // About 1,500 tokens (a number is about 4 tokens here): three prompt
+    // batches, seconds of work on 2 cores.
+    let numbers: Vec<String> = (1..=380).map(|i| i.to_string()).collect();
+    let joining = ask(&format!("Add up these numbers: {}", numbers.join(" ")));
+    let stream = c.wire().inference.generate(joining).await.unwrap().into_inner();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let s = c.status().await.unwrap();
+        if s.busy && s.queue_depth == 0 {
+            break; // the engine has it: its prompt is joining
+        }
+        assert!(std::time::Instant::now() < deadline, "the long prompt never reached the engine: {s:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await; // polled, not spun
+    }
+    drop(stream);
+
+    let calls: Vec<_> = (0..4)
+        .map(|_| {
+            let (mut c, req) = (c.clone(), keep.clone());
+            tokio::spawn(async move { generate(&mut c, req).await.unwrap().done })
+        })
+        .collect();
+    let mut peaks = Vec::new();
+    for call in calls {
+        let done = call.await.unwrap();
+        assert_eq!(done.text, alone, "an answer beside the others is the one it gives alone");
+        peaks.push(done.batch_peak);
+    }
+    assert_eq!(peaks.iter().max(), Some(&4), "the dropped prompt's sequence is free again: {peaks:?}");
+}
+
+/// A prompt of several batches joins between the steps of an answer
+/// already running: that answer keeps streaming while the prompt is
+/// evaluated, batch by batch, instead of standing still for all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_prompt_joins_batch_by_batch_while_an_answer_streams() {
+    use std::time::{Duration, Instant};
+    let d = TestDaemon::new().start();
+    let c = d.client().await;
+    let mut running = c.wire().inference.generate(crate::long_answer(400)).await.unwrap().into_inner();
+    // The running answer has begun streaming.
+    loop {
+        let e = running.message().await.unwrap().expect("the long answer streams");
+        if matches!(e.event, Some(pb::generate_event::Event::Delta(_))) {
+            break;
+        }
+    }
+    let numbers: Vec<String> = (1..=380).map(|i| i.to_string()).collect();
+    let joining = ask(&format!("Add up these numbers: {}", numbers.join(" ")));
+    let (first_tx, mut first_rx) = tokio::sync::oneshot::channel();
+    let joiner = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            let mut stream = c.wire().inference.generate(joining).await.unwrap().into_inner();
+            let mut first = Some(first_tx);
+            while let Some(e) = stream.message().await.unwrap() {
+                match e.event {
+                    Some(pb::generate_event::Event::Delta(_)) => {
+                        if let Some(tx) = first.take() {
+                            let _ = tx.send(Instant::now());
+                        }
+                    }
+                    Some(pb::generate_event::Event::Done(done)) => return done,
+                    _ => {}
+                }
+            }
+            panic!("no Done");
+        })
+    };
+    // When the running answer's deltas came, until the joiner's first token.
+    let mut seen = Vec::new();
+    let first = loop {
+        tokio::select! {
+            biased;
+            first = &mut first_rx => break first.unwrap(),
+            e = running.message() => {
+                let e = e.unwrap().expect("the long answer is still running");
+                if matches!(e.event, Some(pb::generate_event::Event::Delta(_))) {
+                    seen.push(Instant::now());
+                }
+            }
+        }
+    };
+    let done = joiner.await.unwrap();
+    let batches = done.prompt_tokens.div_ceil(512);
+    assert!(batches >= 3, "the prompt is {} tokens, {batches} batches", done.prompt_tokens);
+    // Evaluated in one go, the prompt would hold the running answer still
+    // for all its time; joining batch by batch, the answer has a step
+    // after each batch, so it streams in the second half of that time too.
+    let half = Duration::from_micros(done.prompt_us / 2);
+    let late = seen.iter().filter(|&&t| t + half >= first).count();
+    assert!(
+        late > 0,
+        "the running answer streamed nothing in the last {half:?} of a prompt of {batches} batches: it waited for the whole prompt"
+    );
+}

@@ -40,10 +40,12 @@ pub struct Launch<'a> {
 pub struct Extra<'a> {
     pub server: &'a str,
     pub tiers: &'a str,
+    /// Lines for the `[daemon]` section (e.g. `streams = 8`).
+    pub daemon: &'a str,
 }
 
 impl Extra<'_> {
-    pub const NONE: Extra<'static> = Extra { server: "", tiers: "" };
+    pub const NONE: Extra<'static> = Extra { server: "", tiers: "", daemon: "" };
 }
 
 /// A running revisd; stopped when dropped.
@@ -101,7 +103,12 @@ impl Daemon {
     /// each of which execs the next, so the child's PID is revisd's), with
     /// server mode listening on `listen` when given (never advertised).
     pub async fn start_wrapped(revisd: &Path, model: &Path, launch: Launch<'_>) -> anyhow::Result<Daemon> {
-        let dir = tempfile::Builder::new().prefix("revis-bench-").tempdir()?;
+        let mut dir = tempfile::Builder::new().prefix("revis-bench-").tempdir()?;
+        // REVIS_BENCH_KEEP=1 keeps each daemon's directory (its log) to read afterwards.
+        if std::env::var_os("REVIS_BENCH_KEEP").is_some() {
+            dir.disable_cleanup(true);
+            eprintln!("revis-bench: revisd's directory kept: {}", dir.path().display());
+        }
         let socket = dir.path().join("revisd.sock");
         let log = dir.path().join("revisd.log");
         let config = write_config(dir.path(), model, &launch)?;
@@ -203,7 +210,8 @@ pub fn write_config(dir: &Path, model: &Path, launch: &Launch<'_>) -> anyhow::Re
     std::fs::write(
         &config,
         format!(
-            "# Written by revis-bench for one measurement.\n[daemon]\nthreads = {threads}\ncontext = {context}\nbatch = {batch}\nspeculate = \"{speculate}\"\nkeep_alive_s = 0\nload_at_start = true\n{}{}{}{}{}\n",
+            "# Written by revis-bench for one measurement.\n[daemon]\nthreads = {threads}\ncontext = {context}\nbatch = {batch}\nspeculate = \"{speculate}\"\nkeep_alive_s = 0\nload_at_start = true\n{}\n{}{}{}{}{}\n",
+            extra.daemon,
             tier("tier1"),
             tier("tier2"),
             tier("tier3"),

@@ -209,14 +209,16 @@ pub fn run(revisd: &Path, model_name: &str, model: &Path, s: &Settings) -> anyho
         let mut in_a = vec!["ip".to_owned(), "netns".into(), "exec".into(), net.a.name.clone()];
         in_a.extend(pinned(1));
         let mut lender =
-            Daemon::start_wrapped(revisd, model, launch(Some("0.0.0.0:0"), &in_a, Extra { server: "lend = true", tiers: "" })).await?;
+            Daemon::start_wrapped(revisd, model, launch(Some("0.0.0.0:0"), &in_a, Extra { server: "lend = true", tiers: "", daemon: "" }))
+                .await?;
         let keys = tempfile::tempdir()?;
         let addr = SocketAddr::from((net.a.addr, port(&lender).await?));
         crate::remote::pair(&mut lender, keys.path(), addr).await?;
         let server = format!("keyring = {:?}", keys.path().to_str().context("temporary directory is not UTF-8")?);
         let tier2 = format!("split = [{:?}]\nsplit_local = {}", crate::remote::NODE_NAME, s.local_share);
         let t0 = Instant::now();
-        let mut split = Daemon::start_wrapped(revisd, model, launch(None, &here, Extra { server: &server, tiers: &tier2 })).await?;
+        let mut split =
+            Daemon::start_wrapped(revisd, model, launch(None, &here, Extra { server: &server, tiers: &tier2, daemon: "" })).await?;
         let load_first_ms = t0.elapsed().as_secs_f64() * 1e3;
         let status = daemon::timed_out(split.client.wire().admin.status(pb::StatusRequest {})).await?.into_inner();
         let t2 = status.tiers.iter().find(|t| t.tier == "tier2").context("no tier2")?;

@@ -162,6 +162,9 @@ pub struct TierModel {
     pub path: PathBuf,
     pub context: u32,
     pub threads: u32,
+    /// Prompt tokens per batch (`daemon.batch`): where a prompt's batches
+    /// end, and so the most prompt tokens a step evaluates while other
+    /// answers wait for their next token.
     pub batch: u32,
     pub cache_slots: usize,
     pub cache_budget_bytes: usize,

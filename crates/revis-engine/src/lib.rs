@@ -222,7 +222,7 @@ pub struct ModelStats {
     pub n_ctx: u32,
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum EngineError {
     #[error("cannot load model {path}: {reason}")]
     Load { path: PathBuf, reason: String },
@@ -287,22 +287,24 @@ pub type StreamId = usize;
 /// The most generations one model decodes together (`daemon.streams`).
 pub const MAX_STREAMS: u32 = 16;
 
-/// What starting a generation gave.
-#[derive(Debug)]
-pub enum Begun {
-    /// It runs: [`Session::step`] decodes it.
-    Running(StreamId),
-    /// It ended at its first token, or was cancelled during its prompt.
-    Done(Finished),
+/// What one [`Session::join`] did.
+#[derive(Debug, Default)]
+pub struct Joined {
+    /// The streams whose prompt batch it evaluated (all of the same length).
+    pub advanced: Vec<StreamId>,
+    /// Those that ended: at their first token, or with an error.
+    pub ended: Vec<(StreamId, Result<Finished, EngineError>)>,
 }
 
 /// The engine-thread half of a loaded model: owns its context and caches.
 /// Not `Sync`; only the engine thread touches it.
 ///
 /// Generations run as streams that decode together: [`Session::start`]
-/// evaluates a prompt and picks the first token, each [`Session::step`]
-/// decodes one batch with a token (or a verified draft) of each stream it
-/// is given. A stream's text and tokens never depend on which others share
+/// takes a sequence for a prompt, [`Session::join`] evaluates the next
+/// batch of the prompts still joining (those whose batches are as long go
+/// together, in one `llama_decode`) and picks a stream's first token when
+/// its prompt is done, and each [`Session::step`] decodes one batch with a
+/// token (or a verified draft) of each decoding stream it is given. A stream's text and tokens never depend on which others share
 /// its steps beyond what llama.cpp's kernels do with the batch's shape (see
 /// ARCHITECTURE.md, "Architecture invariants").
 pub trait Session: Send {
@@ -310,12 +312,23 @@ pub trait Session: Send {
     fn streams(&self) -> usize;
     /// Whether a sequence is free for a generation, a prefill or a score.
     fn has_free_sequence(&self) -> bool;
-    /// Starts a generation on a free sequence: evaluates its prompt (polling
-    /// `cancelled` between batches) and picks its first token, streaming
-    /// its text through `emit` (false: the receiver has gone).
-    fn start(&mut self, job: GenerateJob, emit: &mut dyn FnMut(Delta) -> bool, cancelled: &dyn Fn() -> bool) -> Result<Begun, EngineError>;
-    /// Decodes one step of `streams` in one batch; returns those that ended.
-    /// On an error every one of them has ended without an answer.
+    /// Starts a generation on a free sequence (the one holding most of its
+    /// prompt): it joins, and [`Session::join`] evaluates its prompt.
+    fn start(&mut self, job: GenerateJob) -> Result<StreamId, EngineError>;
+    /// Whether `stream` is still joining (its prompt not all evaluated).
+    fn joining(&self, stream: StreamId) -> bool;
+    /// Evaluates the next prompt batch of joining streams, in one
+    /// `llama_decode` of at most the model's batch size: the first of
+    /// `streams` (the caller puts a person's first) and every other whose
+    /// next batch is as long, while they fit. A stream whose prompt is done
+    /// picks its first token (its text goes through `emit`; false: the
+    /// receiver has gone) and decodes from the next [`Session::step`].
+    /// Returns the streams advanced and those that ended; on an error
+    /// every stream advanced has ended without an answer.
+    fn join(&mut self, streams: &[StreamId], emit: &mut dyn FnMut(StreamId, Delta) -> bool) -> Joined;
+    /// Decodes one step of `streams` (decoding, none joining) in one batch;
+    /// returns those that ended. On an error every one of them has ended
+    /// without an answer.
     fn step(
         &mut self,
         streams: &[StreamId],

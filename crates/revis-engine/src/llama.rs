@@ -22,7 +22,7 @@ use crate::cache::{Evaluated, PrefixCache};
 use crate::lookup::{self, BatchCosts, EXACT_CONTEXT, MAX_DRAFT, PRIOR_ACCEPT, Speculate, Speculation};
 use crate::sample::{argmax, softmax, top_k_of};
 use crate::{
-    Backend, Begun, ChatTemplate, Delta, EngineError, FinishReason, Finished, GenerateJob, Loaded, MAX_EMBED_TOKENS, Message, ModelSpec,
+    Backend, ChatTemplate, Delta, EngineError, FinishReason, Finished, GenerateJob, Joined, Loaded, MAX_EMBED_TOKENS, Message, ModelSpec,
     ModelStats, Prefilled, Prompt, Sampling, Scored, Session, StopMatcher, Stopped, StreamId, Token, TokenInfo, Tokenizer, Tool,
     ToolFormat, Utf8Stream,
 };
@@ -312,12 +312,18 @@ struct Seq {
 
 impl LlamaSession {
     /// The free sequence to put `tokens` on: the one that holds the longest
-    /// reusable prefix of it, else the least recently used. None when every
-    /// sequence is busy.
+    /// reusable prefix of it; among equals, the one that leaves the busy
+    /// sequences in the fewest runs of consecutive ids (llama.cpp decodes
+    /// each run as a ubatch of its own), then the least recently used. None
+    /// when every sequence is busy.
     fn choose(&self, tokens: &[Token], cuts: &[usize], limit: usize) -> Option<usize> {
-        (0..self.seqs.len())
-            .filter(|&i| !self.seqs[i].busy)
-            .max_by_key(|&i| (self.seqs[i].live.reusable(tokens, cuts, limit), std::cmp::Reverse(self.seqs[i].used)))
+        let runs = |taken: usize| {
+            let busy = |i: usize| i == taken || self.seqs[i].busy;
+            (0..self.seqs.len()).filter(|&i| busy(i) && (i == 0 || !busy(i - 1))).count()
+        };
+        (0..self.seqs.len()).filter(|&i| !self.seqs[i].busy).max_by_key(|&i| {
+            (self.seqs[i].live.reusable(tokens, cuts, limit), std::cmp::Reverse(runs(i)), std::cmp::Reverse(self.seqs[i].used))
+        })
     }
 
     /// Takes a free sequence for `tokens` (see [`Self::choose`]) and makes it
@@ -696,6 +702,8 @@ struct Gen {
     infos: Vec<TokenInfo>,
     finished: Finished,
     decoding: Instant,
+    /// The prompt still being evaluated (None once it is, and the stream decodes).
+    join: Option<Join>,
     /// Drafting (prompt lookup decoding): on, the text so far, the draft
     /// verified in the batch just decoded, and the decisions. A stream
     /// drafts only in a step it has to itself.
@@ -710,6 +718,14 @@ struct Gen {
     idx: i32,
     /// The token the next step feeds.
     next: LlamaToken,
+}
+
+/// A prompt joining its model's batch: where its batches end, how far it
+/// is evaluated, and since when it waits.
+struct Join {
+    cuts: Vec<usize>,
+    from: usize,
+    started: Instant,
 }
 
 impl LlamaSession {
@@ -822,7 +838,11 @@ impl LlamaSession {
             self.accept = g.spec.acceptance();
         }
         g.finished.reason = reason;
-        g.finished.generate_us = g.decoding.elapsed().as_micros() as u64;
+        match &g.join {
+            // Cancelled before its prompt was done.
+            Some(join) => g.finished.prompt_us = join.started.elapsed().as_micros() as u64,
+            None => g.finished.generate_us = g.decoding.elapsed().as_micros() as u64,
+        }
         g.finished
     }
 }
@@ -847,7 +867,7 @@ impl Session for LlamaSession {
         self.seqs.iter().any(|s| !s.busy)
     }
 
-    fn start(&mut self, job: GenerateJob, emit: &mut dyn FnMut(Delta) -> bool, cancelled: &dyn Fn() -> bool) -> Result<Begun, EngineError> {
+    fn start(&mut self, job: GenerateJob) -> Result<StreamId, EngineError> {
         let tokens = &job.prompt.tokens;
         self.check_fits(tokens.len())?;
         if tokens.is_empty() {
@@ -861,9 +881,9 @@ impl Session for LlamaSession {
         }
         let started = Instant::now();
         let cuts = job.prompt.cuts(self.chunk);
-        let last = tokens.len() - 1;
-        let (seq, cached) = self.place(tokens, &cuts, last, true)?;
-        let mut finished = Finished {
+        let (seq, cached) = self.place(tokens, &cuts, tokens.len() - 1, true)?;
+        self.seqs[seq].busy = true;
+        let finished = Finished {
             reason: FinishReason::Cancelled,
             prompt_tokens: tokens.len() as u32,
             cached_tokens: cached as u32,
@@ -875,21 +895,6 @@ impl Session for LlamaSession {
             draft_accepted: 0,
             batch_peak: 1,
         };
-        self.seqs[seq].busy = true;
-        let tokens = tokens.clone();
-        let evaluated = self.evaluate(seq, &tokens, &cuts, cached, &|p| p == last, &mut |_, _, _| Ok(()), cancelled);
-        finished.prompt_us = started.elapsed().as_micros() as u64;
-        match evaluated {
-            Ok(true) => {}
-            Ok(false) => {
-                self.seqs[seq].busy = false;
-                return Ok(Begun::Done(finished));
-            }
-            Err(e) => {
-                self.forget(seq);
-                return Err(e);
-            }
-        }
         let exact = self.exact_batch.unwrap_or(1).min(self.chunk);
         let speculate = drafting && exact > 1;
         let always = job.speculate == Speculate::Always;
@@ -901,33 +906,115 @@ impl Session for LlamaSession {
             unsent: 0,
             infos: Vec::new(),
             finished,
-            decoding: Instant::now(),
+            decoding: started,
+            join: Some(Join { cuts, from: cached, started }),
             speculate,
             exact,
-            history: if speculate { tokens } else { Vec::new() },
+            history: if speculate { job.prompt.tokens.clone() } else { Vec::new() },
             drafts: Vec::with_capacity(MAX_DRAFT),
             spec: Speculation::new(self.accept, always),
             picked: Vec::with_capacity(MAX_DRAFT + 1),
-            idx: self.batch.n_tokens() - 1,
+            idx: 0,
             next: LlamaToken(0),
             job,
         });
-        match self.pick(seq, emit) {
-            Ok(None) => Ok(Begun::Running(seq)),
-            Ok(Some(reason)) => Ok(Begun::Done(self.finish(seq, reason, emit))),
-            Err(e) => {
-                self.gens[seq] = None;
-                self.forget(seq);
-                Err(e)
+        Ok(seq)
+    }
+
+    fn joining(&self, id: StreamId) -> bool {
+        self.gens[id].as_ref().is_some_and(|g| g.join.is_some())
+    }
+
+    fn join(&mut self, ids: &[StreamId], emit: &mut dyn FnMut(StreamId, Delta) -> bool) -> Joined {
+        // Each prompt keeps the batches its cuts give it, alone in its
+        // stretch of the batch: llama.cpp splits a batch of several
+        // sequences into equal shares (its KV cache is one stream per
+        // sequence), so only batches of one length go together, and in
+        // sequence order, where consecutive sequences make one ubatch.
+        let next = |g: &Gen| {
+            let join = g.join.as_ref().expect("a joining stream");
+            let end = join.cuts.iter().copied().find(|&c| c > join.from).unwrap_or(g.job.prompt.tokens.len());
+            (join.from, end)
+        };
+        let mut chosen: Vec<StreamId> = Vec::new();
+        let mut length = 0;
+        for &id in ids {
+            let Some(g) = self.gens[id].as_ref().filter(|g| g.join.is_some()) else { continue };
+            let (from, end) = next(g);
+            if chosen.is_empty() {
+                length = end - from;
+            } else if end - from != length || (chosen.len() + 1) * length > self.chunk {
+                continue;
+            }
+            chosen.push(id);
+        }
+        chosen.sort_unstable();
+        let mut joined = Joined { advanced: chosen.clone(), ended: Vec::new() };
+        if chosen.is_empty() {
+            return joined;
+        }
+        self.batch.clear();
+        for &id in &chosen {
+            let g = self.gens[id].as_mut().expect("a joining stream");
+            let (from, end) = next(g);
+            let tokens = &g.job.prompt.tokens;
+            let last = tokens.len() - 1;
+            if end > last {
+                g.idx = self.batch.n_tokens() + (last - from) as i32;
+            }
+            let seq = [g.seq as i32];
+            for (pos, &token) in tokens.iter().enumerate().take(end).skip(from) {
+                if let Err(e) = self.batch.add(LlamaToken(token as i32), pos as i32, &seq, pos == last) {
+                    self.drop_streams(&chosen);
+                    joined.ended = chosen.iter().map(|&id| (id, Err(llama_err(&e)))).collect();
+                    return joined;
+                }
             }
         }
+        if let Err(e) = self.ctx.decode(&mut self.batch) {
+            self.drop_streams(&chosen);
+            joined.ended = chosen.iter().map(|&id| (id, Err(llama_err(&e)))).collect();
+            return joined;
+        }
+        for (n, &id) in chosen.iter().enumerate() {
+            let g = self.gens[id].as_mut().expect("a joining stream");
+            let (from, end) = next(g);
+            self.seqs[g.seq].live.push_batch(&g.job.prompt.tokens[from..end]);
+            let join = g.join.as_mut().expect("a joining stream");
+            join.from = end;
+            if end < g.job.prompt.tokens.len() {
+                continue;
+            }
+            g.finished.prompt_us = join.started.elapsed().as_micros() as u64;
+            g.join = None;
+            g.decoding = Instant::now();
+            let mut emit_one = |d: Delta| emit(id, d);
+            match self.pick(id, &mut emit_one) {
+                Ok(None) => {}
+                Ok(Some(reason)) => joined.ended.push((id, Ok(self.finish(id, reason, &mut emit_one)))),
+                Err(e) => {
+                    // This stream's sequence is in an unknown state; the ones
+                    // after it lose their logits with it.
+                    let rest: Vec<StreamId> = chosen[n..].iter().copied().filter(|&id| self.gens[id].is_some()).collect();
+                    self.drop_streams(&rest);
+                    joined.ended.push((id, Err(e.clone())));
+                    joined.ended.extend(rest.into_iter().skip(1).map(|id| (id, Err(e.clone()))));
+                    return joined;
+                }
+            }
+        }
+        joined
     }
 
     fn step(&mut self, ids: &[StreamId], emit: &mut dyn FnMut(StreamId, Delta) -> bool) -> Result<Vec<(StreamId, Finished)>, EngineError> {
         let alone = ids.len() == 1;
         self.batch.clear();
         let mut drafted = 0;
-        for &id in ids {
+        // In sequence order: llama.cpp keeps one KV stream per sequence and
+        // decodes consecutive sequences in one ubatch, others in one each.
+        let mut sorted = ids.to_vec();
+        sorted.sort_unstable();
+        for &id in &sorted {
             let g = self.gens[id].as_mut().expect("a running stream");
             let pos = self.seqs[g.seq].live.len();
             // The next batch: the last token picked, then a draft when the

@@ -15,8 +15,7 @@ use std::time::Instant;
 use tokio::sync::{mpsc as tmpsc, oneshot};
 
 use crate::{
-    Backend, Begun, Delta, EngineError, Finished, ModelSpec, ModelStats, Prefilled, Prompt, Sampling, Scored, Session, StreamId, Token,
-    Tokenizer,
+    Backend, Delta, EngineError, Finished, ModelSpec, ModelStats, Prefilled, Prompt, Sampling, Scored, Session, StreamId, Token, Tokenizer,
 };
 
 pub struct GenerateJob {
@@ -345,24 +344,15 @@ impl State {
                     published.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), s.stats());
                 };
                 match job {
-                    Job::Generate { job, deltas, done } => {
-                        let cancelled = || stopped() || deltas.is_closed();
-                        // Never a blocking send: the engine must not wait for a consumer.
-                        let mut emit = |d: Delta| !stopped() && deltas.send(d).is_ok();
-                        match session.start(job, &mut emit, &cancelled) {
-                            Ok(Begun::Running(id)) => {
-                                self.running.push(Running { key, id, class, cancel, deltas, done, _hold: hold, _finished: finished })
-                            }
-                            Ok(Begun::Done(f)) => {
-                                publish(session.as_ref());
-                                let _ = done.send(Ok(f));
-                            }
-                            Err(e) => {
-                                publish(session.as_ref());
-                                let _ = done.send(Err(e));
-                            }
+                    // Its prompt is evaluated in the steps that follow, with
+                    // the others joining then (`Session::join`).
+                    Job::Generate { job, deltas, done } => match session.start(job) {
+                        Ok(id) => self.running.push(Running { key, id, class, cancel, deltas, done, _hold: hold, _finished: finished }),
+                        Err(e) => {
+                            publish(session.as_ref());
+                            let _ = done.send(Err(e));
                         }
-                    }
+                    },
                     other => run_job(session.as_mut(), other, &stopped, &publish),
                 }
                 if background_over_user {
@@ -372,9 +362,9 @@ impl State {
         }
     }
 
-    /// Ends cancelled generations, then decodes one step of each model's
-    /// others: a person's streams always, background ones while the
-    /// person's share allows.
+    /// Ends cancelled generations, then, for each model, evaluates one batch
+    /// of the prompts joining and decodes one step of the streams decoding:
+    /// a person's always, background ones while the person's share allows.
     fn step(&mut self) {
         let stopping = self.shutdown.load(Ordering::Relaxed);
         let mut i = 0;
@@ -399,52 +389,92 @@ impl State {
             }
         }
         for key in keys {
-            let of = |class: Class| -> Vec<StreamId> {
-                self.running.iter().filter(|r| r.key == key && r.class == class).map(|r| r.id).collect()
-            };
-            let (users, background) = (of(Class::User), of(Class::Background));
-            let mut rows = users.clone();
-            if !user_waits || self.share.may_spend() {
-                rows.extend(background);
-            }
-            if rows.is_empty() {
-                continue;
-            }
             let Some(session) = self.models.get_mut(&key) else {
                 // Not reached (a lease keeps the model loaded), but never spin on it.
                 self.running.retain(|r| r.key != key);
                 continue;
             };
-            let running = &self.running;
-            let mut emit = |id: StreamId, d: Delta| {
-                running
-                    .iter()
-                    .find(|r| r.key == key && r.id == id)
-                    .is_some_and(|r| !r.cancel.load(Ordering::Relaxed) && r.deltas.send(d).is_ok())
+            let of = |class: Class, joining: bool| -> Vec<StreamId> {
+                self.running.iter().filter(|r| r.key == key && r.class == class && session.joining(r.id) == joining).map(|r| r.id).collect()
             };
+            let background_may = !user_waits || self.share.may_spend();
+            // Prompts joining: one batch of them (a person's first), then the
+            // step, so a join delays the others by at most one batch.
+            let mut joiners = of(Class::User, true);
+            if background_may {
+                joiners.extend(of(Class::Background, true));
+            }
+            if !joiners.is_empty() {
+                let mut emit = emitter(&self.running, &key);
+                let started = Instant::now();
+                let joined = session.join(&joiners, &mut emit);
+                drop(emit);
+                let took = started.elapsed();
+                tracing::trace!(model = %key, prompts = joined.advanced.len(), us = took.as_micros() as u64, "join");
+                let background = joined
+                    .advanced
+                    .iter()
+                    .filter(|&&id| self.running.iter().any(|r| r.key == key && r.id == id && r.class == Class::Background))
+                    .count();
+                if user_waits && background > 0 {
+                    // The background prompts' part of the batch (theirs are as long as the rest).
+                    self.share.spend(took.mul_f64(background as f64 / joined.advanced.len() as f64));
+                }
+                self.end(&key, joined.ended);
+            }
+            let Some(session) = self.models.get_mut(&key) else { continue };
+            let of = |class: Class| -> Vec<StreamId> {
+                self.running.iter().filter(|r| r.key == key && r.class == class && !session.joining(r.id)).map(|r| r.id).collect()
+            };
+            let (users, background) = (of(Class::User), of(Class::Background));
+            let mut rows = users.clone();
+            if background_may {
+                rows.extend(background);
+            }
+            if rows.is_empty() {
+                continue;
+            }
+            let mut emit = emitter(&self.running, &key);
             let started = Instant::now();
             let result = session.step(&rows, &mut emit);
+            drop(emit);
             tracing::trace!(model = %key, rows = rows.len(), us = started.elapsed().as_micros() as u64, "step");
             if user_waits {
                 self.share.stepped(&key, users.len(), rows.len() > users.len(), started.elapsed());
             }
             let ended: Vec<(StreamId, Result<Finished, EngineError>)> = match result {
                 Ok(done) => done.into_iter().map(|(id, f)| (id, Ok(f))).collect(),
-                Err(e) => rows.iter().map(|&id| (id, Err(EngineError::Llama(e.to_string())))).collect(),
+                Err(e) => rows.iter().map(|&id| (id, Err(e.clone()))).collect(),
             };
-            if !ended.is_empty() {
-                self.publish(&key);
-            }
-            for (id, result) in ended {
-                if let Some(at) = self.running.iter().position(|r| r.key == key && r.id == id) {
-                    let r = self.running.remove(at);
-                    let _ = r.done.send(result);
-                }
-            }
+            self.end(&key, ended);
         }
         if !user_waits {
             self.share.reset();
         }
+    }
+}
+
+impl State {
+    /// Answers the streams of model `key` that ended, after publishing its figures.
+    fn end(&mut self, key: &str, ended: Vec<(StreamId, Result<Finished, EngineError>)>) {
+        if ended.is_empty() {
+            return;
+        }
+        self.publish(key);
+        for (id, result) in ended {
+            if let Some(at) = self.running.iter().position(|r| r.key == key && r.id == id) {
+                let r = self.running.remove(at);
+                let _ = r.done.send(result);
+            }
+        }
+    }
+}
+
+/// Where the deltas of model `key`'s streams go: false once a stream's
+/// caller has gone or cancelled it. Never a blocking send.
+fn emitter<'a>(running: &'a [Running], key: &'a str) -> impl FnMut(StreamId, Delta) -> bool + 'a {
+    move |id, d| {
+        running.iter().find(|r| r.key == key && r.id == id).is_some_and(|r| !r.cancel.load(Ordering::Relaxed) && r.deltas.send(d).is_ok())
     }
 }
 
@@ -568,7 +598,13 @@ mod tests {
         fn has_free_sequence(&self) -> bool {
             true
         }
-        fn start(&mut self, _: GenerateJob, _: &mut dyn FnMut(Delta) -> bool, _: &dyn Fn() -> bool) -> Result<Begun, EngineError> {
+        fn start(&mut self, _: GenerateJob) -> Result<StreamId, EngineError> {
+            unreachable!("prefill only")
+        }
+        fn joining(&self, _: StreamId) -> bool {
+            unreachable!("prefill only")
+        }
+        fn join(&mut self, _: &[StreamId], _: &mut dyn FnMut(StreamId, Delta) -> bool) -> crate::Joined {
             unreachable!("prefill only")
         }
         fn step(&mut self, _: &[StreamId], _: &mut dyn FnMut(StreamId, Delta) -> bool) -> Result<Vec<(StreamId, Finished)>, EngineError> {
