@@ -187,6 +187,8 @@ pub struct Finished {
     pub prompt_tokens: u32,
     pub cached_tokens: u32,
     pub generated_tokens: u32,
+    /// From the start to the first token, and from there to the end; with
+    /// other streams running, both include their steps taken meanwhile.
     pub prompt_us: u64,
     pub generate_us: u64,
     pub text: String,

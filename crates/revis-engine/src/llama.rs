@@ -993,8 +993,10 @@ impl Session for LlamaSession {
                 Ok(None) => {}
                 Ok(Some(reason)) => joined.ended.push((id, Ok(self.finish(id, reason, &mut emit_one)))),
                 Err(e) => {
-                    // This stream's sequence is in an unknown state; the ones
-                    // after it lose their logits with it.
+                    // Not expected (a first pick has no draft to roll back),
+                    // but then the context failed: this stream's sequence is
+                    // in an unknown state, and the ones not picked yet may
+                    // have lost their logits with it.
                     let rest: Vec<StreamId> = chosen[n..].iter().copied().filter(|&id| self.gens[id].is_some()).collect();
                     self.drop_streams(&rest);
                     joined.ended.push((id, Err(e.clone())));
