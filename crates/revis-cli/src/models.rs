@@ -201,7 +201,7 @@ pub async fn models(paths: &Paths) -> anyhow::Result<ExitCode> {
     // The default as recorded (`hf:OWNER/REPO`) names a file listed below by its path.
     let path_of = |name: &str| ModelRef::parse(name).ok().flatten().and_then(|m| m.local_path(&dir));
     let default_path = path_of(&default);
-    for (reference, size) in downloaded_hf(&dir) {
+    for (reference, size) in revis_models::downloaded_hf(&dir) {
         let is_default = if default_path.is_some() && path_of(&reference) == default_path { " (default)" } else { "" };
         println!(
             "{reference:<24} {:>5} {:>8} {:>9} {:>9}  {:<15} from Hugging Face{is_default}",
@@ -224,48 +224,4 @@ pub async fn models(paths: &Paths) -> anyhow::Result<ExitCode> {
     );
     println!("models directory: {}", dir.display());
     Ok(ExitCode::SUCCESS)
-}
-
-/// The GGUF files under `hf/` as references (`hf:OWNER/REPO/PATH`) with their sizes.
-fn downloaded_hf(models_dir: &Path) -> Vec<(String, u64)> {
-    let root = models_dir.join("hf");
-    let mut out = Vec::new();
-    let mut stack = vec![root.clone()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let Ok(meta) = entry.metadata() else { continue };
-            if meta.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|x| x.eq_ignore_ascii_case("gguf"))
-                && let Some(rel) = path.strip_prefix(&root).ok().and_then(|r| r.to_str())
-            {
-                out.push((format!("hf:{rel}"), meta.len()));
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn downloaded_references_are_listed_by_the_name_that_finds_them() {
-        let dir = tempfile::tempdir().unwrap();
-        let repo = dir.path().join("hf/owner/repo");
-        std::fs::create_dir_all(repo.join("sub")).unwrap();
-        std::fs::write(repo.join("m-Q4_K_M.gguf"), b"abc").unwrap();
-        std::fs::write(repo.join("m-Q8_0.gguf.partial"), b"abc").unwrap();
-        std::fs::write(repo.join("sub/x.gguf"), b"ab").unwrap();
-        let listed = downloaded_hf(dir.path());
-        assert_eq!(listed, [("hf:owner/repo/m-Q4_K_M.gguf".to_owned(), 3), ("hf:owner/repo/sub/x.gguf".to_owned(), 2)]);
-        for (reference, _) in &listed {
-            let found = ModelRef::parse_known(reference).unwrap().local_path(dir.path());
-            assert!(found.is_some(), "{reference} finds its file");
-        }
-    }
 }

@@ -231,6 +231,11 @@ pub enum Error {
         known: u64,
     },
 
+    /// The pull was stopped through its [`crate::Cancel`] handle. What had
+    /// arrived is kept (`.partial` files, whole wheels) for the next pull.
+    #[error("the download was cancelled; what was fetched so far is kept, and pulling again resumes from it")]
+    Cancelled,
+
     /// Every source of a catalog entry was tried and each one failed.
     #[error("cannot pull {model}: all {} source(s) failed{}", failures.len(), FailureList(failures))]
     AllSourcesFailed {

