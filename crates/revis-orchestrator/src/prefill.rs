@@ -148,6 +148,19 @@ impl<D: Runner> PrePrefill<D> {
         EnterOutcome::Waited
     }
 
+    /// What was warmed no longer starts the next prompt (the conversation
+    /// was rewound): a prefill still queued or computing is cancelled (it
+    /// would hold background work and the daemon for a prompt no one
+    /// sends), and the next keystroke warms the history as it is now.
+    pub fn forget(&self) {
+        let mut inner = self.lock();
+        if let Some(t) = inner.task.take() {
+            t.abort();
+        }
+        inner.key = None;
+        inner.phase.send_replace(PrefillPhase::Idle);
+    }
+
     /// The answer used the warm cache; the next message needs a new prefill.
     pub fn consumed(&self) {
         let mut inner = self.lock();

@@ -30,7 +30,8 @@
 //! - Messages, ordered within their conversation: [`append_user`](Store::append_user),
 //!   [`begin_reply`](Store::begin_reply), [`update_reply`](Store::update_reply),
 //!   [`cut_reply`](Store::cut_reply), [`complete_reply`](Store::complete_reply),
-//!   [`messages`](Store::messages), [`messages_after`](Store::messages_after),
+//!   [`rewind`](Store::rewind) (a message and all after it, for an edit or a
+//!   regeneration; seqs are never given twice), [`messages`](Store::messages), [`messages_after`](Store::messages_after),
 //!   [`message`](Store::message).
 //! - Profile facts: [`add_fact`](Store::add_fact), [`facts`](Store::facts),
 //!   [`remove_fact`](Store::remove_fact).

@@ -59,9 +59,18 @@ pub(crate) struct ConversationRecord {
     pub title: String,
     pub created_ms: u64,
     pub updated_ms: u64,
-    /// The seq the next message gets; also the message count, since messages
-    /// are only ever deleted with their conversation.
+    /// The seq the next message gets. It only grows: a seq is never given
+    /// twice, even after [`crate::Store::rewind`] removed the messages that had it.
     pub next_seq: u64,
+    /// How many messages a rewind removed, so the conversation holds
+    /// `next_seq - removed`. Absent (0) in records that never had one,
+    /// which is every record older revis wrote.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub removed: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A message; its id is the key.
@@ -180,8 +189,13 @@ mod tests {
     #[test]
     fn records_encode_as_documented() {
         let show = |bytes: Vec<u8>| String::from_utf8(bytes).unwrap();
-        let conversation = ConversationRecord { title: "Trip".into(), created_ms: 1, updated_ms: 2, next_seq: 3 };
+        let conversation = ConversationRecord { title: "Trip".into(), created_ms: 1, updated_ms: 2, next_seq: 3, removed: 0 };
         expect![[r#"{"title":"Trip","created_ms":1,"updated_ms":2,"next_seq":3}"#]].assert_eq(&show(json(&conversation)));
+        let rewound = ConversationRecord { removed: 2, ..conversation };
+        expect![[r#"{"title":"Trip","created_ms":1,"updated_ms":2,"next_seq":3,"removed":2}"#]].assert_eq(&show(json(&rewound)));
+        // A record written before rewinds existed reads as one that never had one.
+        let old: ConversationRecord = serde_json::from_slice(br#"{"title":"Trip","created_ms":1,"updated_ms":2,"next_seq":3}"#).unwrap();
+        assert_eq!(old.removed, 0);
         let reply = MessageRecord {
             role: Role::Assistant,
             text: "Hi".into(),

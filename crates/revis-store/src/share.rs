@@ -247,6 +247,7 @@ enum Request {
     UpdateReply { id: MessageId, text: String },
     CutReply { id: MessageId, shown: String },
     CompleteReply { id: MessageId, text: String },
+    Rewind { from: MessageId },
     Messages { conversation: ConversationId },
     MessagesAfter { after: MessageId },
     Message { id: MessageId },
@@ -294,6 +295,7 @@ impl Request {
             Self::UpdateReply { id, text } => v(db.update_reply(id, &text)),
             Self::CutReply { id, shown } => v(db.cut_reply(id, &shown)),
             Self::CompleteReply { id, text } => v(db.complete_reply(id, &text)),
+            Self::Rewind { from } => v(db.rewind(from)),
             Self::Messages { conversation } => v(db.messages(conversation)),
             Self::MessagesAfter { after } => v(db.messages_after(after)),
             Self::Message { id } => v(db.message(id)),
@@ -502,6 +504,15 @@ impl Store {
     /// Completes a reply with its final text (on disk when it returns).
     pub fn complete_reply(&self, id: MessageId, final_text: &str) -> Result<()> {
         self.call(Request::CompleteReply { id, text: final_text.into() }, |db| db.complete_reply(id, final_text))
+    }
+
+    /// Removes `from` and every later message of its conversation, with the
+    /// summary if it covers any of them, in one transaction (on disk when it
+    /// returns); returns the removed messages, in order (none when nothing is
+    /// at or after `from`). Their seqs are never given again: the next
+    /// message gets a seq above every removed one.
+    pub fn rewind(&self, from: MessageId) -> Result<Vec<StoredMessage>> {
+        self.call(Request::Rewind { from }, |db| db.rewind(from))
     }
 
     /// A conversation's messages, in order.

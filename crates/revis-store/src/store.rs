@@ -75,7 +75,7 @@ impl Db {
         let meta: &sled::Tree = &self.db;
         let id = self.tx((meta, &self.conversations).transaction(|(meta, conversations)| {
             let id = self.next_id(meta, NEXT_CONVERSATION_KEY)?;
-            let record = ConversationRecord { title: title.to_owned(), created_ms: now, updated_ms: now, next_seq: 0 };
+            let record = ConversationRecord { title: title.to_owned(), created_ms: now, updated_ms: now, next_seq: 0, removed: 0 };
             conversations.insert(&u64_key(id), json(&record))?;
             Ok(ConversationId(id))
         }))?;
@@ -123,7 +123,8 @@ impl Db {
                     return Ok(false);
                 };
                 let record: ConversationRecord = self.decode(CONVERSATIONS, &u64_key(id.0), &bytes).or_else(abort)?;
-                // Seqs are dense: every message is one of 0..next_seq.
+                // Every message's seq is one of 0..next_seq; those a rewind
+                // removed are gaps, and removing a missing key does nothing.
                 for seq in 0..record.next_seq {
                     messages.remove(&message_key(MessageId { conversation: id, seq }))?;
                 }
@@ -211,6 +212,49 @@ impl Db {
         self.flush()
     }
 
+    /// Removes `from` and every later message of its conversation, and the
+    /// summary if it covers any of them (it summarised text that is gone),
+    /// atomically; flushed before it returns. Returns the removed messages,
+    /// in order: none when nothing is at or after `from`.
+    ///
+    /// Seqs are never given again: the next message gets the seq it would
+    /// have got without the rewind, so a removed id never names another
+    /// message (settings and facts that name one point nowhere).
+    pub fn rewind(&self, from: MessageId) -> Result<Vec<StoredMessage>> {
+        let now = now_ms();
+        let conversation = from.conversation;
+        let removed =
+            self.tx((&self.conversations, &self.messages, &self.summaries).transaction(|(conversations, messages, summaries)| {
+                let mut record = self.tx_conversation(conversations, conversation)?;
+                let mut removed = Vec::new();
+                // Inside the transaction, so no append can slip in between
+                // the reading of next_seq and the removals.
+                for seq in from.seq..record.next_seq {
+                    let id = MessageId { conversation, seq };
+                    let key = message_key(id);
+                    if let Some(bytes) = messages.remove(&key)? {
+                        removed.push(stored_message(id, self.decode(MESSAGES, &key, &bytes).or_else(abort)?));
+                    }
+                }
+                let Some(first) = removed.first().map(|m| m.id.seq) else {
+                    return Ok(removed);
+                };
+                let summary_key = u64_key(conversation.0);
+                if let Some(bytes) = summaries.get(summary_key)? {
+                    let summary: SummaryRecord = self.decode(SUMMARIES, &summary_key, &bytes).or_else(abort)?;
+                    if summary.covers_up_to >= first {
+                        summaries.remove(&summary_key)?;
+                    }
+                }
+                record.removed += removed.len() as u64;
+                record.updated_ms = now;
+                conversations.insert(&u64_key(conversation.0), json(&record))?;
+                Ok(removed)
+            }))?;
+        self.flush()?;
+        Ok(removed)
+    }
+
     /// A conversation's messages, in order.
     pub fn messages(&self, conversation: ConversationId) -> Result<Vec<StoredMessage>> {
         self.require_conversation(conversation)?;
@@ -285,9 +329,10 @@ impl Db {
             return Err(StoreError::WrongConversation { message: covers_up_to, conversation });
         }
         let now = now_ms();
-        self.tx((&self.conversations, &self.summaries).transaction(|(conversations, summaries)| {
-            let record = self.tx_conversation(conversations, conversation)?;
-            if covers_up_to.seq >= record.next_seq {
+        self.tx((&self.conversations, &self.messages, &self.summaries).transaction(|(conversations, messages, summaries)| {
+            self.tx_conversation(conversations, conversation)?;
+            // A seq below next_seq may be a gap a rewind left: the message itself must be there.
+            if messages.get(message_key(covers_up_to))?.is_none() {
                 return abort(StoreError::NoMessage(covers_up_to));
             }
             let summary = SummaryRecord { covers_up_to: covers_up_to.seq, text: text.to_owned(), created_ms: now };
@@ -437,7 +482,13 @@ impl Db {
 }
 
 fn conversation(id: ConversationId, record: ConversationRecord) -> Conversation {
-    Conversation { id, title: record.title, created_ms: record.created_ms, updated_ms: record.updated_ms, message_count: record.next_seq }
+    Conversation {
+        id,
+        title: record.title,
+        created_ms: record.created_ms,
+        updated_ms: record.updated_ms,
+        message_count: record.next_seq.saturating_sub(record.removed),
+    }
 }
 
 fn stored_message(id: MessageId, record: MessageRecord) -> StoredMessage {

@@ -10,7 +10,9 @@ use serde::{Deserialize, Serialize};
 #[serde(transparent)]
 pub struct ConversationId(pub u64);
 
-/// A message's id: its conversation and its place in it (0, 1, 2, …).
+/// A message's id: its conversation and its place in it (0, 1, 2, … in the
+/// order written). Never given twice: messages removed by
+/// [`crate::Store::rewind`] leave gaps, and the next message comes after them.
 ///
 /// Written `conversation:seq`, e.g. `3:0` for the first message of
 /// conversation 3. Ordering is conversation, then seq: the order of the keys.
@@ -18,7 +20,7 @@ pub struct ConversationId(pub u64);
 pub struct MessageId {
     /// The conversation the message belongs to.
     pub conversation: ConversationId,
-    /// Its position in the conversation, from 0.
+    /// Its position in the conversation, from 0 (increasing, with gaps where messages were rewound).
     pub seq: u64,
 }
 
@@ -114,7 +116,7 @@ pub struct Conversation {
     pub title: String,
     /// When it was created, unix milliseconds.
     pub created_ms: u64,
-    /// When a message was last added or completed, or the title changed.
+    /// When a message was last added, completed or rewound, or the title changed.
     pub updated_ms: u64,
     /// How many messages it holds (complete or not).
     pub message_count: u64,

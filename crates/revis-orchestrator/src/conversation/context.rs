@@ -2,6 +2,8 @@
 //! rules ([`RULES`]), the profile, the summary and the turns it does not
 //! cover, each reply with its deeper follow-up.
 
+use std::ops::Bound;
+
 use revis_models::{ChatGears, Rules};
 use revis_store::{ConversationId, MessageId, MessageState, Role, Store};
 
@@ -27,8 +29,10 @@ pub fn rules_for(gears: &ChatGears) -> String {
 }
 
 /// What the next prompt is built from, as the store holds it now (up to
-/// and including `upto`, when given), opened by `rules`, with the profile
-/// when `profile`; the checklist joins the rules when on.
+/// `upto`: a reply followed up includes itself, a reply continued stops
+/// before the message it answers, which the request adds), opened by
+/// `rules`, with the profile when `profile`; the checklist joins the rules
+/// when on.
 /// A reply's deeper follow-up is part of that reply, for the model.
 pub(super) fn build_context(
     store: &Store,
@@ -36,13 +40,18 @@ pub(super) fn build_context(
     rules: &str,
     profile: bool,
     checklist: bool,
-    upto: Option<MessageId>,
+    upto: Bound<MessageId>,
 ) -> Result<PromptContext, ChatError> {
     let summary = store.summary(conversation)?;
     let mut turns = Vec::new();
     for m in store.messages(conversation)? {
         // A reply cut off by a crash is kept in the store, flagged, but not shown to the model.
-        if m.state != MessageState::Complete || m.text.is_empty() || upto.is_some_and(|u| m.id > u) {
+        let past = match upto {
+            Bound::Included(u) => m.id > u,
+            Bound::Excluded(u) => m.id >= u,
+            Bound::Unbounded => false,
+        };
+        if m.state != MessageState::Complete || m.text.is_empty() || past {
             continue;
         }
         if summary.as_ref().is_some_and(|s| m.id <= s.covers_up_to) {

@@ -10,7 +10,9 @@ pub enum ChatError {
     /// The answer could not be had (the daemon refused or failed it).
     #[error("the daemon failed: {}", .0.message)]
     Call(#[from] CallError),
-    /// The message cannot be sent as it is (empty, or over a limit); nothing was stored.
+    /// What was asked cannot be done as it is (a message empty or over a
+    /// limit, a rewind or a continuation of a message it does not apply
+    /// to), in words; nothing was stored or removed.
     #[error("{0}")]
     Refused(String),
     /// The reply's writer thread (or a store task) ended unexpectedly.

@@ -5,6 +5,7 @@
 //! wait for and tier3's deeper follow-up of an escalated reply (once each).
 
 use std::collections::HashSet;
+use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 
 use revis_client::{Message, Priority, Runner, Sampling};
@@ -47,11 +48,19 @@ pub(super) struct RecordKeeper<D: Runner> {
 }
 
 impl<D: Runner> RecordKeeper<D> {
-    /// Changes a reply's record (blocks: store writes fsync).
+    /// Changes a reply's record (blocks: store writes fsync). A reply no
+    /// longer stored (rewound: [`crate::conversation::Chat::rewind`]) keeps
+    /// no record: a late check or follow-up of it writes nothing. Checked
+    /// under the lock the rewind takes to remove records, so none is left
+    /// behind.
     fn update(&self, reply: MessageId, f: impl FnOnce(&mut TurnRecord)) -> Result<TurnRecord, ChatError> {
         let _one = self.records.lock().unwrap_or_else(|p| p.into_inner());
         let mut record = turn_record(&self.store, reply)?.unwrap_or_default();
         f(&mut record);
+        if self.store.message(reply)?.is_none() {
+            tracing::debug!("reply {reply} was rewound: its record is not kept");
+            return Ok(record);
+        }
         self.store.set_setting(&turn_key(reply), &serde_json::to_value(&record).map_err(|e| ChatError::Writer(e.to_string()))?)?;
         Ok(record)
     }
@@ -96,7 +105,7 @@ impl<D: Runner> RecordKeeper<D> {
             me.note(TurnNote::DeepStarted { reply, tier: policy.tier });
             let read = me.clone();
             let Ok((ctx, language)) = blocking(move || {
-                let ctx = build_context(&read.store, reply.conversation, &read.rules, read.profile, false, Some(reply))?;
+                let ctx = build_context(&read.store, reply.conversation, &read.rules, read.profile, false, Bound::Included(reply))?;
                 Ok((ctx, turn_record(&read.store, reply)?.and_then(|r| r.language)))
             })
             .await

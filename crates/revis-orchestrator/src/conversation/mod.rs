@@ -13,7 +13,9 @@
 //! timer, the reply writer and the memory work, and hands a record keeper
 //! (with its settings of the moment) to each turn and follow-up:
 //! - `turn.rs`: [`Chat`], the turn itself, from the first keystroke to the
-//!   stored answer, and the conversation's title;
+//!   stored answer, and the conversation's title; going back on a turn (the
+//!   conversation rewound for an edit or a regeneration, a reply that was
+//!   cut off continued);
 //! - `typing.rs`: the typing timer that ends the typing hold after a pause;
 //! - `draft.rs`: tier1's check of the draft while the user types;
 //! - `reply.rs`: the reply saved while it streams, whatever way it ends;

@@ -112,16 +112,22 @@ pub(crate) struct OpenReply {
 
 impl OpenReply {
     pub(crate) fn new(writer: Writer, store: Store, id: MessageId, save_every: Duration) -> OpenReply {
-        OpenReply { writer, store, id, shown: String::new(), save_every, saved_at: Instant::now(), open: true }
+        OpenReply::resume(writer, store, id, String::new(), save_every)
     }
 
-    /// `text` was handed to the user. Every `save_every` the text so far is
-    /// also saved (unflushed), so a crash of the whole machine loses little.
+    /// A reply that already shows `shown` (one cut off, now continued): what
+    /// is shown next follows it, and however this ends, it is saved with it.
+    pub(crate) fn resume(writer: Writer, store: Store, id: MessageId, shown: String, save_every: Duration) -> OpenReply {
+        OpenReply { writer, store, id, shown, save_every, saved_at: Instant::now(), open: true }
+    }
+
     /// The text shown so far.
     pub(crate) fn text(&self) -> &str {
         &self.shown
     }
 
+    /// `text` was handed to the user. Every `save_every` the text so far is
+    /// also saved (unflushed), so a crash of the whole machine loses little.
     pub(crate) fn shown(&mut self, text: &str) {
         self.shown.push_str(text);
         if self.saved_at.elapsed() >= self.save_every {

@@ -4,12 +4,12 @@
 use std::sync::{Arc, Mutex};
 
 use revis_client::{CallError, Done, Format, GenerateParams, PrefillParams, Prefilled, Priority, Runner, Tier};
-use revis_store::{MessageId, Role, Store};
+use revis_store::{MessageId, MessageState, Role, Store};
 use tokio::sync::broadcast;
 
 use super::*;
 use crate::task::Policies;
-use crate::{check, checklist, structured};
+use crate::{PrefillPhase, check, checklist, structured};
 
 /// Answers the chat with a fixed text, each structured task (by its
 /// schema) with a fixed verdict, tier1's check, tier2's notes and
@@ -446,4 +446,188 @@ async fn with_the_profile_off_nothing_is_learned_and_nothing_known_is_shown() {
     let seen = runner.seen.lock().unwrap();
     assert!(!seen.iter().any(|r| matches!(&r.format, Format::Json { schema: Some(s) } if s.contains("facts"))), "no extraction asked");
     assert!(!seen.iter().any(|r| r.messages.iter().any(|m| m.text.contains("Ada"))), "no prompt carries the profile");
+}
+
+/// Sends `text` and stops the turn (drops its future) as soon as its first
+/// piece is shown; returns what was shown, once it is saved.
+async fn send_and_stop(chat: &Chat<Scripted>, text: &str) -> String {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut shown = {
+        let turn = chat.send(text, move |t| {
+            let _ = tx.send(t.to_owned());
+        });
+        tokio::pin!(turn);
+        tokio::select! {
+            biased;
+            Some(first) = rx.recv() => first,
+            r = &mut turn => panic!("the turn ended before it could be stopped: {r:?}"),
+        }
+        // The turn's future is dropped here: Stop.
+    };
+    chat.saved().await.unwrap();
+    while let Ok(t) = rx.try_recv() {
+        shown.push_str(&t);
+    }
+    shown
+}
+
+/// The chat answers (not a check, notes or background task) the runner was asked for, in order.
+fn answers(runner: &Scripted) -> Vec<GenerateParams> {
+    runner
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.priority == Priority::User && r.format == Format::Text && !is_notes(r))
+        .cloned()
+        .collect()
+}
+
+#[tokio::test]
+async fn a_stopped_reply_is_continued_in_the_same_message_from_exactly_what_was_shown() {
+    let (chat, store, runner, _dir) = chat();
+    chat.send("Hello.", |_| {}).await.unwrap();
+    let story = "Tell me a story about a boat.";
+    *runner.answer.lock().unwrap() = vec!["Once ".into(), "upon ".into(), "a time.".into()];
+    let shown = send_and_stop(&chat, story).await;
+    assert_eq!(shown, "Once ");
+    let reply = reply_of(&store, &chat);
+    let stopped = store.message(reply).unwrap().unwrap();
+    assert_eq!((stopped.text.as_str(), stopped.state), ("Once ", MessageState::Incomplete));
+
+    *runner.answer.lock().unwrap() = vec!["upon a time, ".into(), "a boat sailed.".into()];
+    let mut more = String::new();
+    let done = chat.continue_reply(reply, |t| more.push_str(t)).await.unwrap();
+    assert_eq!(more, "upon a time, a boat sailed.", "only the new text is streamed");
+    assert_eq!(done.text, "Once upon a time, a boat sailed.", "Done has the whole reply");
+    let messages = store.messages(chat.conversation).unwrap();
+    assert_eq!(messages.len(), 4, "no message was added");
+    let continued = messages.last().unwrap();
+    assert_eq!((continued.id, continued.text.as_str(), continued.state), (reply, done.text.as_str(), MessageState::Complete));
+
+    let asked = answers(&runner);
+    let (stopped_turn, continuation) = (&asked[asked.len() - 2], &asked[asked.len() - 1]);
+    assert_eq!(continuation.answer_prefix, "Once ", "the model goes on from the text shown");
+    assert_eq!(continuation.messages, stopped_turn.messages, "asked what the stopped turn was asked");
+    assert_eq!(continuation.static_messages, stopped_turn.static_messages);
+    let texts: Vec<&str> = continuation.messages.iter().map(|m| m.text.as_str()).collect();
+    assert_eq!(texts.iter().filter(|t| **t == story).count(), 1, "the question once: {texts:#?}");
+    assert_eq!(texts.last(), Some(&story));
+    assert!(!texts.iter().any(|t| t.contains("Once")), "the cut reply is not part of the history: {texts:#?}");
+    assert!(texts.contains(&ANSWER), "the earlier turn is: {texts:#?}");
+
+    // The turn is over and settled: the next one is an ordinary turn after the whole reply.
+    chat.background().idle().await;
+    *runner.answer.lock().unwrap() = vec![ANSWER.to_owned()];
+    chat.send("Thanks.", |_| {}).await.unwrap();
+    let last = answers(&runner).pop().unwrap();
+    assert!(last.messages.iter().any(|m| m.text == done.text), "the next prompt has the continued reply");
+}
+
+#[tokio::test]
+async fn a_continuation_stopped_again_keeps_everything_shown() {
+    let (chat, store, runner, _dir) = chat();
+    *runner.answer.lock().unwrap() = vec!["One, ".into(), "two, ".into()];
+    send_and_stop(&chat, "Count to five.").await;
+    let reply = reply_of(&store, &chat);
+    *runner.answer.lock().unwrap() = vec!["two, ".into(), "three, ".into()];
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    {
+        let turn = chat.continue_reply(reply, move |t| {
+            let _ = tx.send(t.to_owned());
+        });
+        tokio::pin!(turn);
+        tokio::select! {
+            biased;
+            Some(_) = rx.recv() => {}
+            r = &mut turn => panic!("the continuation ended before it could be stopped: {r:?}"),
+        }
+    }
+    chat.saved().await.unwrap();
+    let m = store.message(reply).unwrap().unwrap();
+    assert_eq!((m.text.as_str(), m.state), ("One, two, ", MessageState::Incomplete));
+    assert!(!chat.gates().state().typing && chat.gates().state().streaming == 0, "the stopped turn let go of the gates");
+}
+
+#[tokio::test]
+async fn only_the_last_reply_cut_off_can_be_continued() {
+    let (chat, store, runner, _dir) = chat();
+    chat.send("Hello.", |_| {}).await.unwrap();
+    let complete = reply_of(&store, &chat);
+    send_and_stop(&chat, "Tell me a story.").await;
+    let stopped = reply_of(&store, &chat);
+    chat.send("Never mind.", |_| {}).await.unwrap();
+    let user = store.messages(chat.conversation).unwrap()[0].id;
+    let other = store.create_conversation("other").unwrap();
+    let elsewhere = store.append_user(other, "elsewhere").unwrap();
+    let before = (store.messages(chat.conversation).unwrap(), answers(&runner).len());
+
+    let mut refusals = Vec::new();
+    for id in [complete, stopped, user, elsewhere, MessageId { conversation: chat.conversation, seq: 99 }] {
+        match chat.continue_reply(id, |_| panic!("nothing is streamed")).await {
+            Err(ChatError::Refused(why)) => refusals.push(why),
+            other => panic!("{id}: {other:?}"),
+        }
+    }
+    assert_eq!(
+        refusals,
+        [
+            "message 1:1 cannot be continued: it is complete; only a reply that was cut off (stopped, or failed) can be continued",
+            "message 1:3 cannot be continued: later messages follow it; only the last message can be continued",
+            "message 1:0 cannot be continued: it is the user's; only a reply can be continued",
+            "message 2:0 cannot be continued: it belongs to conversation 2, not to the one open here (1)",
+            "message 1:99 cannot be continued: it is not in this conversation (it may have been removed)",
+        ]
+    );
+    assert_eq!((store.messages(chat.conversation).unwrap(), answers(&runner).len()), before, "nothing asked, nothing stored");
+    chat.keystroke(true, None).unwrap();
+    assert!(chat.gates().state().typing, "a refused continuation is no turn under way");
+    chat.typing_stopped();
+}
+
+#[tokio::test]
+async fn a_rewound_turn_leaves_no_record_and_the_message_sent_again_gets_a_new_id() {
+    let (mut chat, store, runner, _dir) = chat();
+    chat.audit = true;
+    chat.send("Can you suggest a few things to do on a rainy weekend with two children?", |_| {}).await.unwrap();
+    chat.background().idle().await;
+    let ids: Vec<MessageId> = store.messages(chat.conversation).unwrap().into_iter().map(|m| m.id).collect();
+    let &[user, reply] = &ids[..] else { panic!("one turn: {ids:?}") };
+    assert!(chat.record(reply).unwrap().is_some() && store.setting(&audit_key(reply)).unwrap().is_some());
+    // A prefix warmed for the history that is about to change.
+    chat.keystroke(true, None).unwrap();
+    chat.watch_prefill().wait_for(|p| *p == PrefillPhase::Ready).await.unwrap();
+    chat.typing_stopped();
+
+    let removed = chat.rewind(user).await.unwrap();
+    assert_eq!(removed.iter().map(|m| m.id).collect::<Vec<_>>(), [user, reply]);
+    assert!(store.messages(chat.conversation).unwrap().is_empty());
+    assert_eq!(chat.record(reply).unwrap(), None, "the turn record went with its reply");
+    assert_eq!(store.setting(&audit_key(reply)).unwrap(), None, "and its audit");
+    assert_eq!(chat.pre_prefill().phase(), PrefillPhase::Idle, "the warm prefix of the old history is dropped");
+    // A follow-up of the removed reply, asked late, keeps nothing.
+    chat.deepen(reply).await;
+    chat.background().idle().await;
+    assert_eq!(chat.record(reply).unwrap(), None);
+
+    chat.send("What can we cook tonight with two children?", |_| {}).await.unwrap();
+    let now: Vec<MessageId> = store.messages(chat.conversation).unwrap().into_iter().map(|m| m.id).collect();
+    assert_eq!(now.len(), 2);
+    assert!(now.iter().all(|id| id.seq > reply.seq), "ids are never given twice: {now:?}");
+    let asked = answers(&runner).pop().unwrap();
+    assert!(!asked.messages.iter().any(|m| m.text.contains("rainy")), "the old turn is gone from the prompt");
+
+    // Refused, with nothing removed: a message gone already, another conversation's, and during a turn.
+    let other = store.create_conversation("other").unwrap();
+    let elsewhere = store.append_user(other, "elsewhere").unwrap();
+    for (id, says) in [(reply, "not in this conversation"), (elsewhere, "belongs to conversation 2")] {
+        let e = chat.rewind(id).await.unwrap_err();
+        assert!(matches!(&e, ChatError::Refused(why) if why.contains(says)), "{e}");
+    }
+    let turn = chat.send("Hello.", |_| {});
+    let e = chat.rewind(now[0]).await.unwrap_err();
+    assert!(matches!(&e, ChatError::Refused(why) if why.contains("stop it")), "{e}");
+    drop(turn);
+    assert_eq!(store.messages(chat.conversation).unwrap().len(), 2);
+    assert_eq!(store.messages(other).unwrap().len(), 1);
 }

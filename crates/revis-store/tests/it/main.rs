@@ -2,6 +2,7 @@
 
 mod crash;
 mod damage;
+mod rewind;
 mod roundtrip;
 mod schema;
 

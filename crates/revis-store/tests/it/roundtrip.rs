@@ -175,7 +175,7 @@ fn titles_and_listing_order() {
 }
 
 /// Waits (spinning, at most a millisecond) until the wall clock's millisecond changes.
-fn next_millisecond() {
+pub(crate) fn next_millisecond() {
     let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
     let start = now();
     while now() == start {
