@@ -89,7 +89,8 @@ impl Dispatcher {
             let target = if delivered.is_empty() { self.choose(req.tier, background, &tried) } else { Route::Local };
             let mut attempt = req.clone();
             if !delivered.is_empty() {
-                attempt.answer_prefix = delivered.clone();
+                // The caller's own prefix (a continued answer, the checklist's notes) stays in front.
+                attempt.answer_prefix = format!("{}{delivered}", req.answer_prefix);
                 attempt.max_tokens = req.max_tokens.map(|m| m.saturating_sub(tokens).max(1));
             }
             let result = match self.client(&target) {
