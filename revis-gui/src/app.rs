@@ -1,6 +1,10 @@
-//! The window: a navigation rail and five views (chat, tiers, nodes, server
-//! mode, settings). Each frame first applies the I/O side's events to the
-//! [`State`], then draws it; every action becomes a [`Command`].
+//! The window: a navigation rail and six views (chat, tiers, nodes, server
+//! mode, models, settings). Each frame first applies the I/O side's events
+//! to the [`State`], then draws it; every action becomes a [`Command`].
+
+mod chat;
+mod markdown;
+mod models;
 
 use std::time::{Duration, Instant};
 
@@ -8,17 +12,38 @@ use eframe::egui::{self, Key, KeyboardShortcut, Modifiers, RichText};
 use revis_client::ensemble::{EnsembleSpec, Method};
 use revis_client::nodes::Health;
 use revis_client::{ModelState, Tier};
-use revis_orchestrator::PrefillPhase;
 
 use crate::io_thread::IoThread;
 use crate::options::Options;
 use crate::protocol::{Command, PairingEvent};
-use crate::state::{Connection, Deep, Shown, State, View};
+use crate::settings::{Appearance, Theme};
+use crate::state::{Connection, State, View};
 
 pub struct App {
     pub state: State,
     io: IoThread,
     socket: std::path::PathBuf,
+    /// Parsed Markdown and its images, for answers.
+    markdown: egui_commonmark::CommonMarkCache,
+    /// The message list's layout (see [`Layout`]).
+    pub layout: Layout,
+    /// The look applied to the window last (None: not yet).
+    applied: Option<Appearance>,
+}
+
+/// What the message list knows of its messages' heights, to lay out only
+/// those near the viewport.
+#[derive(Default, Debug)]
+pub struct Layout {
+    /// Each message's height when last laid out (None: never yet).
+    heights: Vec<Option<f32>>,
+    /// The width and the conversation they were laid out for.
+    width: f32,
+    key: Option<revis_store::ConversationId>,
+    /// How many messages the last frame laid out.
+    pub laid_out: usize,
+    /// The part of the list on screen in the last frame (the list's coordinates).
+    pub viewport: Option<egui::Rect>,
 }
 
 impl App {
@@ -30,7 +55,15 @@ impl App {
 
     /// Starts the I/O side; `wake` is called after each event.
     pub fn with_wake(opts: Options, wake: impl Fn() + Send + Sync + 'static) -> App {
-        App { state: State::default(), socket: opts.socket.clone(), io: IoThread::start(opts, wake) }
+        let state = State { appearance: Appearance::load(&opts.config), ..State::default() };
+        App {
+            state,
+            socket: opts.socket.clone(),
+            io: IoThread::start(opts, wake),
+            markdown: Default::default(),
+            layout: Layout::default(),
+            applied: None,
+        }
     }
 
     /// Waits up to `limit` for the I/O side's next event and applies it
@@ -63,6 +96,13 @@ impl App {
     /// One frame.
     pub fn ui(&mut self, ui: &mut egui::Ui) {
         self.drain();
+        if self.applied != Some(self.state.appearance) {
+            self.state.appearance.apply(ui.ctx());
+            // The text size is the app's setting (saved), so egui's own Ctrl+/- zoom is off.
+            ui.ctx().options_mut(|o| o.zoom_with_keyboard = false);
+            self.applied = Some(self.state.appearance);
+        }
+        self.shortcuts(ui.ctx());
         egui::Panel::top("status").show(ui, |ui| self.status_bar(ui));
         egui::Panel::left("nav").resizable(false).exact_size(130.0).show(ui, |ui| {
             ui.add_space(6.0);
@@ -81,6 +121,11 @@ impl App {
             }
             View::Nodes => egui::CentralPanel::default().show(ui, |ui| self.nodes(ui)).inner,
             View::Server => egui::CentralPanel::default().show(ui, |ui| self.server(ui)).inner,
+            View::Models => {
+                egui::CentralPanel::default()
+                    .show(ui, |ui| egui::ScrollArea::both().auto_shrink(false).show(ui, |ui| self.models(ui)).inner)
+                    .inner
+            }
             View::Settings => egui::CentralPanel::default().show(ui, |ui| self.settings(ui)).inner,
         }
     }
@@ -93,7 +138,54 @@ impl App {
                 self.send(Command::RefreshNodes);
             }
             View::Tiers | View::Server => self.send(Command::RefreshStatus),
+            View::Models => self.send(Command::ListModels),
             _ => {}
+        }
+    }
+
+    /// Ctrl+N a new conversation, Ctrl+F search, Ctrl+L the message box,
+    /// Esc stops an answer, Ctrl+plus / Ctrl+minus / Ctrl+0 the text size.
+    fn shortcuts(&mut self, ctx: &egui::Context) {
+        let ctrl = |k| KeyboardShortcut::new(Modifiers::COMMAND, k);
+        let pressed = |s: KeyboardShortcut| ctx.input_mut(|i| i.consume_shortcut(&s));
+        if pressed(ctrl(Key::N)) {
+            self.state.view = Some(View::Chat);
+            self.new_conversation();
+        }
+        if pressed(ctrl(Key::F)) {
+            self.state.view = Some(View::Chat);
+            ctx.memory_mut(|m| m.request_focus(egui::Id::unique(chat::SEARCH_ID)));
+        }
+        if pressed(ctrl(Key::L)) {
+            self.state.view = Some(View::Chat);
+            ctx.memory_mut(|m| m.request_focus(egui::Id::unique(chat::INPUT_ID)));
+        }
+        if self.state.streaming && pressed(KeyboardShortcut::new(Modifiers::NONE, Key::Escape)) {
+            self.send(Command::Stop);
+        }
+        let step = if pressed(ctrl(Key::Plus)) || pressed(ctrl(Key::Equals)) {
+            Some(10i32)
+        } else if pressed(ctrl(Key::Minus)) {
+            Some(-10)
+        } else if pressed(ctrl(Key::Num0)) {
+            Some(100 - self.state.appearance.text_percent as i32)
+        } else {
+            None
+        };
+        if let Some(step) = step {
+            let (lo, hi) = (*Appearance::TEXT_PERCENT.start(), *Appearance::TEXT_PERCENT.end());
+            self.set_appearance(Appearance {
+                text_percent: (self.state.appearance.text_percent as i32 + step).clamp(lo as i32, hi as i32) as u32,
+                ..self.state.appearance
+            });
+        }
+    }
+
+    /// Applies a new look (next frame) and saves it.
+    pub fn set_appearance(&mut self, a: Appearance) {
+        if a != self.state.appearance {
+            self.state.appearance = a;
+            self.send(Command::SaveAppearance(a));
         }
     }
 
@@ -142,142 +234,6 @@ impl App {
                 self.state.errors.clear();
             }
         }
-    }
-
-    fn chat(&mut self, ui: &mut egui::Ui) {
-        egui::Panel::left("conversations").default_size(180.0).show(ui, |ui| {
-            ui.add_space(6.0);
-            if ui.add_enabled(!self.state.streaming, egui::Button::new("New conversation")).clicked() {
-                self.send(Command::NewConversation);
-            }
-            ui.separator();
-            egui::ScrollArea::vertical().show(ui, |ui| {
-                for c in self.state.conversations.clone() {
-                    let title = if c.title.is_empty() { "(new conversation)" } else { &c.title };
-                    let selected = self.state.current == Some(c.id);
-                    let r = ui.add_enabled(!self.state.streaming, egui::Button::selectable(selected, title));
-                    if r.clicked() && !selected {
-                        self.send(Command::OpenConversation(c.id));
-                    }
-                }
-            });
-        });
-        egui::Panel::bottom("input").show(ui, |ui| self.input(ui));
-        egui::CentralPanel::default().show(ui, |ui| {
-            egui::ScrollArea::vertical().stick_to_bottom(true).auto_shrink(false).show(ui, |ui| {
-                if self.state.messages.is_empty() {
-                    ui.weak("Type a message below and press Enter.");
-                }
-                let mut deeper = None;
-                for (i, m) in self.state.messages.iter().enumerate() {
-                    ui.push_id(i, |ui| {
-                        ui.add_space(4.0);
-                        ui.horizontal(|ui| {
-                            ui.strong(if m.from_user { "You" } else { "revis" });
-                            let note = match m.shown {
-                                Shown::Streaming => "answering…",
-                                Shown::Stopped => "stopped",
-                                Shown::Incomplete => "cut off before it ended",
-                                Shown::Failed => "failed",
-                                Shown::Complete => "",
-                            };
-                            if !note.is_empty() {
-                                ui.weak(note);
-                            }
-                            if !m.from_user && !m.text.is_empty() && m.shown != Shown::Streaming && ui.small_button("Copy").clicked() {
-                                ui.ctx().copy_text(m.text.clone());
-                            }
-                            if let Some(id) = m.id.filter(|_| !m.from_user && m.shown == Shown::Complete && m.gears.deep == Deep::None)
-                                && ui
-                                    .add_enabled(!self.state.streaming, egui::Button::new("Go deeper").small())
-                                    .on_hover_text("Ask tier3 for a more thorough follow-up")
-                                    .clicked()
-                            {
-                                deeper = Some(id);
-                            }
-                        });
-                        if let Some(c) = &m.gears.correction {
-                            ui.weak(c);
-                        }
-                        ui.label(&m.text);
-                        if let Some(e) = &m.gears.escalation {
-                            ui.weak(e);
-                        }
-                        match &m.gears.deep {
-                            Deep::None => {}
-                            Deep::Asked => {
-                                ui.weak("tier3 will follow up when you pause.");
-                            }
-                            Deep::Writing => {
-                                ui.weak("tier3 is writing a deeper follow-up…");
-                            }
-                            Deep::Done(text) => {
-                                ui.add_space(2.0);
-                                ui.strong("Deeper (tier3)");
-                                ui.label(text);
-                            }
-                            Deep::Failed(why) => {
-                                ui.weak(format!("tier3's follow-up failed: {why}"));
-                            }
-                        }
-                    });
-                }
-                if let Some(id) = deeper {
-                    self.send(Command::GoDeeper(id));
-                }
-            });
-        });
-    }
-
-    fn input(&mut self, ui: &mut egui::Ui) {
-        ui.add_space(4.0);
-        let phase = match self.state.phase {
-            Some(PrefillPhase::Queued) => "The answer will be warmed up when the current one ends.",
-            Some(PrefillPhase::Computing) => "Warming up the answer while you type…",
-            Some(PrefillPhase::Ready) => "Ready: the answer starts from a warm cache.",
-            _ => "",
-        };
-        ui.horizontal(|ui| {
-            if let Some(s) = &self.state.last_stats {
-                ui.weak(s);
-            } else if !phase.is_empty() {
-                ui.weak(phase);
-            }
-        });
-        ui.horizontal(|ui| {
-            let label = ui.label("Message:");
-            let was_empty = self.state.input.is_empty();
-            let width = ui.available_width() - 70.0;
-            let edit = egui::TextEdit::multiline(&mut self.state.input)
-                .desired_rows(2)
-                .desired_width(width.max(100.0))
-                .hint_text("Ask anything; Enter sends, Shift+Enter starts a new line")
-                .return_key(KeyboardShortcut::new(Modifiers::SHIFT, Key::Enter));
-            let r = ui.add(edit).labelled_by(label.id);
-            if r.changed() {
-                // The typing signal: the first key starts the pre-prefill and holds background work.
-                if self.state.input.is_empty() {
-                    self.send(Command::InputCleared);
-                } else {
-                    self.send(Command::Keystroke { first: was_empty, draft: self.state.input.clone() });
-                }
-            }
-            let enter = r.has_focus() && ui.input(|i| i.key_pressed(Key::Enter) && i.modifiers.is_none());
-            if self.state.streaming {
-                if ui.button("Stop").clicked() {
-                    self.send(Command::Stop);
-                }
-            } else {
-                let send = ui.add_enabled(!self.state.input.trim().is_empty(), egui::Button::new("Send")).clicked();
-                if (send || enter) && !self.state.input.trim().is_empty() {
-                    let text = std::mem::take(&mut self.state.input).trim().to_owned();
-                    self.state.sent(text.clone());
-                    self.send(Command::Send(text));
-                    r.request_focus();
-                }
-            }
-        });
-        ui.add_space(4.0);
     }
 
     fn tiers(&mut self, ui: &mut egui::Ui) {
@@ -589,6 +545,20 @@ impl App {
 
     fn settings(&mut self, ui: &mut egui::Ui) {
         ui.heading("Settings");
+        ui.strong("Appearance");
+        let mut a = self.state.appearance;
+        ui.horizontal(|ui| {
+            egui::ComboBox::from_label("Theme").selected_text(a.theme.words()).show_ui(ui, |ui| {
+                for t in Theme::ALL {
+                    ui.selectable_value(&mut a.theme, t, t.words());
+                }
+            });
+            ui.add_space(16.0);
+            ui.add(egui::Slider::new(&mut a.text_percent, Appearance::TEXT_PERCENT).step_by(5.0).suffix(" %").text("Text size"))
+                .on_hover_text("Ctrl+plus and Ctrl+minus change it too; Ctrl+0 sets it back");
+        });
+        self.set_appearance(a);
+        ui.add_space(8.0);
         let Some(mut draft) = self.state.settings_draft.clone() else {
             ui.label("Reading the settings…");
             return;
@@ -659,5 +629,11 @@ fn same(a: &crate::settings::Settings, b: &crate::settings::Settings) -> bool {
 impl eframe::App for App {
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
         App::ui(self, ui);
+    }
+
+    /// A conversation deleted with its undo still offered is deleted for
+    /// good now (the I/O side does it before it ends).
+    fn on_exit(&mut self) {
+        self.commit_delete();
     }
 }

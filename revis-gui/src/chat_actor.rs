@@ -5,7 +5,7 @@
 
 use revis_client::dispatch::Dispatcher;
 use revis_orchestrator::Policies;
-use revis_orchestrator::conversation::Chat;
+use revis_orchestrator::conversation::{Chat, ChatError};
 use revis_store::{ConversationId, Store};
 use tokio::sync::mpsc;
 
@@ -68,58 +68,124 @@ pub(crate) async fn chat_actor(daemon: Dispatcher, store: Store, opts: Options, 
             Command::Stop => {}
             Command::Send(text) => {
                 let mut so_far = String::new();
-                let mut turn = Box::pin(chat.send(&text, |t| {
+                let turn = chat.send(&text, |t| {
                     so_far.push_str(t);
                     sink.send(Event::Delta(t.to_owned()));
-                }));
-                let outcome = loop {
-                    tokio::select! {
-                        r = &mut turn => break Some(r),
-                        c = rx.recv() => match c {
-                            Some(Command::Stop) | None => break None,
-                            // Only the draft is checked; typing resumes when the turn is over.
-                            Some(Command::Keystroke { first, draft }) => {
-                                if let Err(e) = chat.keystroke(first, Some(&draft)) {
-                                    sink.error("warming up the answer", plain_chat(&e));
-                                }
-                            }
-                            Some(Command::InputCleared) => chat.typing_stopped(),
-                            Some(other) => sink.error("while the answer streams", format!("{} waits until the answer is done or stopped", describe(&other))),
-                        },
-                    }
-                };
-                // Dropping the turn drops its stream: the daemon stops at the next token; the
-                // prefix warmed for it counts as used.
-                drop(turn);
-                match outcome {
-                    Some(Ok(done)) => sink.send(Event::AnswerDone { text: done.text.clone(), stats: stats(&done) }),
-                    Some(Err(e)) => sink.send(Event::AnswerFailed(plain_chat(&e))),
-                    None => {
-                        // The dropped turn handed exactly what was shown to the store's writer
-                        // (kept, flagged incomplete): wait until it is on disk.
-                        if let Err(e) = chat.saved().await {
-                            sink.error("saving the stopped answer", plain_chat(&e));
-                        }
-                        sink.send(Event::AnswerStopped { text: so_far });
-                    }
+                });
+                let outcome = stream(&chat, turn, &mut rx, &sink).await;
+                end_turn(&chat, &store, &sink, outcome, so_far, true).await;
+            }
+            Command::Resend { from, text } => {
+                // The message and what follows leave the store first; a refusal changes nothing.
+                if let Err(e) = chat.rewind(from).await {
+                    sink.send(Event::AnswerFailed(plain_chat(&e)));
+                    open(&store, &sink, chat.conversation).await;
+                    continue;
                 }
-                list(&store, &sink).await;
-                // Keys pressed while the answer streamed: typing resumes, and the
-                // pre-prefill starts from the history that includes the answer.
-                if let Err(e) = chat.resume_typing() {
-                    sink.error("warming up the answer", plain_chat(&e));
-                }
+                let mut so_far = String::new();
+                let turn = chat.send(&text, |t| {
+                    so_far.push_str(t);
+                    sink.send(Event::Delta(t.to_owned()));
+                });
+                let outcome = stream(&chat, turn, &mut rx, &sink).await;
+                end_turn(&chat, &store, &sink, outcome, so_far, true).await;
+            }
+            Command::Continue(reply) => {
+                // What was shown before goes on (read once the stopped text is on disk); a stop now keeps both parts.
+                let _ = chat.saved().await;
+                let before = blocking(&store, move |s| Ok(s.message(reply)?.map(|m| m.text).unwrap_or_default())).await.unwrap_or_default();
+                let mut so_far = before;
+                let turn = chat.continue_reply(reply, |t| {
+                    so_far.push_str(t);
+                    sink.send(Event::Delta(t.to_owned()));
+                });
+                let outcome = stream(&chat, turn, &mut rx, &sink).await;
+                end_turn(&chat, &store, &sink, outcome, so_far, false).await;
             }
             other => sink.error("chat", format!("{} is not a chat command", describe(&other))),
         }
     }
 }
 
+/// Streams a turn until it ends or the user stops it (None); keys pressed
+/// meanwhile still reach the chat (the draft's check, the typing signal).
+async fn stream(
+    chat: &Chat<Dispatcher>,
+    turn: impl Future<Output = Result<revis_client::Done, ChatError>>,
+    rx: &mut mpsc::UnboundedReceiver<Command>,
+    sink: &Sink,
+) -> Option<Result<revis_client::Done, ChatError>> {
+    let mut turn = std::pin::pin!(turn);
+    loop {
+        tokio::select! {
+            r = &mut turn => break Some(r),
+            c = rx.recv() => match c {
+                Some(Command::Stop) | None => break None,
+                // Only the draft is checked; typing resumes when the turn is over.
+                Some(Command::Keystroke { first, draft }) => {
+                    if let Err(e) = chat.keystroke(first, Some(&draft)) {
+                        sink.error("warming up the answer", plain_chat(&e));
+                    }
+                }
+                Some(Command::InputCleared) => chat.typing_stopped(),
+                Some(other) => sink.error("while the answer streams", format!("{} waits until the answer is done or stopped", describe(&other))),
+            },
+        }
+    }
+    // Dropping the turn (on return) drops its stream: the daemon stops at the
+    // next token; the prefix warmed for it counts as used.
+}
+
+/// After a turn: the answer's end told to the UI (done, failed, or stopped
+/// with what was shown, saved first), the turn's stored ids, the list, and
+/// typing resumed.
+async fn end_turn(
+    chat: &Chat<Dispatcher>,
+    store: &Store,
+    sink: &Sink,
+    outcome: Option<Result<revis_client::Done, ChatError>>,
+    shown: String,
+    asked: bool,
+) {
+    match outcome {
+        Some(Ok(done)) => sink.send(Event::AnswerDone { text: done.text.clone(), stats: stats(&done), tier: answer_tier() }),
+        Some(Err(e)) => sink.send(Event::AnswerFailed(plain_chat(&e))),
+        None => {
+            // The dropped turn handed exactly what was shown to the store's writer
+            // (kept, flagged incomplete): wait until it is on disk.
+            if let Err(e) = chat.saved().await {
+                sink.error("saving the stopped answer", plain_chat(&e));
+            }
+            sink.send(Event::AnswerStopped { text: shown });
+        }
+    }
+    // The ids the UI needs to edit, regenerate or continue this turn.
+    let conversation = chat.conversation;
+    if let Ok(messages) = blocking(store, move |s| s.messages(conversation)).await
+        && let Some(i) = messages.iter().rposition(|m| m.role == revis_store::Role::Assistant)
+    {
+        let user = messages[..i].iter().rev().find(|m| m.role == revis_store::Role::User).map(|m| m.id).filter(|_| asked);
+        sink.send(Event::TurnIds { user, reply: messages[i].id });
+    }
+    list(store, sink).await;
+    // Keys pressed while the answer streamed: typing resumes, and the
+    // pre-prefill starts from the history that includes the answer.
+    if let Err(e) = chat.resume_typing() {
+        sink.error("warming up the answer", plain_chat(&e));
+    }
+}
+
+/// The tier chat answers come from.
+fn answer_tier() -> revis_client::Tier {
+    Policies::default().get(revis_orchestrator::TaskKind::ChatAnswer).tier
+}
+
 fn describe(c: &Command) -> &'static str {
     match c {
         Command::NewConversation => "A new conversation",
         Command::OpenConversation(_) => "Opening another conversation",
-        Command::Send(_) => "Another message",
+        Command::Send(_) | Command::Resend { .. } => "Another message",
+        Command::Continue(_) => "Continuing an answer",
         _ => "That",
     }
 }

@@ -113,20 +113,55 @@ struct Io {
     pairing: Option<tokio::task::AbortHandle>,
     /// What the last browse saw, to pair by name.
     seen: Arc<std::sync::Mutex<Vec<Discovered>>>,
+    /// The download under way, to cancel it.
+    pull_cancel: Option<revis_models::Cancel>,
+    /// What the I/O side's own tasks tell its loop.
+    internal: mpsc::UnboundedSender<Internal>,
+    internal_rx: Option<mpsc::UnboundedReceiver<Internal>>,
+}
+
+/// What the I/O side's own tasks tell its loop.
+enum Internal {
+    /// A download ended; `start`: it was the machine's first model, so revisd can start now.
+    PullEnded { start: bool },
 }
 
 impl Io {
     fn new(opts: Options, sink: Sink) -> Io {
         let store = opts.store.clone();
-        Io { opts, sink, client: None, store, chat: None, dispatcher: None, pairing: None, seen: Default::default() }
+        let (internal, internal_rx) = mpsc::unbounded_channel();
+        Io {
+            opts,
+            sink,
+            client: None,
+            store,
+            chat: None,
+            dispatcher: None,
+            pairing: None,
+            seen: Default::default(),
+            pull_cancel: None,
+            internal,
+            internal_rx: Some(internal_rx),
+        }
     }
 
     async fn run(mut self, mut cmds: mpsc::UnboundedReceiver<Command>) {
         let mut tick = tokio::time::interval(STATUS_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let Some(mut internal) = self.internal_rx.take() else { return };
         loop {
             let cmd = tokio::select! {
                 c = cmds.recv() => match c { Some(c) => c, None => break },
+                Some(i) = internal.recv() => match i {
+                    Internal::PullEnded { start } => {
+                        self.pull_cancel = None;
+                        if start {
+                            self.connect().await;
+                        }
+                        self.list_models();
+                        continue;
+                    }
+                },
                 _ = tick.tick() => {
                     if self.client.is_some() {
                         self.status();
@@ -150,12 +185,14 @@ impl Io {
             | Command::Keystroke { .. }
             | Command::InputCleared
             | Command::Send(_)
+            | Command::Resend { .. }
+            | Command::Continue(_)
             | Command::Stop
             | Command::GoDeeper(_)) => match &self.chat {
                 Some(chat) => {
                     let _ = chat.send(c);
                 }
-                None if matches!(c, Command::Send(_)) => {
+                None if matches!(c, Command::Send(_) | Command::Resend { .. } | Command::Continue(_)) => {
                     self.sink.send(Event::AnswerFailed("not connected to revisd yet; the message was not sent".into()))
                 }
                 None => {}
@@ -180,6 +217,47 @@ impl Io {
                 self.sink.send(Event::Restarting);
                 let r = self.restart_daemon().await;
                 self.sink.send(Event::Restarted(r));
+            }
+            Command::Search(query) => self.search(query),
+            Command::Rename { id, title } => {
+                let title = title.trim().to_owned();
+                self.store_then_list("renaming the conversation", move |s| s.set_title(id, &title)).await;
+            }
+            // Done here, not in a task of its own: the app's last command on exit is often this one.
+            Command::Delete(id) => self.store_then_list("deleting the conversation", move |s| s.delete_conversation(id).map(|_| ())).await,
+            Command::ListModels => self.list_models(),
+            Command::Pull(name) => self.pull(name),
+            Command::CancelPull => {
+                if let Some(c) = &self.pull_cancel {
+                    c.cancel();
+                }
+            }
+            Command::UseModel { tier, model } => {
+                let (sink, config, data) = (self.sink.clone(), self.opts.config.clone(), self.opts.data_dir.clone());
+                tokio::task::spawn_blocking(move || {
+                    let r = Settings::load(&config, &data).and_then(|mut s| {
+                        s.tiers.insert(tier, model.clone());
+                        s.save(&config)?;
+                        Ok(s)
+                    });
+                    match r {
+                        Ok(s) => {
+                            sink.send(Event::Settings(s));
+                            sink.send(Event::SettingsSaved(Ok(format!(
+                                "{tier} uses {model} from revisd's next start (Settings: Restart revisd now)."
+                            ))));
+                        }
+                        Err(e) => sink.send(Event::SettingsSaved(Err(e.to_string()))),
+                    }
+                });
+            }
+            Command::SaveAppearance(a) => {
+                let (sink, config) = (self.sink.clone(), self.opts.config.clone());
+                tokio::task::spawn_blocking(move || {
+                    if let Err(e) = a.save(&config) {
+                        sink.error("saving the look of the app", e.to_string());
+                    }
+                });
             }
             Command::SaveSettings(s) => {
                 let (sink, config) = (self.sink.clone(), self.opts.config.clone());
@@ -249,6 +327,15 @@ impl Io {
                 Ok(Some(c)) => Ok(c),
                 // Not this user's socket, maybe: start nothing there.
                 Err(e @ ClientError::Untrusted { .. }) => Err(e),
+                // A first run: the model is chosen in the Models view, not downloaded unasked.
+                _ if self.opts.start_daemon && self.no_model_yet().await => {
+                    self.sink.send(Event::NeedModel(
+                        "revis has no model yet. Choose one below (the one marked fits this machine best); revisd starts once it is downloaded."
+                            .into(),
+                    ));
+                    self.list_models();
+                    return;
+                }
                 _ if self.opts.start_daemon => {
                     self.sink.send(Event::Connecting { starting: true });
                     Client::connect_or_start(&socket, &self.opts.spawn).await
@@ -309,6 +396,103 @@ impl Io {
             self.chat = Some(tx);
             self.dispatcher = Some(dispatcher);
         }
+    }
+
+    /// No model downloaded and none named in revisd.toml: nothing to start revisd with.
+    async fn no_model_yet(&self) -> bool {
+        let (models, config, data) = (self.opts.paths().models(), self.opts.config.clone(), self.opts.data_dir.clone());
+        tokio::task::spawn_blocking(move || {
+            let named = Settings::load(&config, &data).is_ok_and(|s| s.tiers.values().any(|m| !m.trim().is_empty()));
+            !named && !revis_models::any_downloaded(&models)
+        })
+        .await
+        .unwrap_or(false)
+    }
+
+    /// Runs a store write, then lists the conversations again.
+    async fn store_then_list(&self, what: &'static str, f: impl FnOnce(&Store) -> Result<(), revis_store::StoreError> + Send + 'static) {
+        let Some(store) = self.store.clone() else { return self.sink.error(what, "the conversations are not open yet") };
+        let r = tokio::task::spawn_blocking(move || f(&store).and_then(|()| store.conversations())).await;
+        match r {
+            Ok(Ok(list)) => self.sink.send(Event::Conversations(list)),
+            Ok(Err(e)) => self.sink.error(what, e.to_string()),
+            Err(e) => self.sink.error(what, e.to_string()),
+        }
+    }
+
+    /// The conversations whose messages hold `query` (any case).
+    fn search(&self, query: String) {
+        let Some(store) = self.store.clone() else { return };
+        let sink = self.sink.clone();
+        tokio::task::spawn_blocking(move || {
+            let q = query.trim().to_lowercase();
+            let mut ids = Vec::new();
+            if !q.is_empty() {
+                for c in store.conversations().unwrap_or_default() {
+                    if store.messages(c.id).is_ok_and(|m| m.iter().any(|m| m.text.to_lowercase().contains(&q))) {
+                        ids.push(c.id);
+                    }
+                }
+            }
+            sink.send(Event::SearchHits { query, ids });
+        });
+    }
+
+    /// The catalog as this machine sees it (memory, expected speed), and what is downloaded.
+    fn list_models(&self) {
+        let (sink, dir) = (self.sink.clone(), self.opts.paths().models());
+        tokio::task::spawn_blocking(move || sink.send(Event::Models(Box::new(models_info(&dir)))));
+    }
+
+    /// Downloads a model (catalog name or `hf:` reference) with progress;
+    /// the first model of a machine becomes its default and revisd starts.
+    fn pull(&mut self, name: String) {
+        if self.pull_cancel.is_some() {
+            return self
+                .sink
+                .send(Event::PullDone { model: name, result: Err("another download is under way; wait for it or cancel it".into()) });
+        }
+        let model = match revis_models::ModelRef::parse_known(name.trim()) {
+            Ok(m) => m,
+            Err(e) => return self.sink.send(Event::PullDone { model: name, result: Err(e.to_string()) }),
+        };
+        let cancel = revis_models::Cancel::new();
+        self.pull_cancel = Some(cancel.clone());
+        let (sink, dir) = (self.sink.clone(), self.opts.paths().models());
+        let first = !revis_models::any_downloaded(&dir);
+        let shown = model.to_string();
+        let progress = {
+            let (sink, shown) = (sink.clone(), shown.clone());
+            revis_models::Reporter::new(move |label, done, total| {
+                sink.send(Event::PullProgress { model: shown.clone(), label: label.to_owned(), done, total });
+            })
+        };
+        let opts = revis_models::PullOptions {
+            progress: revis_models::Progress::Report(progress),
+            cancel: Some(cancel),
+            ..self.opts.pull.clone()
+        };
+        let task = tokio::task::spawn_blocking(move || {
+            let path = model.pull(&dir, &opts)?;
+            if first {
+                revis_models::set_default_model(&dir, &model)?;
+            }
+            Ok::<_, revis_models::Error>(path)
+        });
+        let tx = self.internal.clone();
+        tokio::spawn(async move {
+            let result = match task.await {
+                Ok(Ok(path)) if first => {
+                    Ok(format!("{shown} is downloaded ({}) and is the default model; starting revisd…", path.display()))
+                }
+                Ok(Ok(path)) => Ok(format!("{shown} is downloaded ({}). Use it for a tier below.", path.display())),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            let start = first && result.is_ok();
+            sink.send(Event::PullDone { model: shown, result });
+            let _ = tx.send(Internal::PullEnded { start });
+        });
     }
 
     /// Switches a tier's offload: saved in the store, applied now (the
@@ -534,6 +718,42 @@ impl Io {
                 Err(e) => sink.error("listing paired devices", e.words()),
             }
         });
+    }
+}
+
+/// The catalog as this machine sees it; measuring takes about 100 ms.
+fn models_info(dir: &std::path::Path) -> crate::protocol::ModelsInfo {
+    use revis_models::choose::human_bytes;
+    let machine = revis_models::Machine::measure();
+    let catalog = revis_models::catalog();
+    let recommended = revis_models::choose(&machine, catalog).entry.name;
+    let rows = catalog
+        .iter()
+        .map(|e| {
+            let est = revis_models::choose::estimate(e, &machine);
+            crate::protocol::ModelRow {
+                name: e.name.to_owned(),
+                params: e.params.to_owned(),
+                description: e.description.to_owned(),
+                size: human_bytes(e.size),
+                size_bytes: e.size,
+                memory: human_bytes(est.memory_bytes),
+                tokens_per_s: est.tokens_per_s,
+                fits_memory: est.fits_memory,
+                fits: est.fits(),
+                downloaded: e.is_present(dir),
+                recommended: e.name == recommended,
+            }
+        })
+        .collect();
+    // Models pulled by Hugging Face reference, by the name that finds them again.
+    let other = revis_models::downloaded_hf(dir).into_iter().map(|(name, size)| (name, human_bytes(size))).collect();
+    crate::protocol::ModelsInfo {
+        machine: machine.describe(),
+        rows,
+        other,
+        default_model: revis_models::default_model(dir),
+        dir: dir.display().to_string(),
     }
 }
 

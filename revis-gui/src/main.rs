@@ -12,7 +12,13 @@ fn main() -> anyhow::Result<()> {
     // Every path (the data folder chosen in the settings among them) is resolved here and passed down.
     let opts = revis_gui::Options::from_env()?;
     let native = eframe::NativeOptions {
-        viewport: egui::ViewportBuilder::default().with_title("revis").with_inner_size([980.0, 680.0]).with_min_inner_size([640.0, 420.0]),
+        // The app ID names the folder eframe keeps the window's size and place in
+        // (persist_window, on by default), and the window's class for the desktop.
+        viewport: egui::ViewportBuilder::default()
+            .with_title("revis")
+            .with_app_id("revis")
+            .with_inner_size([1100.0, 760.0])
+            .with_min_inner_size([640.0, 420.0]),
         ..Default::default()
     };
     eframe::run_native("revis", native, Box::new(move |cc| Ok(Box::new(revis_gui::App::new(opts, &cc.egui_ctx)))))

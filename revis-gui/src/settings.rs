@@ -20,6 +20,87 @@ pub struct Settings {
     pub next_data_dir: String,
 }
 
+/// Light or dark.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Theme {
+    /// As the desktop is set (dark where the system does not say).
+    #[default]
+    System,
+    Light,
+    Dark,
+}
+
+impl Theme {
+    pub const ALL: [Theme; 3] = [Theme::System, Theme::Light, Theme::Dark];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Theme::System => "system",
+            Theme::Light => "light",
+            Theme::Dark => "dark",
+        }
+    }
+
+    /// For the settings' menu.
+    pub fn words(self) -> &'static str {
+        match self {
+            Theme::System => "Follow the system",
+            Theme::Light => "Light",
+            Theme::Dark => "Dark",
+        }
+    }
+}
+
+/// The look of the app, kept in `gui.toml`'s `[appearance]` and applied at once.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Appearance {
+    pub theme: Theme,
+    /// Text size in percent of egui's (every widget scales with it).
+    pub text_percent: u32,
+}
+
+impl Default for Appearance {
+    fn default() -> Self {
+        Appearance { theme: Theme::System, text_percent: 100 }
+    }
+}
+
+impl Appearance {
+    /// The text sizes offered, in percent.
+    pub const TEXT_PERCENT: std::ops::RangeInclusive<u32> = 75..=200;
+
+    /// Reads `gui.toml` beside `config`; what is missing or not understood is the default.
+    pub fn load(config: &Path) -> Appearance {
+        let Ok(doc) = read(&gui_path(config)) else { return Appearance::default() };
+        let a = doc.get("appearance");
+        let theme = a.and_then(|a| a.get("theme")).and_then(|t| t.as_str()).and_then(|t| Theme::ALL.into_iter().find(|x| x.as_str() == t));
+        let text = a.and_then(|a| a.get("text_percent")).and_then(|t| t.as_integer()).and_then(|t| u32::try_from(t).ok());
+        Appearance { theme: theme.unwrap_or_default(), text_percent: text.filter(|t| Self::TEXT_PERCENT.contains(t)).unwrap_or(100) }
+    }
+
+    /// Writes it into `gui.toml`, keeping the rest of the file.
+    pub fn save(&self, config: &Path) -> Result<(), SettingsError> {
+        let gui = gui_path(config);
+        let mut doc = read(&gui)?;
+        let mut t = toml_edit::Table::new();
+        t.insert("theme", toml_edit::value(self.theme.as_str()));
+        t.insert("text_percent", toml_edit::value(i64::from(self.text_percent)));
+        doc.insert("appearance", toml_edit::Item::Table(t));
+        write(&gui, &doc)
+    }
+
+    /// Applies it to the window.
+    pub fn apply(&self, ctx: &eframe::egui::Context) {
+        use eframe::egui::ThemePreference;
+        ctx.set_theme(match self.theme {
+            Theme::System => ThemePreference::System,
+            Theme::Light => ThemePreference::Light,
+            Theme::Dark => ThemePreference::Dark,
+        });
+        ctx.set_zoom_factor(self.text_percent as f32 / 100.0);
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {
     #[error("{path}: {source}")]
@@ -164,6 +245,20 @@ mod tests {
         let back = Settings::load(&config, dir.path()).unwrap();
         assert!(!back.tiers.contains_key(&Tier::Tier1));
         assert_eq!(saved_data_dir(&config), None);
+    }
+
+    #[test]
+    fn the_look_is_kept_beside_the_data_folder_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("revisd.toml");
+        assert_eq!(Appearance::load(&config), Appearance::default(), "no file yet");
+        std::fs::write(gui_path(&config), "data_dir = \"/srv/revis\"\n").unwrap();
+        let a = Appearance { theme: Theme::Light, text_percent: 125 };
+        a.save(&config).unwrap();
+        assert_eq!(Appearance::load(&config), a);
+        assert_eq!(saved_data_dir(&config), Some(PathBuf::from("/srv/revis")), "the data folder stays");
+        std::fs::write(gui_path(&config), "[appearance]\ntheme = \"purple\"\ntext_percent = 900\n").unwrap();
+        assert_eq!(Appearance::load(&config), Appearance::default(), "what is not understood is the default");
     }
 
     #[test]

@@ -10,8 +10,8 @@ use revis_orchestrator::conversation::{EscalatedBy, Escalation, TurnNote, TurnRe
 use revis_orchestrator::{GateState, PrefillPhase};
 use revis_store::{Conversation, ConversationId, MessageId, MessageState, Role};
 
-use crate::protocol::{Event, PairingEvent, TierPlacement};
-use crate::settings::Settings;
+use crate::protocol::{Event, ModelsInfo, PairingEvent, TierPlacement};
+use crate::settings::{Appearance, Settings};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum View {
@@ -19,11 +19,12 @@ pub enum View {
     Tiers,
     Nodes,
     Server,
+    Models,
     Settings,
 }
 
 impl View {
-    pub const ALL: [View; 5] = [View::Chat, View::Tiers, View::Nodes, View::Server, View::Settings];
+    pub const ALL: [View; 6] = [View::Chat, View::Tiers, View::Nodes, View::Server, View::Models, View::Settings];
 
     pub fn title(self) -> &'static str {
         match self {
@@ -31,6 +32,7 @@ impl View {
             View::Tiers => "Tiers",
             View::Nodes => "Nodes",
             View::Server => "Server mode",
+            View::Models => "Models",
             View::Settings => "Settings",
         }
     }
@@ -67,6 +69,35 @@ pub struct Message {
     pub id: Option<MessageId>,
     /// What the turn's gears said of an answer.
     pub gears: Gears,
+    /// The tier that wrote an answer (as stored).
+    pub tier: Option<String>,
+    /// Where an answer of this session ran, and its tokens, speed and
+    /// cache reuse, in words (stored answers keep only their tier).
+    pub footer: Option<String>,
+}
+
+impl Message {
+    /// An empty message of the user's, complete (to build others from).
+    pub fn user_message() -> Message {
+        Message {
+            from_user: true,
+            text: String::new(),
+            shown: Shown::Complete,
+            pieces: 0,
+            id: None,
+            gears: Gears::default(),
+            tier: None,
+            footer: None,
+        }
+    }
+
+    fn user(text: String) -> Message {
+        Message { text, ..Message::user_message() }
+    }
+
+    fn answer() -> Message {
+        Message { from_user: false, shown: Shown::Streaming, ..Message::user_message() }
+    }
 }
 
 /// An answer's correction, escalation and deeper follow-up, as shown.
@@ -77,6 +108,8 @@ pub struct Gears {
     /// Why tier3 was asked to go deeper, in words.
     pub escalation: Option<String>,
     pub deep: Deep,
+    /// The checklist tier2 went through before answering, when it is on.
+    pub checklist: Option<String>,
 }
 
 /// tier3's follow-up of an answer.
@@ -104,6 +137,7 @@ impl Gears {
         if let Some(d) = &r.deep {
             g.deep = Deep::Done(d.clone());
         }
+        g.checklist.clone_from(&r.notes);
         g
     }
 }
@@ -172,6 +206,33 @@ pub struct State {
     pub phase: Option<PrefillPhase>,
     pub gates: GateState,
     pub last_stats: Option<String>,
+    /// What the conversation list is filtered by.
+    pub search: String,
+    /// The conversations whose messages hold `search` (titles are matched here).
+    pub search_hits: Option<(String, Vec<ConversationId>)>,
+    /// A conversation being renamed, and the title typed so far.
+    pub renaming: Option<(ConversationId, String)>,
+    /// A conversation deleted but not yet for good: its undo is offered until `until`.
+    pub pending_delete: Option<(Conversation, std::time::Instant)>,
+    /// A message of the user's being edited (its index on screen) and the text so far.
+    pub editing: Option<(usize, String)>,
+    /// Messages removed by a resend (their ids are never given again).
+    pub gone: BTreeSet<MessageId>,
+
+    /// The Models view's facts (None until read).
+    pub models: Option<ModelsInfo>,
+    /// What the Models view's "Hugging Face" field holds.
+    pub pull_name: String,
+    /// The download under way: model, file, bytes so far, size.
+    pub pull: Option<(String, String, u64, Option<u64>)>,
+    /// How the last download ended, in words.
+    pub pull_note: Option<Result<String, String>>,
+    /// A large download waiting for the user's yes (a model that does not fit).
+    pub pull_confirm: Option<String>,
+    /// No model yet: why the Models view opened first.
+    pub need_model: Option<String>,
+    /// The look of the app (theme, text size), as saved in gui.toml.
+    pub appearance: Appearance,
 
     pub status: Option<DaemonStatus>,
     /// Tiers with a load or unload in flight.
@@ -255,6 +316,8 @@ impl State {
                         pieces: 0,
                         gears: records.get(&m.id).map(Gears::of).unwrap_or_default(),
                         id: Some(m.id),
+                        footer: m.tier.clone(),
+                        tier: m.tier,
                         text: m.text,
                     })
                     .collect();
@@ -266,7 +329,40 @@ impl State {
                     m.pieces += 1;
                 }
             }
-            Event::AnswerDone { text, stats } => self.end_answer(Some(text), Shown::Complete, Some(stats)),
+            Event::AnswerDone { text, stats, tier } => {
+                let ran = self.ran_on(tier);
+                self.end_answer(Some(text), Shown::Complete, Some(stats.clone()));
+                if let Some(m) = self.messages.iter_mut().rev().find(|m| !m.from_user) {
+                    m.tier = Some(tier.to_string());
+                    m.footer = Some(format!("{tier} on {ran} · {stats}"));
+                }
+            }
+            Event::TurnIds { user, reply } => {
+                if let Some(i) = self.messages.iter().rposition(|m| !m.from_user && (m.id.is_none() || m.id == Some(reply))) {
+                    self.messages[i].id = Some(reply);
+                    if let Some(u) = user
+                        && let Some(m) = self.messages[..i].iter_mut().rev().find(|m| m.from_user)
+                    {
+                        m.id = Some(u);
+                    }
+                }
+            }
+            Event::SearchHits { query, ids } => self.search_hits = Some((query, ids)),
+            Event::Models(m) => self.models = Some(*m),
+            Event::PullProgress { model, label, done, total } => self.pull = Some((model, label, done, total)),
+            Event::PullDone { result, .. } => {
+                self.pull = None;
+                if result.is_ok() {
+                    self.need_model = None;
+                }
+                self.pull_note = Some(result);
+            }
+            Event::NeedModel(why) => {
+                // The status bar says why nothing is connected (and Try again asks again).
+                self.connection = Some(Connection::Failed("there is no model yet: choose one in Models".into()));
+                self.need_model = Some(why);
+                self.view = Some(View::Models);
+            }
             Event::AnswerStopped { text } => self.end_answer(Some(text), Shown::Stopped, None),
             Event::AnswerFailed(why) => {
                 self.end_answer(None, Shown::Failed, None);
@@ -320,18 +416,75 @@ impl State {
 
     /// The user sent `text`: it shows at once, with an empty answer that streams in.
     pub fn sent(&mut self, text: String) {
-        self.messages.push(Message { from_user: true, text, shown: Shown::Complete, pieces: 0, id: None, gears: Gears::default() });
-        let answer =
-            Message { from_user: false, text: String::new(), shown: Shown::Streaming, pieces: 0, id: None, gears: Gears::default() };
-        self.messages.push(answer);
+        self.messages.push(Message::user(text));
+        self.messages.push(Message::answer());
         self.streaming = true;
         self.last_stats = None;
+        self.editing = None;
+    }
+
+    /// The user's message at `index` is sent again as `text` (edited, or
+    /// the same to regenerate): it and everything after it leave the
+    /// screen, as they leave the store. The command to send, if that
+    /// message is stored.
+    pub fn resent(&mut self, index: usize, text: String) -> Option<crate::protocol::Command> {
+        let from = self.messages.get(index).filter(|m| m.from_user)?.id?;
+        // Notes still on their way about the answers removed must not land on the new one.
+        self.gone.extend(self.messages[index..].iter().filter_map(|m| m.id));
+        self.messages.truncate(index);
+        self.sent(text.clone());
+        Some(crate::protocol::Command::Resend { from, text })
+    }
+
+    /// The answer at the end, stopped or cut off, goes on: it streams
+    /// again. The command to send, if it can.
+    pub fn continuing(&mut self) -> Option<crate::protocol::Command> {
+        let m = self.messages.last_mut().filter(|m| !m.from_user && matches!(m.shown, Shown::Stopped | Shown::Incomplete))?;
+        let id = m.id?;
+        m.shown = Shown::Streaming;
+        m.footer = None;
+        self.streaming = true;
+        self.last_stats = None;
+        Some(crate::protocol::Command::Continue(id))
+    }
+
+    /// Where `tier` runs now, in words: an ensemble, a split, a node, or this machine.
+    pub fn ran_on(&self, tier: Tier) -> String {
+        if let Some(e) = self.ensembles.as_ref().and_then(|e| e.get(&tier)).filter(|e| e.enabled) {
+            let members: Vec<String> = e.members.iter().map(ToString::to_string).collect();
+            return format!("an ensemble of {}", members.join(" and "));
+        }
+        let split = self.status.as_ref().and_then(|s| s.tiers.iter().find(|t| t.tier == tier)).map(|t| t.split.clone()).unwrap_or_default();
+        match self.placements.get(&tier).map(|p| p.runs_on.as_str()) {
+            None | Some("this machine") if !split.is_empty() => format!("this machine and others ({split})"),
+            None => "this machine".to_owned(),
+            Some(p) => p.to_owned(),
+        }
+    }
+
+    /// The conversations the list shows: all, or those whose title or
+    /// messages hold the search, without one being deleted.
+    pub fn listed(&self) -> Vec<&Conversation> {
+        let q = self.search.trim().to_lowercase();
+        let hidden = self.pending_delete.as_ref().map(|(c, _)| c.id);
+        self.conversations
+            .iter()
+            .filter(|c| Some(c.id) != hidden)
+            .filter(|c| {
+                q.is_empty()
+                    || c.title.to_lowercase().contains(&q)
+                    || self.search_hits.as_ref().is_some_and(|(hq, ids)| hq.trim().to_lowercase() == q && ids.contains(&c.id))
+            })
+            .collect()
     }
 
     /// The answer a note is about: the one with its id, else (a note about
     /// the answer just given, in this conversation) the last answer not yet
     /// knowing its id, which learns it.
     fn answer_for(&mut self, reply: MessageId) -> Option<&mut Message> {
+        if self.gone.contains(&reply) {
+            return None;
+        }
         if let Some(i) = self.messages.iter().position(|m| m.id == Some(reply)) {
             return self.messages.get_mut(i);
         }
@@ -417,7 +570,7 @@ mod tests {
         };
         s.apply(Event::Note(TurnNote::Checked { reply, check, before_answer: true }));
         s.apply(Event::Delta("A monad is".into()));
-        s.apply(Event::AnswerDone { text: "A monad is a pattern.".into(), stats: String::new() });
+        s.apply(Event::AnswerDone { text: "A monad is a pattern.".into(), stats: String::new(), tier: Tier::Tier2 });
         s.apply(Event::Note(TurnNote::Escalated {
             reply,
             escalation: Escalation { by: EscalatedBy::Checklist, why: Some("it needs care".into()) },

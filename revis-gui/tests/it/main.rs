@@ -4,9 +4,13 @@
 
 mod admin;
 mod chat;
+mod conversations;
+mod desktop;
 mod discovery;
 mod ensemble;
+mod models;
 mod offload;
+mod rich;
 mod screenshots;
 mod start;
 
@@ -35,6 +39,7 @@ pub fn options(socket: &Path, data: &Path, max_tokens: u32) -> Options {
         discovery: None,
         sampling: revis_client::Sampling { temperature: Some(0.0), ..Default::default() },
         max_tokens: Some(max_tokens),
+        pull: revis_models::PullOptions { progress: revis_models::Progress::Quiet, ..Default::default() },
     }
 }
 

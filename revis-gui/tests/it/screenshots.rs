@@ -1,6 +1,6 @@
 //! Renders the main views to PNG with egui's own wgpu renderer (headless:
 //! Mesa's CPU renderer on a machine without a GPU): chat with a streamed
-//! answer, tiers, nodes, server mode with a pairing code, settings. They go
+//! answer, tiers, nodes, server mode with a pairing code, models, settings. They go
 //! to `$REVIS_SCREENSHOTS` (`cargo xtask screenshots` sets it to
 //! docs/screenshots), else under the target directory. Their content
 //! varies (codes, timings, paths), so each is checked to have rendered,
@@ -55,6 +55,11 @@ fn screenshots_of_the_main_views() {
         let mut keyring = revis_client::Keyring::open(&data.path().join("client")).unwrap();
         revis_client::pair(&mut keyring, addr, "desk", &o.code.parse().unwrap(), "laptop").await.unwrap();
     });
+    // The test model, downloaded (as the Models view shows it).
+    let models = data.path().join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    let model = revis_testkit::smollm2();
+    std::os::unix::fs::symlink(&model, models.join(model.file_name().unwrap())).unwrap();
     let mut opts = options(&d.socket, data.path(), 64);
     opts.config = data.path().join("config/revisd.toml");
     std::fs::create_dir_all(data.path().join("config")).unwrap();
@@ -64,10 +69,17 @@ fn screenshots_of_the_main_views() {
 
     let input = h.get_by_role_and_label(Role::MultilineTextInput, "Message:");
     input.focus();
-    input.type_text("Give me three tips for a good night's sleep.");
+    input.type_text("Show a short Python function that adds two numbers.");
     h.run_ok();
     h.key_press(Key::Enter);
-    wait_until(&mut h, "the answer", |h| !h.state().state.streaming && h.state().state.last_stats.is_some());
+    // Its title in the list and its stored ids (the answer's buttons) come just after it.
+    wait_until(&mut h, "the answer, its title and its ids", |h| {
+        let s = &h.state().state;
+        !s.streaming
+            && s.last_stats.is_some()
+            && s.messages.iter().all(|m| m.id.is_some())
+            && s.conversations.iter().any(|c| !c.title.is_empty())
+    });
     shoot(&mut h, "chat");
 
     h.get_by_label("Tiers").click();
@@ -85,6 +97,10 @@ fn screenshots_of_the_main_views() {
         matches!(h.state().state.pairing, Some(PairingEvent::Opened { .. })) && !h.state().state.devices.is_empty()
     });
     shoot(&mut h, "server");
+
+    h.get_by_label("Models").click();
+    wait_until(&mut h, "the catalog", |h| h.state().state.models.is_some());
+    shoot(&mut h, "models");
 
     h.get_by_label("Settings").click();
     wait_until(&mut h, "the settings", |h| h.query_by_label("Save settings").is_some());
