@@ -137,7 +137,15 @@ impl App {
                 self.state.nodes_loading = true;
                 self.send(Command::RefreshNodes);
             }
-            View::Tiers | View::Server => self.send(Command::RefreshStatus),
+            View::Tiers => {
+                self.send(Command::RefreshStatus);
+                // The nodes' health, for the ensembles' members.
+                if self.state.nodes.is_empty() && !self.state.nodes_loading {
+                    self.state.nodes_loading = true;
+                    self.send(Command::RefreshNodes);
+                }
+            }
+            View::Server => self.send(Command::RefreshStatus),
             View::Models => self.send(Command::ListModels),
             _ => {}
         }
@@ -331,6 +339,14 @@ impl App {
                 }
                 ui.weak(spec.map_or_else(|| "no ensemble".to_owned(), EnsembleSpec::describe));
             });
+            // Each member's health, where the ensemble is on: a node's as last probed.
+            if let Some(spec) = spec.filter(|s| s.enabled) {
+                let members: Vec<String> = spec.members.iter().map(|m| member_health(m, &self.state.nodes)).collect();
+                ui.horizontal_wrapped(|ui| {
+                    ui.add_space(24.0);
+                    ui.weak(format!("Members: {}", members.join(" · ")));
+                });
+            }
             ui.horizontal(|ui| {
                 ui.add_space(24.0);
                 let l = ui.label(format!("Members of {tier}'s ensemble:"));
@@ -606,6 +622,17 @@ impl App {
             }
         }
         self.state.settings_draft = Some(draft);
+    }
+}
+
+/// An ensemble member and how it is, in words: this machine's tiers are
+/// here; a node's as its last probe found it (the Nodes view probes them).
+fn member_health(m: &revis_client::ensemble::MemberSpec, nodes: &[revis_client::nodes::NodeRow]) -> String {
+    let Some(node) = &m.node else { return format!("{m} (this machine)") };
+    match nodes.iter().find(|n| &n.name == node || &n.device_id == node).map(|n| &n.health) {
+        Some(Health::Ok { latency_ms, .. }) => format!("{m} (answers, {latency_ms:.1} ms)"),
+        Some(Health::Failed(why)) => format!("{m} (not answering: {why}; the others answer without it)"),
+        _ => format!("{m} (not checked yet)"),
     }
 }
 

@@ -95,6 +95,8 @@ fn an_ensemble_switched_on_in_the_tiers_view_answers_with_both_models_and_is_kep
         s.ensemble_wanted.is_empty() && s.ensembles.as_ref().is_some_and(|e| e.get(&Tier::Tier2).is_some_and(|t| t.enabled))
     });
     assert!(h.state().state.ensemble_notes.is_empty(), "{:?}", h.state().state.ensemble_notes);
+    h.run_ok();
+    assert!(h.query_by_label("Members: tier2 (this machine) · tier1 (this machine)").is_some(), "the members, and where they run");
     // The store has it, and the window shows what the store has.
     let stored = revis_orchestrator::ensemble::load_all(&store).remove(&Tier::Tier2).expect("tier2's ensemble in the store");
     let want = EnsembleSpec {
@@ -111,6 +113,8 @@ fn an_ensemble_switched_on_in_the_tiers_view_answers_with_both_models_and_is_kep
 
     // The next message is answered by both: tier1's model drafts too.
     ask(&mut h, "Name a colour.");
+    let footer = h.state().state.last_answer().and_then(|a| a.footer.clone()).unwrap_or_default();
+    assert!(footer.starts_with("tier2 on an ensemble of tier2 and tier1 · "), "the answer says where it ran: {footer:?}");
     assert_eq!(model_state(&d.socket, Tier::Tier2), ModelState::Ready);
     let tier1 = daemon_status(&d.socket).tier(Tier::Tier1).unwrap().clone();
     assert_eq!(tier1.state, ModelState::Ready, "tier1 took part in the answer");
