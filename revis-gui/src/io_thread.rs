@@ -226,7 +226,7 @@ impl Io {
             // Done here, not in a task of its own: the app's last command on exit is often this one.
             Command::Delete(id) => self.store_then_list("deleting the conversation", move |s| s.delete_conversation(id).map(|_| ())).await,
             Command::ListModels => self.list_models(),
-            Command::Pull(name) => self.pull(name),
+            Command::Pull { name, anyway } => self.pull(name, anyway),
             Command::CancelPull => {
                 if let Some(c) = &self.pull_cancel {
                     c.cancel();
@@ -446,7 +446,7 @@ impl Io {
 
     /// Downloads a model (catalog name or `hf:` reference) with progress;
     /// the first model of a machine becomes its default and revisd starts.
-    fn pull(&mut self, name: String) {
+    fn pull(&mut self, name: String, anyway: bool) {
         if self.pull_cancel.is_some() {
             return self
                 .sink
@@ -473,19 +473,37 @@ impl Io {
             ..self.opts.pull.clone()
         };
         let task = tokio::task::spawn_blocking(move || {
+            // A catalog model's memory is checked in the view; a Hugging Face file's size is known once the Hub is asked.
+            if let (revis_models::ModelRef::HuggingFace(r), false) = (&model, anyway) {
+                let file = revis_models::resolve_hf(r, &opts)?;
+                let memory = revis_models::machine::memory_bytes();
+                if file.size as f64 > revis_models::choose::MEMORY_SHARE * memory as f64 {
+                    let size = revis_models::choose::human_bytes;
+                    return Ok(Err(format!(
+                        "Its file is {}, more than half of this machine's {} of memory; other programs may slow down.",
+                        size(file.size),
+                        size(memory)
+                    )));
+                }
+            }
             let path = model.pull(&dir, &opts)?;
             if first {
                 revis_models::set_default_model(&dir, &model)?;
             }
-            Ok::<_, revis_models::Error>(path)
+            Ok::<_, revis_models::Error>(Ok(path))
         });
         let tx = self.internal.clone();
         tokio::spawn(async move {
             let result = match task.await {
-                Ok(Ok(path)) if first => {
+                Ok(Ok(Err(why))) => {
+                    sink.send(Event::PullTooLarge { model: shown, why });
+                    let _ = tx.send(Internal::PullEnded { start: false });
+                    return;
+                }
+                Ok(Ok(Ok(path))) if first => {
                     Ok(format!("{shown} is downloaded ({}) and is the default model; starting revisd…", path.display()))
                 }
-                Ok(Ok(path)) => Ok(format!("{shown} is downloaded ({}). Use it for a tier below.", path.display())),
+                Ok(Ok(Ok(path))) => Ok(format!("{shown} is downloaded ({}). Use it for a tier below.", path.display())),
                 Ok(Err(e)) => Err(e.to_string()),
                 Err(e) => Err(e.to_string()),
             };

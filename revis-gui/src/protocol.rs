@@ -56,8 +56,13 @@ pub enum Command {
     Delete(ConversationId),
     /// Read the catalog, what is downloaded, and what fits this machine.
     ListModels,
-    /// Download a model: a catalog name or an `hf:` reference.
-    Pull(String),
+    /// Download a model: a catalog name or an `hf:` reference; a Hugging
+    /// Face file larger than half this machine's memory waits for a yes
+    /// (`anyway`) first.
+    Pull {
+        name: String,
+        anyway: bool,
+    },
     /// Stop the download under way; what was fetched is kept for the next try.
     CancelPull,
     /// Use a model for a tier (written to revisd.toml; applies once revisd restarts).
@@ -196,6 +201,12 @@ pub enum Event {
         label: String,
         done: u64,
         total: Option<u64>,
+    },
+    /// A download was not started: the model is larger than this machine
+    /// takes well (why, in a sentence); it waits for the user's yes.
+    PullTooLarge {
+        model: String,
+        why: String,
     },
     /// A download ended: what now, or why not, in words.
     PullDone {

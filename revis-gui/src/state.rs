@@ -227,8 +227,9 @@ pub struct State {
     pub pull: Option<(String, String, u64, Option<u64>)>,
     /// How the last download ended, in words.
     pub pull_note: Option<Result<String, String>>,
-    /// A large download waiting for the user's yes (a model that does not fit).
-    pub pull_confirm: Option<String>,
+    /// A large download waiting for the user's yes (a model that does not
+    /// fit): the model, and why it is large, in a sentence.
+    pub pull_confirm: Option<(String, String)>,
     /// No model yet: why the Models view opened first.
     pub need_model: Option<String>,
     /// The look of the app (theme, text size), as saved in gui.toml.
@@ -350,6 +351,10 @@ impl State {
             Event::SearchHits { query, ids } => self.search_hits = Some((query, ids)),
             Event::Models(m) => self.models = Some(*m),
             Event::PullProgress { model, label, done, total } => self.pull = Some((model, label, done, total)),
+            Event::PullTooLarge { model, why } => {
+                self.pull = None;
+                self.pull_confirm = Some((model, why));
+            }
             Event::PullDone { result, .. } => {
                 self.pull = None;
                 if result.is_ok() {

@@ -62,11 +62,32 @@ pub fn show(ui: &mut egui::Ui, cache: &mut CommonMarkCache, md: &str) {
     for (i, s) in segments(md).into_iter().enumerate() {
         ui.push_id(i, |ui| match s {
             Segment::Prose(text) => {
-                CommonMarkViewer::new().show(ui, cache, text);
+                CommonMarkViewer::new().show(ui, cache, &images_as_links(text));
             }
             Segment::Code { lang, code } => code_block(ui, &lang, &code),
         });
     }
+}
+
+/// Images become links: the app fetches nothing an answer names (and has
+/// no image loaders), so `![alt](url)` shows as the link `alt`.
+pub fn images_as_links(md: &str) -> std::borrow::Cow<'_, str> {
+    if !md.contains("![") {
+        return md.into();
+    }
+    let bangs: Vec<usize> = Parser::new_ext(md, pulldown_cmark::Options::ENABLE_TABLES)
+        .into_offset_iter()
+        .filter_map(|(e, r)| matches!(e, Event::Start(Tag::Image { .. })).then_some(r.start))
+        .filter(|&at| md.as_bytes().get(at) == Some(&b'!'))
+        .collect();
+    let mut out = String::with_capacity(md.len());
+    let mut from = 0;
+    for at in bangs {
+        out.push_str(&md[from..at]);
+        from = at + 1;
+    }
+    out.push_str(&md[from..]);
+    out.into()
 }
 
 fn code_block(ui: &mut egui::Ui, lang: &str, code: &str) {
@@ -108,6 +129,16 @@ mod tests {
         );
         assert_eq!(segments("No code here."), [Segment::Prose("No code here.")]);
         assert_eq!(segments("    indented\n"), [code("", "indented")]);
+    }
+
+    #[test]
+    fn images_become_links_and_nothing_else_changes() {
+        assert_eq!(
+            images_as_links("See ![a cat](https://x/cat.png) and [a dog](https://x/d)!"),
+            "See [a cat](https://x/cat.png) and [a dog](https://x/d)!"
+        );
+        assert_eq!(images_as_links("Wow! [x](y)"), "Wow! [x](y)");
+        assert_eq!(images_as_links("`![not an image](z)`"), "`![not an image](z)`", "code spans stay");
     }
 
     #[test]

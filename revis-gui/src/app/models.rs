@@ -78,16 +78,17 @@ impl App {
             ui.add(egui::TextEdit::singleline(&mut self.state.pull_name).hint_text("hf:OWNER/REPO").desired_width(320.0)).labelled_by(l.id);
             let ready = !busy && !self.state.pull_name.trim().is_empty();
             if ui.add_enabled(ready, egui::Button::new("Download")).clicked() {
-                // Its size is known only once the download starts: no memory check before it.
+                // Its size is known once the Hub is asked: the I/O side checks it before downloading.
                 pull = Some((self.state.pull_name.trim().to_owned(), true));
             }
         });
         if let Some((name, fits)) = pull {
             self.state.pull_note = None;
             if fits {
-                self.start_pull(name);
+                self.start_pull(name, false);
             } else {
-                self.state.pull_confirm = Some(name);
+                let why = self.too_large(&name);
+                self.state.pull_confirm = Some((name, why));
             }
         }
         if let Some((tier, model)) = use_for {
@@ -101,27 +102,30 @@ impl App {
         }
     }
 
-    fn start_pull(&mut self, name: String) {
+    /// `anyway`: the user said yes to a model too large for this machine.
+    fn start_pull(&mut self, name: String, anyway: bool) {
         self.state.pull = Some((name.clone(), "starting".into(), 0, None));
-        self.send(Command::Pull(name));
+        self.send(Command::Pull { name, anyway });
+    }
+
+    /// Why a catalog model is large for this machine, in a sentence.
+    fn too_large(&self, name: &str) -> String {
+        let row = self.state.models.as_ref().and_then(|m| m.rows.iter().find(|r| r.name == name));
+        match row {
+            Some(r) if r.fits_memory => format!("It would write about {:.0} tokens/s here, slower than reading speed.", r.tokens_per_s),
+            Some(r) => format!("It needs about {} of memory, more than half of this machine's; other programs may slow down.", r.memory),
+            None => String::new(),
+        }
     }
 
     /// The download under way, the question before a large one, or how the last one ended.
     fn download_progress(&mut self, ui: &mut egui::Ui) {
-        if let Some(name) = self.state.pull_confirm.clone() {
-            let row = self.state.models.as_ref().and_then(|m| m.rows.iter().find(|r| r.name == name)).cloned();
-            let why = row.map_or_else(String::new, |r| {
-                if r.fits_memory {
-                    format!(" It would write about {:.0} tokens/s here, slower than reading speed.", r.tokens_per_s)
-                } else {
-                    format!(" It needs about {} of memory, more than half of this machine's; other programs may slow down.", r.memory)
-                }
-            });
-            ui.colored_label(ui.visuals().warn_fg_color, format!("{name} is large for this machine.{why}"));
+        if let Some((name, why)) = self.state.pull_confirm.clone() {
+            ui.colored_label(ui.visuals().warn_fg_color, format!("{name} is large for this machine. {why}"));
             ui.horizontal(|ui| {
                 if ui.button("Download anyway").clicked() {
                     self.state.pull_confirm = None;
-                    self.start_pull(name);
+                    self.start_pull(name, true);
                 }
                 if ui.button("Not now").clicked() {
                     self.state.pull_confirm = None;

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use eframe::egui::accesskit::Role;
 use egui_kittest::kittest::Queryable;
 use revis_gui::state::View;
 
@@ -52,7 +53,13 @@ fn hub(entry: &'static revis_models::CatalogEntry, file: &Path) -> Hub {
                 else {
                     return;
                 };
-                if path.starts_with(&format!("/api/models/{repo}/tree/{revision}")) {
+                if path.starts_with("/api/models/big/model/tree/") {
+                    // A repository whose Q4_K_M file is a petabyte: too large for any machine here.
+                    let lfs = serde_json::json!({"oid": format!("sha256:{}", "0".repeat(64)), "size": 1u64 << 50});
+                    let body = serde_json::json!([{"type": "file", "path": "big-Q4_K_M.gguf", "size": 1u64 << 50, "lfs": lfs}]).to_string();
+                    let _ =
+                        write!(conn, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+                } else if path.starts_with(&format!("/api/models/{repo}/tree/{revision}")) {
                     let lfs = serde_json::json!({"oid": format!("sha256:{}", entry.sha256), "size": bytes.len()});
                     let body = serde_json::json!([{"type": "file", "path": file, "size": bytes.len(), "lfs": lfs}]).to_string();
                     let _ =
@@ -142,6 +149,21 @@ fn a_first_run_chooses_downloads_and_starts_without_a_terminal() {
     wait_until(&mut h, "the catalog again", |h| {
         h.state().state.models.as_ref().is_some_and(|m| m.rows.iter().any(|r| r.name == entry.name && r.downloaded))
     });
+
+    // A Hugging Face model too large for this machine: asked about first, and "Not now" downloads nothing.
+    h.get_by_role_and_label(Role::TextInput, "Hugging Face model:").focus();
+    h.get_by_role_and_label(Role::TextInput, "Hugging Face model:").type_text("hf:big/model");
+    h.run_ok();
+    h.get_by_role_and_label(Role::Button, "Download").click();
+    wait_until(&mut h, "the question before a large download", |h| h.state().state.pull_confirm.is_some());
+    let (model, why) = h.state().state.pull_confirm.clone().unwrap();
+    assert_eq!(model, "hf:big/model");
+    assert!(why.contains("more than half of this machine's"), "{why}");
+    assert!(h.query_by_label("Download anyway").is_some());
+    h.get_by_label("Not now").click();
+    h.run_ok();
+    assert!(h.state().state.pull_confirm.is_none() && h.state().state.pull.is_none());
+    assert_eq!(hub.starts.lock().unwrap().len(), 2, "nothing more was downloaded");
 
     // Given to a tier: written to revisd.toml, for revisd's next start.
     h.get_by_label(&format!("Use {}", entry.name)).click();
