@@ -152,7 +152,8 @@ impl App {
     }
 
     /// Ctrl+N a new conversation, Ctrl+F search, Ctrl+L the message box,
-    /// Esc stops an answer, Ctrl+plus / Ctrl+minus / Ctrl+0 the text size.
+    /// Esc stops an answer, Ctrl+plus / Ctrl+minus / Ctrl+0 the text size,
+    /// (Ctrl+Q, egui's own, closes the window, which keeps its size and place.)
     fn shortcuts(&mut self, ctx: &egui::Context) {
         let ctrl = |k| KeyboardShortcut::new(Modifiers::COMMAND, k);
         let pressed = |s: KeyboardShortcut| ctx.input_mut(|i| i.consume_shortcut(&s));
