@@ -66,15 +66,7 @@ pub(crate) async fn chat_actor(daemon: Dispatcher, store: Store, opts: Options, 
                 open(&store, &sink, chat.conversation).await;
             }
             Command::Stop => {}
-            Command::Send(text) => {
-                let mut so_far = String::new();
-                let turn = chat.send(&text, |t| {
-                    so_far.push_str(t);
-                    sink.send(Event::Delta(t.to_owned()));
-                });
-                let outcome = stream(&chat, turn, &mut rx, &sink).await;
-                end_turn(&chat, &store, &sink, outcome, so_far, true).await;
-            }
+            Command::Send(text) => send(&chat, &store, &sink, &mut rx, &text).await,
             Command::Resend { from, text } => {
                 // The message and what follows leave the store first; a refusal changes nothing.
                 if let Err(e) = chat.rewind(from).await {
@@ -82,13 +74,7 @@ pub(crate) async fn chat_actor(daemon: Dispatcher, store: Store, opts: Options, 
                     open(&store, &sink, chat.conversation).await;
                     continue;
                 }
-                let mut so_far = String::new();
-                let turn = chat.send(&text, |t| {
-                    so_far.push_str(t);
-                    sink.send(Event::Delta(t.to_owned()));
-                });
-                let outcome = stream(&chat, turn, &mut rx, &sink).await;
-                end_turn(&chat, &store, &sink, outcome, so_far, true).await;
+                send(&chat, &store, &sink, &mut rx, &text).await;
             }
             Command::Continue(reply) => {
                 // What was shown before goes on (read once the stopped text is on disk); a stop now keeps both parts.
@@ -105,6 +91,17 @@ pub(crate) async fn chat_actor(daemon: Dispatcher, store: Store, opts: Options, 
             other => sink.error("chat", format!("{} is not a chat command", describe(&other))),
         }
     }
+}
+
+/// Sends `text` and streams its answer to the UI, until it ends or is stopped.
+async fn send(chat: &Chat<Dispatcher>, store: &Store, sink: &Sink, rx: &mut mpsc::UnboundedReceiver<Command>, text: &str) {
+    let mut so_far = String::new();
+    let turn = chat.send(text, |t| {
+        so_far.push_str(t);
+        sink.send(Event::Delta(t.to_owned()));
+    });
+    let outcome = stream(chat, turn, rx, sink).await;
+    end_turn(chat, store, sink, outcome, so_far, true).await;
 }
 
 /// Streams a turn until it ends or the user stops it (None); keys pressed
