@@ -42,8 +42,6 @@ pub struct Layout {
     key: Option<revis_store::ConversationId>,
     /// How many messages the last frame laid out.
     pub laid_out: usize,
-    /// The part of the list on screen in the last frame (the list's coordinates).
-    pub viewport: Option<egui::Rect>,
 }
 
 impl App {

@@ -253,10 +253,9 @@ impl Io {
             }
             Command::SaveAppearance(a) => {
                 let (sink, config) = (self.sink.clone(), self.opts.config.clone());
-                tokio::task::spawn_blocking(move || {
-                    if let Err(e) = a.save(&config) {
-                        sink.error("saving the look of the app", e.to_string());
-                    }
+                tokio::task::spawn_blocking(move || match a.save(&config) {
+                    Ok(()) => sink.send(Event::AppearanceSaved(a)),
+                    Err(e) => sink.error("saving the look of the app", e.to_string()),
                 });
             }
             Command::SaveSettings(s) => {
@@ -754,7 +753,6 @@ fn models_info(dir: &std::path::Path) -> crate::protocol::ModelsInfo {
                 params: e.params.to_owned(),
                 description: e.description.to_owned(),
                 size: human_bytes(e.size),
-                size_bytes: e.size,
                 memory: human_bytes(est.memory_bytes),
                 tokens_per_s: est.tokens_per_s,
                 fits_memory: est.fits_memory,

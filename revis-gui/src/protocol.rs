@@ -127,7 +127,6 @@ pub struct ModelRow {
     pub description: String,
     /// The file's size, for people ("98 MB").
     pub size: String,
-    pub size_bytes: u64,
     /// Memory it needs once loaded, for people.
     pub memory: String,
     /// Expected decoding speed here.
@@ -202,6 +201,8 @@ pub enum Event {
         done: u64,
         total: Option<u64>,
     },
+    /// The look was written to gui.toml (as it was then).
+    AppearanceSaved(Appearance),
     /// A download was not started: the model is larger than this machine
     /// takes well (why, in a sentence); it waits for the user's yes.
     PullTooLarge {

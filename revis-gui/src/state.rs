@@ -232,8 +232,10 @@ pub struct State {
     pub pull_confirm: Option<(String, String)>,
     /// No model yet: why the Models view opened first.
     pub need_model: Option<String>,
-    /// The look of the app (theme, text size), as saved in gui.toml.
+    /// The look of the app (theme, text size), as shown.
     pub appearance: Appearance,
+    /// The look as last written to gui.toml.
+    pub appearance_saved: Option<Appearance>,
 
     pub status: Option<DaemonStatus>,
     /// Tiers with a load or unload in flight.
@@ -351,6 +353,7 @@ impl State {
             Event::SearchHits { query, ids } => self.search_hits = Some((query, ids)),
             Event::Models(m) => self.models = Some(*m),
             Event::PullProgress { model, label, done, total } => self.pull = Some((model, label, done, total)),
+            Event::AppearanceSaved(a) => self.appearance_saved = Some(a),
             Event::PullTooLarge { model, why } => {
                 self.pull = None;
                 self.pull_confirm = Some((model, why));

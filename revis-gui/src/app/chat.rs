@@ -173,7 +173,6 @@ impl App {
             }
             // Only messages within a screen of the viewport are laid out; the
             // others take the height they had (or an estimate) as empty space.
-            self.layout.viewport = Some(viewport);
             let (top, bottom) = (viewport.min.y - viewport.height(), viewport.max.y + viewport.height());
             let (mut y, mut gap) = (0.0, 0.0);
             for i in 0..self.state.messages.len() {

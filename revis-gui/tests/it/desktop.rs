@@ -32,9 +32,10 @@ fn the_look_is_set_by_menu_or_keys_applied_at_once_and_kept() {
     h.run_ok();
     assert_eq!(h.state().state.appearance.text_percent, 110);
     assert!((h.ctx.zoom_factor() - 1.1).abs() < 1e-3, "zoom {}", h.ctx.zoom_factor());
-    // Kept for the next start (written by the I/O side: wait for the file).
+    // Kept for the next start (written by the I/O side, which says so).
     let want = Appearance { theme: Theme::Light, text_percent: 110 };
-    wait_until(&mut h, "the look saved", |_| Appearance::load(&config) == want);
+    wait_until(&mut h, "the look saved", |h| h.state().state.appearance_saved == Some(want));
+    assert_eq!(Appearance::load(&config), want);
 
     // Ctrl+F: to the chat, the search box focused; Ctrl+L: the message box.
     h.key_press_modifiers(Modifiers::COMMAND, Key::F);

@@ -145,6 +145,21 @@ pub fn revisd_in(home: &Path, data: &Path) -> std::path::PathBuf {
     wrapper
 }
 
+/// The app as a new user's runs it in `home`: its own database in
+/// `home/data`, revisd started when none answers (through [`revisd_in`],
+/// its log in `home/revisd.log`) on `home/run/revis/revisd.sock`, which is
+/// returned with the options.
+pub fn new_user_options(home: &Path) -> (Options, std::path::PathBuf) {
+    let data = home.join("data");
+    let wrapper = revisd_in(home, &data);
+    let socket = home.join("run/revis/revisd.sock");
+    let mut opts = options(&socket, &data, 16);
+    opts.store = None;
+    opts.start_daemon = true;
+    opts.spawn = revis_client::SpawnOptions { revisd: Some(wrapper), log: Some(home.join("revisd.log")), ..Default::default() };
+    (opts, socket)
+}
+
 /// Ends whatever revisd answers on a socket when the test ends, passed or
 /// failed, by the PID it reports about itself (the one the app started).
 pub struct Reaper(pub std::path::PathBuf);

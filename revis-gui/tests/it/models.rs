@@ -15,7 +15,7 @@ use eframe::egui::accesskit::Role;
 use egui_kittest::kittest::Queryable;
 use revis_gui::state::View;
 
-use crate::{Reaper, harness, options, ready, revisd_in, wait_until};
+use crate::{Reaper, harness, new_user_options, ready, wait_until};
 
 /// Hugging Face on loopback, serving `entry`'s file (resuming with `Range`);
 /// while `slow` is set it sends 16 KiB every 10 ms. Records each download's
@@ -102,13 +102,7 @@ fn a_first_run_chooses_downloads_and_starts_without_a_terminal() {
     let entry = revis_models::find(revis_models::DEFAULT_MODEL).unwrap();
     let hub = hub(entry, &revis_testkit::smollm2());
     let home = tempfile::tempdir().unwrap();
-    let data = home.path().join("data");
-    let wrapper = revisd_in(home.path(), &data);
-    let socket = home.path().join("run/revis/revisd.sock");
-    let mut opts = options(&socket, &data, 16);
-    opts.store = None;
-    opts.start_daemon = true;
-    opts.spawn = revis_client::SpawnOptions { revisd: Some(wrapper), log: Some(home.path().join("revisd.log")), ..Default::default() };
+    let (mut opts, socket) = new_user_options(home.path());
     opts.pull.hf_endpoint = hub.url.clone();
     opts.pull.index_url = format!("{}/simple", nothing_listens());
     opts.pull.hf_token = None;

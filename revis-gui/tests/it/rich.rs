@@ -3,26 +3,36 @@
 //! conversation laid out only around what is on screen.
 
 use eframe::egui::OutputCommand;
+use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
+use revis_gui::App;
 use revis_testkit::TestDaemon;
 
 use crate::{harness, options, ready, wait_until};
 
 const ANSWER: &str = "## Boiling an egg\n\n1. **Heat** the water\n2. Add the egg\n\n| Minutes | Yolk |\n|---|---|\n| 6 | soft |\n\n```python\nprint(\"done\")\nprint(\"eat\")\n```\n";
 
-#[test]
-fn answers_are_laid_out_as_markdown_and_a_code_block_copies_its_code() {
+/// The app on a real revisd, opened on a conversation of `turns` (question, answer) stored first.
+fn opened_on(turns: &[(String, String)]) -> (revis_testkit::Running, tempfile::TempDir, Harness<'static, App>) {
     let d = TestDaemon::new().start();
     let data = tempfile::tempdir().unwrap();
     let opts = options(&d.socket, data.path(), 16);
     let store = opts.store.clone().unwrap();
-    let c = store.create_conversation("Eggs").unwrap();
-    store.append_user(c, "How do I boil an egg?").unwrap();
-    let r = store.begin_reply(c, "tier2").unwrap();
-    store.complete_reply(r, ANSWER).unwrap();
+    let c = store.create_conversation("Stored").unwrap();
+    for (q, a) in turns {
+        store.append_user(c, q).unwrap();
+        let r = store.begin_reply(c, "tier2").unwrap();
+        store.complete_reply(r, a).unwrap();
+    }
     let mut h = harness(opts);
     ready(&mut h);
-    wait_until(&mut h, "the conversation", |h| h.state().state.current == Some(c) && h.state().state.messages.len() == 2);
+    wait_until(&mut h, "the conversation", |h| h.state().state.current == Some(c) && h.state().state.messages.len() == 2 * turns.len());
+    (d, data, h)
+}
+
+#[test]
+fn answers_are_laid_out_as_markdown_and_a_code_block_copies_its_code() {
+    let (_d, _data, mut h) = opened_on(&[("How do I boil an egg?".into(), ANSWER.into())]);
 
     // Markdown's marks are gone: the heading, the bold word and the table's cells are text of their own.
     assert!(h.query_by_label("Boiling an egg").is_some(), "the heading");
@@ -45,19 +55,9 @@ fn answers_are_laid_out_as_markdown_and_a_code_block_copies_its_code() {
 
 #[test]
 fn a_long_conversation_lays_out_only_what_is_near_the_screen() {
-    let d = TestDaemon::new().start();
-    let data = tempfile::tempdir().unwrap();
-    let opts = options(&d.socket, data.path(), 16);
-    let store = opts.store.clone().unwrap();
-    let c = store.create_conversation("Long").unwrap();
-    for i in 0..100 {
-        store.append_user(c, &format!("Question number {i}")).unwrap();
-        let r = store.begin_reply(c, "tier2").unwrap();
-        store.complete_reply(r, &format!("Answer number {i}, with *some* Markdown.")).unwrap();
-    }
-    let mut h = harness(opts);
-    ready(&mut h);
-    wait_until(&mut h, "the conversation", |h| h.state().state.current == Some(c) && h.state().state.messages.len() == 200);
+    let turns: Vec<(String, String)> =
+        (0..100).map(|i| (format!("Question number {i}"), format!("Answer number {i}, with *some* Markdown."))).collect();
+    let (_d, _data, mut h) = opened_on(&turns);
     // A few frames: the list sticks to the bottom as heights become known.
     for _ in 0..5 {
         h.run_ok();

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use revis_gui::state::Connection;
 
-use crate::{Reaper, daemon_status, harness, options, ready, revisd_in, wait_until};
+use crate::{Reaper, daemon_status, harness, new_user_options, ready, wait_until};
 
 #[test]
 fn the_app_starts_revisd_when_none_answers() {
@@ -14,14 +14,8 @@ fn the_app_starts_revisd_when_none_answers() {
     std::fs::create_dir_all(&models).unwrap();
     let model = revis_testkit::smollm2();
     std::os::unix::fs::symlink(&model, models.join(model.file_name().unwrap())).unwrap();
-    // revisd as a new user's would run: this data dir, no config file.
-    let wrapper = revisd_in(home.path(), &data);
-    let socket = home.path().join("run/revis/revisd.sock");
-    let mut opts = options(&socket, &data, 16);
-    // As a new user's app: it opens its own database.
-    opts.store = None;
-    opts.start_daemon = true;
-    opts.spawn = revis_client::SpawnOptions { revisd: Some(wrapper), log: Some(home.path().join("revisd.log")), ..Default::default() };
+    // revisd as a new user's would run: this data dir, no config file; the app opens its own database.
+    let (opts, socket) = new_user_options(home.path());
     let mut h = harness(opts);
     let reaper = Reaper(socket.clone());
     wait_until(&mut h, "the app to say it starts revisd", |h| {
