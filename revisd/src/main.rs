@@ -60,8 +60,9 @@ enum Command {
         model: PathBuf,
         #[arg(long)]
         context: u32,
+        /// "auto" or a count.
         #[arg(long)]
-        threads: u32,
+        threads: revis_daemon::Threads,
         #[arg(long)]
         batch: u32,
         #[arg(long)]

@@ -27,6 +27,7 @@ mod service;
 mod speculation;
 mod split;
 mod third_party;
+mod threads;
 mod tools;
 
 use revis_client::Client;

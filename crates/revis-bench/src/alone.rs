@@ -17,7 +17,7 @@ pub fn spec(path: &Path, threads: u32, n_ctx: u32, batch: u32) -> ModelSpec {
     ModelSpec {
         path: path.to_owned(),
         n_ctx,
-        threads,
+        threads: revis_engine::Threads::Fixed(threads),
         batch,
         cache_slots: 4,
         cache_budget_bytes: 256 << 20,

@@ -191,7 +191,7 @@ async fn status(paths: &Paths, client: &Client, as_json: bool) -> anyhow::Result
                     "tier": t.tier.as_str(), "model": t.model, "model_path": t.model_path, "state": t.state.as_str(),
                     "memory_bytes": t.memory_bytes, "cached_prefixes": t.cached_prefixes, "cache_bytes": t.cache_bytes,
                     "context_tokens": t.context_tokens, "shared_with": t.shared_with.iter().map(|t| t.as_str()).collect::<Vec<_>>(),
-                    "split": t.split,
+                    "split": t.split, "threads": t.threads, "threads_auto": t.threads_auto,
                 })
             })
             .collect();
@@ -227,8 +227,15 @@ async fn status(paths: &Paths, client: &Client, as_json: bool) -> anyhow::Result
             format!(" (shared with {})", t.shared_with.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(", "))
         };
         let shared = if t.split.is_empty() { shared } else { format!("{shared}; {}", t.split) };
+        // "auto" threads are chosen for the load of the moment: say what they are now.
+        let threads = match (t.threads, t.threads_auto) {
+            (0, true) => ", threads auto".to_owned(),
+            (n, true) => format!(", threads auto ({n} now)"),
+            (0, false) => String::new(),
+            (n, false) => format!(", {n} threads"),
+        };
         println!(
-            "  {}: {:<22} {:<9} {:>4} MiB, ctx {}, {} cached prefixes{shared}",
+            "  {}: {:<22} {:<9} {:>4} MiB, ctx {}{threads}, {} cached prefixes{shared}",
             t.tier,
             t.model,
             t.state.as_str(),
@@ -452,7 +459,18 @@ async fn chat<D: Runner>(daemon: D, store: Store, a: ChatArgs) -> anyhow::Result
         }
     }
     if chat.background_outstanding() > 0 {
-        eprintln!("revis: finishing background work (profile, summary, tier3's follow-ups)...");
+        // On a terminal the person gets the shell back now, and the work
+        // goes on in this process, apart from the terminal (crate::detach);
+        // piped, a script's next command expects it done.
+        if interactive && crate::detach::armed() {
+            eprintln!(
+                "revis: the profile, summaries and tier3's follow-ups are finished in the background (process {}); `revis history` shows them",
+                std::process::id()
+            );
+            crate::detach::release();
+        } else {
+            eprintln!("revis: finishing background work (profile, summary, tier3's follow-ups)...");
+        }
         chat.background_done().await;
     }
     print_notes(&mut *notes.lock().await);

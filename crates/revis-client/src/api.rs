@@ -357,6 +357,10 @@ pub struct TierStatus {
     pub shared_with: Vec<Tier>,
     /// A tier split across machines: how its layers are placed; empty otherwise.
     pub split: String,
+    /// The threads a single token's step runs on now (0 while not loaded),
+    /// and whether the daemon chooses them by measurement (`threads = "auto"`).
+    pub threads: u32,
+    pub threads_auto: bool,
 }
 
 /// A daemon's server mode (other machines reaching it over mutual TLS).

@@ -251,6 +251,8 @@ impl From<pb::TierStatus> for TierStatus {
             context_tokens: t.context_tokens,
             shared_with: t.shared_with.iter().filter_map(|s| tier(s)).collect(),
             split: t.split,
+            threads: t.threads,
+            threads_auto: t.threads_auto,
         }
     }
 }

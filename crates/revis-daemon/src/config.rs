@@ -52,7 +52,7 @@ struct RawDaemon {
     max_tokens_limit: Option<u32>,
     default_max_tokens: Option<u32>,
     context: Option<u32>,
-    threads: Option<u32>,
+    threads: Option<RawThreads>,
     batch: Option<u32>,
     cache_slots: Option<u32>,
     cache_budget_mb: Option<u64>,
@@ -65,10 +65,37 @@ struct RawDaemon {
 struct RawTier {
     model: Option<String>,
     context: Option<u32>,
-    threads: Option<u32>,
+    threads: Option<RawThreads>,
     cache_budget_mb: Option<u64>,
     split: Option<Vec<String>>,
     split_local: Option<f64>,
+}
+
+/// `threads = "auto"` or `threads = 2`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawThreads {
+    Count(i64),
+    Word(String),
+}
+
+/// The most threads a model's calls may get.
+const MAX_THREADS: u32 = 256;
+
+/// `threads` as written: "auto" (chosen by measurement, at most the
+/// machine's `cores`) or a fixed count; unset: `default`.
+fn threads_setting(raw: Option<&RawThreads>, default: revis_engine::Threads, cores: u32) -> Result<revis_engine::Threads, String> {
+    match raw {
+        None => Ok(default),
+        Some(RawThreads::Word(w)) if w == "auto" => Ok(revis_engine::Threads::Auto { most: cores }),
+        Some(RawThreads::Word(w)) if w == "cycle" => Ok(revis_engine::Threads::Cycle { most: cores }),
+        Some(RawThreads::Count(n)) if (1..=i64::from(MAX_THREADS)).contains(n) => Ok(revis_engine::Threads::Fixed(*n as u32)),
+        Some(RawThreads::Count(n)) => Err(format!("is {n}; it must be \"auto\" or a number of threads between 1 and {MAX_THREADS}")),
+        Some(RawThreads::Word(w)) => Err(format!(
+            "is \"{}\"; it must be \"auto\" (chosen by measurement while revisd runs) or a number of threads between 1 and {MAX_THREADS}",
+            w.chars().take(64).collect::<String>()
+        )),
+    }
 }
 
 /// A validated configuration.
@@ -161,7 +188,8 @@ pub struct TierModel {
     pub name: String,
     pub path: PathBuf,
     pub context: u32,
-    pub threads: u32,
+    /// `threads`: "auto" (the default) or a fixed count.
+    pub threads: revis_engine::Threads,
     /// Prompt tokens per batch (`daemon.batch`): where a prompt's batches
     /// end, and so the most prompt tokens a step evaluates while other
     /// answers wait for their next token.
@@ -235,7 +263,8 @@ impl Config {
             Ok(v)
         };
         let context = range("daemon.context", d.context.map(u64::from), 4096, 256, 131_072)? as u32;
-        let threads = range("daemon.threads", d.threads.map(u64::from), cores.into(), 1, 256)? as u32;
+        let threads = threads_setting(d.threads.as_ref(), revis_engine::Threads::Auto { most: cores }, cores)
+            .map_err(|m| field("daemon.threads", m))?;
         let batch = range("daemon.batch", d.batch.map(u64::from), 512, 32, 8192)? as u32;
         let cache_slots = range("daemon.cache_slots", d.cache_slots.map(u64::from), 4, 0, 64)? as usize;
         let cache_mb = range("daemon.cache_budget_mb", d.cache_budget_mb, 256, 0, 1 << 20)?;
@@ -304,7 +333,7 @@ impl Config {
                 name,
                 path,
                 context: range(&f("context"), t.and_then(|t| t.context).map(u64::from), context.into(), 256, 131_072)? as u32,
-                threads: range(&f("threads"), t.and_then(|t| t.threads).map(u64::from), threads.into(), 1, 256)? as u32,
+                threads: threads_setting(t.and_then(|t| t.threads.as_ref()), threads, cores).map_err(|m| field(&f("threads"), m))?,
                 batch,
                 cache_slots,
                 cache_budget_bytes: (range(&f("cache_budget_mb"), t.and_then(|t| t.cache_budget_mb), cache_mb, 0, 1 << 20)? << 20) as usize,
@@ -476,6 +505,31 @@ mod tests {
         check(
             "[daemon]\ncontext = 2048\n[tiers.tier3]\nmodel = \"$DIR/other.gguf\"\ncontext = 8192\n",
             expect!["ok: tier1=smollm2-135m-instruct ctx2048, tier2=smollm2-135m-instruct ctx2048, tier3=$DIR/other.gguf ctx8192"],
+        );
+    }
+
+    #[test]
+    fn threads_are_auto_unless_a_count_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = revis_models::find(revis_models::DEFAULT_MODEL).unwrap();
+        std::fs::write(model.path_in(dir.path()), b"gguf").unwrap();
+        let threads = |toml: &str| {
+            let c = Config::parse(toml, Path::new("revisd.toml"), dir.path()).unwrap();
+            c.tiers.values().map(|m| m.threads).collect::<Vec<_>>()
+        };
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get() as u32);
+        assert!(threads("").iter().all(|&t| t == revis_engine::Threads::Auto { most: cores }));
+        assert!(threads("[daemon]\nthreads = \"auto\"\n").iter().all(|&t| t == revis_engine::Threads::Auto { most: cores }));
+        assert!(threads("[daemon]\nthreads = 3\n").iter().all(|&t| t == revis_engine::Threads::Fixed(3)));
+        check(
+            "[daemon]\nthreads = \"many\"\n",
+            expect![[
+                r#"config revisd.toml: `daemon.threads` is "many"; it must be "auto" (chosen by measurement while revisd runs) or a number of threads between 1 and 256"#
+            ]],
+        );
+        check(
+            "[daemon]\nthreads = 0\n",
+            expect![[r#"config revisd.toml: `daemon.threads` is 0; it must be "auto" or a number of threads between 1 and 256"#]],
         );
     }
 

@@ -26,5 +26,6 @@ pub mod transport;
 pub mod validate;
 
 pub use config::{Config, ConfigError};
+pub use revis_engine::Threads;
 pub use server::{ServeError, run};
 pub use transport::socket::{SocketError, bind, default_socket_path};

@@ -15,7 +15,7 @@ async fn main() {
     let spec = ModelSpec {
         path: path.into(),
         n_ctx: 2048,
-        threads,
+        threads: revis_engine::Threads::Fixed(threads),
         batch: 512,
         cache_slots: 4,
         cache_budget_bytes: 256 << 20,

@@ -9,7 +9,7 @@ async fn main() {
     let spec = ModelSpec {
         path: path.into(),
         n_ctx: 2048,
-        threads: 2,
+        threads: revis_engine::Threads::Fixed(2),
         batch: 512,
         cache_slots: 4,
         cache_budget_bytes: 256 << 20,

@@ -14,6 +14,7 @@ pub mod sample;
 mod stop;
 mod template;
 mod thread;
+pub mod threads;
 pub mod tools;
 mod utf8;
 
@@ -27,6 +28,7 @@ pub use prompt::{Prompt, build_prompt, build_score_prefix, build_static_prompt};
 pub use stop::{StopMatcher, Stopped};
 pub use template::ChatTemplate;
 pub use thread::{Class, EmbedJob, Engine, GenerateJob, Job, LoadedModel, PrefillJob, ScoreJob};
+pub use threads::Threads;
 pub use tools::{Grammar, Tool, ToolCall, ToolChoice, ToolFormat};
 pub use utf8::Utf8Stream;
 
@@ -78,7 +80,8 @@ pub struct ModelSpec {
     pub path: PathBuf,
     /// Context size in tokens.
     pub n_ctx: u32,
-    pub threads: u32,
+    /// Threads per call: a fixed count, or chosen by measurement ([`threads`]).
+    pub threads: Threads,
     /// Prompt tokens per batch (the fixed chunk size of prompt evaluation).
     pub batch: u32,
     /// Saved prefixes kept besides the live sequence.
@@ -222,6 +225,10 @@ pub struct ModelStats {
     pub cached_prefixes: u32,
     pub cache_bytes: u64,
     pub n_ctx: u32,
+    /// The threads a single token's step runs on now, and how often the
+    /// count chosen for a kind of call changed ([`threads`]).
+    pub threads: u32,
+    pub thread_changes: u64,
 }
 
 #[derive(Clone, Debug, thiserror::Error)]
@@ -358,6 +365,9 @@ pub trait Session: Send {
     /// Drops cached prefixes; returns (prefixes, bytes) dropped.
     fn purge(&mut self) -> (u32, u64);
     fn stats(&self) -> ModelStats;
+    /// Whether the calls that follow carry background work only (nobody
+    /// waits for it): they then run on fewer threads ([`threads`]).
+    fn set_background(&mut self, _background: bool) {}
 }
 
 /// A loaded model: its shared tokenizer and its engine-thread session.

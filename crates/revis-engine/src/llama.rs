@@ -21,6 +21,7 @@ use rand::{Rng, SeedableRng};
 use crate::cache::{Evaluated, PrefixCache};
 use crate::lookup::{self, BatchCosts, EXACT_CONTEXT, MAX_DRAFT, PRIOR_ACCEPT, Speculate, Speculation};
 use crate::sample::{argmax, softmax, top_k_of};
+use crate::threads::{Threads, Tuner};
 use crate::{
     Backend, ChatTemplate, Delta, EngineError, FinishReason, Finished, GenerateJob, Joined, Loaded, MAX_EMBED_TOKENS, Message, ModelSpec,
     ModelStats, Prefilled, Prompt, Sampling, Scored, Session, StopMatcher, Stopped, StreamId, Token, TokenInfo, Tokenizer, Tool,
@@ -88,7 +89,7 @@ impl Backend for LlamaCpp {
             }
         };
         let n_ctx = spec.n_ctx.min(model.n_ctx_train().max(1));
-        let threads = spec.threads.max(1) as i32;
+        let threads = spec.threads.most() as i32;
         let streams = spec.streams.clamp(1, crate::MAX_STREAMS);
         let params = LlamaContextParams::default()
             // One sequence per stream, each with a cache of its own of the
@@ -108,6 +109,7 @@ impl Backend for LlamaCpp {
         // the model and declares `ctx` before `model`, so the context is
         // dropped first and the model outlives every use of it.
         let ctx: LlamaContext<'static> = unsafe { std::mem::transmute::<LlamaContext<'_>, LlamaContext<'static>>(ctx) };
+        let pacer = Pacer::new(&ctx, spec.threads);
         let add_bos = model.vocab().should_add_bos();
         let bos_text = String::from_utf8_lossy(&model.vocab().token_to_piece(model.vocab().bos(), true, None)).into_owned();
         let tokenizer = Arc::new(LlamaTokenizer {
@@ -124,6 +126,7 @@ impl Backend for LlamaCpp {
             ctx,
             model,
             threads,
+            pacer,
             batch: LlamaBatch::new(spec.batch as usize, 1),
             chunk: spec.batch as usize,
             n_ctx,
@@ -272,11 +275,14 @@ fn to_ids(tokens: Vec<LlamaToken>) -> Vec<Token> {
 
 struct LlamaSession {
     // Declared before `model`: dropped first (see the SAFETY note in `load`).
-    /// The context that embeds texts, made on the first `embed`.
-    embed_ctx: Option<LlamaContext<'static>>,
+    /// The context that embeds texts, made on the first `embed`, with its thread counts.
+    embed_ctx: Option<(LlamaContext<'static>, Pacer)>,
     ctx: LlamaContext<'static>,
     model: Arc<LlamaModel>,
+    /// The most threads a call may get.
     threads: i32,
+    /// The thread count of each call ([`Pacer::decode`]).
+    pacer: Pacer,
     batch: LlamaBatch<'static>,
     chunk: usize,
     /// Context of each sequence, in tokens.
@@ -430,7 +436,7 @@ impl LlamaSession {
             for (pos, &token) in tokens.iter().enumerate().take(end).skip(start) {
                 self.batch.add(LlamaToken(token as i32), pos as i32, &id, wants_logits(pos)).map_err(llama_err)?;
             }
-            self.ctx.decode(&mut self.batch).map_err(llama_err)?;
+            self.pacer.decode(&mut self.ctx, &mut self.batch).map_err(llama_err)?;
             self.seqs[seq].live.push_batch(&tokens[start..end]);
             after_batch(self, start, end)?;
             start = end;
@@ -530,7 +536,7 @@ impl LlamaSession {
                 session.batch.add(LlamaToken(t as i32), pos as i32, &[0], logits).map_err(llama_err)?;
             }
             let started = Instant::now();
-            session.ctx.decode(&mut session.batch).map_err(llama_err)?;
+            session.pacer.decode(&mut session.ctx, &mut session.batch).map_err(llama_err)?;
             session.costs.record(to - from, started.elapsed().as_secs_f64() * 1e6);
             Ok(if logits { (0..to - from).map(|i| session.ctx.get_logits_ith(i as i32).to_vec()).collect() } else { Vec::new() })
         };
@@ -971,7 +977,7 @@ impl Session for LlamaSession {
                 }
             }
         }
-        if let Err(e) = self.ctx.decode(&mut self.batch) {
+        if let Err(e) = self.pacer.decode(&mut self.ctx, &mut self.batch) {
             self.drop_streams(&chosen);
             joined.ended = chosen.iter().map(|&id| (id, Err(llama_err(&e)))).collect();
             return joined;
@@ -1046,7 +1052,7 @@ impl Session for LlamaSession {
             }
         }
         let step = Instant::now();
-        if let Err(e) = self.ctx.decode(&mut self.batch) {
+        if let Err(e) = self.pacer.decode(&mut self.ctx, &mut self.batch) {
             self.drop_streams(ids);
             return Err(llama_err(e));
         }
@@ -1176,9 +1182,13 @@ impl Session for LlamaSession {
             let ctx = self.model.new_context(raw_backend(), params).map_err(llama_err)?;
             // SAFETY: as for `ctx` in `load`: the field is declared before
             // `model`, so this context is dropped before the model it borrows.
-            self.embed_ctx = Some(unsafe { std::mem::transmute::<LlamaContext<'_>, LlamaContext<'static>>(ctx) });
+            let ctx = unsafe { std::mem::transmute::<LlamaContext<'_>, LlamaContext<'static>>(ctx) };
+            let pacer = Pacer::new(&ctx, self.pacer.threads);
+            self.embed_ctx = Some((ctx, pacer));
         }
-        let ctx = self.embed_ctx.as_mut().expect("made above");
+        let background = self.pacer.background;
+        let (ctx, pacer) = self.embed_ctx.as_mut().expect("made above");
+        pacer.background = background;
         let mut batch = LlamaBatch::new(MAX_EMBED_TOKENS, 1);
         let mut out = Vec::with_capacity(texts.len());
         for text in texts {
@@ -1190,7 +1200,7 @@ impl Session for LlamaSession {
             for (pos, &token) in text.iter().enumerate() {
                 batch.add(LlamaToken(token as i32), pos as i32, &[0], true).map_err(llama_err)?;
             }
-            ctx.decode(&mut batch).map_err(llama_err)?;
+            pacer.decode(ctx, &mut batch).map_err(llama_err)?;
             let pooled = ctx.embeddings_seq_ith(0).map_err(llama_err)?;
             let norm = pooled.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>().sqrt();
             out.push(if norm > 0.0 { pooled.iter().map(|&x| (f64::from(x) / norm) as f32).collect() } else { pooled.to_vec() });
@@ -1217,7 +1227,13 @@ impl Session for LlamaSession {
             cached_prefixes: self.saved.len() as u32 + self.seqs.iter().filter(|s| !s.live.is_empty()).count() as u32,
             cache_bytes: self.saved.total_bytes() as u64,
             n_ctx: self.n_ctx,
+            threads: self.pacer.tuner.current(),
+            thread_changes: self.pacer.tuner.changes(),
         }
+    }
+
+    fn set_background(&mut self, background: bool) {
+        self.pacer.background = background;
     }
 }
 
@@ -1239,6 +1255,80 @@ fn token_info(model: &LlamaModel, logits: &[f32], token: usize, top: usize) -> T
         }
     }
     TokenInfo { piece: piece(token), logprob: logprob(token), top: best.into_iter().map(|i| (piece(i), logprob(i))).collect() }
+}
+
+/// A context's thread counts: before each `llama_decode` it sets the count
+/// the [`Tuner`] plans for the call (`llama_set_n_threads`), and gives the
+/// tuner what the call took.
+struct Pacer {
+    threads: Threads,
+    tuner: Tuner,
+    /// The `llama_context` as an address ([`raw_context`]); 0 when it could
+    /// not be found, and then every call keeps the count the context was
+    /// made with.
+    raw: usize,
+    /// The count set last.
+    applied: u32,
+    /// The calls that follow carry background work only ([`Session::set_background`]).
+    background: bool,
+}
+
+impl Pacer {
+    fn new(ctx: &LlamaContext<'_>, threads: Threads) -> Pacer {
+        let raw = match (threads, raw_context(ctx)) {
+            (Threads::Fixed(_), _) => 0,
+            (_, Some(p)) => p as usize,
+            (_, None) => {
+                tracing::warn!("cannot reach llama.cpp's context to change its thread count: every call keeps {}", threads.most());
+                0
+            }
+        };
+        Pacer { threads, tuner: Tuner::new(threads), raw, applied: threads.most(), background: false }
+    }
+
+    fn decode(&mut self, ctx: &mut LlamaContext<'_>, batch: &mut LlamaBatch<'_>) -> Result<(), llama_cpp_2::DecodeError> {
+        if self.raw == 0 {
+            return ctx.decode(batch);
+        }
+        let tokens = batch.n_tokens().max(1) as usize;
+        let plan = self.tuner.plan(tokens, self.background, Instant::now());
+        if plan.threads != self.applied {
+            let n = plan.threads as i32;
+            // SAFETY: `raw` is `ctx`'s own context (checked in `raw_context`),
+            // used on the engine thread that owns `ctx`, between calls.
+            unsafe { llama_cpp_sys_2::llama_set_n_threads(self.raw as *mut llama_cpp_sys_2::llama_context, n, n) };
+            self.applied = plan.threads;
+        }
+        let started = Instant::now();
+        let result = ctx.decode(batch);
+        if result.is_ok() {
+            let now = Instant::now();
+            self.tuner.record(plan, tokens, now - started, now);
+        }
+        result
+    }
+}
+
+/// The `llama_context` behind `ctx`, for `llama_set_n_threads`, which
+/// llama-cpp-2 (pinned at =0.1.160) does not wrap. The crate keeps the
+/// pointer private and prints it in its Debug form; the address read there
+/// is used only if llama.cpp's own getters through it give what the
+/// crate's give (context, batch and micro-batch sizes).
+fn raw_context(ctx: &LlamaContext<'_>) -> Option<*mut llama_cpp_sys_2::llama_context> {
+    let shown = format!("{ctx:?}");
+    let digits: String = shown.split("0x").nth(1)?.chars().take_while(char::is_ascii_hexdigit).collect();
+    let p = usize::from_str_radix(&digits, 16).ok()? as *mut llama_cpp_sys_2::llama_context;
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: with the pinned crate `p` is the pointer `ctx` wraps; the
+    // getters read fields of a live context.
+    let agrees = unsafe {
+        llama_cpp_sys_2::llama_n_ctx(p) == ctx.n_ctx()
+            && llama_cpp_sys_2::llama_n_batch(p) == ctx.n_batch()
+            && llama_cpp_sys_2::llama_n_ubatch(p) == ctx.n_ubatch()
+    };
+    agrees.then_some(p)
 }
 
 fn llama_err(e: impl std::fmt::Display) -> EngineError {

@@ -353,7 +353,10 @@ impl State {
                             let _ = done.send(Err(e));
                         }
                     },
-                    other => run_job(session.as_mut(), other, &stopped, &publish),
+                    other => {
+                        session.set_background(class == Class::Background);
+                        run_job(session.as_mut(), other, &stopped, &publish)
+                    }
                 }
                 if background_over_user {
                     self.share.spend(started.elapsed());
@@ -401,10 +404,12 @@ impl State {
             // Prompts joining: one batch of them (a person's first), then the
             // step, so a join delays the others by at most one batch.
             let mut joiners = of(Class::User, true);
+            let background_only = joiners.is_empty();
             if background_may {
                 joiners.extend(of(Class::Background, true));
             }
             if !joiners.is_empty() {
+                session.set_background(background_only);
                 let mut emit = emitter(&self.running, &key);
                 let started = Instant::now();
                 let joined = session.join(&joiners, &mut emit);
@@ -434,6 +439,7 @@ impl State {
             if rows.is_empty() {
                 continue;
             }
+            session.set_background(users.is_empty());
             let mut emit = emitter(&self.running, &key);
             let started = Instant::now();
             let result = session.step(&rows, &mut emit);
@@ -627,7 +633,7 @@ mod tests {
             (std::mem::take(&mut self.0), 0)
         }
         fn stats(&self) -> ModelStats {
-            ModelStats { cached_prefixes: self.0, cache_bytes: 0, n_ctx: 64 }
+            ModelStats { cached_prefixes: self.0, cache_bytes: 0, n_ctx: 64, ..Default::default() }
         }
     }
 
@@ -673,7 +679,7 @@ mod tests {
         ModelSpec {
             path: "fake.gguf".into(),
             n_ctx: 64,
-            threads: 1,
+            threads: crate::Threads::Fixed(1),
             batch: 8,
             cache_slots: 1,
             cache_budget_bytes: 0,

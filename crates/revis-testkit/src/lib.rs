@@ -138,9 +138,13 @@ impl TestDaemon {
     fn prepare(&self) -> (tempfile::TempDir, PathBuf) {
         let model = self.model.clone().unwrap_or_else(smollm2);
         let dir = tempfile::Builder::new().prefix("revisd-test").tempdir().expect("temp dir");
-        // Defaults for what the test did not set itself.
+        // Defaults for what the test did not set itself. One thread: a
+        // fixed count keeps every greedy answer bit-identical run to run
+        // (under "auto" a lone answer past 512 cells of cache may change
+        // with the load: ARCHITECTURE.md, "Threads"), and one thread keeps
+        // its speed when another process wants a core, as the suite must.
         let mut config = format!("[daemon]\n{}", self.config);
-        for (key, default) in [("threads", "2"), ("context", "2048")] {
+        for (key, default) in [("threads", "1"), ("context", "2048")] {
             if !self.config.lines().any(|l| l.trim_start().starts_with(key)) {
                 config.push_str(&format!("{key} = {default}\n"));
             }

@@ -572,7 +572,7 @@ pub struct EngineArgs {
     pub tier: Tier,
     pub model: PathBuf,
     pub context: u32,
-    pub threads: u32,
+    pub threads: revis_engine::Threads,
     pub batch: u32,
     pub max_tokens_limit: u32,
     /// (loopback endpoint of a tunnel, the node's name)
@@ -608,7 +608,10 @@ pub fn engine_config(a: &EngineArgs, models_dir: &std::path::Path) -> Result<Con
         "[daemon]\nload_at_start = true\nspeculate = \"off\"\nstreams = 1\ncontext = {}\nthreads = {}\nbatch = {}\nmax_tokens_limit = {}\n\
          [server]\nenabled = false\nadvertise = false\nlend = false\nstate_dir = {}\n",
         a.context,
-        a.threads,
+        match a.threads {
+            revis_engine::Threads::Fixed(n) => n.to_string(),
+            t => quote(&t.to_string()),
+        },
         a.batch,
         a.max_tokens_limit,
         quote(&a.state_dir.to_string_lossy())

@@ -108,6 +108,8 @@ impl Daemon {
             memory_bytes: view.memory_bytes,
             cached_prefixes: if ready { stats.cached_prefixes } else { 0 },
             cache_bytes: if ready { stats.cache_bytes } else { 0 },
+            threads: if ready { stats.threads } else { 0 },
+            threads_auto: !matches!(model.spec.threads, revis_engine::Threads::Fixed(_)),
             context_tokens: view.n_ctx.unwrap_or(model.spec.n_ctx),
             shared_with: self.registry.shared_with(tier).iter().map(Tier::to_string).collect(),
             split: if model.split.is_empty() {
@@ -128,6 +130,8 @@ impl Daemon {
             status.memory_bytes = live.memory_bytes;
             status.cached_prefixes = live.cached_prefixes;
             status.cache_bytes = live.cache_bytes;
+            status.threads = live.threads;
+            status.threads_auto = live.threads_auto;
             status.context_tokens = live.context_tokens;
             status.split = live.split;
         }
