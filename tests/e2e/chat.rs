@@ -213,7 +213,7 @@ fn the_first_keystroke_prefills_before_enter() {
     });
     assert!(cached >= static_len, "the answer reused {cached} tokens of a {static_len}-token static part: {shown}");
 
-    // Ctrl-D on the empty line: revis finishes its background work and exits.
+    // Ctrl-D on the empty line: revis exits (background work, if any, goes on apart from the terminal).
     screen.wait_until("the next prompt", STEP, |s| prompt_after(&s.text(), "generated, prompt"));
     terminal.write_all(b"\x04").unwrap();
     let status = wait_exit(&mut child, STEP, &screen);
@@ -228,6 +228,101 @@ fn the_first_keystroke_prefills_before_enter() {
     let answer = &messages[1];
     assert_eq!(answer.state, MessageState::Complete);
     assert!(!answer.text.is_empty() && screen.contains(&format!("{}\n", answer.text)), "the stored answer {answer:?} was shown:\n{screen}");
+}
+
+/// The profile's facts in the database of `data`, as text.
+fn facts_in(data: &std::path::Path) -> Vec<String> {
+    Store::open(&data.join("db")).unwrap().store.facts().unwrap().into_iter().map(|f| f.text).collect()
+}
+
+/// A process this test did not start but must not leave behind (the chat
+/// that finishes its work after the terminal is given back): ended by its
+/// PID when dropped, if it still runs.
+struct Leftover(i32);
+
+impl Leftover {
+    /// Running: it exists and has not exited (an exited one waits as a
+    /// zombie for whoever adopted it, which may never reap it).
+    fn alive(&self) -> bool {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.0)).unwrap_or_default();
+        stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    }
+}
+
+impl Drop for Leftover {
+    fn drop(&mut self) {
+        if self.alive() {
+            // SAFETY: the PID revis chat named as its own, still running.
+            unsafe { libc::kill(self.0, libc::SIGKILL) };
+        }
+    }
+}
+
+/// Leaving an interactive `revis chat` gives the terminal back at once, even
+/// while its background work cannot run at all (revisd stopped): the work
+/// goes on in the chat's process, apart from the terminal, and stores what
+/// waiting for it stores (the same message piped, where revis chat waits
+/// for its work, as a script needs).
+#[test]
+fn leaving_revis_chat_never_waits_for_its_background_work_and_loses_none_of_it() {
+    let d = TestDaemon::new().start();
+    let said = "My name is Ada and I live in Lyon, where I teach chemistry.";
+    let args = ["chat", "--new", "--temperature", "0", "--max-tokens", "16", "--verbose", "--socket"];
+
+    let piped = tempfile::tempdir().unwrap();
+    let out = Command::new(revis_testkit::binary("revis"))
+        .args(args)
+        .arg(&d.socket)
+        .env("REVIS_DATA_DIR", piped.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            c.stdin.take().unwrap().write_all(format!("{said}\n").as_bytes())?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let waited = facts_in(piped.path());
+
+    let data = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(revis_testkit::binary("revis"));
+    cmd.args(args).arg(&d.socket).env("REVIS_DATA_DIR", data.path());
+    let (mut child, mut terminal) = spawn_on_a_terminal(cmd);
+    let screen = Transcript::start(terminal.try_clone().unwrap());
+    screen.wait_until("the prompt", STEP, |s| prompt_after(&s.text(), "(Ctrl-D ends)"));
+    terminal.write_all(format!("{said}\r").as_bytes()).unwrap();
+    screen.wait_until("the next prompt", STEP, |s| prompt_after(&s.text(), "generated, prompt"));
+    // The profile's extraction (a model call of its own) has just been
+    // queued after the answer: with revisd stopped it cannot end.
+    d.signal(libc::SIGSTOP);
+    terminal.write_all(b"\x04").unwrap();
+    let status = wait_exit(&mut child, STEP, &screen);
+    let shown = screen.wait_until("the terminal's end", STEP, |s| s.ended);
+    let leftover = shown
+        .split("in the background (process ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .and_then(|pid| pid.parse().ok())
+        .map(Leftover)
+        .unwrap_or_else(|| panic!("revis chat said where its background work goes on; the screen:\n{shown}"));
+    d.signal(libc::SIGCONT);
+    assert!(status.success(), "{status:?}; the screen:\n{shown}");
+    assert!(leftover.alive(), "the work goes on after the terminal was given back");
+
+    // It ends once it has done its work, and stored what waiting stores.
+    let deadline = Instant::now() + STEP;
+    while leftover.alive() {
+        assert!(Instant::now() < deadline, "the background work did not end within {STEP:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(facts_in(data.path()), waited, "the profile, with and without waiting");
+    let store = Store::open(&data.path().join("db")).unwrap().store;
+    let conv = store.conversations().unwrap()[0].id;
+    let messages = store.messages(conv).unwrap();
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert_eq!(messages[0].text, said);
 }
 
 /// A prompt whose answer runs long (hundreds of tokens at greedy sampling).

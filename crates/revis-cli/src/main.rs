@@ -2,6 +2,7 @@
 //! load/unload, run, chat, and other machines: nodes, pair, unpair, --node).
 
 mod commands;
+mod detach;
 mod ensemble;
 mod input;
 mod models;
@@ -98,6 +99,10 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
+    if matches!(cli.command, Cmd::Chat(_)) && std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        // SAFETY: no thread has started yet (the runtime below starts them).
+        unsafe { detach::split() };
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
     match runtime.block_on(commands::run(cli)) {
         Ok(code) => code,
