@@ -2,7 +2,8 @@
 //!   chat  build revis (release), then `revis chat` (which pulls the default
 //!         model and starts revisd if needed): a fresh machine to a chat.
 //!   test  install what the tests need, build, pull both models, check
-//!         formatting and clippy (warnings are errors), run every test.
+//!         formatting and clippy (warnings are errors), run every test;
+//!         `test --busy` runs them with one core kept busy by another process.
 //!   deps  install the system packages the build needs (Debian/Ubuntu, macOS).
 //!   layers  check the crate graph: no dependency points up a layer, and
 //!         the client's policy and apps never touch the wire: they turn no
@@ -24,7 +25,7 @@ fn main() -> ExitCode {
         Some("layers") => layers(),
         Some("screenshots") => screenshots(),
         _ => {
-            eprintln!("usage: cargo xtask chat [ARGS...] | test [NEXTEST ARGS...] | deps | layers | screenshots");
+            eprintln!("usage: cargo xtask chat [ARGS...] | test [--busy] [NEXTEST ARGS...] | deps | layers | screenshots");
             return ExitCode::from(2);
         }
     };
@@ -147,6 +148,10 @@ fn screenshots() -> anyhow::Result<()> {
 }
 
 fn test(args: &[String]) -> anyhow::Result<()> {
+    // `--busy`: the tests run with one core kept busy by another process,
+    // as on a person's machine (nothing in the suite may need a quiet one).
+    let busy = args.iter().any(|a| a == "--busy");
+    let args: Vec<&String> = args.iter().filter(|a| *a != "--busy").collect();
     deps(true)?;
     python_venv()?;
     nextest()?;
@@ -158,7 +163,11 @@ fn test(args: &[String]) -> anyhow::Result<()> {
     lint()?;
     // The ci profile (.config/nextest.toml): a time limit for every test,
     // and JUnit timings, of which the slowest are printed, pass or fail.
+    let spinner = busy.then(Spinner::start).transpose()?;
     let result = run(cargo().args(["nextest", "run", "--release", "--workspace", "--profile", "ci"]).args(args));
+    if let Some(s) = spinner {
+        eprintln!("xtask: the busy process used {:.0} s of CPU while the tests ran", s.stop());
+    }
     let junit = target_dir()?.join("nextest/ci/junit.xml");
     match std::fs::read_to_string(&junit) {
         Ok(xml) => {
@@ -170,6 +179,40 @@ fn test(args: &[String]) -> anyhow::Result<()> {
         Err(e) => eprintln!("xtask: no test timings ({}: {e})", junit.display()),
     }
     result
+}
+
+/// A process spinning on a core at normal priority for as long as it is
+/// held (`cargo xtask test --busy`); ended by its PID.
+struct Spinner(std::process::Child);
+
+impl Spinner {
+    fn start() -> anyhow::Result<Spinner> {
+        eprintln!("xtask: --busy: one core is kept busy by another process while the tests run");
+        let child = Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .context("starting the busy process")?;
+        Ok(Spinner(child))
+    }
+
+    /// Ends it; returns the CPU seconds it used (from /proc; 0 where unknown).
+    fn stop(mut self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.0.id())).unwrap_or_default();
+        // utime and stime, fields 14 and 15, after the command's closing parenthesis.
+        let fields: Vec<&str> = stat.rsplit_once(')').map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+        let ticks: f64 = fields.get(11..13).map_or(0.0, |f| f.iter().filter_map(|v| v.parse::<f64>().ok()).sum());
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        ticks / 100.0
+    }
+}
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// How many of the slowest tests `test` prints.

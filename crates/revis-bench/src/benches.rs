@@ -9,11 +9,12 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 
 use crate::cli::{
-    BatchArgs, ChatArgs, Common, DispatchArgs, FaultsArgs, HttpArgs, LookupArgs, QualityArgs, RemoteArgs, SplitArgs, TurnArgs,
+    BatchArgs, ChatArgs, Common, ContentionArgs, DispatchArgs, FaultsArgs, HttpArgs, LookupArgs, QualityArgs, RemoteArgs, SplitArgs,
+    TurnArgs,
 };
 use crate::harness::{Bench, Place, Raw, Section, args_line, marked, model_file, revisd_path, workspace_root};
 use crate::machine::{self, Machine};
-use crate::{batch, chat, dispatch, faults, http, llama_bench, lookup, quality, remote, split, turn};
+use crate::{alone, batch, chat, contention, dispatch, faults, http, llama_bench, lookup, quality, remote, split, turn};
 
 /// When and where a run was made, and how it was started.
 pub struct Stamp {
@@ -303,6 +304,55 @@ impl Bench for Batch {
 
     fn raw(&self, (cells, ..): &Self::Results) -> anyhow::Result<Option<Raw>> {
         Raw::new("last-batch-run.json", cells, "raw samples").map(Some)
+    }
+}
+
+/// `revis-bench contention`.
+pub struct Contention {
+    pub args: ContentionArgs,
+}
+
+impl Bench for Contention {
+    type Results = (Vec<contention::ModelRun>, contention::Settings, Stamp);
+    const DOC: &'static str = "docs/BENCHMARKS.md";
+
+    async fn run(&self) -> anyhow::Result<Self::Results> {
+        let (c, a) = (&self.args.common, &self.args);
+        let revisd = revisd_path(c)?;
+        let root = workspace_root();
+        let bin = llama_bench::default_path(&root);
+        llama_bench::build(&root, &bin, a.rebuild_llama_bench)?;
+        let mut models = Vec::new();
+        for (name, path) in model_files(c).await? {
+            // The cold prompt, sized in this model's tokens.
+            let probe = alone::Alone::load(alone::spec(&path, 1, c.context, c.batch)).await?;
+            let p = probe.prompts(a.n_prompt as usize, 64)?;
+            probe.unload().await;
+            models.push((name, path, p.long_user, p.prompt_tokens as u32));
+        }
+        let settings = contention::Settings {
+            rounds: a.rounds.rounds,
+            n_gen: a.gen_.n_gen,
+            n_prompt: a.n_prompt,
+            context: c.context,
+            batch: c.batch,
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+        };
+        let stamp = Stamp::now();
+        let runs = contention::run(&revisd, &bin, &models, &settings).await?;
+        Ok((runs, settings, stamp))
+    }
+
+    fn report(&self, (runs, settings, s): &Self::Results) -> anyhow::Result<Vec<Section>> {
+        let about = contention::About { date: &s.date, command: &s.command, machine: &s.machine };
+        Ok(vec![Section {
+            text: contention::report(runs, settings, &about),
+            place: marked(contention::BEGIN, contention::END, contention::HEADING),
+        }])
+    }
+
+    fn raw(&self, (runs, ..): &Self::Results) -> anyhow::Result<Option<Raw>> {
+        Raw::new("last-contention-run.json", runs, "raw samples").map(Some)
     }
 }
 

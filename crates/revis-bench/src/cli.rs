@@ -57,6 +57,11 @@ pub enum Command {
     /// --models at the most --threads.
     #[command(alias = "batch-streams")]
     Batch(BatchArgs),
+    /// The busy-machine benchmark: decode and prompt speed of revisd with
+    /// `threads = "auto"` and with every core, quiet, beside 1 and 3
+    /// spinning processes and beside a second revisd decoding, against
+    /// llama-bench at each fixed count, interleaved (docs/BENCHMARKS.md).
+    Contention(ContentionArgs),
     /// The ensemble benchmark (docs/ENSEMBLE.md): PIQA scoring,
     /// capitals answers and bits per byte, with the two models of --models
     /// on two tiers of one revisd (about 15 minutes on 2 cores).
@@ -265,6 +270,24 @@ pub struct BatchArgs {
     #[command(flatten)]
     pub gen_: Gen,
     /// Rebuild llama-bench (and llama-batched-bench) even if it is up to date.
+    #[arg(long)]
+    pub rebuild_llama_bench: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ContentionArgs {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(flatten)]
+    pub output: Output,
+    #[command(flatten)]
+    pub rounds: Rounds,
+    #[command(flatten)]
+    pub gen_: Gen,
+    /// Prompt tokens of the prompt-speed test (llama-bench -p; revis's cold prompt of about as many).
+    #[arg(long, default_value_t = 512)]
+    pub n_prompt: u32,
+    /// Rebuild llama-bench even if it is up to date.
     #[arg(long)]
     pub rebuild_llama_bench: bool,
 }

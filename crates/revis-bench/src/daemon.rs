@@ -20,6 +20,7 @@ const RPC_TIMEOUT: Duration = Duration::from_secs(300);
 /// How to start a revisd (see [`Daemon::start_wrapped`]).
 #[derive(Clone, Copy)]
 pub struct Launch<'a> {
+    /// `daemon.threads`; 0 writes `"auto"` (chosen by measurement).
     pub threads: u32,
     pub context: u32,
     pub batch: u32,
@@ -202,6 +203,7 @@ impl Daemon {
 /// state in `dir`. Returns the file's path.
 pub fn write_config(dir: &Path, model: &Path, launch: &Launch<'_>) -> anyhow::Result<PathBuf> {
     let Launch { threads, context, batch, listen, speculate, extra, .. } = *launch;
+    let threads = if threads == 0 { "\"auto\"".to_owned() } else { threads.to_string() };
     let config = dir.join("revisd.toml");
     let model_str = model.to_str().context("model path is not UTF-8")?;
     let state = dir.join("state");

@@ -11,7 +11,8 @@
 //! whole model on one; `batch` several answers in one batch; `faults` what
 //! revis does under misbehaving callers and kill -9 (docs/RELIABILITY.md);
 //! `quality` what the gears of a turn change (docs/QUALITY.md); `ensemble`
-//! two models answering together (docs/ENSEMBLE.md). Each is a
+//! two models answering together (docs/ENSEMBLE.md); `contention` revis on
+//! a busy machine against llama-bench at each fixed thread count. Each is a
 //! `harness::Bench` (`benches`, `speed`, `ensemble`); `harness::measure`
 //! runs it and saves what it measured.
 
@@ -20,6 +21,7 @@ mod batch;
 mod benches;
 mod chat;
 mod cli;
+mod contention;
 mod daemon;
 mod dispatch;
 mod ensemble;
@@ -135,6 +137,14 @@ async fn run(command: Command) -> anyhow::Result<()> {
             for name in &a.common.models {
                 measure(&benches::Turn { args: &a, name }, &a.output).await?;
             }
+        }
+        Command::Contention(mut a) => {
+            if a.common.quick {
+                a.n_prompt = 128;
+            }
+            quick(&a.common, Some(&mut a.rounds), Some(&mut a.gen_))?;
+            let output = a.output.clone();
+            measure(&benches::Contention { args: a }, &output).await?;
         }
         Command::Ensemble(a) => {
             let output = a.output.clone();
