@@ -468,14 +468,23 @@ async fn chat<D: Runner>(daemon: D, store: Store, a: ChatArgs) -> anyhow::Result
                 std::process::id()
             );
             crate::detach::release();
-        } else {
-            eprintln!("revis: finishing background work (profile, summary, tier3's follow-ups)...");
+            // Apart from the terminal nobody would notice it hang (its
+            // daemon gone for good): it gives up after DETACHED_LIMIT.
+            if tokio::time::timeout(DETACHED_LIMIT, chat.background_done()).await.is_err() {
+                tracing::warn!("background work unfinished after {DETACHED_LIMIT:?}; given up");
+            }
+            return Ok(ExitCode::SUCCESS);
         }
+        eprintln!("revis: finishing background work (profile, summary, tier3's follow-ups)...");
         chat.background_done().await;
     }
     print_notes(&mut *notes.lock().await);
     Ok(ExitCode::SUCCESS)
 }
+
+/// How long `revis chat`'s background work may go on after the terminal
+/// was given back (crate::detach).
+const DETACHED_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// The line that asks tier3 to go deeper on the last answer.
 const DEEP_COMMAND: &str = "/deep";

@@ -23,6 +23,9 @@ use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Mutex;
 
+/// Descriptors below this are checked for a terminal left open ([`release`]).
+const MAX_FD: i32 = 1024;
+
 /// The second process's end of the pipe, until [`release`].
 static RELEASE: Mutex<Option<OwnedFd>> = Mutex::new(None);
 
@@ -114,6 +117,17 @@ pub fn release() -> bool {
         unsafe {
             for fd in 0..3 {
                 libc::dup2(null.as_raw_fd(), fd);
+            }
+        }
+    }
+    // Any other descriptor on a terminal (one a parent left open to us)
+    // would keep the terminal from closing: closed too.
+    for fd in 3..MAX_FD {
+        // SAFETY: isatty reads a descriptor's kind; closing one that is a
+        // terminal, which nothing in revis opens.
+        unsafe {
+            if libc::isatty(fd) == 1 {
+                libc::close(fd);
             }
         }
     }
