@@ -225,10 +225,8 @@ pub struct ModelStats {
     pub cached_prefixes: u32,
     pub cache_bytes: u64,
     pub n_ctx: u32,
-    /// The threads a single token's step runs on now, and how often the
-    /// count chosen for a kind of call changed ([`threads`]).
+    /// The threads a single token's step runs on now ([`threads`]).
     pub threads: u32,
-    pub thread_changes: u64,
 }
 
 #[derive(Clone, Debug, thiserror::Error)]

@@ -1228,7 +1228,6 @@ impl Session for LlamaSession {
             cache_bytes: self.saved.total_bytes() as u64,
             n_ctx: self.n_ctx,
             threads: self.pacer.tuner.current(),
-            thread_changes: self.pacer.tuner.changes(),
         }
     }
 

@@ -162,8 +162,6 @@ pub struct Tuner {
     cycle: Option<usize>,
     ladder: Vec<u32>,
     groups: [Group; BUCKETS],
-    /// How many times a group's count changed.
-    changes: u64,
 }
 
 #[derive(Debug, Default)]
@@ -196,12 +194,7 @@ impl Tuner {
             Threads::Auto { most } | Threads::Cycle { most } => (false, ladder(most)),
         };
         let cycle = matches!(threads, Threads::Cycle { .. }).then_some(0);
-        Tuner { fixed, cycle, ladder, groups: Default::default(), changes: 0 }
-    }
-
-    /// How many times a group's count changed since the start.
-    pub fn changes(&self) -> u64 {
-        self.changes
+        Tuner { fixed, cycle, ladder, groups: Default::default() }
     }
 
     /// The count the group of single-token calls uses now (the most, before any call).
@@ -218,7 +211,6 @@ impl Tuner {
         }
         if let Some(rung) = self.cycle.as_mut() {
             *rung = (*rung + 1) % self.ladder.len();
-            self.changes += u64::from(self.ladder.len() > 1);
             return Plan { threads: self.ladder[*rung], bucket: b, timed: None };
         }
         let g = &mut self.groups[b];
@@ -295,9 +287,6 @@ impl Tuner {
                         g.interval = if was == Some(best) { (g.interval * 2).clamp(MIN_INTERVAL, MAX_INTERVAL) } else { MIN_INTERVAL };
                         g.next_probe = Some(now + g.interval);
                         g.probed = Some(now);
-                        if was != Some(best) {
-                            self.changes += 1;
-                        }
                         LAST_CHOSEN.store(self.ladder[best], Ordering::Relaxed);
                     }
                 }
@@ -414,7 +403,6 @@ mod tests {
         let now = Instant::now();
         let used: Vec<u32> = (0..4).map(|_| t.plan(1, false, now).threads).collect();
         assert_eq!(used, [2, 1, 2, 1]);
-        assert_eq!(t.changes(), 4);
     }
 
     #[test]
