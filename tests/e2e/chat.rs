@@ -262,10 +262,14 @@ impl Drop for Leftover {
 /// while its background work cannot run at all (revisd stopped): the work
 /// goes on in the chat's process, apart from the terminal, and stores what
 /// waiting for it stores (the same message piped, where revis chat waits
-/// for its work, as a script needs).
+/// for its work, as a script needs). One stream: the turn's background
+/// calls (the audit, the profile's extraction) then each run alone, as
+/// they must for "the same" to hold; batched together their text may
+/// differ in its last bits, whichever process waits (ARCHITECTURE.md,
+/// "Batching"), and which ones overlap is a matter of timing.
 #[test]
 fn leaving_revis_chat_never_waits_for_its_background_work_and_loses_none_of_it() {
-    let d = TestDaemon::new().start();
+    let d = TestDaemon::new().daemon("streams = 1").start();
     let said = "My name is Ada and I live in Lyon, where I teach chemistry.";
     let args = ["chat", "--new", "--temperature", "0", "--max-tokens", "16", "--verbose", "--socket"];
 

@@ -129,20 +129,29 @@ async fn drafts_from_the_context_leave_greedy_text_unchanged() {
     }
 }
 
+/// A seed decides a sampled answer whether or not drafts are verified
+/// (whether they are depends on what batches cost as the answer runs).
 #[tokio::test]
 async fn sampled_answers_with_drafts_follow_their_seed() {
-    let d = TestDaemon::new().daemon("speculate = \"always\"").start();
-    let mut c = d.client().await;
+    let off = TestDaemon::new().daemon("speculate = \"off\"").start();
+    let always = TestDaemon::new().daemon("speculate = \"always\"").start();
+    let (mut plain, mut drafting) = (off.client().await, always.client().await);
     let req = |seed: u64| pb::GenerateRequest {
         messages: vec![user(&format!("Repeat this text exactly, word for word:\n\n{PASSAGE}"))],
         sampling: Some(pb::Sampling { temperature: Some(0.8), seed: Some(seed), ..Default::default() }),
         max_tokens: 64,
         ..Default::default()
     };
-    let first = generate(&mut c, req(3)).await.unwrap().done;
-    let again = generate(&mut c, req(3)).await.unwrap().done;
-    assert_eq!(first.text, again.text, "same seed, same text");
-    // Drafts were used; that they leave the sampled distribution unchanged
-    // is revis-engine's statistical test (lookup::tests).
-    assert!(first.draft_accepted > 0, "the copy was drafted and kept: {first:?}");
+    let (mut drafted, mut accepted) = (0, 0);
+    for seed in [3, 4, 5] {
+        let first = generate(&mut drafting, req(seed)).await.unwrap().done;
+        let again = generate(&mut drafting, req(seed)).await.unwrap().done;
+        let without = generate(&mut plain, req(seed)).await.unwrap().done;
+        assert_eq!(first.text, again.text, "seed {seed}: same seed, same text");
+        assert_eq!(first.text, without.text, "seed {seed}: the same text without drafts");
+        assert_eq!(without.draft_tokens, 0, "speculate = \"off\" drafts nothing");
+        drafted += first.draft_tokens;
+        accepted += first.draft_accepted;
+    }
+    assert!(accepted > 0 && drafted > accepted, "drafts were verified, kept and rejected ({accepted} of {drafted} kept)");
 }

@@ -582,8 +582,8 @@ impl LlamaSession {
     }
 }
 
-/// How a generation picks each token from the logits at a batch position,
-/// and, given a drafted token, whether the model agrees with it.
+/// How a generation picks each token from the logits at a batch position
+/// (a drafted token there is kept when it is the token picked).
 enum Picker {
     /// Plain greedy: an argmax over the logits, no candidate array.
     Argmax,
@@ -592,8 +592,8 @@ enum Picker {
     /// Greedy with a lazy grammar (function calls, `auto`): see [`Waiting`].
     Waiting(Box<Waiting>),
     /// Sampling: llama.cpp's chain up to the temperature gives the
-    /// distribution and revis draws from it (speculative sampling needs the
-    /// distribution itself, [`lookup::resample`]).
+    /// distribution and revis draws from it, one uniform number per position
+    /// ([`lookup::draw`]).
     Sampled(Box<Sampled>),
 }
 
@@ -667,10 +667,11 @@ struct Sampled {
 }
 
 impl Picker {
-    /// The token at batch position `i`; with a `draft`, the draft when the
-    /// model agrees (greedy: it is the argmax; sampled: speculative
-    /// sampling keeps it, so the distribution is the one without drafts).
-    fn pick(&mut self, ctx: &LlamaContext<'_>, i: i32, draft: Option<LlamaToken>) -> LlamaToken {
+    /// The token at batch position `i`. A drafted token there is kept when
+    /// it is this token (greedy: the argmax; sampled: the token drawn with
+    /// the position's own uniform, so the text is the one the seed gives
+    /// without drafts).
+    fn pick(&mut self, ctx: &LlamaContext<'_>, i: i32) -> LlamaToken {
         match self {
             Picker::Argmax => LlamaToken(argmax(ctx.get_logits_ith(i)) as i32),
             Picker::Chain(chain) => chain.sample(ctx, i),
@@ -683,11 +684,8 @@ impl Picker {
                 };
                 candidates.apply_sampler(chain);
                 softmax(&candidates.data, p);
-                let token = match draft {
-                    Some(d) => lookup::resample(p, d.0 as Token, rng.random(), rng.random()).0,
-                    None => lookup::draw(p, rng.random()),
-                };
-                let token = LlamaToken(token as i32);
+                // One uniform per position, drafted or not (lookup.rs).
+                let token = LlamaToken(lookup::draw(p, rng.random()) as i32);
                 chain.accept(token);
                 token
             }
@@ -752,7 +750,7 @@ impl LlamaSession {
         // each draft token the model agrees with.
         g.picked.clear();
         for i in 0..=g.drafts.len() {
-            let token = g.picker.pick(&self.ctx, g.idx + i as i32, g.drafts.get(i).copied());
+            let token = g.picker.pick(&self.ctx, g.idx + i as i32);
             g.picked.push(token);
             if g.drafts.get(i) != Some(&token) {
                 break;
