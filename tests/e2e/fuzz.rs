@@ -170,6 +170,7 @@ fn random_request(rng: &mut StdRng, method: &str) -> Vec<u8> {
             }),
             messages,
             max_tokens: [0, 1, 4, 100_000, u32::MAX][rng.random_range(0..5)],
+            cap_max_tokens: rng.random_bool(0.5),
             stop: (0..rng.random_range(0..20)).map(|_| text(rng).into()).collect(),
             format: rng.random_range(-1..4),
             json_schema: [&b""[..], b"{", b"{}", br##"{"type":"array","items":{"$ref":"#"}}"##, br#"{"type":"integer","minimum":5}"#]

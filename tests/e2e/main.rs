@@ -3,6 +3,7 @@
 
 mod admin;
 mod admin_cli;
+mod agents;
 mod bad_input;
 mod batch;
 mod cache;

@@ -93,6 +93,12 @@ async fn a_required_call_keeps_to_its_schema_and_repeats_when_greedy_in_both_mod
         assert!((1..=8).contains(&n) && parallel.done.tool_calls.iter().all(keeps_to_schema), "{:?}", calls(&parallel.done));
         let ended = [pb::FinishReason::ToolCalls as i32, pb::FinishReason::Length as i32];
         assert!(ended.contains(&parallel.done.finish_reason), "{:?}", parallel.done);
+
+        // A call cut short by max_tokens is no call, and its syntax is no text.
+        let cut = generate(&mut c, pb::GenerateRequest { max_tokens: 3, ..asking(pb::ToolChoice::Required, "") }).await.unwrap();
+        assert_eq!((cut.done.finish_reason, cut.done.tool_calls.len()), (pb::FinishReason::Length as i32, 0), "{model:?}: {:?}", cut.done);
+        let shown: String = cut.deltas.iter().map(|d| d.text.as_str()).collect();
+        assert_eq!((shown.as_str(), cut.done.text.as_str()), ("", ""), "{model:?}: nothing of the call's syntax");
     }
 }
 

@@ -92,9 +92,11 @@ fn deps(for_tests: bool) -> anyhow::Result<()> {
 }
 
 /// Debian packages only the tests need: EGL and Mesa's CPU renderers for
-/// the GUI (llvmpipe for GL, lavapipe for Vulkan), and iproute2 (`ip`) for
-/// the network namespaces of the multi-machine tests.
-const TEST_PACKAGES: &[&str] = &["libegl1", "libegl-mesa0", "libgl1-mesa-dri", "mesa-vulkan-drivers", "iproute2"];
+/// the GUI (llvmpipe for GL, lavapipe for Vulkan), iproute2 (`ip`) for
+/// the network namespaces of the multi-machine tests, and curl for the
+/// agent programs ([`agents`]).
+const TEST_PACKAGES: &[&str] =
+    &["libegl1", "libegl-mesa0", "libgl1-mesa-dri", "mesa-vulkan-drivers", "iproute2", "curl", "ca-certificates"];
 
 /// Whether dpkg has all of `packages` installed.
 fn installed(packages: &[&str]) -> bool {
@@ -154,6 +156,7 @@ fn test(args: &[String]) -> anyhow::Result<()> {
     let args: Vec<&String> = args.iter().filter(|a| *a != "--busy").collect();
     deps(true)?;
     python_venv()?;
+    agents()?;
     nextest()?;
     build()?;
     // Both test models, through the same code path a user's `revis pull` takes.
@@ -273,6 +276,56 @@ fn python_venv() -> anyhow::Result<()> {
     }
     run(Command::new(&python).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"]).arg(&requirements))?;
     std::fs::write(&stamp, wanted)?;
+    Ok(())
+}
+
+/// The agent programs the tests run against `revis serve`
+/// (tests/e2e/agents.rs): Claude Code's and Codex's native Linux x86-64
+/// builds, as npm's registry serves them to `npm install`, pinned by
+/// version and SHA-512, unpacked in `target/agents/NAME` (where
+/// revis-testkit's `agent()` finds them). No Node.js is needed: each
+/// package's launcher only finds and starts this binary.
+const AGENTS: &[(&str, &str, &str, &str)] = &[
+    (
+        "claude",
+        "https://registry.npmjs.org/@anthropic-ai/claude-code-linux-x64/-/claude-code-linux-x64-2.1.332.tgz",
+        "7f8256873c18bad2481d2702eff75838f5fab36f2db7b6400e1b0e8bccf0387ab97c53c4b94782861d8d31f8a74a0d06ad472463169e79b0b88740ea88accb73",
+        "package/claude",
+    ),
+    (
+        "codex",
+        "https://registry.npmjs.org/@openai/codex/-/codex-0.171.0-linux-x64.tgz",
+        "97ae8d664420764d82de96dc7d42c3cf8db2114079f3531503a23e638dd6a78388a84cbbdc709d999d064e37801d8db272e1f8374d1df55b0baf04f58f1b214f",
+        "package/vendor/x86_64-unknown-linux-musl/bin/codex",
+    ),
+];
+
+fn agents() -> anyhow::Result<()> {
+    if !cfg!(all(target_os = "linux", target_arch = "x86_64")) {
+        eprintln!("xtask: the agent programs' tests are pinned to Linux x86-64 builds; not fetched here");
+        return Ok(());
+    }
+    let dir = target_dir()?.join("agents");
+    for (name, url, sha512, binary) in AGENTS {
+        let home = dir.join(name);
+        let stamp = home.join("sha512");
+        if std::fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == *sha512) && home.join(binary).is_file() {
+            continue;
+        }
+        eprintln!("xtask: fetching {name} for the agent tests ({url})");
+        let _ = std::fs::remove_dir_all(&home);
+        std::fs::create_dir_all(&home)?;
+        let tgz = home.join("package.tgz");
+        run(Command::new("curl").args(["-fsSL", "--retry", "3", "-o"]).arg(&tgz).arg(url))?;
+        let out = Command::new("sha512sum").arg(&tgz).output().context("sha512sum")?;
+        let got = String::from_utf8_lossy(&out.stdout).split_whitespace().next().unwrap_or_default().to_owned();
+        if got != *sha512 {
+            bail!("{url} has SHA-512 {got}, not the pinned {sha512}");
+        }
+        run(Command::new("tar").arg("-xzf").arg(&tgz).arg("-C").arg(&home))?;
+        std::fs::remove_file(&tgz)?;
+        std::fs::write(&stamp, sha512)?;
+    }
     Ok(())
 }
 

@@ -92,13 +92,15 @@ pub enum HistoryCmd {
 }
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // `revis serve` says a line a request (what an agent asked, and how it went).
+    let default = if matches!(cli.command, Cmd::Serve(_)) { "warn,revis_http=info" } else { "warn" };
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("REVIS_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("REVIS_LOG").unwrap_or_else(|_| default.into()))
         .with_writer(std::io::stderr)
         // Colours only on a terminal: a log file or the journal gets plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let cli = Cli::parse();
     if matches!(cli.command, Cmd::Chat(_)) && std::io::IsTerminal::is_terminal(&std::io::stdin()) {
         // SAFETY: no thread has started yet (the runtime below starts them).
         unsafe { detach::split() };

@@ -129,6 +129,9 @@ pub struct GenerateParams {
     pub sampling: Sampling,
     /// `None`: the daemon's default.
     pub max_tokens: Option<u32>,
+    /// A `max_tokens` over the daemon's limit is lowered to it, not refused
+    /// (the HTTP APIs).
+    pub cap_max_tokens: bool,
     /// The answer ends before any of these.
     pub stop: Vec<String>,
     pub format: Format,

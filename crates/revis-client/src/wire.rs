@@ -86,6 +86,7 @@ impl From<&GenerateParams> for pb::GenerateRequest {
             static_messages: g.static_messages,
             sampling: Some(sampling(&g.sampling)),
             max_tokens: g.max_tokens.unwrap_or(0),
+            cap_max_tokens: g.cap_max_tokens,
             stop: g.stop.iter().map(|s| s.clone().into_bytes().into()).collect(),
             format: format as i32,
             json_schema: schema.unwrap_or_default().into_bytes().into(),

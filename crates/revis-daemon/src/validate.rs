@@ -210,10 +210,17 @@ fn tools(req: &pb::GenerateRequest) -> Result<(Vec<Tool>, ToolChoice, usize), Da
         } else {
             utf8(&format!("tools[{i}].parameters"), &t.parameters)?
         };
-        match serde_json::from_str::<serde_json::Value>(&parameters) {
-            Ok(v) if v.is_object() => {}
+        // References (`$ref`, Pydantic's nested models) are inlined here:
+        // the parameters go inside the call's own schema, where they would
+        // point at the wrong root.
+        let parameters = match serde_json::from_str::<serde_json::Value>(&parameters) {
+            Ok(v) if v.is_object() => match revis_engine::schema::inline_refs(&v) {
+                Ok(inlined) if inlined == v => parameters,
+                Ok(inlined) => inlined.to_string(),
+                Err(e) => return Err(invalid(format!("tools[{i}].parameters: {e}"))),
+            },
             _ => return Err(invalid(format!("tools[{i}].parameters is not a JSON schema (a JSON object)"))),
-        }
+        };
         total += t.name.len() + t.description.len() + parameters.len();
         out.push(Tool { name: t.name.clone(), description: utf8(&format!("tools[{i}].description"), &t.description)?, parameters });
     }
@@ -321,6 +328,7 @@ pub fn generate(req: &pb::GenerateRequest, registry: &Registry, config: &Config)
     };
     let max_tokens = match req.max_tokens {
         0 => config.default_max_tokens,
+        n if n > config.max_tokens_limit && req.cap_max_tokens => config.max_tokens_limit,
         n if n > config.max_tokens_limit => {
             return Err(invalid(format!("max_tokens is {n}; the limit is {} (daemon.max_tokens_limit)", config.max_tokens_limit)));
         }

@@ -11,6 +11,7 @@ pub mod lookup;
 mod prompt;
 pub mod rpc;
 pub mod sample;
+pub mod schema;
 mod stop;
 mod template;
 mod thread;

@@ -352,13 +352,18 @@ impl ToolStream {
 
     /// At the answer's end: the rest of its plain text, the calls, and the
     /// whole plain text (all [`ToolStream::push`] passed on, then the rest).
-    /// Calls that do not read (the first one cut short by `max_tokens`) are
-    /// given back as text; a call cut short after whole ones is dropped.
-    pub fn finish(self) -> (String, Vec<ToolCall>, String) {
+    /// A call cut short (`cut`: the answer ran out of tokens) is dropped,
+    /// never shown as text in revis's call syntax; an opening followed by
+    /// what does not read as a call, in an answer that ended by itself, was
+    /// the model's prose and is given back as text.
+    pub fn finish(self, cut: bool) -> (String, Vec<ToolCall>, String) {
         let (rest, calls) = match self.call {
+            // The opening itself cut short.
+            None if cut && !self.held.is_empty() && self.syntax.opening().starts_with(self.held.as_str()) => (String::new(), Vec::new()),
             None => (self.held, Vec::new()),
             Some(text) => match read_calls(self.syntax, &text) {
                 Some(calls) if !calls.is_empty() => (self.held, calls),
+                _ if cut => (self.held, Vec::new()),
                 _ => (self.held + &text, Vec::new()),
             },
         };
@@ -449,7 +454,7 @@ mod tests {
             shown += &s.push(piece);
         }
         assert_eq!(shown, "Let me check.");
-        let (rest, calls, shown) = s.finish();
+        let (rest, calls, shown) = s.finish(false);
         assert_eq!((rest.as_str(), shown.as_str()), ("", "Let me check."));
         assert_eq!((calls[0].name.as_str(), calls[0].arguments.as_str()), ("get_weather", r#"{"city":"Paris"}"#));
         assert_eq!(calls[0].id.len(), 9);
@@ -461,15 +466,21 @@ mod tests {
         assert_eq!(s.push("a <tool"), "a ");
         assert_eq!(s.push("box>"), "<toolbox>");
         assert_eq!(s.push(" <"), " ");
-        assert_eq!(s.finish(), ("<".to_owned(), Vec::new(), "a <toolbox> <".to_owned()));
+        assert_eq!(s.finish(false), ("<".to_owned(), Vec::new(), "a <toolbox> <".to_owned()));
     }
 
     #[test]
-    fn a_call_cut_short_is_given_back_as_text() {
+    fn a_call_cut_short_is_dropped_and_one_that_never_was_is_text() {
         let mut s = ToolStream::new(ToolSyntax::Hermes);
-        assert_eq!(s.push("<tool_call>\n{\"name\": \"get_w"), "");
-        let cut = "<tool_call>\n{\"name\": \"get_w".to_owned();
-        assert_eq!(s.finish(), (cut.clone(), Vec::new(), cut));
+        assert_eq!(s.push("Checking. <tool_call>\n{\"name\": \"get_w"), "Checking. ");
+        assert_eq!(s.finish(true), (String::new(), Vec::new(), "Checking. ".to_owned()), "no call syntax as text");
+        let mut s = ToolStream::new(ToolSyntax::Hermes);
+        assert_eq!(s.push("<tool_call> is how I call."), "");
+        let prose = "<tool_call> is how I call.".to_owned();
+        assert_eq!(s.finish(false), (prose.clone(), Vec::new(), prose));
+        let mut s = ToolStream::new(ToolSyntax::Hermes);
+        assert_eq!(s.push("<tool_"), "");
+        assert_eq!(s.finish(true), (String::new(), Vec::new(), String::new()), "the opening cut short");
     }
 
     #[test]

@@ -6,9 +6,11 @@
 //! A request becomes one [`GenerateParams`]: `system` (a string or text
 //! blocks) is the system message; a message's text blocks are its text,
 //! an assistant's `tool_use` blocks its tool calls, a user's `tool_result`
-//! blocks tool messages (before the user's text); `max_tokens` (required),
+//! blocks tool messages (before the user's text); a `system` message
+//! inside `messages` joins the system text (edge.rs); `max_tokens` (required),
 //! `stop_sequences`, `temperature`, `top_p` and `top_k` carry over; `tools`
-//! (`input_schema`) are functions and `tool_choice` `auto`, `any`, `tool`
+//! (`input_schema`) are functions (server tools are left out, with a line
+//! in the log) and `tool_choice` `auto`, `any`, `tool`
 //! (one named) or `none`, `disable_parallel_tool_use` as asked. Earlier
 //! `thinking` blocks are left out (revis's models write none); images and
 //! documents are refused naming the block.
@@ -151,8 +153,14 @@ fn messages(req: &MessagesRequest) -> Result<Vec<Message>, ApiError> {
         let role = match m.role.as_str() {
             "user" => Role::User,
             "assistant" => Role::Assistant,
+            // Claude Code's environment; joined with `system` (edge.rs).
+            "system" => Role::System,
             other => {
-                return Err(ApiError::invalid(FLAVOR, &format!("messages[{i}].role"), format!("role {other:?} must be user or assistant")));
+                return Err(ApiError::invalid(
+                    FLAVOR,
+                    &format!("messages[{i}].role"),
+                    format!("role {other:?} must be user, assistant or system"),
+                ));
             }
         };
         let blocks = match &m.content {
@@ -203,24 +211,19 @@ fn messages(req: &MessagesRequest) -> Result<Vec<Message>, ApiError> {
 
 /// The functions a request offers, and the choice among them.
 fn tools(req: &MessagesRequest) -> Result<(Vec<Tool>, ToolChoice, bool), ApiError> {
-    let tools = req
-        .tools
-        .iter()
-        .flatten()
-        .enumerate()
-        .map(|(i, t)| match t.kind.as_deref() {
-            None | Some("custom") => Ok(Tool {
+    let mut tools = Vec::new();
+    for (i, t) in req.tools.iter().flatten().enumerate() {
+        match t.kind.as_deref() {
+            None | Some("custom") => tools.push(Tool {
                 name: t.name.clone(),
                 description: t.description.clone().unwrap_or_default(),
                 parameters: t.input_schema.as_ref().map(Value::to_string).unwrap_or_default(),
             }),
-            Some(other) => Err(ApiError::invalid(
-                FLAVOR,
-                &format!("tools[{i}]"),
-                format!("server tools ({other}) are not supported: revis's tools are functions you run"),
-            )),
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+            // Server tools (web search, code execution) run at Anthropic:
+            // left out, as local servers do for Claude Code.
+            Some(other) => tracing::info!("tools[{i}] ({other}) left out: revis offers the functions you run"),
+        }
+    }
     let (choice, parallel) = match &req.tool_choice {
         None => (ToolChoice::Auto, true),
         Some(c) => {
@@ -334,7 +337,7 @@ async fn answer<R: Runner>(app: AppState<R>, body: Body) -> Result<Response, Api
             "stop_reason": stop_reason(&done), "stop_sequence": stop_sequence(&done, &asked_stops), "usage": usage(&done),
         })));
     }
-    let first = generation.first().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
+    let first = generation.first_or_wait().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
     let start = json!({
         "type": "message_start",
         "message": {
@@ -352,6 +355,8 @@ async fn answer<R: Runner>(app: AppState<R>, body: Body) -> Result<Response, Api
             out.extend(event("ping", &json!({"type": "ping"})));
         }
         match p {
+            Piece::Wait if out.is_empty() => out.extend(event("ping", &json!({"type": "ping"}))),
+            Piece::Wait => {}
             Piece::Text(t) => {
                 if !opened {
                     opened = true;
@@ -460,6 +465,25 @@ mod tests {
         assert_eq!((p.tool_choice, p.parallel_tool_calls, p.tools.len()), (ToolChoice::Required, false, 1));
     }
 
+    /// What Claude Code sends: system blocks with cache_control, a system
+    /// message inside `messages`, thinking, metadata, context management.
+    #[test]
+    fn what_claude_code_sends_is_read() {
+        let p = req(json!({
+            "model": "tier2", "max_tokens": 128000,
+            "system": [{"type": "text", "text": "A."}, {"type": "text", "text": "B.", "cache_control": {"type": "ephemeral"}}],
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "Hi", "cache_control": {"type": "ephemeral"}}]},
+                {"role": "system", "content": [{"type": "text", "text": "Env."}]}
+            ],
+            "thinking": {"type": "adaptive"}, "metadata": {"user_id": "u"},
+            "context_management": {"edits": []}, "output_config": {"effort": "medium"}
+        }))
+        .unwrap();
+        let got: Vec<(Role, &str)> = p.messages.iter().map(|m| (m.role, m.text.as_str())).collect();
+        assert_eq!(got, [(Role::System, "A.\nB."), (Role::User, "Hi"), (Role::System, "Env.")], "joined by edge.rs");
+    }
+
     #[test]
     fn what_cannot_be_done_is_refused_naming_the_field() {
         let user = json!([{"role": "user", "content": "x"}]);
@@ -476,11 +500,7 @@ mod tests {
                 json!({"model": "m", "max_tokens": 5, "messages": user, "tools": [{"name": "f"}], "tool_choice": {"type": "tool", "name": "g"}}),
                 "tool_choice.name",
             ),
-            (
-                json!({"model": "m", "max_tokens": 5, "messages": user, "tools": [{"type": "web_search_20250305", "name": "web_search"}]}),
-                "tools[0]",
-            ),
-            (json!({"model": "m", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}), "messages[0].role"),
+            (json!({"model": "m", "max_tokens": 5, "messages": [{"role": "tool", "content": "x"}]}), "messages[0].role"),
         ] {
             let e = req(v).unwrap_err();
             assert_eq!((e.status, e.param.as_deref()), (StatusCode::BAD_REQUEST, Some(param)), "{e:?}");

@@ -8,9 +8,18 @@
 //! The generation's place ([`crate::Limits::max_generations`]) is held by
 //! the task, so it is given back when the answer ends even if the caller
 //! has not read it yet.
+//!
+//! A streamed answer whose prompt takes long to read (an agent's 17,000
+//! tokens of tools and instructions) starts its response after
+//! [`FIRST_WAIT`] anyway, with [`Piece::Wait`] every [`WAIT_EVERY`] until
+//! its first text: each API writes what its clients take as "still there"
+//! (Anthropic's `ping`, an SSE comment), so no client gives up during a
+//! long prefill. A failure within [`FIRST_WAIT`] is still the response's
+//! status; a later one is the stream's error event.
 
 use std::convert::Infallible;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio_stream::StreamExt;
@@ -20,11 +29,24 @@ use revis_client::{CallError, Done, GenerateParams, Runner};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
-/// What a generation says, in order: text, then its end.
+/// How long a streamed answer waits for its first piece before its
+/// response starts anyway.
+pub(crate) const FIRST_WAIT: Duration = Duration::from_secs(2);
+/// How often a streamed answer still reading its prompt says so.
+pub(crate) const WAIT_EVERY: Duration = Duration::from_secs(5);
+
+/// An SSE comment: what OpenAI's APIs send for [`Piece::Wait`] (their
+/// clients skip comments).
+pub(crate) const SSE_WAIT: &[u8] = b": revis is reading the prompt\n\n";
+
+/// What a generation says, in order: text, then its end. Before the first
+/// text, a streamed response may say [`Piece::Wait`] (the prompt is still
+/// being read) any number of times.
 #[derive(Debug)]
 pub(crate) enum Piece {
     Text(String),
     End(Result<Done, CallError>),
+    Wait,
 }
 
 /// A generation under way.
@@ -35,20 +57,39 @@ pub(crate) struct Generation {
 }
 
 impl Generation {
-    pub(crate) fn start<R: Runner>(runner: R, params: GenerateParams, place: OwnedSemaphorePermit) -> Generation {
+    /// Starts `params` on `runner`; `model` is what the request named (for the log).
+    pub(crate) fn start<R: Runner>(runner: R, model: String, params: GenerateParams, place: OwnedSemaphorePermit) -> Generation {
         let started = Instant::now();
         let (tx, rx) = unbounded_channel();
         tokio::spawn(async move {
             let _place = place;
             let text_tx = tx.clone();
+            let first_text = Arc::new(std::sync::OnceLock::new());
+            let first = first_text.clone();
+            let tier = params.tier;
+            tracing::trace!(?params, "generation asked");
+            // Empty text (a call's syntax held back) is no piece: streams
+            // send no empty chunks.
             let generate = runner.generate(params, move |t| {
-                let _ = text_tx.send(Piece::Text(t.to_owned()));
+                if !t.is_empty() {
+                    first.get_or_init(|| started.elapsed());
+                    let _ = text_tx.send(Piece::Text(t.to_owned()));
+                }
             });
             tokio::select! {
                 r = generate => {
+                    let ms = |d: Option<&Duration>| d.map_or_else(|| "-".to_owned(), |d| d.as_millis().to_string());
+                    match &r {
+                        Ok(d) => tracing::info!(
+                            "generation {model} ({tier}): {} prompt tokens ({} cached), {} generated, {} tool calls, first text {} ms, {} ms in all, {:?}",
+                            d.prompt_tokens, d.cached_tokens, d.generated_tokens, d.tool_calls.len(),
+                            ms(first_text.get()), started.elapsed().as_millis(), d.finish_reason
+                        ),
+                        Err(e) => tracing::info!("generation {model} ({tier}) failed after {} ms: {e}", started.elapsed().as_millis()),
+                    }
                     let _ = tx.send(Piece::End(r));
                 }
-                () = tx.closed() => tracing::debug!("the caller went away: generation cancelled"),
+                () = tx.closed() => tracing::info!("generation {model} ({tier}): the caller went away after {} ms; cancelled", started.elapsed().as_millis()),
             }
         });
         Generation { rx, started }
@@ -64,11 +105,19 @@ impl Generation {
         }
     }
 
+    /// [`Self::first`], or [`Piece::Wait`] when nothing came within
+    /// [`FIRST_WAIT`] (the prompt is long): the response starts then.
+    pub(crate) async fn first_or_wait(&mut self) -> Result<Piece, CallError> {
+        tokio::time::timeout(FIRST_WAIT, self.first()).await.unwrap_or(Ok(Piece::Wait))
+    }
+
     /// The response body of a streamed answer: `first`, then the rest of
-    /// the generation, each piece as `encode` writes it.
+    /// the generation, each piece as `encode` writes it. While `first` was
+    /// a [`Piece::Wait`] and no other piece has come, a Wait every [`WAIT_EVERY`].
     pub(crate) fn body(self, first: Piece, mut encode: impl FnMut(Piece) -> Vec<u8> + Send + 'static) -> axum::body::Body {
+        let waiting = matches!(first, Piece::Wait);
         let head = Bytes::from(encode(first));
-        let rest = UnboundedReceiverStream::new(self.rx).map(move |p| Ok::<_, Infallible>(Bytes::from(encode(p))));
+        let rest = pieces(self.rx, waiting).map(move |p| Ok::<_, Infallible>(Bytes::from(encode(p))));
         axum::body::Body::from_stream(tokio_stream::once(Ok::<_, Infallible>(head)).chain(rest))
     }
 
@@ -84,8 +133,8 @@ impl Generation {
         let mut head = Vec::new();
         let mut rest = tokio_stream::StreamMap::new();
         for (i, (first, generation)) in started.into_iter().enumerate() {
+            rest.insert(i, pieces(generation.rx, matches!(first, Piece::Wait)));
             head.extend(encode(Some((i, first))));
-            rest.insert(i, UnboundedReceiverStream::new(generation.rx));
         }
         let rest = rest.map(Some).chain(tokio_stream::once(None)).map(move |p| Ok::<_, Infallible>(Bytes::from(encode(p))));
         axum::body::Body::from_stream(tokio_stream::once(Ok::<_, Infallible>(Bytes::from(head))).chain(rest))
@@ -99,5 +148,65 @@ impl Generation {
             }
         }
         Err(CallError::new(revis_client::Code::Internal, "the generation ended without an answer"))
+    }
+}
+
+/// What `rx` says; while `waiting` and nothing has come yet, a
+/// [`Piece::Wait`] every [`WAIT_EVERY`] too. The stream ends when `rx` does;
+/// dropping it drops `rx` (which cancels the generation) at once.
+fn pieces(mut rx: UnboundedReceiver<Piece>, waiting: bool) -> UnboundedReceiverStream<Piece> {
+    if !waiting {
+        return UnboundedReceiverStream::new(rx);
+    }
+    let (tx, out) = unbounded_channel();
+    tokio::spawn(async move {
+        let mut waiting = true;
+        loop {
+            tokio::select! {
+                p = rx.recv() => match p {
+                    Some(p) => {
+                        waiting = false;
+                        if tx.send(p).is_err() {
+                            return;
+                        }
+                    }
+                    None => return,
+                },
+                () = tokio::time::sleep(WAIT_EVERY), if waiting => {
+                    if tx.send(Piece::Wait).is_err() {
+                        return;
+                    }
+                }
+                () = tx.closed() => return,
+            }
+        }
+    });
+    UnboundedReceiverStream::new(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_long_prompt_says_wait_until_the_first_text_and_the_stream_ends_with_the_answer() {
+        let (tx, rx) = unbounded_channel();
+        let mut s = pieces(rx, true);
+        let t0 = tokio::time::Instant::now();
+        assert!(matches!(s.next().await, Some(Piece::Wait)));
+        assert!(matches!(s.next().await, Some(Piece::Wait)));
+        assert_eq!(t0.elapsed(), 2 * WAIT_EVERY, "a Wait every {WAIT_EVERY:?}");
+        tx.send(Piece::Text("a".into())).unwrap();
+        assert!(matches!(s.next().await, Some(Piece::Text(t)) if t == "a"));
+        tx.send(Piece::End(Ok(Done::default()))).unwrap();
+        drop(tx);
+        assert!(matches!(s.next().await, Some(Piece::End(Ok(_)))), "no Wait after the first text");
+        assert!(s.next().await.is_none());
+        assert_eq!(t0.elapsed(), 2 * WAIT_EVERY, "the stream ends with the answer, not at a timer");
+
+        // Dropping the stream lets the generation see its caller gone.
+        let (tx, rx) = unbounded_channel::<Piece>();
+        drop(pieces(rx, true));
+        tokio::time::timeout(Duration::from_secs(1), tx.closed()).await.expect("the receiver is dropped");
     }
 }

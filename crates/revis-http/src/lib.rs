@@ -39,6 +39,7 @@
 //! generation's place is given back.
 
 mod anthropic;
+mod edge;
 mod error;
 mod generation;
 pub mod key;
@@ -209,9 +210,10 @@ impl<R: Runner> App<R> {
         place: OwnedSemaphorePermit,
     ) -> Result<generation::Generation, ApiError> {
         params.tier = entry.tier;
+        edge::prepare(&mut params);
         Ok(match &entry.node {
-            None => generation::Generation::start(self.runner.clone(), params, place),
-            Some(node) => generation::Generation::start(self.node(flavor, node)?, params, place),
+            None => generation::Generation::start(self.runner.clone(), entry.name.clone(), params, place),
+            Some(node) => generation::Generation::start(self.node(flavor, node)?, entry.name.clone(), params, place),
         })
     }
 
@@ -271,7 +273,18 @@ pub fn router<R: Runner>(runner: R, opts: Options) -> Router {
         .route("/api/delete", axum::routing::delete(ollama::delete::<R>))
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(app.clone(), guard::<R>))
+        .layer(axum::middleware::from_fn(log_request))
         .with_state(app)
+}
+
+/// One line a request in the log: what was asked, the status and how long
+/// the response took to start (a generation adds its own line at its end).
+async fn log_request(req: Request, next: Next) -> Response {
+    let (method, path, started) = (req.method().clone(), req.uri().path().to_owned(), std::time::Instant::now());
+    let agent = req.headers().get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("-").to_owned();
+    let r = next.run(req).await;
+    tracing::info!("{method} {path} {} in {} ms ({agent})", r.status().as_u16(), started.elapsed().as_millis());
+    r
 }
 
 async fn not_found(req: Request) -> Response {

@@ -245,7 +245,8 @@ pub(crate) async fn show<R: Runner>(State(app): State<AppState<R>>, body: Body) 
             "template": "",
             "details": details(e),
             "model_info": {"revis.tier": e.tier.as_str(), "revis.model": e.model, "revis.context_length": e.context_tokens},
-            "capabilities": ["completion", "embedding"],
+            // Every model calls functions: its template's way, or revis's generic one.
+            "capabilities": ["completion", "tools", "embedding"],
             "modified_at": now(),
         })))
     };
@@ -550,8 +551,10 @@ async fn answer<R: Runner>(
         finished(&mut v, &done, started.elapsed().as_nanos() as u64);
         return Ok(json_response(&v));
     }
-    let first = generation.first().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
+    let first = generation.first_or_wait().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
     let encode = move |p: Piece| match p {
+        // NDJSON has no comment: the headers are what says "still there".
+        Piece::Wait => Vec::new(),
         Piece::Text(t) => ndjson_line(&kind.line(&model, &t)),
         Piece::End(Ok(d)) => {
             let mut v = kind.line(&model, "");

@@ -598,6 +598,9 @@ async fn chat_response<R: Runner>(app: AppState<R>, body: Body) -> Result<Respon
         let Some((i, p)) = p else {
             return ends.last(|u| if include_usage { chunk(0, Default::default(), None, Some(u), None) } else { Vec::new() });
         };
+        if matches!(p, Piece::Wait) {
+            return crate::generation::SSE_WAIT.to_vec();
+        }
         let mut out = Vec::new();
         if ends.first(i) {
             let role =
@@ -608,6 +611,7 @@ async fn chat_response<R: Runner>(app: AppState<R>, body: Body) -> Result<Respon
             Piece::Text(t) => {
                 out.extend(chunk(i, ChatCompletionStreamResponseDelta { content: Some(t), ..Default::default() }, None, None, None))
             }
+            Piece::Wait => {}
             Piece::End(r) => out.extend(ends.end(r, |d| {
                 let mut last = Vec::new();
                 for call in tool_call_chunks(d) {
@@ -661,7 +665,7 @@ fn start_choices<R: Runner>(
 async fn firsts(generations: &mut Vec<Generation>) -> Result<Vec<(Piece, Generation)>, ApiError> {
     let mut started = Vec::with_capacity(generations.len());
     for mut g in generations.drain(..) {
-        let first = g.first().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
+        let first = g.first_or_wait().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
         started.push((first, g));
     }
     Ok(started)
@@ -774,6 +778,7 @@ async fn completion_response<R: Runner>(app: AppState<R>, body: Body) -> Result<
     let mut ends = Ends::new(n);
     let encode = move |p: Option<(usize, Piece)>| match p {
         None => ends.last(|u| if include_usage { sse(&response(Vec::new(), Some(u))) } else { Vec::new() }),
+        Some((_, Piece::Wait)) => crate::generation::SSE_WAIT.to_vec(),
         Some((i, Piece::Text(t))) => sse(&response(vec![choice(i, t, None)], None)),
         Some((i, Piece::End(r))) => ends.end(r, |d| sse(&response(vec![choice(i, String::new(), Some(d))], None))),
     };

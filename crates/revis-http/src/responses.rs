@@ -10,9 +10,11 @@
 //! (`system`, `developer`, `user`, `assistant`; text content or
 //! `input_text`/`output_text` parts), `function_call` items (an assistant's
 //! call) and `function_call_output` items (its result); `reasoning` items
-//! are left out. `tools` (functions), `tool_choice`, `parallel_tool_calls`,
-//! `max_output_tokens`, `temperature`, `top_p` and `text.format`
-//! (`json_object`, `json_schema`) carry over.
+//! are left out. `tools` (functions; hosted, `namespace` and `custom` tools
+//! are left out, with a line in the log), `tool_choice`,
+//! `parallel_tool_calls`, `max_output_tokens` (none: up to the daemon's
+//! limit), `temperature`, `top_p` and `text.format` (`json_object`,
+//! `json_schema`) carry over.
 //!
 //! The reply's `output` is a `message` item with one `output_text` part
 //! (when the model wrote text, or called nothing) and a `function_call`
@@ -140,7 +142,10 @@ fn tools(req: &Value) -> Result<(Vec<Tool>, ToolChoice), ApiError> {
     let mut tools = Vec::new();
     for (i, t) in req["tools"].as_array().into_iter().flatten().enumerate() {
         if t["type"].as_str() != Some("function") {
-            return Err(invalid(&format!("tools[{i}]"), "only function tools are supported: revis's tools are functions you run"));
+            // Hosted tools (web_search), groups (namespace) and freeform
+            // (custom) ones: left out, as local servers do for Codex.
+            tracing::info!("tools[{i}] (type {}) left out: revis offers function tools only", t["type"].as_str().unwrap_or("none"));
+            continue;
         }
         tools.push(Tool {
             name: t["name"].as_str().ok_or_else(|| invalid(&format!("tools[{i}].name"), "a function tool has a name"))?.to_owned(),
@@ -183,9 +188,11 @@ pub(crate) fn params(req: &Value) -> Result<GenerateParams, ApiError> {
         return Err(invalid("conversation", "revis keeps no conversations: send the whole conversation in input"));
     }
     let number = |k: &str| req.get(k).and_then(Value::as_f64).map(|v| v as f32);
+    // Without max_output_tokens the answer may run to the daemon's limit
+    // (its max_tokens_limit, or the context's end), as OpenAI's does.
     let max_tokens = match req.get("max_output_tokens").and_then(Value::as_u64) {
         Some(0) => return Err(invalid("max_output_tokens", "max_output_tokens is 0; it must be at least 1")),
-        n => n.map(|n| n.min(u64::from(u32::MAX)) as u32),
+        n => Some(n.map_or(u32::MAX, |n| n.min(u64::from(u32::MAX)) as u32)),
     };
     let format = match req.pointer("/text/format/type").and_then(Value::as_str) {
         None | Some("text") => Format::Text,
@@ -297,7 +304,7 @@ async fn answer<R: Runner>(app: AppState<R>, body: Body) -> Result<Response, Api
         let v = echo.response(status(&done), output(&done, &message_id), Some(&done));
         return Ok(([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response());
     }
-    let first = generation.first().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
+    let first = generation.first_or_wait().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
     let mut seq = 0u64;
     let mut event = move |kind: &str, mut data: Map<String, Value>| {
         data.insert("type".into(), kind.into());
@@ -329,6 +336,7 @@ async fn answer<R: Runner>(app: AppState<R>, body: Body) -> Result<Response, Api
             out.extend(event("response.content_part.added", obj(part)));
         };
         match p {
+            Piece::Wait => out.extend_from_slice(crate::generation::SSE_WAIT),
             Piece::Text(t) => {
                 if !opened {
                     opened = true;
@@ -432,13 +440,27 @@ mod tests {
                 json!({"model": "m", "input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}),
                 "input[0].content[0]",
             ),
-            (json!({"model": "m", "input": "x", "tools": [{"type": "web_search"}]}), "tools[0]"),
             (json!({"model": "m", "input": "x", "tool_choice": "required"}), "tool_choice"),
             (json!({"model": "m", "input": "x", "max_output_tokens": 0}), "max_output_tokens"),
         ] {
             assert_eq!(params(&v).unwrap_err().param.as_deref(), Some(param), "{v}");
         }
         assert!(params(&json!({"model": "m", "input": "x", "store": false})).is_ok());
+    }
+
+    /// What Codex sends: hosted and grouped tools beside its functions, no
+    /// max_output_tokens.
+    #[test]
+    fn tools_that_are_not_functions_are_left_out_and_no_cap_runs_to_the_limit() {
+        let f = json!({"type": "function", "name": "f", "parameters": {"type": "object"}});
+        let p = params(&json!({
+            "model": "m", "input": "x",
+            "tools": [{"type": "web_search", "external_web_access": false}, f, {"type": "namespace", "name": "n", "tools": []}, {"type": "custom", "name": "apply_patch"}],
+            "reasoning": {"summary": "auto"}, "include": ["reasoning.encrypted_content"], "prompt_cache_key": "k", "store": false
+        }))
+        .unwrap();
+        assert_eq!(p.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["f"]);
+        assert_eq!(p.max_tokens, Some(u32::MAX), "lowered to the daemon's limit (edge.rs)");
     }
 
     #[test]

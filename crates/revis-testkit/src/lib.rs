@@ -55,6 +55,19 @@ pub fn python() -> PathBuf {
     p
 }
 
+/// An agent program's binary (`claude`, `codex`): the pinned native builds
+/// `cargo xtask test` unpacks in target/agents.
+pub fn agent(name: &str) -> PathBuf {
+    let inside = match name {
+        "claude" => "package/claude",
+        "codex" => "package/vendor/x86_64-unknown-linux-musl/bin/codex",
+        other => panic!("no agent program {other:?}"),
+    };
+    let p = binary_dir().parent().expect("the target dir").join("agents").join(name).join(inside);
+    assert!(p.is_file(), "{} is missing: `cargo xtask test` fetches it (pinned in xtask's AGENTS)", p.display());
+    p
+}
+
 /// target/<profile>: where the workspace's binaries are.
 fn binary_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");

@@ -1,4 +1,6 @@
 //! [`NetnsPair`]: two network namespaces joined by a veth pair, so a test can use a real network (multicast included) without touching the machine's own.
+//! [`Offline`]: one namespace with only loopback, for programs that must
+//! reach nothing beyond the test (the agent programs).
 //!
 //! Needs root and `ip` (iproute2); CI and our sessions run as root. The veth
 //! is created inside the namespaces (`ip -n A link add .. peer .. netns B`),
@@ -92,6 +94,30 @@ impl Drop for NetnsPair {
             // Deleting a namespace that was never created fails: fine.
             let _ = Command::new("ip").args(["netns", "delete", &ns.name]).output();
         }
+    }
+}
+
+/// One network namespace with only loopback up: what runs in it reaches
+/// nothing but the other processes in it (and Unix sockets on the shared
+/// filesystem), as on a machine offline. Deleted on drop.
+pub struct Offline(pub Netns);
+
+impl Offline {
+    #[expect(clippy::new_without_default, reason = "creates a namespace: not a default value")]
+    pub fn new() -> Offline {
+        remove_abandoned();
+        let n = PAIRS.fetch_add(1, Ordering::Relaxed);
+        let ns = Netns { name: format!("{PREFIX}{}-{n}o", std::process::id()), interface: "lo".into(), addr: Ipv4Addr::LOCALHOST };
+        let offline = Offline(ns);
+        ip(&["netns", "add", &offline.0.name]);
+        ip(&["-n", &offline.0.name, "link", "set", "lo", "up"]);
+        offline
+    }
+}
+
+impl Drop for Offline {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "delete", &self.0.name]).output();
     }
 }
 

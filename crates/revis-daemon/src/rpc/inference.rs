@@ -43,6 +43,8 @@ impl pb::inference_server::Inference for Daemon {
         }
         let lease = self.registry.lease(&v.model).await.map_err(DaemonError::from)?;
         let tok = lease.tokenizer.clone();
+        // What takes the prompt's room, for the error when it does not fit.
+        let shares = prompt::Shares::of(&v.messages, &v.tools);
         let (messages, static_count) = (v.messages, v.static_count);
         let asked = prompt::Asked {
             answer_prefix: v.answer_prefix,
@@ -55,7 +57,7 @@ impl pb::inference_server::Inference for Daemon {
             blocking(&self.tokenizers, move || prompt::generate(tok.as_ref(), &messages, static_count, asked)).await?;
         let n_ctx = lease.tokenizer.n_ctx();
         if prompt.tokens.len() >= n_ctx as usize {
-            return Err(too_long(prompt.tokens.len(), n_ctx, v.tier).into());
+            return Err(prompt::too_long_with(prompt.tokens.len(), n_ctx, v.tier, shares).into());
         }
         let started = pb::Started { model: v.model.name.clone(), prompt_tokens: prompt.tokens.len() as u32 };
         let (engine_tx, engine_rx) = mpsc::unbounded_channel();

@@ -106,6 +106,64 @@ pub(super) fn embed(tok: &dyn Tokenizer, inputs: &[String]) -> Vec<Vec<Token>> {
 /// A prompt longer than the model's context.
 pub(super) fn too_long(tokens: usize, n_ctx: u32, tier: Tier) -> DaemonError {
     DaemonError::Invalid(format!(
-        "the prompt is {tokens} tokens; {tier}'s context holds {n_ctx} tokens (config daemon.context), so shorten the conversation"
+        "the prompt is {tokens} tokens; {tier}'s context holds {n_ctx} tokens (config daemon.context or tiers.{tier}.context), so shorten the conversation"
     ))
+}
+
+/// The characters of a generation's functions, system text and the rest
+/// of its conversation: what took the room of a prompt too long.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(super) struct Shares {
+    pub tools: (usize, usize),
+    pub system: usize,
+    pub conversation: usize,
+}
+
+impl Shares {
+    pub(super) fn of(messages: &[Message], tools: &[revis_engine::Tool]) -> Shares {
+        let chars = |m: &Message| m.content.len() + m.tool_calls.iter().map(|c| c.name.len() + c.arguments.len()).sum::<usize>();
+        Shares {
+            tools: (tools.len(), tools.iter().map(|t| t.name.len() + t.description.len() + t.parameters.len()).sum()),
+            system: messages.iter().filter(|m| m.role == revis_engine::Role::System).map(chars).sum(),
+            conversation: messages.iter().filter(|m| m.role != revis_engine::Role::System).map(chars).sum(),
+        }
+    }
+}
+
+/// [`too_long`] for a generation, saying about how much of the prompt its
+/// functions, its system text and its conversation took (shared out by
+/// their characters), since an agent's functions and instructions alone
+/// may not fit, and then shortening the conversation does not help.
+pub(super) fn too_long_with(tokens: usize, n_ctx: u32, tier: Tier, shares: Shares) -> DaemonError {
+    let total = (shares.tools.1 + shares.system + shares.conversation).max(1);
+    let about = |chars: usize| chars * tokens / total;
+    let mut parts = vec![format!("the conversation about {}", about(shares.conversation))];
+    if shares.system > 0 {
+        parts.insert(0, format!("the system text about {}", about(shares.system)));
+    }
+    if shares.tools.0 > 0 {
+        parts.insert(0, format!("{} functions about {}", shares.tools.0, about(shares.tools.1)));
+    }
+    DaemonError::Invalid(format!(
+        "the prompt is {tokens} tokens ({}); {tier}'s context holds {n_ctx} tokens (config daemon.context or tiers.{tier}.context): use a model with a longer context, or send less",
+        parts.join(", ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prompt_too_long_says_what_took_its_room() {
+        let tool = Tool { name: "f".into(), description: "d".repeat(699), parameters: String::new() };
+        let messages = [Message::new(revis_engine::Role::System, "s".repeat(200)), Message::new(revis_engine::Role::User, "u".repeat(100))];
+        let shares = Shares::of(&messages, &[tool]);
+        assert_eq!(shares, Shares { tools: (1, 700), system: 200, conversation: 100 });
+        let e = too_long_with(5000, 4096, Tier::Tier2, shares).to_string();
+        assert!(
+            e.contains("the prompt is 5000 tokens (1 functions about 3500, the system text about 1000, the conversation about 500); tier2's context holds 4096 tokens"),
+            "{e}"
+        );
+    }
 }

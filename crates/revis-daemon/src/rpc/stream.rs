@@ -203,7 +203,7 @@ impl Stream for EventStream {
                 let mut last_text = None;
                 let mut tool_calls = Vec::new();
                 if let Some(calls) = this.calls.take() {
-                    let (rest, found, shown) = calls.finish();
+                    let (rest, found, shown) = calls.finish(reason == pb::FinishReason::Length);
                     if !found.is_empty() {
                         // Cut short by max_tokens after whole calls: those, and the length said.
                         if reason != pb::FinishReason::Length {
