@@ -329,6 +329,41 @@ fn leaving_revis_chat_never_waits_for_its_background_work_and_loses_none_of_it()
     assert_eq!(messages[0].text, said);
 }
 
+/// Keys typed while an answer streams are not echoed into it: they wait,
+/// and the next prompt's line shows them, as a line editor's type-ahead.
+#[test]
+fn keys_typed_while_an_answer_streams_wait_for_the_next_prompt() {
+    let d = TestDaemon::new().start();
+    let data = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(revis_testkit::binary("revis"));
+    cmd.args(["chat", "--new", "--temperature", "0", "--max-tokens", "300", "--verbose", "--socket"])
+        .arg(&d.socket)
+        .env("REVIS_DATA_DIR", data.path());
+    let (mut child, mut terminal) = spawn_on_a_terminal(cmd);
+    let screen = Transcript::start(terminal.try_clone().unwrap());
+    screen.wait_until("the prompt", STEP, |s| prompt_after(&s.text(), "(Ctrl-D ends)"));
+    terminal.write_all(format!("{LONG}\r").as_bytes()).unwrap();
+    // Words of the answer (letters, not the line editor's escape sequences after the echoed line).
+    screen.wait_until("the answer's first words", STEP, |s| {
+        s.text().rsplit_once(LONG).is_some_and(|(_, a)| a.chars().filter(|c| c.is_alphabetic()).count() > 20)
+    });
+    terminal.write_all(b"qzxv").unwrap();
+    let typed_while_streaming = !screen.with(Seen::text).contains("generated, prompt");
+    // The line editor draws the prompt, then the keys it reads (cursor moves between them).
+    let shown = screen.wait_until("the next prompt, with the keys", STEP, |s| {
+        s.text()
+            .split_once("generated, prompt")
+            .and_then(|(_, after)| after.split_once("> "))
+            .is_some_and(|(_, line)| line.contains("qzxv"))
+    });
+    let (answer, _) = shown.rsplit_once(LONG).unwrap().1.split_once("generated, prompt").unwrap();
+    assert!(typed_while_streaming, "the keys came after the answer had ended: nothing was tested; the screen:\n{shown}");
+    assert!(!answer.contains("qzxv"), "the keys were echoed into the answer:\n{shown}");
+    terminal.write_all(b"\x15\x04").unwrap(); // Ctrl-U (the line cleared), Ctrl-D
+    let status = wait_exit(&mut child, STEP, &screen);
+    assert!(status.success(), "{status:?}");
+}
+
 /// A prompt whose answer runs long (hundreds of tokens at greedy sampling).
 const LONG: &str = "Write a long story about a dragon who learns to bake bread, with many details.";
 

@@ -159,6 +159,22 @@ fn models_lists_the_catalog_and_what_is_downloaded() {
     assert!(!model_line(&out, gemma3.name).contains("not downloaded"), "{out}");
 }
 
+/// REVIS_YES as people write it (the README says `REVIS_YES=1`); a value
+/// that means nothing is an error that names the variable and what it
+/// takes, before anything is done.
+#[test]
+fn revis_yes_takes_what_people_write_and_names_itself_when_wrong() {
+    let revis = Revis::new(None);
+    for value in ["1", "0", "yes", "no", "true", "false", "on", "off", "YES", ""] {
+        let out = revis.command(&["models"]).env("REVIS_YES", value).output().unwrap();
+        assert!(out.status.success(), "REVIS_YES={value:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let out = revis.command(&["models"]).env("REVIS_YES", "maybe").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("REVIS_YES") && err.contains("\"maybe\"") && err.contains("1 or 0, yes or no, true or false, on or off"), "{err}");
+}
+
 #[test]
 fn profile_shows_the_facts_revis_has_learned() {
     let revis = Revis::new(None);

@@ -70,12 +70,57 @@ fn starts_message(event: &Event) -> bool {
 }
 
 /// Reads lines on a thread. After each `Line`, the thread waits for a
-/// `next()` before showing the prompt again, so answers print undisturbed.
+/// `next()` before showing the prompt again, so answers print undisturbed:
+/// meanwhile keys typed are neither echoed into the answer nor lost
+/// ([`hold_keys`]); the next prompt's line editor reads them, as a line
+/// editor's type-ahead.
 pub struct Terminal {
     pub events: mpsc::UnboundedReceiver<Input>,
     next: std_mpsc::Sender<()>,
     /// Prints above the line being edited (what arrives while the user types).
     printer: Option<Box<dyn rustyline::ExternalPrinter + Send>>,
+    /// The terminal's settings while keys are held, to put back.
+    held: Held,
+}
+
+/// The terminal's own settings, saved while [`hold_keys`] changed them.
+type Held = std::sync::Arc<std::sync::Mutex<Option<libc::termios>>>;
+
+/// While an answer prints: the terminal stops echoing keys and stops
+/// waiting for whole lines (so they are readable at once by the next
+/// prompt's editor), and Ctrl-C still signals (it stops the answer). Saves
+/// the settings to put back in `held`; nothing when stdin is no terminal.
+fn hold_keys(held: &Held) {
+    // SAFETY: tcgetattr and tcsetattr on stdin with a termios of our own.
+    unsafe {
+        let mut t: libc::termios = std::mem::zeroed();
+        if libc::tcgetattr(0, &mut t) != 0 {
+            return;
+        }
+        let saved = t;
+        t.c_lflag &= !(libc::ECHO | libc::ICANON);
+        t.c_cc[libc::VMIN] = 1;
+        t.c_cc[libc::VTIME] = 0;
+        if libc::tcsetattr(0, libc::TCSANOW, &t) == 0 {
+            *held.lock().unwrap_or_else(|p| p.into_inner()) = Some(saved);
+        }
+    }
+}
+
+/// Puts back the settings [`hold_keys`] saved, if it did.
+fn release_keys(held: &Held) {
+    if let Some(saved) = held.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        // SAFETY: tcsetattr on stdin with the settings read from it.
+        unsafe { libc::tcsetattr(0, libc::TCSANOW, &saved) };
+    }
+}
+
+impl Drop for Terminal {
+    /// The terminal as it was, even when revis ends while an answer prints
+    /// (Ctrl-C), before the input thread could put it back.
+    fn drop(&mut self) {
+        release_keys(&self.held);
+    }
 }
 
 impl Terminal {
@@ -85,6 +130,8 @@ impl Terminal {
         let mut editor = rustyline::DefaultEditor::new()?;
         editor.bind_sequence(Event::Any, EventHandler::Conditional(Box::new(FirstKey(tx.clone()))));
         let printer = editor.create_external_printer().ok().map(|p| Box::new(p) as Box<dyn rustyline::ExternalPrinter + Send>);
+        let held = Held::default();
+        let keys = held.clone();
         std::thread::Builder::new()
             .name("revis-input".into())
             .spawn(move || {
@@ -94,7 +141,10 @@ impl Terminal {
                             if !line.trim().is_empty() {
                                 let _ = editor.add_history_entry(line.as_str());
                             }
-                            if tx.send(Input::Line(line)).is_err() || wait.recv().is_err() {
+                            hold_keys(&keys);
+                            let go_on = tx.send(Input::Line(line)).is_ok() && wait.recv().is_ok();
+                            release_keys(&keys);
+                            if !go_on {
                                 return;
                             }
                         }
@@ -111,7 +161,7 @@ impl Terminal {
                 }
             })
             .map_err(rustyline::error::ReadlineError::Io)?;
-        Ok(Terminal { events, next, printer })
+        Ok(Terminal { events, next, printer, held })
     }
 
     /// Prints `text` (a whole line or more) without breaking the line being typed.

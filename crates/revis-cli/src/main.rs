@@ -27,10 +27,23 @@ pub struct Cli {
     #[arg(long, global = true, env = "REVIS_NODE")]
     node: Option<String>,
     /// Answer yes when revis asks (before a first download of over 1 GB), for scripts.
-    #[arg(long, global = true, env = "REVIS_YES")]
+    /// REVIS_YES takes 1/0, yes/no, true/false, on/off.
+    #[arg(long, global = true, env = "REVIS_YES", value_parser = switch)]
     yes: bool,
     #[command(subcommand)]
     command: Cmd,
+}
+
+/// An environment switch (REVIS_YES) as people write it: 1/0, yes/no,
+/// true/false, on/off (any case); anything else is an error that says what
+/// it takes. (clap's own bool parser takes only true and false, so
+/// `REVIS_YES=1`, as the README says, failed every command.)
+fn switch(value: &str) -> Result<bool, String> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "yes" | "y" | "true" | "on" => Ok(true),
+        "0" | "no" | "n" | "false" | "off" | "" => Ok(false),
+        _ => Err(format!("REVIS_YES (or --yes) is {value:?}; it takes 1 or 0, yes or no, true or false, on or off")),
+    }
 }
 
 #[derive(Subcommand)]
