@@ -155,6 +155,20 @@ pub(crate) fn spawn_on_a_terminal(mut cmd: Command) -> (Reaped, std::fs::File) {
     (child, std::fs::File::from(pty.master))
 }
 
+/// `revis chat --new --temperature 0 --max-tokens N --verbose` over `d`, with
+/// data in `data`, on a terminal, once its first prompt shows: the child,
+/// the terminal's other side and what it shows.
+fn chat_on_a_terminal(d: &revis_testkit::Running, data: &std::path::Path, max_tokens: u32) -> (Reaped, std::fs::File, Transcript) {
+    let mut cmd = Command::new(revis_testkit::binary("revis"));
+    cmd.args(["chat", "--new", "--temperature", "0", "--max-tokens", &max_tokens.to_string(), "--verbose", "--socket"])
+        .arg(&d.socket)
+        .env("REVIS_DATA_DIR", data);
+    let (child, terminal) = spawn_on_a_terminal(cmd);
+    let screen = Transcript::start(terminal.try_clone().unwrap());
+    screen.wait_until("the prompt", STEP, |s| prompt_after(&s.text(), "(Ctrl-D ends)"));
+    (child, terminal, screen)
+}
+
 /// Whether the line editor's prompt (`> `, among its escape sequences) was shown after `mark`.
 fn prompt_after(screen: &str, mark: &str) -> bool {
     screen.split_once(mark).is_some_and(|(_, rest)| rest.contains("> "))
@@ -180,13 +194,7 @@ fn the_first_keystroke_prefills_before_enter() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let data = tempfile::tempdir().unwrap();
     Store::open(&data.path().join("db")).unwrap().store.add_fact(KNOWN, None).unwrap();
-    let mut cmd = Command::new(revis_testkit::binary("revis"));
-    cmd.args(["chat", "--new", "--temperature", "0", "--max-tokens", "16", "--verbose", "--socket"])
-        .arg(&d.socket)
-        .env("REVIS_DATA_DIR", data.path());
-    let (mut child, mut terminal) = spawn_on_a_terminal(cmd);
-    let screen = Transcript::start(terminal.try_clone().unwrap());
-    screen.wait_until("the prompt", STEP, |s| prompt_after(&s.text(), "(Ctrl-D ends)"));
+    let (mut child, mut terminal, screen) = chat_on_a_terminal(&d, data.path(), 16);
     assert_eq!(rt.block_on(tier2_prefixes(&d.socket)), 0, "nothing is cached before the user types");
 
     // One key, no Enter: the daemon gets the prefill.
@@ -291,11 +299,7 @@ fn leaving_revis_chat_never_waits_for_its_background_work_and_loses_none_of_it()
     let waited = facts_in(piped.path());
 
     let data = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(revis_testkit::binary("revis"));
-    cmd.args(args).arg(&d.socket).env("REVIS_DATA_DIR", data.path());
-    let (mut child, mut terminal) = spawn_on_a_terminal(cmd);
-    let screen = Transcript::start(terminal.try_clone().unwrap());
-    screen.wait_until("the prompt", STEP, |s| prompt_after(&s.text(), "(Ctrl-D ends)"));
+    let (mut child, mut terminal, screen) = chat_on_a_terminal(&d, data.path(), 16);
     terminal.write_all(format!("{said}\r").as_bytes()).unwrap();
     screen.wait_until("the next prompt", STEP, |s| prompt_after(&s.text(), "generated, prompt"));
     // The profile's extraction (a model call of its own) has just been
@@ -335,13 +339,7 @@ fn leaving_revis_chat_never_waits_for_its_background_work_and_loses_none_of_it()
 fn keys_typed_while_an_answer_streams_wait_for_the_next_prompt() {
     let d = TestDaemon::new().start();
     let data = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(revis_testkit::binary("revis"));
-    cmd.args(["chat", "--new", "--temperature", "0", "--max-tokens", "300", "--verbose", "--socket"])
-        .arg(&d.socket)
-        .env("REVIS_DATA_DIR", data.path());
-    let (mut child, mut terminal) = spawn_on_a_terminal(cmd);
-    let screen = Transcript::start(terminal.try_clone().unwrap());
-    screen.wait_until("the prompt", STEP, |s| prompt_after(&s.text(), "(Ctrl-D ends)"));
+    let (mut child, mut terminal, screen) = chat_on_a_terminal(&d, data.path(), 300);
     terminal.write_all(format!("{LONG}\r").as_bytes()).unwrap();
     // Words of the answer (letters, not the line editor's escape sequences after the echoed line).
     screen.wait_until("the answer's first words", STEP, |s| {
