@@ -5,8 +5,9 @@
 //! say), in a network namespace with only loopback, so nothing they send
 //! reaches anything but revis.
 //!
-//! Gemma 3 270M answers: its 32k context holds their prompts (Claude Code's
-//! is about 11,500 tokens, Codex's 6,000; SmolLM2's 8k holds neither). A
+//! Gemma 3 270M answers, with the context a config that sets none gives it
+//! (its trained 32k): that holds their prompts (Claude Code's is about
+//! 11,500 tokens, Codex's 6,000; SmolLM2's 8k holds only Codex's). A
 //! model this small copies such a prompt instead of answering, so its
 //! answers end at the daemon's token cap (`max_tokens_limit = 16` here, so
 //! the test ends in minutes). What is checked is the protocol, which holds
@@ -75,7 +76,7 @@ fn check(name: &str, serve: &Serve, route: &str, out: &Output, limit_said: &str)
 #[test]
 fn claude_code_and_codex_complete_their_round_trips_against_revis_serve() {
     let ns = Offline::new();
-    let d = TestDaemon::new().model(gemma3()).daemon("context = 16384\nstreams = 1\nmax_tokens_limit = 16\nthreads = \"auto\"").start();
+    let d = TestDaemon::new().model(gemma3()).model_context().daemon("streams = 1\nmax_tokens_limit = 16\nthreads = \"auto\"").start();
     let serve = serve_offline(&d, &ns.0);
     let url = format!("http://{}", serve.addr);
     let key = serve.key.clone().expect("revis serve made a key");

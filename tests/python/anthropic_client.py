@@ -23,6 +23,16 @@ WEATHER = {
 }
 
 
+def usage(u) -> dict:
+    """Anthropic's usage: the prompt is input + cache_read (+ cache_creation)."""
+    return {
+        "input_tokens": u.input_tokens,
+        "cache_read_input_tokens": u.cache_read_input_tokens or 0,
+        "prompt": u.input_tokens + (u.cache_read_input_tokens or 0) + (u.cache_creation_input_tokens or 0),
+        "output_tokens": u.output_tokens,
+    }
+
+
 def main() -> None:
     base, key, model = sys.argv[1], sys.argv[2], sys.argv[3]
     client = anthropic.Anthropic(base_url=base, api_key=key, max_retries=0, timeout=120)
@@ -35,17 +45,23 @@ def main() -> None:
         "blocks": [b.type for b in r.content],
         "text": "".join(b.text for b in r.content if b.type == "text"),
         "stop_reason": r.stop_reason,
-        "usage": {"input_tokens": r.usage.input_tokens, "output_tokens": r.usage.output_tokens},
+        "usage": usage(r.usage),
     }
 
     with client.messages.stream(model=model, max_tokens=24, extra_body=GREEDY, system="Be brief.", messages=QUESTION) as s:
-        events = [e.type for e in s]
+        events = []
+        started = None
+        for e in s:
+            events.append(e.type)
+            if e.type == "message_start":
+                started = usage(e.message.usage)
         final = s.get_final_message()
     out["stream"] = {
         "events": events,
         "text": "".join(b.text for b in final.content if b.type == "text"),
         "stop_reason": final.stop_reason,
-        "usage": {"input_tokens": final.usage.input_tokens, "output_tokens": final.usage.output_tokens},
+        "started": started,
+        "usage": usage(final.usage),
     }
 
     out["count"] = client.messages.count_tokens(model=model, system="Be brief.", messages=QUESTION).input_tokens

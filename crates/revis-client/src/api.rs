@@ -537,6 +537,20 @@ pub trait Runner: Clone + Send + Sync + 'static {
     /// shown (a JSON answer: once, whole); returns the finished answer.
     fn generate(&self, req: GenerateParams, on_delta: impl FnMut(&str) + Send) -> impl Future<Output = Result<Done, CallError>> + Send;
 
+    /// [`Runner::generate`], also telling `on_started` the prompt's length
+    /// in the model's tokens once the daemon has read it in, before the
+    /// prompt is evaluated (what Anthropic's `message_start` reports). A
+    /// runner that cannot tell (an ensemble's two models) never calls it.
+    fn generate_started(
+        &self,
+        req: GenerateParams,
+        on_started: impl FnMut(u32) + Send,
+        on_delta: impl FnMut(&str) + Send,
+    ) -> impl Future<Output = Result<Done, CallError>> + Send {
+        drop(on_started);
+        self.generate(req, on_delta)
+    }
+
     /// Embeds each input with the tier's model, from where the tier runs;
     /// one embedding per input, in order.
     fn embed(&self, req: EmbedParams) -> impl Future<Output = Result<Embedded, CallError>> + Send;

@@ -387,7 +387,13 @@ impl GenerateStream {
 
     /// Reads the stream to its end, handing each piece of text to
     /// `on_delta`; returns the finished answer.
-    pub async fn finish(mut self, mut on_delta: impl FnMut(&str)) -> Result<Done, CallError> {
+    pub async fn finish(self, on_delta: impl FnMut(&str)) -> Result<Done, CallError> {
+        self.finish_started(|_| {}, on_delta).await
+    }
+
+    /// [`Self::finish`], telling `on_started` the prompt's length in tokens
+    /// when the daemon says it (before any text).
+    pub async fn finish_started(mut self, mut on_started: impl FnMut(u32), mut on_delta: impl FnMut(&str)) -> Result<Done, CallError> {
         let mut logprobs = Vec::new();
         while let Some(ev) = self.next().await? {
             match ev {
@@ -396,7 +402,7 @@ impl GenerateStream {
                     on_delta(&text);
                 }
                 Event::Done(done) => return Ok(Done { logprobs, ..done }),
-                Event::Started { .. } => {}
+                Event::Started { prompt_tokens, .. } => on_started(prompt_tokens),
             }
         }
         Err(CallError::new(Code::Unavailable, "the daemon closed the stream before the answer was done").after(self.delivered))
@@ -433,6 +439,15 @@ impl Runner for Client {
 
     async fn generate(&self, req: GenerateParams, on_delta: impl FnMut(&str) + Send) -> Result<Done, CallError> {
         Client::generate(self, &req).await.map_err(ClientError::into_call)?.finish(on_delta).await
+    }
+
+    async fn generate_started(
+        &self,
+        req: GenerateParams,
+        on_started: impl FnMut(u32) + Send,
+        on_delta: impl FnMut(&str) + Send,
+    ) -> Result<Done, CallError> {
+        Client::generate(self, &req).await.map_err(ClientError::into_call)?.finish_started(on_started, on_delta).await
     }
 
     async fn embed(&self, req: EmbedParams) -> Result<Embedded, CallError> {

@@ -226,6 +226,32 @@ pub struct EngineSplit {
 /// The most nodes one tier may be split across (llama.cpp's limit on RPC servers is 16).
 pub const MAX_SPLIT_NODES: usize = 8;
 
+/// Gives each tier whose context nobody set (0 here) its model's own: as
+/// long as the model was trained for, within its share of the memory the
+/// catalog allows models ([`revis_models::kv_budget`], the distinct models
+/// of every tier counted as loaded together) for `streams` caches
+/// ([`revis_models::auto_context`]). A model file that is not there yet,
+/// or whose header cannot be read, gets [`revis_models::choose::CONTEXT_TOKENS`].
+fn auto_contexts(tiers: &mut BTreeMap<Tier, TierModel>, memory_bytes: u64) {
+    let mut files: Vec<&Path> = tiers.values().map(|m| m.path.as_path()).collect();
+    files.sort();
+    files.dedup();
+    let sizes: Vec<u64> = files
+        .iter()
+        .map(|p| match std::fs::metadata(p) {
+            Ok(m) => m.len(),
+            Err(_) => p.file_name().and_then(|n| revis_models::find_file(&n.to_string_lossy())).map_or(0, |e| e.size),
+        })
+        .collect();
+    let budget = revis_models::kv_budget(memory_bytes, &sizes);
+    for m in tiers.values_mut().filter(|m| m.context == 0) {
+        m.context = match revis_models::shape(&m.path) {
+            Ok(shape) => revis_models::auto_context(shape, m.streams, budget),
+            Err(_) => revis_models::choose::CONTEXT_TOKENS as u32,
+        };
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config {path}: {source}")]
@@ -262,7 +288,8 @@ impl Config {
             }
             Ok(v)
         };
-        let context = range("daemon.context", d.context.map(u64::from), 4096, 256, 131_072)? as u32;
+        // Unset: each model's own (see `auto_contexts` below).
+        let context = d.context.map(|c| range("daemon.context", Some(c.into()), 0, 256, 131_072).map(|c| c as u32)).transpose()?;
         let threads = threads_setting(d.threads.as_ref(), revis_engine::Threads::Auto { most: cores }, cores)
             .map_err(|m| field("daemon.threads", m))?;
         let batch = range("daemon.batch", d.batch.map(u64::from), 512, 32, 8192)? as u32;
@@ -332,7 +359,10 @@ impl Config {
                 sampling,
                 name,
                 path,
-                context: range(&f("context"), t.and_then(|t| t.context).map(u64::from), context.into(), 256, 131_072)? as u32,
+                context: match t.and_then(|t| t.context).or(context) {
+                    Some(c) => range(&f("context"), Some(c.into()), 0, 256, 131_072)? as u32,
+                    None => 0,
+                },
                 threads: threads_setting(t.and_then(|t| t.threads.as_ref()), threads, cores).map_err(|m| field(&f("threads"), m))?,
                 batch,
                 cache_slots,
@@ -342,6 +372,7 @@ impl Config {
             };
             tiers.insert(tier, model);
         }
+        auto_contexts(&mut tiers, revis_models::machine::memory_bytes());
         // Tiers that share a model load it once, so they must agree on how.
         for (a, ma) in &tiers {
             for (b, mb) in tiers.range((std::ops::Bound::Excluded(*a), std::ops::Bound::Unbounded)) {

@@ -290,9 +290,11 @@ fn stop_sequence(d: &Done, asked: &[String]) -> Value {
     }
 }
 
+/// Anthropic's usage: the prompt is `input_tokens` + `cache_read_input_tokens`
+/// (Claude Code adds them up to know how full the context is).
 fn usage(d: &Done) -> Value {
     json!({
-        "input_tokens": d.prompt_tokens,
+        "input_tokens": d.prompt_tokens.saturating_sub(d.cached_tokens),
         "output_tokens": d.generated_tokens,
         "cache_read_input_tokens": d.cached_tokens,
         "cache_creation_input_tokens": 0,
@@ -342,7 +344,11 @@ async fn answer<R: Runner>(app: AppState<R>, body: Body) -> Result<Response, Api
         "type": "message_start",
         "message": {
             "id": id, "type": "message", "role": "assistant", "model": model, "content": [],
-            "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 0, "output_tokens": 0},
+            "stop_reason": null, "stop_sequence": null,
+            // Known once the daemon has read the prompt in, which comes
+            // before its first token and, but for a prompt too slow to
+            // tokenize, before the first wait.
+            "usage": {"input_tokens": generation.prompt_tokens().unwrap_or(0), "output_tokens": 0},
         },
     });
     let mut opened = false;

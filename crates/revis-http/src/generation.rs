@@ -18,7 +18,7 @@
 //! status; a later one is the stream's error event.
 
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -34,6 +34,8 @@ use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 pub(crate) const FIRST_WAIT: Duration = Duration::from_secs(2);
 /// How often a streamed answer still reading its prompt says so.
 pub(crate) const WAIT_EVERY: Duration = Duration::from_secs(5);
+/// How often the log says that an answer is still reading its prompt.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
 /// An SSE comment: what OpenAI's APIs send for [`Piece::Wait`] (their
 /// clients skip comments).
@@ -54,6 +56,7 @@ pub(crate) struct Generation {
     pub rx: UnboundedReceiver<Piece>,
     /// When the request came (Ollama's `total_duration`).
     pub started: Instant,
+    prompt_tokens: Arc<OnceLock<u32>>,
 }
 
 impl Generation {
@@ -61,38 +64,65 @@ impl Generation {
     pub(crate) fn start<R: Runner>(runner: R, model: String, params: GenerateParams, place: OwnedSemaphorePermit) -> Generation {
         let started = Instant::now();
         let (tx, rx) = unbounded_channel();
+        let prompt_tokens = Arc::new(OnceLock::new());
+        let told = prompt_tokens.clone();
         tokio::spawn(async move {
             let _place = place;
             let text_tx = tx.clone();
-            let first_text = Arc::new(std::sync::OnceLock::new());
+            let first_text = Arc::new(OnceLock::new());
             let first = first_text.clone();
             let tier = params.tier;
             tracing::trace!(?params, "generation asked");
+            let read = told.clone();
             // Empty text (a call's syntax held back) is no piece: streams
             // send no empty chunks.
-            let generate = runner.generate(params, move |t| {
-                if !t.is_empty() {
-                    first.get_or_init(|| started.elapsed());
-                    let _ = text_tx.send(Piece::Text(t.to_owned()));
-                }
-            });
-            tokio::select! {
-                r = generate => {
-                    let ms = |d: Option<&Duration>| d.map_or_else(|| "-".to_owned(), |d| d.as_millis().to_string());
-                    match &r {
-                        Ok(d) => tracing::info!(
-                            "generation {model} ({tier}): {} prompt tokens ({} cached), {} generated, {} tool calls, first text {} ms, {} ms in all, {:?}",
-                            d.prompt_tokens, d.cached_tokens, d.generated_tokens, d.tool_calls.len(),
-                            ms(first_text.get()), started.elapsed().as_millis(), d.finish_reason
-                        ),
-                        Err(e) => tracing::info!("generation {model} ({tier}) failed after {} ms: {e}", started.elapsed().as_millis()),
+            let generate = runner.generate_started(
+                params,
+                move |n| {
+                    let _ = told.set(n);
+                },
+                move |t| {
+                    if !t.is_empty() {
+                        first.get_or_init(|| started.elapsed());
+                        let _ = text_tx.send(Piece::Text(t.to_owned()));
                     }
-                    let _ = tx.send(Piece::End(r));
+                },
+            );
+            tokio::pin!(generate);
+            // A long prompt's reading shows in the log while it lasts.
+            let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
+            loop {
+                tokio::select! {
+                    r = &mut generate => {
+                        let ms = |d: Option<&Duration>| d.map_or_else(|| "-".to_owned(), |d| d.as_millis().to_string());
+                        match &r {
+                            Ok(d) => tracing::info!(
+                                "generation {model} ({tier}): {} prompt tokens ({} cached), {} generated, {} tool calls, first text {} ms, {} ms in all, {:?}",
+                                d.prompt_tokens, d.cached_tokens, d.generated_tokens, d.tool_calls.len(),
+                                ms(first_text.get()), started.elapsed().as_millis(), d.finish_reason
+                            ),
+                            Err(e) => tracing::info!("generation {model} ({tier}) failed after {} ms: {e}", started.elapsed().as_millis()),
+                        }
+                        let _ = tx.send(Piece::End(r));
+                        return;
+                    }
+                    () = tx.closed() => {
+                        tracing::info!("generation {model} ({tier}): the caller went away after {} ms; cancelled", started.elapsed().as_millis());
+                        return;
+                    }
+                    _ = progress.tick(), if first_text.get().is_none() => {
+                        let prompt = read.get().map_or_else(|| "its prompt".to_owned(), |n| format!("its {n}-token prompt"));
+                        tracing::info!("generation {model} ({tier}): still reading {prompt} after {} s", started.elapsed().as_secs());
+                    }
                 }
-                () = tx.closed() => tracing::info!("generation {model} ({tier}): the caller went away after {} ms; cancelled", started.elapsed().as_millis()),
             }
         });
-        Generation { rx, started }
+        Generation { rx, started, prompt_tokens }
+    }
+
+    /// The prompt's length in the model's tokens, once the daemon has said it.
+    pub(crate) fn prompt_tokens(&self) -> Option<u32> {
+        self.prompt_tokens.get().copied()
     }
 
     /// Waits for the first thing the generation says: a failure before

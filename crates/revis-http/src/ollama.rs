@@ -244,7 +244,11 @@ pub(crate) async fn show<R: Runner>(State(app): State<AppState<R>>, body: Body) 
             "parameters": "",
             "template": "",
             "details": details(e),
-            "model_info": {"revis.tier": e.tier.as_str(), "revis.model": e.model, "revis.context_length": e.context_tokens},
+            // Ollama's clients read `<general.architecture>.context_length`.
+            "model_info": {
+                "general.architecture": "revis", "revis.tier": e.tier.as_str(), "revis.model": e.model,
+                "revis.context_length": e.context_tokens,
+            },
             // Every model calls functions: its template's way, or revis's generic one.
             "capabilities": ["completion", "tools", "embedding"],
             "modified_at": now(),

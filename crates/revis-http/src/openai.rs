@@ -53,7 +53,7 @@ use async_openai::types::embeddings::{
     Base64Embedding, Base64EmbeddingVector, CreateBase64EmbeddingResponse, CreateEmbeddingRequest, CreateEmbeddingResponse, Embedding,
     EmbeddingInput, EmbeddingUsage, EncodingFormat,
 };
-use async_openai::types::models::{ListModelResponse, Model};
+use async_openai::types::models::Model;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::header;
@@ -70,21 +70,32 @@ fn json_response<T: serde::Serialize>(v: &T) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], serde_json::to_string(v).unwrap_or_default()).into_response()
 }
 
-fn to_model(name: &str) -> Model {
-    Model { id: name.to_owned(), object: "model".into(), created: 0, owned_by: "revis".into(), ..Default::default() }
+/// A model as OpenAI lists it, with its context in tokens as the peers
+/// add it (`context_length` as OpenRouter and LM Studio, `max_model_len`
+/// as vLLM); none for a paired node's tier, whose context is not known here.
+fn to_model(name: &str, e: &crate::models::Entry) -> serde_json::Value {
+    let model = Model { id: name.to_owned(), object: "model".into(), created: 0, owned_by: "revis".into(), ..Default::default() };
+    let mut v = serde_json::to_value(model).unwrap_or_default();
+    if e.context_tokens > 0 {
+        v["context_length"] = e.context_tokens.into();
+        v["max_model_len"] = e.context_tokens.into();
+    }
+    v
 }
 
 pub(crate) async fn models<R: Runner>(State(app): State<AppState<R>>) -> Response {
     match app.catalog.fresh(&app.runner).await {
-        Ok(c) => json_response(&ListModelResponse { object: "list".into(), data: c.entries.iter().map(|e| to_model(&e.name)).collect() }),
+        Ok(c) => json_response(&serde_json::json!({"object": "list", "data": c.entries.iter().map(|e| to_model(&e.name, e)).collect::<Vec<_>>()})),
         Err(e) => ApiError::from_call(FLAVOR, &e).into_response(),
     }
 }
 
 pub(crate) async fn model<R: Runner>(State(app): State<AppState<R>>, Path(name): Path<String>) -> Response {
     match app.catalog.get(&app.runner).await {
-        Ok(c) if c.find(&name).is_some() => json_response(&to_model(&name)),
-        Ok(c) => ApiError::model_not_found(FLAVOR, &name, &c.names()).into_response(),
+        Ok(c) => match c.find(&name) {
+            Some(e) => json_response(&to_model(&name, e)),
+            None => ApiError::model_not_found(FLAVOR, &name, &c.names()).into_response(),
+        },
         Err(e) => ApiError::from_call(FLAVOR, &e).into_response(),
     }
 }

@@ -26,7 +26,8 @@ pub const DECODE_EFFICIENCY: f64 = 0.5;
 /// Tokens per second a streamed answer must reach: a reader takes about 240
 /// words a minute (4 a second, about 5.3 tokens); 8 leaves a margin.
 pub const READING_SPEED_TOKENS_PER_S: f64 = 8.0;
-/// The context the memory estimate counts the KV cache for: the daemon's default `daemon.context`.
+/// The context the memory estimate counts the KV cache for: the shortest a
+/// model gets when `daemon.context` is unset ([`auto_context`]).
 pub const CONTEXT_TOKENS: u64 = 4096;
 /// Answers a model decodes together, each with a KV cache of its own: the
 /// daemon's default `daemon.streams`.
@@ -35,6 +36,28 @@ pub const STREAMS: u64 = 4;
 pub const RUNTIME_OVERHEAD_BYTES: u64 = 640 << 20;
 /// Downloads larger than this are asked about first (unless `--yes`).
 pub const ASK_ABOVE_BYTES: u64 = 1_000_000_000;
+
+/// Bytes of memory each model's KV caches may take, when `models` (their
+/// file sizes) are loaded together on a machine with `memory_bytes`: what
+/// is left of [`MEMORY_SHARE`] of the memory after the files and each
+/// model's [`RUNTIME_OVERHEAD_BYTES`], in equal parts.
+pub fn kv_budget(memory_bytes: u64, models: &[u64]) -> u64 {
+    let n = models.len().max(1) as u64;
+    let taken = models.iter().sum::<u64>() + RUNTIME_OVERHEAD_BYTES * n;
+    ((MEMORY_SHARE * memory_bytes as f64) as u64).saturating_sub(taken) / n
+}
+
+/// The context a model gets when the person set none: as long as it was
+/// trained for, as far as [`STREAMS`]-many caches of `streams` fit in
+/// `kv_budget`, in whole multiples of 256 tokens; never less than
+/// [`CONTEXT_TOKENS`] (what the default-model choice counts) or the
+/// trained context, whichever is shorter.
+pub fn auto_context(shape: crate::Shape, streams: u32, kv_budget: u64) -> u32 {
+    let per_token = shape.kv_bytes_per_token.max(1).saturating_mul(u64::from(streams.max(1)));
+    let fits = (kv_budget / per_token / 256 * 256).min(u64::from(u32::MAX)) as u32;
+    let trained = shape.trained_context.max(1);
+    fits.clamp((CONTEXT_TOKENS as u32).min(trained), trained)
+}
 
 /// What a model would cost on a machine.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -153,6 +176,27 @@ mod tests {
     use crate::catalog::catalog;
 
     const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn an_unset_context_follows_training_as_far_as_memory_allows() {
+        let smol = crate::Shape { trained_context: 8192, kv_bytes_per_token: 23_040 };
+        let gemma = crate::Shape { trained_context: 32768, kv_bytes_per_token: 18_432 };
+        // 24 GB, one small model: all it was trained for.
+        let big = kv_budget(24 * GIB, &[100 << 20]);
+        assert_eq!(auto_context(smol, 4, big), 8192);
+        assert_eq!(auto_context(gemma, 4, big), 32768);
+        // 4 GB and three models of 1 GB: what fits, in multiples of 256.
+        let budget = kv_budget(4 * GIB, &[GIB, GIB, GIB]);
+        assert_eq!(budget, 0, "nothing left: {budget}");
+        assert_eq!(auto_context(gemma, 4, budget), CONTEXT_TOKENS as u32, "never less than the default-model choice counts");
+        let some = 1_000_000_000;
+        let got = auto_context(gemma, 4, some);
+        assert!(got.is_multiple_of(256) && u64::from(got) * 4 * 18_432 <= some && u64::from(got + 256) * 4 * 18_432 > some, "{got}");
+        // A model trained for less than the floor gets its own length.
+        assert_eq!(auto_context(crate::Shape { trained_context: 2048, kv_bytes_per_token: 1 }, 4, 0), 2048);
+        // Streams multiply the cache.
+        assert!(auto_context(gemma, 1, some) > auto_context(gemma, 4, some));
+    }
 
     fn machine(memory_gib: u64, bandwidth_gb_s: f64) -> Machine {
         Machine { memory_bytes: memory_gib * GIB, bandwidth_bytes_per_s: bandwidth_gb_s * 1e9 }

@@ -41,25 +41,33 @@ mod ty {
     pub const F64: u32 = 12;
 }
 
-/// A scalar value, as much as the sampling keys need.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// A scalar value or a string; arrays are not read.
+#[derive(Clone, Debug, PartialEq)]
 enum Value {
     Int(i64),
     Float(f64),
+    Text(String),
     Other,
 }
 
 impl Value {
-    fn as_f32(self) -> Option<f32> {
-        match self {
+    fn as_f32(&self) -> Option<f32> {
+        match *self {
             Value::Float(f) => Some(f as f32),
             Value::Int(i) => Some(i as f32),
-            Value::Other => None,
+            Value::Text(_) | Value::Other => None,
         }
     }
 
-    fn as_u32(self) -> Option<u32> {
-        match self {
+    fn as_u64(&self) -> Option<u64> {
+        match *self {
+            Value::Int(i) => u64::try_from(i).ok(),
+            _ => None,
+        }
+    }
+
+    fn as_u32(&self) -> Option<u32> {
+        match *self {
             Value::Int(i) => u32::try_from(i).ok(),
             Value::Float(f) if f >= 0.0 && f.fract() == 0.0 && f <= u32::MAX as f64 => Some(f as u32),
             _ => None,
@@ -67,8 +75,10 @@ impl Value {
     }
 }
 
-/// The `general.sampling.*` values of the GGUF file at `path` (none set when it publishes none).
-pub(crate) fn sampling(path: &Path) -> io::Result<SamplingDefaults> {
+/// Reads the key-value header of the GGUF file at `path`, giving each key
+/// for which `wanted` holds, with its value, to `found`; every other value
+/// is stepped over unread.
+fn walk(path: &Path, wanted: impl Fn(&str) -> bool, mut found: impl FnMut(&str, Value)) -> io::Result<()> {
     let mut r = BufReader::with_capacity(64 * 1024, File::open(path)?);
     let mut magic = [0u8; 4];
     r.read_exact(&mut magic)?;
@@ -84,16 +94,26 @@ pub(crate) fn sampling(path: &Path) -> io::Result<SamplingDefaults> {
     if keys > MAX_KEYS {
         return Err(invalid(format!("{keys} metadata keys is more than {MAX_KEYS}")));
     }
-    let mut out = SamplingDefaults::NONE;
     for _ in 0..keys {
         let key = read_string(&mut r)?;
         let kind = read_u32(&mut r)?;
-        let Some(field) = key.strip_prefix("general.sampling.") else {
+        if wanted(&key) {
+            let value = scalar(&mut r, kind)?;
+            found(&key, value);
+        } else {
             skip(&mut r, kind)?;
-            continue;
-        };
-        let value = scalar(&mut r, kind)?;
-        match field {
+        }
+    }
+    Ok(())
+}
+
+/// The `general.sampling.*` values of the GGUF file at `path` (none set when it publishes none).
+pub(crate) fn sampling(path: &Path) -> io::Result<SamplingDefaults> {
+    let mut out = SamplingDefaults::NONE;
+    walk(
+        path,
+        |key| key.starts_with("general.sampling."),
+        |key, value| match key.trim_start_matches("general.sampling.") {
             "temp" => out.temperature = value.as_f32(),
             "top_k" => out.top_k = value.as_u32(),
             "top_p" => out.top_p = value.as_f32(),
@@ -101,9 +121,65 @@ pub(crate) fn sampling(path: &Path) -> io::Result<SamplingDefaults> {
             "penalty_repeat" => out.repeat_penalty = value.as_f32(),
             "penalty_last_n" => out.repeat_last_n = value.as_u32(),
             _ => {}
-        }
-    }
+        },
+    )?;
     Ok(out)
+}
+
+/// What a model's context costs and how long it was trained for, from its
+/// GGUF header (llama.cpp's `<architecture>.*` keys).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// `context_length`: the longest context the model was trained on.
+    pub trained_context: u32,
+    /// Bytes of KV cache one token of context takes, keys and values in
+    /// f16 (llama.cpp's default): layers × KV heads × (key + value length) × 2.
+    pub kv_bytes_per_token: u64,
+}
+
+/// The [`Shape`] of the GGUF model at `path`.
+pub fn shape(path: &Path) -> io::Result<Shape> {
+    // The architecture names the other keys, and need not come first: keep
+    // every `<word>.<key>` that could be one, then pick the architecture's.
+    const KEYS: [&str; 7] = [
+        "context_length",
+        "block_count",
+        "embedding_length",
+        "attention.head_count",
+        "attention.head_count_kv",
+        "attention.key_length",
+        "attention.value_length",
+    ];
+    let mut arch = None;
+    let mut seen: Vec<(String, Value)> = Vec::new();
+    walk(
+        path,
+        |key| key == "general.architecture" || key.split_once('.').is_some_and(|(_, k)| KEYS.contains(&k)),
+        |key, value| match (key, value) {
+            ("general.architecture", Value::Text(a)) => arch = Some(a),
+            (_, v) => seen.push((key.to_owned(), v)),
+        },
+    )?;
+    let arch = arch.ok_or_else(|| invalid("no general.architecture"))?;
+    let get = |k: &str| seen.iter().find(|(key, _)| key.strip_prefix(arch.as_str()).and_then(|r| r.strip_prefix('.')) == Some(k)).and_then(|(_, v)| v.as_u64());
+    let need = |k: &str| get(k).filter(|v| *v > 0).ok_or_else(|| invalid(format!("no {arch}.{k}")));
+    let trained_context = u32::try_from(need("context_length")?).unwrap_or(u32::MAX);
+    let layers = need("block_count")?;
+    let heads = need("attention.head_count")?;
+    // Without its own key, a head is the embedding shared among the heads,
+    // and there are as many KV heads as heads (no grouped-query attention).
+    let kv_heads = get("attention.head_count_kv").filter(|v| *v > 0).unwrap_or(heads);
+    let head = || need("embedding_length").map(|e| e / heads);
+    let key = match get("attention.key_length") {
+        Some(k) if k > 0 => k,
+        _ => head()?,
+    };
+    let value = match get("attention.value_length") {
+        Some(v) if v > 0 => v,
+        _ => key,
+    };
+    let kv_bytes_per_token = layers.saturating_mul(kv_heads).saturating_mul(key + value).saturating_mul(2);
+    Ok(Shape { trained_context, kv_bytes_per_token })
 }
 
 fn invalid(message: impl Into<String>) -> io::Error {
@@ -168,6 +244,7 @@ fn scalar<R: Read + Seek>(r: &mut R, kind: u32) -> io::Result<Value> {
         ty::U64 => Value::Int(i64::try_from(read_u64(r)?).unwrap_or(i64::MAX)),
         ty::I64 => Value::Int(read_u64(r)? as i64),
         ty::F64 => Value::Float(f64::from_bits(read_u64(r)?)),
+        ty::STRING => Value::Text(read_string(r)?),
         other => {
             skip(r, other)?;
             Value::Other
@@ -272,6 +349,48 @@ pub(crate) mod tests {
                 ..SamplingDefaults::NONE
             }
         );
+    }
+
+    fn u32v(v: u32) -> Vec<u8> {
+        v.to_le_bytes().to_vec()
+    }
+
+    fn shape_of(bytes: &[u8]) -> io::Result<Shape> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        std::fs::write(&path, bytes).unwrap();
+        shape(&path)
+    }
+
+    #[test]
+    fn a_models_shape_is_read_from_its_architectures_keys_wherever_they_are() {
+        // SmolLM2-135M's numbers, the architecture named last, and another
+        // architecture's keys that must not be taken for its own.
+        let smol = header(&[
+            ("llama.context_length", ty::U32, u32v(8192)),
+            ("llama.block_count", ty::U32, u32v(30)),
+            ("gemma3.block_count", ty::U32, u32v(99)),
+            ("llama.embedding_length", ty::U32, u32v(576)),
+            ("llama.attention.head_count", ty::U32, u32v(9)),
+            ("llama.attention.head_count_kv", ty::U32, u32v(3)),
+            ("general.architecture", ty::STRING, string("llama")),
+        ]);
+        assert_eq!(shape_of(&smol).unwrap(), Shape { trained_context: 8192, kv_bytes_per_token: 30 * 3 * (64 + 64) * 2 });
+        // Gemma 3 270M: heads of their own length, one KV head.
+        let gemma = header(&[
+            ("general.architecture", ty::STRING, string("gemma3")),
+            ("gemma3.context_length", ty::U32, u32v(32768)),
+            ("gemma3.block_count", ty::U32, u32v(18)),
+            ("gemma3.embedding_length", ty::U32, u32v(640)),
+            ("gemma3.attention.head_count", ty::U32, u32v(4)),
+            ("gemma3.attention.head_count_kv", ty::U32, u32v(1)),
+            ("gemma3.attention.key_length", ty::U32, u32v(256)),
+            ("gemma3.attention.value_length", ty::U32, u32v(256)),
+        ]);
+        assert_eq!(shape_of(&gemma).unwrap(), Shape { trained_context: 32768, kv_bytes_per_token: 18 * 512 * 2 });
+        let err = shape_of(&header(&[("general.architecture", ty::STRING, string("llama"))])).unwrap_err();
+        assert!(err.to_string().contains("no llama.context_length"), "{err}");
+        assert!(shape_of(&header(&[])).unwrap_err().to_string().contains("no general.architecture"));
     }
 
     #[test]

@@ -72,7 +72,8 @@ use std::path::{Path, PathBuf};
 
 pub use cancel::Cancel;
 pub use catalog::{CatalogEntry, DEFAULT_MODEL, PyPiPart, SIZE_TOLERANCE, Source, catalog, find, find_file};
-pub use choose::{Choice, Estimate, choose, estimate};
+pub use choose::{Choice, Estimate, auto_context, choose, estimate, kv_budget};
+pub use gguf::{Shape, shape};
 pub use error::{Error, PullError, Result, SourceFailure};
 pub use gears::{ChatGears, Rules, chat_gears};
 pub use hf::HfRef;

@@ -86,6 +86,8 @@ pub struct TestDaemon {
     tier_models: Vec<(String, PathBuf)>,
     tier_extra: Vec<(String, String)>,
     netns: Option<String>,
+    /// Leave `context` unset (each model's own) instead of the tests' 2048.
+    own_context: bool,
 }
 
 impl Default for TestDaemon {
@@ -103,6 +105,7 @@ impl TestDaemon {
             tier_models: Vec::new(),
             tier_extra: Vec::new(),
             netns: None,
+            own_context: false,
         }
     }
 
@@ -121,6 +124,14 @@ impl TestDaemon {
     /// Extra `[tiers.TIER]` settings, TOML lines such as `split = ["desk"]`.
     pub fn tier(mut self, tier: &str, toml: &str) -> Self {
         self.tier_extra.push((tier.to_owned(), toml.to_owned()));
+        self
+    }
+
+    /// Sets no `context`, as a person's config does not: each model gets
+    /// its own (its trained context, as memory allows). Without this the
+    /// tests' daemons hold 2048 tokens, which keeps them small.
+    pub fn model_context(mut self) -> Self {
+        self.own_context = true;
         self
     }
 
@@ -158,7 +169,8 @@ impl TestDaemon {
         // its speed when another process wants a core, as the suite must.
         let mut config = format!("[daemon]\n{}", self.config);
         for (key, default) in [("threads", "1"), ("context", "2048")] {
-            if !self.config.lines().any(|l| l.trim_start().starts_with(key)) {
+            let unset = !self.config.lines().any(|l| l.trim_start().starts_with(key));
+            if unset && (key != "context" || !self.own_context) {
                 config.push_str(&format!("{key} = {default}\n"));
             }
         }

@@ -76,6 +76,7 @@ impl Dispatcher {
     pub(super) async fn generate_with_failover(
         &self,
         req: GenerateParams,
+        mut on_started: impl FnMut(u32) + Send,
         mut on_delta: impl FnMut(&str) + Send,
     ) -> Result<Done, CallError> {
         let background = req.priority == Priority::Background;
@@ -104,7 +105,7 @@ impl Dispatcher {
                             on_delta(t);
                         }
                     };
-                    self.stream_once(client, &attempt, target != Route::Local, &mut on_text).await
+                    self.stream_once(client, &attempt, target != Route::Local, &mut on_started, &mut on_text).await
                 }
             };
             match result {
@@ -165,7 +166,8 @@ impl Dispatcher {
         state.fallbacks.push_back(fallback);
     }
 
-    /// One streamed call with our deadlines; text goes to `on_text`. This
+    /// One streamed call with our deadlines; the prompt's length goes to
+    /// `on_started`, text to `on_text`. This
     /// machine's daemon gets only the total deadline: the others exist to
     /// move on to another daemon, and here there is none to move on to.
     /// Sent once: a failure moves on to another daemon, never to this one
@@ -175,6 +177,7 @@ impl Dispatcher {
         client: Client,
         req: &GenerateParams,
         remote: bool,
+        on_started: &mut (dyn FnMut(u32) + Send),
         on_text: &mut (dyn FnMut(&str, u32) + Send),
     ) -> Result<Done, CallError> {
         let mut d = self.deadlines;
@@ -204,7 +207,7 @@ impl Dispatcher {
                 return Err(CallError::new(Code::Unavailable, "the stream ended before the answer was done"));
             };
             match ev {
-                Event::Started { .. } => {}
+                Event::Started { prompt_tokens, .. } => on_started(prompt_tokens),
                 Event::Delta { text, tokens, logprobs: l } => {
                     first = false;
                     logprobs.extend(l);

@@ -412,9 +412,18 @@ impl Runner for Dispatcher {
     }
 
     async fn generate(&self, req: GenerateParams, on_delta: impl FnMut(&str) + Send) -> Result<Done, CallError> {
+        self.generate_started(req, |_| {}, on_delta).await
+    }
+
+    async fn generate_started(
+        &self,
+        req: GenerateParams,
+        on_started: impl FnMut(u32) + Send,
+        on_delta: impl FnMut(&str) + Send,
+    ) -> Result<Done, CallError> {
         match self.answering_ensemble(req.tier) {
             Some(ensemble) => ensemble.generate(req, on_delta).await,
-            None => self.generate_with_failover(req, on_delta).await,
+            None => self.generate_with_failover(req, on_started, on_delta).await,
         }
     }
 
