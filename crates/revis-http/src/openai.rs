@@ -85,7 +85,9 @@ fn to_model(name: &str, e: &crate::models::Entry) -> serde_json::Value {
 
 pub(crate) async fn models<R: Runner>(State(app): State<AppState<R>>) -> Response {
     match app.catalog.fresh(&app.runner).await {
-        Ok(c) => json_response(&serde_json::json!({"object": "list", "data": c.entries.iter().map(|e| to_model(&e.name, e)).collect::<Vec<_>>()})),
+        Ok(c) => json_response(
+            &serde_json::json!({"object": "list", "data": c.entries.iter().map(|e| to_model(&e.name, e)).collect::<Vec<_>>()}),
+        ),
         Err(e) => ApiError::from_call(FLAVOR, &e).into_response(),
     }
 }

@@ -161,7 +161,11 @@ pub fn shape(path: &Path) -> io::Result<Shape> {
         },
     )?;
     let arch = arch.ok_or_else(|| invalid("no general.architecture"))?;
-    let get = |k: &str| seen.iter().find(|(key, _)| key.strip_prefix(arch.as_str()).and_then(|r| r.strip_prefix('.')) == Some(k)).and_then(|(_, v)| v.as_u64());
+    let get = |k: &str| {
+        seen.iter()
+            .find(|(key, _)| key.strip_prefix(arch.as_str()).and_then(|r| r.strip_prefix('.')) == Some(k))
+            .and_then(|(_, v)| v.as_u64())
+    };
     let need = |k: &str| get(k).filter(|v| *v > 0).ok_or_else(|| invalid(format!("no {arch}.{k}")));
     let trained_context = u32::try_from(need("context_length")?).unwrap_or(u32::MAX);
     let layers = need("block_count")?;
