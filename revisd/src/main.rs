@@ -143,6 +143,9 @@ fn main() -> ExitCode {
     };
     if args.check_config {
         println!("config ok");
+        for (tier, m) in &config.tiers {
+            println!("  {tier}: {} (context {} tokens)", m.name, m.context);
+        }
         return ExitCode::SUCCESS;
     }
     // SAFETY: no other thread exists yet (the runtime is built below), and

@@ -26,6 +26,25 @@ fn a_bad_config_exits_64_and_names_the_field() {
 }
 
 #[test]
+fn check_config_shows_each_tiers_model_and_context_and_a_missing_file_is_said_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("revisd.toml");
+    let (smol, gemma) = (revis_testkit::smollm2(), revis_testkit::gemma3());
+    std::fs::write(&config, format!("[tiers.tier1]\nmodel = {smol:?}\n[tiers.tier2]\nmodel = {gemma:?}\ncontext = 1024\n")).unwrap();
+    let check =
+        |config: &std::path::Path| Command::new(binary("revisd")).arg("--config").arg(config).arg("--check-config").output().unwrap();
+    let out = check(&config);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}{}", String::from_utf8_lossy(&out.stderr));
+    // Unset: what SmolLM2 was trained for; set: what the person wrote.
+    assert!(said.contains("tier1: ") && said.contains("(context 8192 tokens)"), "{said}");
+    assert!(said.contains("tier2: ") && said.contains("(context 1024 tokens)"), "{said}");
+    let out = check(&dir.path().join("missing.toml"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!((out.status.code(), err.matches("No such file").count()), (Some(64), 1), "{err}");
+}
+
+#[test]
 fn the_socket_is_private_and_a_second_daemon_is_refused() {
     use std::os::unix::fs::PermissionsExt;
     let d = TestDaemon::new().start();

@@ -254,8 +254,9 @@ fn auto_contexts(tiers: &mut BTreeMap<Tier, TierModel>, memory_bytes: u64) {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    // Not a `source`: the message says it, and `{:#}` would say it twice.
+    #[error("cannot read config {path}: {error}")]
+    Read { path: PathBuf, error: std::io::Error },
     #[error("config {path}: {message}")]
     Parse { path: PathBuf, message: String },
     #[error("config {path}: `{field}` {message}")]
@@ -265,7 +266,7 @@ pub enum ConfigError {
 impl Config {
     /// Reads and validates a config file.
     pub fn load(path: &Path, models_dir: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read { path: path.into(), error })?;
         Self::parse(&text, path, models_dir)
     }
 
@@ -376,7 +377,9 @@ impl Config {
         // Tiers that share a model load it once, so they must agree on how.
         for (a, ma) in &tiers {
             for (b, mb) in tiers.range((std::ops::Bound::Excluded(*a), std::ops::Bound::Unbounded)) {
-                if ma.path == mb.path && ma != mb {
+                // Named two ways (a path, a catalog name) it is still one model.
+                let same_name = TierModel { name: ma.name.clone(), sampling: ma.sampling, ..mb.clone() };
+                if ma.path == mb.path && *ma != same_name {
                     return Err(field(
                         &format!("tiers.{b}"),
                         format!(
@@ -536,6 +539,20 @@ mod tests {
         check(
             "[daemon]\ncontext = 2048\n[tiers.tier3]\nmodel = \"$DIR/other.gguf\"\ncontext = 8192\n",
             expect!["ok: tier1=smollm2-135m-instruct ctx2048, tier2=smollm2-135m-instruct ctx2048, tier3=$DIR/other.gguf ctx8192"],
+        );
+        // The default model named by its path on one tier is still the one model.
+        let file = revis_models::find(revis_models::DEFAULT_MODEL).unwrap().file_name;
+        check(
+            &format!("[daemon]\ncontext = 2048\n[tiers.tier1]\nmodel = \"$DIR/{file}\"\n"),
+            expect![
+                "ok: tier1=$DIR/SmolLM2-135M-Instruct.Q4_1.gguf ctx2048, tier2=smollm2-135m-instruct ctx2048, tier3=smollm2-135m-instruct ctx2048"
+            ],
+        );
+        // A file whose header cannot be read (these are not GGUF) and no
+        // context set: the default-model choice's 4096.
+        check(
+            "",
+            expect!["ok: tier1=smollm2-135m-instruct ctx4096, tier2=smollm2-135m-instruct ctx4096, tier3=smollm2-135m-instruct ctx4096"],
         );
     }
 
