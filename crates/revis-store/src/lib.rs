@@ -44,7 +44,8 @@
 //! All methods block; from async code use `spawn_blocking`. A [`Store`] is a
 //! cheap `Clone` handle. Any number of processes may open one directory: the
 //! first holds it (sled allows one) and serves the others over a Unix socket
-//! beside it, `<dir>.sock`; when it ends, another takes over
+//! inside it, `<dir>/holder.sock`, to processes of the same user only; when
+//! it ends, another takes over
 //! ([`Store::is_holder`]; see `share.rs`).
 //!
 //! # Durability

@@ -3,8 +3,9 @@
 //! at once, on sled (which one process at a time may open).
 //!
 //! The first process to open the database holds it (sled's lock) and serves
-//! it to the others over a Unix socket beside it (`<dir>.sock`, mode 0600,
-//! in the user's private data directory), one JSON line a request and one a
+//! it to the others over a Unix socket inside it (`<dir>/holder.sock`, mode
+//! 0600, in the database's own directory, which must be this user's and
+//! writable by nobody else), one JSON line a request and one a
 //! reply. The others are guests: each [`Store`] call of theirs is a request
 //! the holder runs on its own database, so every process reads every other's
 //! writes at once, and a write a guest sees acknowledged is on disk (the
@@ -38,6 +39,17 @@ use crate::{Conversation, ConversationId, Fact, FactId, MessageId, StoredMessage
 const HOLDER_WAIT: Duration = Duration::from_secs(10);
 /// How long a guest waits for the holder's reply to one request.
 const REPLY_WAIT: Duration = Duration::from_secs(60);
+/// How often a guest waiting for a reply checks that the holder was not
+/// stopped (Linux, where its pid and state are known).
+const STOPPED_CHECK: Duration = Duration::from_secs(2);
+
+/// Whether process `pid` is stopped (`T`, or `t` under a tracer), by its
+/// `/proc` state; false where that cannot be read.
+fn stopped(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    // "pid (comm) S ...": the state follows the last ')'.
+    stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).is_some_and(|s| s == "T" || s == "t")
+}
 /// The longest request or reply line (a conversation's messages included).
 const MAX_LINE: usize = 256 << 20;
 
@@ -69,11 +81,64 @@ impl std::fmt::Debug for Store {
     }
 }
 
-/// The socket the holder serves the database on: `<dir>.sock`.
+/// The socket the holder serves the database on: `<dir>/holder.sock`,
+/// inside the database's own directory, which is this user's and 0700
+/// (checked before connecting), so no other user can put a socket there.
 pub fn socket_path(dir: &Path) -> PathBuf {
-    let mut s = dir.as_os_str().to_owned();
-    s.push(".sock");
-    PathBuf::from(s)
+    dir.join("holder.sock")
+}
+
+/// This process's user.
+fn my_uid() -> u32 {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// The uid of the process at the other end of `stream` (`SO_PEERCRED` on
+/// Linux, `getpeereid` elsewhere), and its pid where the system says it (Linux).
+fn peer(stream: &UnixStream) -> std::io::Result<(u32, Option<u32>)> {
+    use std::os::fd::AsRawFd;
+    #[cfg(target_os = "linux")]
+    {
+        let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+        // SAFETY: `cred` and `len` are valid for writes of the sizes given.
+        let r = unsafe { libc::getsockopt(stream.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, (&raw mut cred).cast(), &raw mut len) };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok((cred.uid, u32::try_from(cred.pid).ok().filter(|p| *p > 0)))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let (mut uid, mut gid) = (0, 0);
+        // SAFETY: `uid` and `gid` are valid for writes.
+        if unsafe { libc::getpeereid(stream.as_raw_fd(), &raw mut uid, &raw mut gid) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok((uid, None))
+    }
+}
+
+/// Why the database directory `dir` cannot be trusted to hold only this
+/// user's socket, if it cannot: it must be a real directory (not a link),
+/// this user's, and writable by nobody else.
+fn untrusted_dir(dir: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = match std::fs::symlink_metadata(dir) {
+        Ok(m) => m,
+        Err(e) => return Some(format!("cannot check {}: {e}", dir.display())),
+    };
+    if !meta.file_type().is_dir() {
+        return Some(format!("{} is not a directory (a link?)", dir.display()));
+    }
+    if meta.uid() != my_uid() {
+        return Some(format!("{} belongs to uid {}, not to you ({})", dir.display(), meta.uid(), my_uid()));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Some(format!("{} may be written by others (mode {:o})", dir.display(), meta.mode() & 0o777));
+    }
+    None
 }
 
 impl Store {
@@ -129,6 +194,17 @@ impl Store {
                             match c.ask(&request) {
                                 Ok(reply) => return reply.into_result(&self.0.dir),
                                 Err(Lost::Unsent) => {}
+                                Err(Lost::Stopped(pid)) => {
+                                    // Its reply may still come: this connection is done.
+                                    *conn = None;
+                                    return Err(StoreError::Shared {
+                                        path: self.0.dir.clone(),
+                                        message: format!(
+                                            "the revis process holding it (pid {pid}) is stopped (suspended with Ctrl-Z?): resume it (`fg` in its terminal) or end it{}",
+                                            if request.reads_only() { "" } else { "; this change may be stored when it resumes" }
+                                        ),
+                                    });
+                                }
                                 Err(Lost::Unanswered) if request.reads_only() => {}
                                 Err(Lost::Unanswered) => {
                                     *conn = None;
@@ -173,6 +249,14 @@ impl Store {
 /// Holder if the database is free, else guest of the process serving it;
 /// waits [`HOLDER_WAIT`] for one that holds it but serves no socket yet.
 fn take_part(dir: &Path) -> Result<(Role, Option<crate::Recovered>)> {
+    // Someone else's directory (made first in a folder anyone may write):
+    // neither held nor joined, whoever serves it.
+    if let Ok(meta) = std::fs::symlink_metadata(dir)
+        && (std::os::unix::fs::MetadataExt::uid(&meta) != my_uid() || meta.file_type().is_symlink())
+        && let Some(why) = untrusted_dir(dir)
+    {
+        return Err(StoreError::Shared { path: dir.to_path_buf(), message: format!("{why}; it is not used") });
+    }
     let deadline = Instant::now() + HOLDER_WAIT;
     loop {
         match Db::open_exclusive(dir) {
@@ -191,6 +275,9 @@ fn take_part(dir: &Path) -> Result<(Role, Option<crate::Recovered>)> {
             }
             Err(StoreError::Locked { path }) => match Conn::connect(dir) {
                 Ok(conn) => return Ok((Role::Guest(Mutex::new(Some(conn))), None)),
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                    return Err(StoreError::Shared { path, message: e.to_string() });
+                }
                 Err(_) if Instant::now() < deadline => std::thread::sleep(LOCK_POLL),
                 Err(_) => return Err(StoreError::Locked { path }),
             },
@@ -201,6 +288,9 @@ fn take_part(dir: &Path) -> Result<(Role, Option<crate::Recovered>)> {
 
 /// How a guest's request went wrong on the way.
 enum Lost {
+    /// Sent, and the holder (this pid) is stopped: it may run it when it
+    /// is resumed.
+    Stopped(u32),
     /// Not (wholly) sent: the holder cannot have run it.
     Unsent,
     /// Sent, no reply: the holder may have run it.
@@ -211,23 +301,54 @@ enum Lost {
 struct Conn {
     writer: UnixStream,
     reader: BufReader<UnixStream>,
+    /// The holder's pid, where known: a holder that was stopped (Ctrl-Z)
+    /// is told from a slow one by its state.
+    holder: Option<u32>,
 }
 
 impl Conn {
+    /// Connects to the holder's socket, once the directory it is in and
+    /// the process listening on it are found to be this user's; otherwise
+    /// an error of kind `PermissionDenied` that says why.
     fn connect(dir: &Path) -> std::io::Result<Conn> {
+        let denied = |why: String| std::io::Error::new(std::io::ErrorKind::PermissionDenied, why);
+        if let Some(why) = untrusted_dir(dir) {
+            return Err(denied(format!("{why}; another user could serve this database in its place, so it is not used")));
+        }
         let stream = UnixStream::connect(socket_path(dir))?;
-        stream.set_read_timeout(Some(REPLY_WAIT))?;
-        Ok(Conn { reader: BufReader::new(stream.try_clone()?), writer: stream })
+        let (peer, pid) = peer(&stream)?;
+        if peer != my_uid() {
+            return Err(denied(format!(
+                "the process serving {} runs as uid {peer}, not as you ({}); another user may be impersonating revis: nothing was sent to it",
+                socket_path(dir).display(),
+                my_uid()
+            )));
+        }
+        stream.set_read_timeout(Some(STOPPED_CHECK))?;
+        Ok(Conn { reader: BufReader::new(stream.try_clone()?), writer: stream, holder: pid })
     }
 
     fn ask(&mut self, request: &Request) -> std::result::Result<Reply, Lost> {
         let mut line = serde_json::to_vec(request).map_err(|_| Lost::Unsent)?;
         line.push(b'\n');
         self.writer.write_all(&line).map_err(|_| Lost::Unsent)?;
-        let mut reply = String::new();
-        match (&mut self.reader).take(MAX_LINE as u64).read_line(&mut reply) {
-            Ok(n) if n > 0 && reply.ends_with('\n') => serde_json::from_str(&reply).map_err(|_| Lost::Unanswered),
-            _ => Err(Lost::Unanswered),
+        // Read in steps of STOPPED_CHECK (the socket's read timeout); what
+        // a step read stays in `reply`.
+        let mut reply = Vec::new();
+        let started = Instant::now();
+        loop {
+            match (&mut self.reader).take((MAX_LINE - reply.len()) as u64).read_until(b'\n', &mut reply) {
+                Ok(n) if n > 0 && reply.ends_with(b"\n") => return serde_json::from_slice(&reply).map_err(|_| Lost::Unanswered),
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                    if let Some(pid) = self.holder.filter(|p| stopped(*p)) {
+                        return Err(Lost::Stopped(pid));
+                    }
+                    if started.elapsed() >= REPLY_WAIT {
+                        return Err(Lost::Unanswered);
+                    }
+                }
+                _ => return Err(Lost::Unanswered),
+            }
         }
     }
 }
@@ -412,6 +533,14 @@ fn accept_guests(listener: UnixListener, db: Db, stop: Arc<AtomicBool>, guests: 
             return;
         }
         let Ok(stream) = stream else { continue };
+        // The directory keeps others out; this says so again for each guest.
+        match peer(&stream) {
+            Ok((uid, _)) if uid == my_uid() => {}
+            other => {
+                tracing::warn!("refused a connection to the database from {other:?}: not this user's process");
+                continue;
+            }
+        }
         let id = NEXT.fetch_add(1, Ordering::Relaxed);
         if let Ok(copy) = stream.try_clone() {
             guests.lock().unwrap_or_else(|e| e.into_inner()).insert(id, copy);

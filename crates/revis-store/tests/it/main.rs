@@ -5,6 +5,7 @@ mod damage;
 mod rewind;
 mod roundtrip;
 mod schema;
+mod trust;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
