@@ -6,7 +6,11 @@
 //! writes (`", "` and `": "` between items, keys in their order, non-ASCII
 //! kept). Each rendering has a fuel budget ([`TEMPLATE_FUEL`]), so a
 //! template that loops without end fails instead of hanging a tokenizer
-//! thread.
+//! thread; the sizes a template may ask for at once (`indent`, `tojson`'s
+//! indent, format widths) are bounded ([`MAX_TEMPLATE_WIDTH`]), as is the
+//! text it makes ([`MAX_RENDERED_BYTES`]). Not bounded yet: memory built up
+//! step by step within the fuel (a string doubled in a loop) and the time
+//! one step takes on a huge string (issue 41, item 2).
 
 use minijinja::value::{Kwargs, Value};
 use minijinja::{Environment, Error, ErrorKind};
@@ -19,6 +23,17 @@ use crate::{EngineError, Message, Tool};
 /// times what a long chat with tools takes, so only a runaway template
 /// meets it.
 pub const TEMPLATE_FUEL: u64 = 50_000_000;
+
+/// The widest a template may ask `indent`, `tojson(indent=…)` or a format
+/// width (`"%5s"`, `"{:>5}"`) to be: a GGUF's template is another's text,
+/// and `indent(30000000000)` asked for 30 GB at once (revisd aborted). Real
+/// templates use 2 or 4.
+pub const MAX_TEMPLATE_WIDTH: usize = 1_000;
+
+/// The longest text one rendering may make; a prompt is at most the
+/// context (131,072 tokens, some bytes each), so only a runaway template
+/// meets it.
+pub const MAX_RENDERED_BYTES: usize = 16 << 20;
 
 /// A compiled chat template and the special tokens it is given.
 pub struct ChatTemplate {
@@ -42,8 +57,22 @@ impl ChatTemplate {
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_fuel(Some(TEMPLATE_FUEL));
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_unknown_method_callback(|state, value, method, args| {
+            if method == "format"
+                && let Some(s) = value.as_str()
+            {
+                check_format_widths(s)?;
+            }
+            minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+        });
         env.add_filter("tojson", tojson);
+        env.add_filter("indent", indent);
+        env.add_filter("format", |state: &minijinja::State, format: &Value, args: minijinja::value::Rest<Value>| {
+            if let Some(s) = format.as_str() {
+                check_format_widths(s)?;
+            }
+            minijinja::filters::format(state, format, args)
+        });
         env.add_function("raise_exception", |message: String| -> Result<Value, Error> {
             Err(Error::new(ErrorKind::InvalidOperation, message))
         });
@@ -70,7 +99,14 @@ impl ChatTemplate {
             "eos_token": self.eos,
         });
         let template = self.env.get_template("chat_template").map_err(|e| EngineError::Template(e.to_string()))?;
-        template.render(Value::from_serialize(&context)).map_err(|e| EngineError::Template(template_error(&e)))
+        let text = template.render(Value::from_serialize(&context)).map_err(|e| EngineError::Template(template_error(&e)))?;
+        if text.len() > MAX_RENDERED_BYTES {
+            return Err(EngineError::Template(format!(
+                "the model's chat template made {} bytes of prompt; revis's limit is {MAX_RENDERED_BYTES}",
+                text.len()
+            )));
+        }
+        Ok(text)
     }
 }
 
@@ -114,6 +150,71 @@ fn message_json(m: &Message) -> Json {
     Json::Object(o)
 }
 
+/// An error if `width` is over [`MAX_TEMPLATE_WIDTH`].
+fn check_width(what: &str, width: usize) -> Result<(), Error> {
+    if width > MAX_TEMPLATE_WIDTH {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("{what} {width} is over revis's limit of {MAX_TEMPLATE_WIDTH} for a chat template"),
+        ));
+    }
+    Ok(())
+}
+
+/// An error if a format string names a width or precision over
+/// [`MAX_TEMPLATE_WIDTH`]: the numbers of a `%` conversion (`%-30s`,
+/// `%.5f`) or of a `{…:spec}` field (`{:>30}`, `{0:.5}`); the text around
+/// them is not looked at.
+fn check_format_widths(format: &str) -> Result<(), Error> {
+    let numbers = |spec: &str| -> Vec<usize> {
+        spec.split(|c: char| !c.is_ascii_digit()).filter(|r| !r.is_empty()).map(|r| r.parse().unwrap_or(usize::MAX)).collect()
+    };
+    let bytes = format.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                // Flags, width, precision: up to the conversion letter.
+                let end = format[i + 1..]
+                    .find(|c: char| !matches!(c, '-' | '+' | ' ' | '#' | '0'..='9' | '.'))
+                    .map_or(bytes.len(), |e| i + 1 + e);
+                for n in numbers(&format[i + 1..end]) {
+                    check_width("a format width", n)?;
+                }
+                i = end + 1;
+            }
+            b'{' if bytes.get(i + 1) == Some(&b'{') => i += 2,
+            b'{' => {
+                let end = format[i..].find('}').map_or(bytes.len(), |e| i + e);
+                if let Some((_, spec)) = format[i + 1..end].split_once(':') {
+                    for n in numbers(spec) {
+                        check_width("a format width", n)?;
+                    }
+                }
+                i = end + 1;
+            }
+            _ => i += 1,
+        }
+    }
+    Ok(())
+}
+
+/// minijinja's `indent`, its width bounded.
+fn indent(
+    value: minijinja::value::StringInput<'_>,
+    width: Option<usize>,
+    first: Option<bool>,
+    blank: Option<bool>,
+    kwargs: Kwargs,
+) -> Result<Value, Error> {
+    let w = match width {
+        Some(w) => w,
+        None => kwargs.get::<Option<usize>>("width")?.unwrap_or(4),
+    };
+    check_width("indent width", w)?;
+    minijinja::filters::indent(value, width, first, blank, kwargs)
+}
+
 /// Python's `json.dumps(value, ensure_ascii=False, indent=indent,
 /// separators=separators, sort_keys=sort_keys)`, as transformers' `tojson`.
 fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
@@ -122,6 +223,9 @@ fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
     let ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
     let separators: Option<Vec<String>> = kwargs.get("separators")?;
     kwargs.assert_all_used()?;
+    if let Some(n) = indent {
+        check_width("tojson indent", n)?;
+    }
     let json = serde_json::to_value(&value).map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
     let (item, key) = match separators.as_deref() {
         Some([item, key]) => (item.clone(), key.clone()),
@@ -342,6 +446,32 @@ mod tests {
         let t = ChatTemplate::new("{{ raise_exception('Conversation roles must alternate') }}", "", "").unwrap();
         let e = t.render(&[Message::new(Role::User, "hi")], &[], true).unwrap_err().to_string();
         assert!(e.contains("refuses this conversation: Conversation roles must alternate"), "{e}");
+    }
+
+    #[test]
+    fn sizes_a_template_asks_for_are_bounded_and_ordinary_ones_render() {
+        // Each of these asked for 30 GB at once and aborted revisd.
+        let hostile = [
+            ("{{ messages[0].content | indent(30000000000) }}", "indent width 30000000000"),
+            ("{{ messages[0].content | indent(width=30000000000) }}", "indent width 30000000000"),
+            ("{{ messages | tojson(indent=30000000000) }}", "tojson indent 30000000000"),
+            ("{{ '%30000000000s' | format('a') }}", "a format width 30000000000"),
+            ("{{ '%.30000000000f' | format(1.5) }}", "a format width 30000000000"),
+            ("{{ '{:>30000000000}'.format('a') }}", "a format width 30000000000"),
+        ];
+        let hi = [Message::new(Role::User, "hi\nthere")];
+        for (source, said) in hostile {
+            let e = ChatTemplate::new(source, "", "").unwrap().render(&hi, &[], false).unwrap_err().to_string();
+            assert!(e.contains(said) && e.contains("limit of 1000"), "{source}: {e}");
+        }
+        let ordinary = "{{ messages[0].content | indent(4, first=true) }}|{{ '%-5s|%.2f' | format('a', 1.5) }}|\
+                        {{ 'In 2026, {}: {:>4}'.format('x', 'y') }}|{{ {'a': 1} | tojson(indent=2) }}";
+        let text = ChatTemplate::new(ordinary, "", "").unwrap().render(&hi, &[], false).unwrap();
+        assert_eq!(text, "    hi\n    there|a    |1.50|In 2026, x:    y|{\n  \"a\": 1\n}");
+        // Within the fuel but past the rendered size: refused, not sent on.
+        let big = ChatTemplate::new("{% for i in range(200) %}{{ 'x' * 100000 }}{% endfor %}", "", "").unwrap();
+        let e = big.render(&hi, &[], false).unwrap_err().to_string();
+        assert!(e.contains("20000000 bytes") && e.contains(&MAX_RENDERED_BYTES.to_string()), "{e}");
     }
 
     #[test]
