@@ -462,7 +462,15 @@ fn the_ollama_python_package_pulls_and_deletes_models() {
     let d = TestDaemon::new().start();
     let nothing = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let env = [("HF_ENDPOINT", local_hub()), ("PIP_INDEX_URL", format!("http://{}/simple", nothing.local_addr().unwrap()))];
-    let s = serve_in(&d, tempfile::tempdir().unwrap(), "127.0.0.1:0", &[], &env);
+    // Off unless asked: nothing is fetched or deleted.
+    let closed = serve_in(&d, tempfile::tempdir().unwrap(), "127.0.0.1:0", &[], &env);
+    for (path, method) in [("/api/pull", "POST"), ("/api/delete", "DELETE")] {
+        let r = http(&closed, method, path, closed.key.as_deref(), r#"{"model": "gemma3-270m"}"#);
+        assert_eq!(r.status, 403, "{path}: {}", r.body);
+        assert!(r.json()["error"].as_str().unwrap().contains("revis serve --allow-pull"), "{}", r.body);
+    }
+    assert!(!closed._data.path().join("models").exists(), "nothing was fetched");
+    let s = serve_in(&d, tempfile::tempdir().unwrap(), "127.0.0.1:0", &["--allow-pull"], &env);
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let out = Command::new(revis_testkit::python())
         .arg(root.join("tests/python/ollama_pull.py"))

@@ -67,6 +67,10 @@ pub struct Flags {
     /// Requests from any other page (a browser names it in `Origin`) are refused, key or not.
     #[arg(long = "allow-origin", value_name = "ORIGIN")]
     allow_origins: Vec<String>,
+    /// Serve Ollama's /api/pull and /api/delete: callers may then download models to this
+    /// machine (with your Hugging Face token) and delete them. Off by default.
+    #[arg(long)]
+    allow_pull: bool,
 }
 
 impl Default for Flags {
@@ -83,6 +87,7 @@ impl Default for Flags {
             max_connections: limits.max_connections,
             header_timeout_ms: limits.header_timeout.as_millis() as u64,
             allow_origins: Vec::new(),
+            allow_pull: false,
         }
     }
 }
@@ -176,6 +181,9 @@ impl Flags {
         for origin in &self.allow_origins {
             w.extend(["--allow-origin".into(), origin.into()]);
         }
+        if self.allow_pull {
+            w.push("--allow-pull".into());
+        }
         Ok(w)
     }
 }
@@ -252,7 +260,13 @@ pub async fn serve(paths: &Paths, node: Option<&str>, explicit_socket: bool, a: 
         max_connections: a.max_connections,
         header_timeout: Duration::from_millis(a.header_timeout_ms),
     };
-    let opts = Options { key, limits, loopback_host_only: a.addr.ip().is_loopback(), allowed_origins: a.allow_origins.clone() };
+    let opts = Options {
+        key,
+        limits,
+        loopback_host_only: a.addr.ip().is_loopback(),
+        allowed_origins: a.allow_origins.clone(),
+        allow_pull: a.allow_pull,
+    };
     if let Some(n) = node {
         return run(crate::nodes::connect(paths, n).await?, a.addr, opts, tls, paths).await;
     }
@@ -427,6 +441,7 @@ mod tests {
             max_connections: 7,
             header_timeout_ms: 2500,
             allow_origins: vec!["http://localhost:3000".into(), "https://my app.example".into()],
+            allow_pull: true,
         };
         let data = std::path::Path::new("/home/ada/.local/share/revis");
         let globals =

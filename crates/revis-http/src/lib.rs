@@ -116,6 +116,10 @@ pub struct Options {
     /// The web pages (an `Origin`, e.g. `http://localhost:3000`) allowed to
     /// call; a request from any other page is refused, key or not.
     pub allowed_origins: Vec<String>,
+    /// Ollama's `/api/pull` and `/api/delete` are served (`--allow-pull`):
+    /// off by default, since they write to the owner's disk, with the
+    /// owner's Hugging Face token.
+    pub allow_pull: bool,
 }
 
 #[derive(Debug, thiserror::Error)]

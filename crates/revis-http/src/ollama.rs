@@ -619,8 +619,24 @@ fn model_ref(model: Option<&String>, name: Option<&String>) -> Result<revis_mode
 /// revisd.toml names it. At most [`MAX_PULLS`] at once; a caller that goes
 /// away leaves the download running to its end (a partial one resumes on
 /// the next pull).
+/// Refused unless `revis serve --allow-pull`: pulls and deletes write to
+/// the owner's disk.
+fn pulls_allowed<R: Runner>(app: &AppState<R>, what: &str) -> Result<(), ApiError> {
+    if app.opts.allow_pull {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        FLAVOR,
+        StatusCode::FORBIDDEN,
+        format!(
+            "{what} models over HTTP is off: start `revis serve --allow-pull` to let callers do it, or use `revis pull` on this machine"
+        ),
+    ))
+}
+
 pub(crate) async fn pull<R: Runner>(State(app): State<AppState<R>>, body: Body) -> Response {
     let r = async {
+        pulls_allowed(&app, "pulling")?;
         let req: PullRequest = request::json(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
         let reference = model_ref(req.model.as_ref(), req.name.as_ref())?;
         let dir = revis_models::models_dir().map_err(|e| ApiError::new(FLAVOR, StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
@@ -675,6 +691,7 @@ pub const MAX_PULLS: usize = 2;
 /// names it, and the tier could not load it again.
 pub(crate) async fn delete<R: Runner>(State(app): State<AppState<R>>, body: Body) -> Response {
     let r = async {
+        pulls_allowed(&app, "deleting")?;
         let req: PullRequest = request::json(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
         let reference = model_ref(req.model.as_ref(), req.name.as_ref())?;
         let dir = revis_models::models_dir().map_err(|e| ApiError::new(FLAVOR, StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
