@@ -187,13 +187,30 @@ pub(crate) fn params(req: &Value) -> Result<GenerateParams, ApiError> {
     if req.get("conversation").is_some_and(|v| !v.is_null()) {
         return Err(invalid("conversation", "revis keeps no conversations: send the whole conversation in input"));
     }
-    let number = |k: &str| req.get(k).and_then(Value::as_f64).map(|v| v as f32);
+    // A field of the wrong type is refused naming it, as the other APIs'
+    // typed requests are; null is as good as absent.
+    let set = |k: &str| req.get(k).filter(|v| !v.is_null());
+    let number = |k: &str| match set(k) {
+        None => Ok(None),
+        Some(v) => v.as_f64().map(|f| Some(f as f32)).ok_or_else(|| invalid(k, format!("{k} is {v}; it must be a number"))),
+    };
     // Without max_output_tokens the answer may run to the daemon's limit
     // (its max_tokens_limit, or the context's end), as OpenAI's does.
-    let max_tokens = match req.get("max_output_tokens").and_then(Value::as_u64) {
-        Some(0) => return Err(invalid("max_output_tokens", "max_output_tokens is 0; it must be at least 1")),
-        n => Some(n.map_or(u32::MAX, |n| n.min(u64::from(u32::MAX)) as u32)),
+    let max_tokens = match set("max_output_tokens").map(|v| (v.as_u64(), v)) {
+        None => Some(u32::MAX),
+        Some((Some(0), _)) => return Err(invalid("max_output_tokens", "max_output_tokens is 0; it must be at least 1")),
+        Some((Some(n), _)) => Some(n.min(u64::from(u32::MAX)) as u32),
+        Some((None, v)) => {
+            return Err(invalid("max_output_tokens", format!("max_output_tokens is {v}; it must be a whole number of at least 1")));
+        }
     };
+    let parallel_tool_calls = match set("parallel_tool_calls") {
+        None => true,
+        Some(v) => {
+            v.as_bool().ok_or_else(|| invalid("parallel_tool_calls", format!("parallel_tool_calls is {v}; it must be true or false")))?
+        }
+    };
+    let (temperature, top_p) = (number("temperature")?, number("top_p")?);
     let format = match req.pointer("/text/format/type").and_then(Value::as_str) {
         None | Some("text") => Format::Text,
         Some("json_object") => Format::Json { schema: None },
@@ -207,12 +224,12 @@ pub(crate) fn params(req: &Value) -> Result<GenerateParams, ApiError> {
     }
     Ok(GenerateParams {
         messages,
-        sampling: Sampling { temperature: number("temperature"), top_p: number("top_p"), ..Default::default() },
+        sampling: Sampling { temperature, top_p, ..Default::default() },
         max_tokens,
         format,
         tools,
         tool_choice,
-        parallel_tool_calls: req.get("parallel_tool_calls").and_then(Value::as_bool).unwrap_or(true),
+        parallel_tool_calls,
         ..Default::default()
     })
 }
@@ -442,10 +459,19 @@ mod tests {
             ),
             (json!({"model": "m", "input": "x", "tool_choice": "required"}), "tool_choice"),
             (json!({"model": "m", "input": "x", "max_output_tokens": 0}), "max_output_tokens"),
+            (json!({"model": "m", "input": "x", "max_output_tokens": -5}), "max_output_tokens"),
+            (json!({"model": "m", "input": "x", "max_output_tokens": "abc"}), "max_output_tokens"),
+            (json!({"model": "m", "input": "x", "temperature": "hot"}), "temperature"),
+            (json!({"model": "m", "input": "x", "top_p": [1]}), "top_p"),
+            (json!({"model": "m", "input": "x", "parallel_tool_calls": "yes"}), "parallel_tool_calls"),
         ] {
             assert_eq!(params(&v).unwrap_err().param.as_deref(), Some(param), "{v}");
         }
         assert!(params(&json!({"model": "m", "input": "x", "store": false})).is_ok());
+        let nulls = params(&json!({"model": "m", "input": "x", "temperature": null, "max_output_tokens": null})).unwrap();
+        assert_eq!((nulls.sampling.temperature, nulls.max_tokens), (None, Some(u32::MAX)), "null is absent");
+        let message = params(&json!({"model": "m", "input": "x", "temperature": "hot"})).unwrap_err().message;
+        assert_eq!(message, r#"temperature is "hot"; it must be a number"#);
     }
 
     /// What Codex sends: hosted and grouped tools beside its functions, no
