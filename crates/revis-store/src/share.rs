@@ -487,6 +487,8 @@ struct Server {
     path: PathBuf,
     stop: Arc<AtomicBool>,
     guests: Arc<Mutex<HashMap<u64, UnixStream>>>,
+    /// Its other end is the accept loop's; dropping this ends the loop.
+    wake: Option<UnixStream>,
     accept: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -503,11 +505,15 @@ impl Server {
         std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
         let stop = Arc::new(AtomicBool::new(false));
         let guests: Arc<Mutex<HashMap<u64, UnixStream>>> = Arc::default();
+        // Closing `wake` ends the accept loop: not a connection by path,
+        // which fails once the socket file is gone (its directory removed
+        // while the store was open).
+        let (wake, woken) = UnixStream::pair()?;
         let accept = std::thread::Builder::new().name("revis-store-share".into()).spawn({
             let (stop, guests) = (stop.clone(), guests.clone());
-            move || accept_guests(listener, db, stop, guests)
+            move || accept_guests(listener, &woken, db, stop, guests)
         })?;
-        Ok(Server { path, stop, guests, accept: Some(accept) })
+        Ok(Server { path, stop, guests, wake: Some(wake), accept: Some(accept) })
     }
 }
 
@@ -515,7 +521,7 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         // Wake the accept loop; then nothing new comes in.
-        let _ = UnixStream::connect(&self.path);
+        drop(self.wake.take());
         if let Some(t) = self.accept.take() {
             let _ = t.join();
         }
@@ -526,13 +532,34 @@ impl Drop for Server {
     }
 }
 
-fn accept_guests(listener: UnixListener, db: Db, stop: Arc<AtomicBool>, guests: Arc<Mutex<HashMap<u64, UnixStream>>>) {
+/// Accepts guests on `listener` until `woken`'s other end is closed.
+fn accept_guests(listener: UnixListener, woken: &UnixStream, db: Db, stop: Arc<AtomicBool>, guests: Arc<Mutex<HashMap<u64, UnixStream>>>) {
+    use std::os::fd::AsRawFd;
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    for stream in listener.incoming() {
-        if stop.load(Ordering::SeqCst) {
+    loop {
+        let mut fds = [
+            libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: woken.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: `fds` is valid for its length; both descriptors are open.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+        if r < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            tracing::warn!(
+                "the database's socket cannot be watched: {}; other processes can no longer join",
+                std::io::Error::last_os_error()
+            );
             return;
         }
-        let Ok(stream) = stream else { continue };
+        if stop.load(Ordering::SeqCst) || fds[1].revents != 0 {
+            return;
+        }
+        if fds[0].revents == 0 {
+            continue;
+        }
+        let Ok((stream, _)) = listener.accept() else { continue };
         // The directory keeps others out; this says so again for each guest.
         match peer(&stream) {
             Ok((uid, _)) if uid == my_uid() => {}

@@ -75,3 +75,16 @@ fn a_stopped_holder_is_named_within_seconds() {
     // said no process held it.
     assert!(waited < std::time::Duration::from_secs(30), "noticed after {waited:?}");
 }
+
+/// A holder whose directory was removed while it was open (its socket file
+/// with it) still closes: ending its accept loop needs no connection by path.
+/// Were it to hang, the test runner's time limit would end this test.
+#[test]
+fn a_holder_whose_directory_was_removed_still_closes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let opened = Store::open(&dir).unwrap();
+    assert!(opened.store.is_holder());
+    std::fs::remove_dir_all(&dir).unwrap();
+    drop(opened);
+}
