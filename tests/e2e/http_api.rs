@@ -332,6 +332,7 @@ fn the_openai_python_package_calls_functions_streamed_parsed_and_in_an_agent_loo
     assert!(["stop", "length"].contains(&answer["finish_reason"].as_str().unwrap()), "{answer}");
     assert_eq!(v["auto"]["well_formed"], true, "{}", v["auto"]);
     assert_eq!(v["parsed"], json!({"type": "Weather", "city_is_str": true}));
+    assert_eq!(v["nested"], json!({"sent_refs": true, "type": "Trip", "places": ["Place", "Place"]}), "nested models ($defs, $ref)");
     let unknown = &v["unknown_choice"];
     assert_eq!((&unknown["status"], &unknown["param"]), (&json!(400), &json!("tool_choice")), "{unknown}");
 }

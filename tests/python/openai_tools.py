@@ -53,6 +53,17 @@ class Weather(pydantic.BaseModel):
     unit: str = pydantic.Field(max_length=12)
 
 
+class Place(pydantic.BaseModel):
+    city: str = pydantic.Field(max_length=24)
+
+
+class Trip(pydantic.BaseModel):
+    """A trip between two cities."""
+
+    origin: Place
+    destination: Place
+
+
 def main() -> None:
     base, key, model = sys.argv[1], sys.argv[2], sys.argv[3]
     client = openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0, timeout=120)
@@ -140,6 +151,24 @@ def main() -> None:
     )
     parsed = r.choices[0].message.tool_calls[0].function.parsed_arguments
     out["parsed"] = {"type": type(parsed).__name__, "city_is_str": isinstance(parsed.city, str)}
+
+    # Nested models: pydantic writes them as $defs and $ref, as instructor,
+    # pydantic-ai and openai-agents send them.
+    tool = openai.pydantic_function_tool(Trip, name="trip")
+    r = client.chat.completions.parse(
+        model=model,
+        messages=[{"role": "user", "content": "Plan a trip from Paris to Rome."}],
+        tools=[tool],
+        tool_choice={"type": "function", "function": {"name": "trip"}},
+        temperature=0,
+        max_tokens=128,
+    )
+    trip = r.choices[0].message.tool_calls[0].function.parsed_arguments
+    out["nested"] = {
+        "sent_refs": "$ref" in json.dumps(tool),
+        "type": type(trip).__name__,
+        "places": [type(trip.origin).__name__, type(trip.destination).__name__],
+    }
 
     # A call for a function not offered is refused, naming the field.
     try:
