@@ -34,7 +34,8 @@ use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 pub(crate) const FIRST_WAIT: Duration = Duration::from_secs(2);
 /// How often a streamed answer still reading its prompt says so.
 pub(crate) const WAIT_EVERY: Duration = Duration::from_secs(5);
-/// How often the log says that an answer is still reading its prompt.
+/// How often the log says that an answer has shown no text yet (its
+/// prompt is being read, most often).
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
 /// An SSE comment: what OpenAI's APIs send for [`Piece::Wait`] (their
@@ -110,9 +111,11 @@ impl Generation {
                         tracing::info!("generation {model} ({tier}): the caller went away after {} ms; cancelled", started.elapsed().as_millis());
                         return;
                     }
+                    // Most often the prompt is still being read; a call or a
+                    // JSON answer shows no text until it ends, hence the words.
                     _ = progress.tick(), if first_text.get().is_none() => {
-                        let prompt = read.get().map_or_else(|| "its prompt".to_owned(), |n| format!("its {n}-token prompt"));
-                        tracing::info!("generation {model} ({tier}): still reading {prompt} after {} s", started.elapsed().as_secs());
+                        let prompt = read.get().map_or_else(String::new, |n| format!(" (a {n}-token prompt)"));
+                        tracing::info!("generation {model} ({tier}): no text yet after {} s{prompt}", started.elapsed().as_secs());
                     }
                 }
             }
