@@ -121,16 +121,17 @@ fn peer(stream: &UnixStream) -> std::io::Result<(u32, Option<u32>)> {
 }
 
 /// Why the database directory `dir` cannot be trusted to hold only this
-/// user's socket, if it cannot: it must be a real directory (not a link),
-/// this user's, and writable by nobody else.
+/// user's socket, if it cannot: it must be a directory (a link to one is
+/// followed: what counts is the directory), this user's, and writable by
+/// nobody else.
 fn untrusted_dir(dir: &Path) -> Option<String> {
     use std::os::unix::fs::MetadataExt as _;
-    let meta = match std::fs::symlink_metadata(dir) {
+    let meta = match std::fs::metadata(dir) {
         Ok(m) => m,
         Err(e) => return Some(format!("cannot check {}: {e}", dir.display())),
     };
-    if !meta.file_type().is_dir() {
-        return Some(format!("{} is not a directory (a link?)", dir.display()));
+    if !meta.is_dir() {
+        return Some(format!("{} is not a directory", dir.display()));
     }
     if meta.uid() != my_uid() {
         return Some(format!("{} belongs to uid {}, not to you ({})", dir.display(), meta.uid(), my_uid()));
@@ -251,8 +252,8 @@ impl Store {
 fn take_part(dir: &Path) -> Result<(Role, Option<crate::Recovered>)> {
     // Someone else's directory (made first in a folder anyone may write):
     // neither held nor joined, whoever serves it.
-    if let Ok(meta) = std::fs::symlink_metadata(dir)
-        && (std::os::unix::fs::MetadataExt::uid(&meta) != my_uid() || meta.file_type().is_symlink())
+    if let Ok(meta) = std::fs::metadata(dir)
+        && std::os::unix::fs::MetadataExt::uid(&meta) != my_uid()
         && let Some(why) = untrusted_dir(dir)
     {
         return Err(StoreError::Shared { path: dir.to_path_buf(), message: format!("{why}; it is not used") });
