@@ -286,6 +286,11 @@ async fn run_prompt(daemon: &impl Runner, a: RunArgs) -> anyhow::Result<ExitCode
 }
 
 fn print_stats(d: &Done) {
+    if d.generated_tokens == 0 && !d.text.is_empty() {
+        // The loop guard dropped the answer before the daemon's counts came.
+        eprintln!("[{} prompt tokens; stopped where the answer repeated itself, before the daemon's counts and times]", d.prompt_tokens);
+        return;
+    }
     eprintln!(
         "[{} prompt tokens ({} cached), {} generated, prompt {:.1} ms, {:.1} tokens/s, seed {}]",
         d.prompt_tokens,

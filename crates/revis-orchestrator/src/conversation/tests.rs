@@ -55,6 +55,9 @@ fn is_deep(r: &GenerateParams) -> bool {
     r.messages.last().is_some_and(|m| m.text.starts_with(DEEP_ASK))
 }
 
+/// The prompt length [`Scripted`] reports when a call starts.
+const SCRIPTED_PROMPT_TOKENS: u32 = 37;
+
 impl Runner for Scripted {
     async fn prefill(&self, _: PrefillParams) -> Result<Prefilled, CallError> {
         Ok(Prefilled::default())
@@ -66,6 +69,17 @@ impl Runner for Scripted {
 
     async fn tiers(&self) -> Result<Vec<revis_client::TierStatus>, CallError> {
         Ok(Vec::new())
+    }
+
+    /// Says every prompt is [`SCRIPTED_PROMPT_TOKENS`] long, then generates.
+    async fn generate_started(
+        &self,
+        req: GenerateParams,
+        mut on_started: impl FnMut(u32) + Send,
+        on_delta: impl FnMut(&str) + Send,
+    ) -> Result<Done, CallError> {
+        on_started(SCRIPTED_PROMPT_TOKENS);
+        self.generate(req, on_delta).await
     }
 
     async fn generate(&self, req: GenerateParams, mut on_delta: impl FnMut(&str) + Send) -> Result<Done, CallError> {
@@ -412,6 +426,9 @@ async fn an_answer_that_repeats_itself_is_stopped_and_stored_as_shown() {
     assert!(shown.len() < sentence.len() * 4, "stopped soon after the first repeat: {} bytes", shown.len());
     assert!(shown.starts_with(sentence) && repeats_itself(&shown));
     assert_eq!(done.text, shown);
+    // Dropped before the daemon's Done, the answer still says its prompt's
+    // length (`revis chat --verbose` printed zeros).
+    assert_eq!((done.prompt_tokens, done.generated_tokens), (SCRIPTED_PROMPT_TOKENS, 0));
     let reply = store.messages(chat.conversation).unwrap().into_iter().rfind(|m| m.role == Role::Assistant).unwrap();
     assert_eq!((reply.text.as_str(), reply.state), (shown.as_str(), revis_store::MessageState::Complete));
 

@@ -527,15 +527,20 @@ impl<D: Runner> Chat<D> {
     ) -> Result<Done, CallError> {
         let start = open.text().len();
         let looped = tokio::sync::Notify::new();
+        let mut prompt_tokens = 0;
         let finished = {
-            let generate = self.daemon.generate(req, |t| {
-                // Recorded in the same step as it is shown: a drop comes before both or after both.
-                open.shown(t);
-                on_delta(t);
-                if self.loop_guard && repeats_itself(open.text()) {
-                    looped.notify_one();
-                }
-            });
+            let generate = self.daemon.generate_started(
+                req,
+                |n| prompt_tokens = n,
+                |t| {
+                    // Recorded in the same step as it is shown: a drop comes before both or after both.
+                    open.shown(t);
+                    on_delta(t);
+                    if self.loop_guard && repeats_itself(open.text()) {
+                        looped.notify_one();
+                    }
+                },
+            );
             tokio::select! {
                 biased;
                 () = looped.notified() => None,
@@ -544,7 +549,9 @@ impl<D: Runner> Chat<D> {
         };
         finished.unwrap_or_else(|| {
             tracing::debug!("the answer repeats itself: stopped there");
-            Ok(Done { finish_reason: FinishReason::Stop, text: open.text()[start..].to_owned(), ..Done::default() })
+            // Dropped before the daemon's Done: the prompt's length is known,
+            // the daemon's counts and times are not (0).
+            Ok(Done { finish_reason: FinishReason::Stop, text: open.text()[start..].to_owned(), prompt_tokens, ..Done::default() })
         })
     }
 
