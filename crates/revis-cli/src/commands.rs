@@ -287,8 +287,12 @@ async fn run_prompt(daemon: &impl Runner, a: RunArgs) -> anyhow::Result<ExitCode
 
 fn print_stats(d: &Done) {
     if d.generated_tokens == 0 && !d.text.is_empty() {
-        // The loop guard dropped the answer before the daemon's counts came.
-        eprintln!("[{} prompt tokens; stopped where the answer repeated itself, before the daemon's counts and times]", d.prompt_tokens);
+        // The loop guard dropped the answer before the daemon's counts came:
+        // the same line, "-" for what is not known.
+        eprintln!(
+            "[{} prompt tokens (- cached), - generated, prompt - ms, - tokens/s, seed -; stopped where the answer repeated itself]",
+            d.prompt_tokens
+        );
         return;
     }
     eprintln!(
