@@ -507,6 +507,11 @@ impl App {
                 server.remote_connections
             ));
             ui.label(format!("This machine's device ID: {id}"));
+            if !server.lending_refused.is_empty() {
+                ui.colored_label(ui.visuals().warn_fg_color, format!("Lending is on, but {}", server.lending_refused));
+            } else if server.lending {
+                ui.label(format!("Lending: paired devices may run layers of their models here ({} now).", server.lending_sessions));
+            }
             ui.add_space(8.0);
             match self.state.pairing.clone() {
                 Some(PairingEvent::Opened { code, expires_at, listen_address, .. }) => {

@@ -132,6 +132,10 @@ async fn lend(client: &Client, switch: Switch) -> Result<ExitCode, ClientError> 
         Switch::Status => client.status().await?.server.unwrap_or_default(),
         Switch::On | Switch::Off => client.set_lending(matches!(switch, Switch::On)).await?,
     };
+    if s.lending && !s.lending_refused.is_empty() {
+        println!("Lending is on, but {}.", s.lending_refused.trim_end_matches('.'));
+        return Ok(ExitCode::from(crate::EX_UNAVAILABLE));
+    }
     match (s.lending, s.enabled) {
         (true, true) => println!(
             "Lending is on: paired devices may run layers of their models here, through {} ({} session(s) now).",

@@ -48,6 +48,10 @@ enum Command {
         /// Bytes of address space it may take (`server.lend_memory_mb`).
         #[arg(long)]
         memory_limit: u64,
+        /// Listen on the shared loopback where no private one can be made
+        /// (`server.allow_shared_loopback`); otherwise it refuses.
+        #[arg(long)]
+        allow_shared_loopback: bool,
     },
     /// (started by revisd) a split tier's engine, serving it on a private socket.
     #[command(hide = true)]
@@ -74,6 +78,9 @@ enum Command {
         split_local: Option<f64>,
         #[arg(long)]
         state_dir: PathBuf,
+        /// As rpc-worker's.
+        #[arg(long)]
+        allow_shared_loopback: bool,
     },
 }
 
@@ -92,7 +99,7 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
-    if let Some(Command::RpcWorker { cache_dir, threads, memory_limit }) = &args.command {
+    if let Some(Command::RpcWorker { cache_dir, threads, memory_limit, allow_shared_loopback }) = &args.command {
         // SAFETY: no other thread exists yet.
         let start = match unsafe { revis_daemon::remote::lend::WorkerStart::take() } {
             Ok(s) => s,
@@ -102,7 +109,7 @@ fn main() -> ExitCode {
             }
         };
         revis_daemon::remote::child::exit_with_parent();
-        let e = revis_daemon::remote::lend::run_worker(start, cache_dir, *threads, *memory_limit);
+        let e = revis_daemon::remote::lend::run_worker(start, cache_dir, *threads, *memory_limit, *allow_shared_loopback);
         eprintln!("revisd rpc-worker: {e}");
         return ExitCode::FAILURE;
     }
@@ -165,8 +172,19 @@ fn main() -> ExitCode {
 
 /// `revisd split-engine`: one split tier, on the socket its revisd gave.
 fn split_engine(args: Args) -> ExitCode {
-    let Some(Command::SplitEngine { socket, tier, model, context, threads, batch, max_tokens_limit, node, split_local, state_dir }) =
-        args.command
+    let Some(Command::SplitEngine {
+        socket,
+        tier,
+        model,
+        context,
+        threads,
+        batch,
+        max_tokens_limit,
+        node,
+        split_local,
+        state_dir,
+        allow_shared_loopback,
+    }) = args.command
     else {
         unreachable!("called for split-engine only")
     };
@@ -180,6 +198,14 @@ fn split_engine(args: Args) -> ExitCode {
         return ExitCode::from(EX_USAGE);
     };
     if let Err(why) = unsafe { revis_daemon::remote::private_net::enter() } {
+        if !allow_shared_loopback {
+            // revisd reads this in place of "ready" and names the cause.
+            if let Some(mut r) = ready {
+                let _ = writeln!(r, "{} {why}", revis_daemon::remote::lend::REFUSED);
+            }
+            eprintln!("revisd split-engine: no private loopback ({why}), and server.allow_shared_loopback is off: not starting");
+            return ExitCode::FAILURE;
+        }
         tracing::warn!("no private loopback for the split engine ({why}): other local processes can reach its tunnels");
     }
     revis_daemon::remote::child::exit_with_parent();

@@ -301,6 +301,66 @@ async fn status_answers_while_a_split_engine_starts() {
     assert!(e.message().contains("desk"), "names the node: {}", e.message());
 }
 
+/// Where no network namespace can be made (a Linux that refuses this user
+/// unprivileged user namespaces; here revisd without CAP_SYS_ADMIN), the
+/// RPC worker and the split engine do not fall back to the shared loopback
+/// unless `server.allow_shared_loopback` says so, and each refusal names
+/// its cause and remedy where the person looks: `revisd lend`, status, and
+/// on the borrower, the split tier's error and status. Before, both ran on
+/// the shared 127.0.0.1 with one WARN line in the log, and the split answered.
+#[tokio::test(flavor = "current_thread")]
+async fn without_a_private_loopback_lending_and_split_tiers_refuse_and_say_why() {
+    let net = NetnsPair::new();
+    net.b.enter();
+    let desk = TestDaemon::new()
+        .daemon("threads = 1")
+        .netns(&net.a.name)
+        .without_namespaces()
+        .server("enabled = true\nlisten = \"0.0.0.0:0\"\nadvertise = false\nname = \"desk\"\nlend = true\n")
+        .start();
+    let dir = tempfile::tempdir().unwrap();
+    let keyring = dir.path().join("client");
+    pair(&mut Keyring::open(&keyring).unwrap(), &net, &desk).await;
+    let remedy = "server.allow_shared_loopback = true";
+
+    // The lender: `revisd lend on` says so, and status keeps it.
+    let out = Command::new(binary("revisd")).arg("--socket").arg(&desk.socket).args(["lend", "on"]).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    assert!(said.contains("Lending is on, but") && said.contains("shared loopback") && said.contains(remedy), "{said}");
+    let server = desk.client().await.status().await.unwrap().server.unwrap();
+    assert!(server.lending && server.lending_refused.contains(remedy), "{server:?}");
+    assert_eq!(loopback_listeners(desk.pid()), Vec::<u16>::new(), "nothing of desk's listens on the loopback");
+    assert!(children(desk.pid()).is_empty(), "no RPC worker runs: {:?}", children(desk.pid()));
+
+    // A borrower whose own engine may use the shared loopback hears desk's reason.
+    let laptop = |allow: bool| {
+        TestDaemon::new()
+            .daemon("threads = 1")
+            .tier_model("tier1", gemma3())
+            .tier_model("tier3", gemma3())
+            .tier("tier2", "split = [\"desk\"]\nsplit_local = 0.5")
+            .without_namespaces()
+            .server(&format!("keyring = {:?}\nallow_shared_loopback = {allow}", keyring.display().to_string()))
+            .start()
+    };
+    let allowed = laptop(true);
+    let e = generate(&mut allowed.client().await, tier2("What is the capital of France?", 4)).await.expect_err("desk refuses");
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    assert!(e.message().contains("desk") && e.message().contains("refused the session") && e.message().contains(remedy), "{e:?}");
+    drop(allowed);
+
+    // A borrower whose engine may not: it refuses before reaching desk.
+    let refusing = laptop(false);
+    let mut c = refusing.client().await;
+    let e = generate(&mut c, tier2("What is the capital of France?", 4)).await.expect_err("no private loopback here");
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    assert!(e.message().contains("this machine's shared loopback") && e.message().contains(remedy), "{e:?}");
+    let t2 = c.status().await.unwrap().tier(revis_client::Tier::Tier2).cloned().unwrap();
+    assert!(t2.split.contains("last start failed") && t2.split.contains(remedy), "{t2:?}");
+    assert!(children(refusing.pid()).is_empty(), "no split engine runs: {:?}", children(refusing.pid()));
+}
+
 /// Runs `revisd --socket SOCKET ARGS...` as the lender's owner types it; must succeed.
 fn revisd(socket: &Path, args: &[&str]) {
     let out = Command::new(binary("revisd"))
@@ -416,8 +476,11 @@ async fn strangers_and_plain_tcp_get_nothing_and_lending_off_cuts() {
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let mut s = paired.connect(revis_trust::server_name(), tcp).await.unwrap();
     let _ = s.write_all(&hello()).await;
-    let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await.expect("closed, not left hanging");
-    assert!(matches!(n, Ok(0) | Err(_)), "lending off: nothing");
+    let mut said = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut said)).await.expect("closed, not left hanging");
+    // Only why, for the paired device to show: no answer of the worker's.
+    let said = String::from_utf8_lossy(said.strip_prefix(revis_daemon::remote::lend::REFUSAL_MARK).expect("a refusal"));
+    assert!(said.starts_with("lending is off on this machine") && said.ends_with('\n'), "lending off: {said:?}");
 }
 
 /// No other user on desk, and no other process of its owner, reaches desk's

@@ -93,10 +93,11 @@ fn deps(for_tests: bool) -> anyhow::Result<()> {
 
 /// Debian packages only the tests need: EGL and Mesa's CPU renderers for
 /// the GUI (llvmpipe for GL, lavapipe for Vulkan), iproute2 (`ip`) for
-/// the network namespaces of the multi-machine tests, and curl for the
-/// agent programs ([`agents`]).
+/// the network namespaces of the multi-machine tests, util-linux
+/// (`setpriv`) for a revisd that cannot make one, and curl for the agent
+/// programs ([`agents`]).
 const TEST_PACKAGES: &[&str] =
-    &["libegl1", "libegl-mesa0", "libgl1-mesa-dri", "mesa-vulkan-drivers", "iproute2", "curl", "ca-certificates"];
+    &["libegl1", "libegl-mesa0", "libgl1-mesa-dri", "mesa-vulkan-drivers", "iproute2", "util-linux", "curl", "ca-certificates"];
 
 /// Whether dpkg has all of `packages` installed.
 fn installed(packages: &[&str]) -> bool {

@@ -203,7 +203,7 @@ async fn status(paths: &Paths, client: &Client, as_json: bool) -> anyhow::Result
             "server": s.server.as_ref().map(|m| json!({
                 "enabled": m.enabled, "listen_address": m.listen_address, "advertised": m.advertised,
                 "remote_connections": m.remote_connections, "paired_devices": m.paired_devices, "pairing_open": m.pairing_open,
-                "lending": m.lending, "lending_sessions": m.lending_sessions,
+                "lending": m.lending, "lending_sessions": m.lending_sessions, "lending_refused": m.lending_refused,
             })),
             "memory_free_bytes": s.memory_free_bytes,
         });

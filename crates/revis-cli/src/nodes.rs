@@ -229,7 +229,11 @@ pub fn server_line(s: &DaemonStatus) -> Option<String> {
             if server.advertised { ", advertised" } else { "" },
             server.paired_devices,
             server.remote_connections,
-            if server.lending { format!(", lending ({} session(s))", server.lending_sessions) } else { String::new() },
+            match (server.lending, server.lending_refused.as_str()) {
+                (false, _) => String::new(),
+                (true, "") => format!(", lending ({} session(s))", server.lending_sessions),
+                (true, why) => format!(", lending on, but {why}"),
+            },
             s.device_id
         )
     } else {

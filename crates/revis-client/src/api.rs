@@ -378,6 +378,9 @@ pub struct ServerMode {
     /// Lending this machine's layers to paired devices (`revisd lend`).
     pub lending: bool,
     pub lending_sessions: u32,
+    /// Why lending cannot serve although it is on ("" when it can, or not
+    /// known yet): no private loopback for the RPC worker.
+    pub lending_refused: String,
 }
 
 /// What a daemon says of itself.

@@ -269,6 +269,7 @@ impl From<pb::ServerModeStatus> for ServerMode {
             pairing_open: s.pairing_open,
             lending: s.lending,
             lending_sessions: s.lending_sessions,
+            lending_refused: s.lending_refused,
         }
     }
 }

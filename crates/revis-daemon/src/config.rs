@@ -36,6 +36,7 @@ struct RawServer {
     lend: Option<bool>,
     lend_memory_mb: Option<u64>,
     rpc_cache_mb: Option<u64>,
+    allow_shared_loopback: Option<bool>,
     keyring: Option<PathBuf>,
     /// Only here to refuse `tls = false` with a message of its own.
     tls: Option<bool>,
@@ -156,6 +157,12 @@ pub struct ServerConfig {
     /// `server.rpc_cache_mb`: the most the lent layers' weight cache
     /// (`state_dir/rpc-cache`) may hold; the least recently used go first.
     pub rpc_cache: u64,
+    /// `server.allow_shared_loopback`: where no network namespace can be
+    /// made (macOS; a Linux that refuses this user namespaces), the RPC
+    /// worker and split engines run on the machine's shared loopback only
+    /// when this says so; otherwise lending and split tiers refuse to
+    /// start, naming the cause. Off by default.
+    pub allow_shared_loopback: bool,
     /// The user's client keyring (`$REVIS_DATA_DIR/client`, as `revis pair`
     /// writes it): the identity and the nodes a split tier borrows from.
     pub keyring: PathBuf,
@@ -460,6 +467,7 @@ fn server_config(
         lend: s.lend,
         lend_memory,
         rpc_cache,
+        allow_shared_loopback: s.allow_shared_loopback.unwrap_or(false),
         keyring: s.keyring.unwrap_or_else(|| models_dir.parent().unwrap_or(models_dir).join("client")),
         enabled: s.enabled,
         listen,

@@ -130,6 +130,7 @@ pub async fn run(
     if remote.initial_switch() {
         remote.set_enabled(true, false).await?;
     }
+    remote.check_lending();
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let draining = {

@@ -86,6 +86,8 @@ pub struct TestDaemon {
     tier_models: Vec<(String, PathBuf)>,
     tier_extra: Vec<(String, String)>,
     netns: Option<String>,
+    /// Run revisd where no network namespace can be made (see [`TestDaemon::without_namespaces`]).
+    no_namespaces: bool,
     /// Leave `context` unset (each model's own) instead of the tests' 2048.
     own_context: bool,
 }
@@ -105,6 +107,7 @@ impl TestDaemon {
             tier_models: Vec::new(),
             tier_extra: Vec::new(),
             netns: None,
+            no_namespaces: false,
             own_context: false,
         }
     }
@@ -151,6 +154,15 @@ impl TestDaemon {
         self
     }
 
+    /// Runs revisd where it cannot make a network namespace, as on a
+    /// system that refuses its user unprivileged user namespaces: without
+    /// CAP_SYS_ADMIN in its bounding set (`setpriv`; the tests run as root,
+    /// for whom a network namespace needs that capability alone).
+    pub fn without_namespaces(mut self) -> Self {
+        self.no_namespaces = true;
+        self
+    }
+
     /// Runs revisd inside this network namespace (`ip netns exec`); its
     /// socket stays on the shared filesystem, so the test still reaches it.
     pub fn netns(mut self, name: &str) -> Self {
@@ -193,7 +205,10 @@ impl TestDaemon {
     pub fn start(self) -> Running {
         let (dir, config) = self.prepare();
         let socket = dir.path().join("run/revisd.sock");
-        Running::spawn(dir, config, socket, None, self.netns)
+        let mut running = Running::new(dir, config, socket, None, self.netns);
+        running.no_namespaces = self.no_namespaces;
+        running.launch();
+        running
     }
 
     /// Writes the config and starts revisd, expecting it to refuse: returns
@@ -312,16 +327,21 @@ pub struct Running {
     config: PathBuf,
     held: Option<HeldSocket>,
     netns: Option<String>,
+    no_namespaces: bool,
     child: Option<Child>,
     dir: tempfile::TempDir,
 }
 
 impl Running {
     fn spawn(dir: tempfile::TempDir, config: PathBuf, socket: PathBuf, held: Option<HeldSocket>, netns: Option<String>) -> Running {
-        let log = dir.path().join("revisd.log");
-        let mut running = Running { socket, log, config, held, netns, child: None, dir };
+        let mut running = Running::new(dir, config, socket, held, netns);
         running.launch();
         running
+    }
+
+    fn new(dir: tempfile::TempDir, config: PathBuf, socket: PathBuf, held: Option<HeldSocket>, netns: Option<String>) -> Running {
+        let log = dir.path().join("revisd.log");
+        Running { socket, log, config, held, netns, no_namespaces: false, child: None, dir }
     }
 
     /// Starts revisd again after it exited (see [`Running::wait_exit`]), as
@@ -338,11 +358,18 @@ impl Running {
         let mut cmd = match &self.held {
             Some(held) => activated_revisd(held.as_fd(), None),
             None => {
-                let mut c = match &self.netns {
-                    // `ip netns exec` execs revisd: the child's PID is revisd's own.
-                    Some(ns) => {
-                        let mut c = Command::new("ip");
-                        c.args(["netns", "exec", ns]).arg(binary("revisd"));
+                // `ip netns exec` and `setpriv` exec what follows: the child's PID is revisd's own.
+                let mut prefix: Vec<&str> = Vec::new();
+                if let Some(ns) = &self.netns {
+                    prefix.extend(["ip", "netns", "exec", ns]);
+                }
+                if self.no_namespaces {
+                    prefix.extend(["setpriv", "--bounding-set=-sys_admin"]);
+                }
+                let mut c = match prefix.split_first() {
+                    Some((program, args)) => {
+                        let mut c = Command::new(program);
+                        c.args(args).arg(binary("revisd"));
                         c
                     }
                     None => Command::new(binary("revisd")),

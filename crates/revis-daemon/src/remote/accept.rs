@@ -125,6 +125,17 @@ impl Remote {
             Ok(Ok(w)) => w,
             Ok(Err(e)) => {
                 tracing::info!(%addr, %device_id, "refusing a lending session: {e}");
+                // The device says why (see `lend::refusal`), then the session ends.
+                // What it sent meanwhile is read and dropped until it closes,
+                // so that no reset overtakes the reason.
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let said = super::lend::refusal(&e);
+                let _ = tokio::time::timeout(Duration::from_secs(2), async {
+                    tls.write_all(&said).await?;
+                    tls.shutdown().await?;
+                    tokio::io::copy(&mut (&mut tls).take(1 << 20), &mut tokio::io::sink()).await
+                })
+                .await;
                 return;
             }
             Err(_) => return,

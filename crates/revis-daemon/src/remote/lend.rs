@@ -39,6 +39,12 @@ pub enum LendError {
     Off,
     #[error("the RPC worker could not start: {0}")]
     Worker(String),
+    #[error(
+        "the RPC worker cannot start here: it would listen on this machine's shared loopback, where any local \
+         process could reach it ({0}). Let this user make network namespaces (docs/RELIABILITY.md, \"No private \
+         loopback\", says how), or accept the risk with `server.allow_shared_loopback = true`"
+    )]
+    SharedLoopback(String),
     #[error("cannot remember the lending switch in {path}: {source}")]
     Switch { path: PathBuf, source: std::io::Error },
 }
@@ -51,6 +57,11 @@ pub struct Lender {
     memory: u64,
     /// The weight cache's size limit (`server.rpc_cache_mb`).
     cache_limit: u64,
+    /// `server.allow_shared_loopback`.
+    allow_shared: bool,
+    /// Why the last worker start was refused (no private loopback, not
+    /// allowed a shared one); None once one starts.
+    refused: Mutex<Option<String>>,
     /// The switch, read by Status without waiting behind a worker's start.
     on: AtomicBool,
     /// The worker, held while one starts (up to [`WORKER_START`]).
@@ -65,9 +76,62 @@ struct Worker {
 
 impl Lender {
     /// `configured`: `server.lend`, else the saved position, else off.
-    pub fn new(state_dir: PathBuf, configured: Option<bool>, threads: u32, memory: u64, cache_limit: u64) -> Lender {
+    pub fn new(state_dir: PathBuf, configured: Option<bool>, threads: u32, memory: u64, cache_limit: u64, allow_shared: bool) -> Lender {
         let on = configured.unwrap_or_else(|| std::fs::read_to_string(state_dir.join(SWITCH_FILE)).is_ok_and(|s| s.trim() == "on"));
-        Lender { state_dir, threads, memory, cache_limit, on: AtomicBool::new(on), worker: Mutex::new(None) }
+        Lender {
+            state_dir,
+            threads,
+            memory,
+            cache_limit,
+            allow_shared,
+            refused: Mutex::new(None),
+            on: AtomicBool::new(on),
+            worker: Mutex::new(None),
+        }
+    }
+
+    /// Why lending cannot serve here, when the last try to start its worker
+    /// found no private loopback (and a shared one is not allowed).
+    pub fn refusal(&self) -> Option<String> {
+        self.refused.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Starts the worker now if it is not running, so that `revisd lend on`
+    /// and status say at once whether lending can serve. Blocking (up to
+    /// [`WORKER_START`]).
+    pub fn check(&self) -> Result<(), LendError> {
+        let mut worker = self.lock();
+        if !self.is_on() {
+            return Err(LendError::Off);
+        }
+        self.running(&mut worker)?;
+        Ok(())
+    }
+
+    /// The running worker, started if there is none (first use, or it died).
+    fn running<'a>(&self, worker: &'a mut Option<Worker>) -> Result<&'a Worker, LendError> {
+        if let Some(w) = worker.as_mut() {
+            match w.child.try_wait() {
+                Ok(None) => {}
+                Ok(Some(status)) => {
+                    tracing::warn!(%status, "the RPC worker had exited; starting another");
+                    *worker = None;
+                }
+                Err(e) => {
+                    tracing::warn!("the RPC worker: {e}; starting another");
+                    *worker = None;
+                }
+            }
+        }
+        if worker.is_none() {
+            let started = self.start();
+            *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = match &started {
+                Err(e @ LendError::SharedLoopback(_)) => Some(e.to_string()),
+                _ => None,
+            };
+            *worker = Some(started?);
+        }
+        Ok(worker.as_ref().expect("started above"))
     }
 
     /// Trims the weight cache to `server.rpc_cache_mb`, least recently used
@@ -113,23 +177,7 @@ impl Lender {
         if !self.is_on() {
             return Err(LendError::Off);
         }
-        if let Some(w) = worker.as_mut() {
-            match w.child.try_wait() {
-                Ok(None) => {}
-                Ok(Some(status)) => {
-                    tracing::warn!(%status, "the RPC worker had exited; starting another");
-                    *worker = None;
-                }
-                Err(e) => {
-                    tracing::warn!("the RPC worker: {e}; starting another");
-                    *worker = None;
-                }
-            }
-        }
-        if worker.is_none() {
-            *worker = Some(self.start()?);
-        }
-        let w = worker.as_ref().expect("started above");
+        let w = self.running(&mut worker)?;
         let (ours, theirs) = UnixStream::pair().map_err(|e| LendError::Worker(format!("a socket pair: {e}")))?;
         if let Err(e) = private_net::send_fd(&w.sessions, 0, theirs.as_fd()) {
             // It is going away: the next session starts another.
@@ -158,6 +206,7 @@ impl Lender {
             .arg(self.threads.to_string())
             .arg("--memory-limit")
             .arg(self.memory.to_string())
+            .args(self.allow_shared.then_some("--allow-shared-loopback"))
             .env(SESSIONS_FD, theirs_fd.to_string())
             .env(WORKER_READY_FD, ready_fd.to_string())
             // llama.cpp prints its banner and each client to stdout: into revisd's log.
@@ -178,8 +227,14 @@ impl Lender {
         let said = read_ready(ready_read, WORKER_START);
         match said {
             Some(s) if s.starts_with("ready") => {
-                tracing::info!(pid = child.id(), "RPC worker ready ({})", s.trim_start_matches("ready").trim());
+                tracing::info!(pid = child.id(), "RPC worker ready {}", s.trim_start_matches("ready").trim());
                 Ok(Worker { child, sessions })
+            }
+            Some(s) if s.starts_with(REFUSED) => {
+                let _ = child.wait();
+                let why = s[REFUSED.len()..].trim().to_owned();
+                tracing::warn!("lending cannot serve: no private loopback for the RPC worker ({why}), and server.allow_shared_loopback is off");
+                Err(LendError::SharedLoopback(why))
             }
             _ => {
                 let _ = child.kill();
@@ -272,11 +327,79 @@ impl WorkerStart {
     }
 }
 
+/// What a lender that cannot serve a session sends before it closes, the
+/// reason after it and a newline: the borrower then says why, instead of
+/// "closed without a word". llama.cpp's RPC server never speaks first, and
+/// its answers start with a little-endian size, never with 0xFF.
+pub const REFUSAL_MARK: &[u8] = b"\xffrevis-refused: ";
+/// The most of a refusal's reason a borrower reads.
+const REFUSAL_MAX: usize = 1024;
+
+/// The bytes a lender sends to refuse a session because of `e`.
+pub fn refusal(e: &LendError) -> Vec<u8> {
+    let mut out = REFUSAL_MARK.to_vec();
+    let said: String = e.to_string().chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let mut end = said.len().min(REFUSAL_MAX - REFUSAL_MARK.len() - 1);
+    while !said.is_char_boundary(end) {
+        end -= 1;
+    }
+    out.extend_from_slice(&said.as_bytes()[..end]);
+    out.push(b'\n');
+    out
+}
+
+/// In a borrower: the reason a lender gave for refusing, when `first` (the
+/// first bytes it sent) starts a refusal; reads the rest of it from `more`
+/// (at most [`REFUSAL_MAX`] bytes in all, for at most 2 s). None when
+/// `first` is an ordinary answer.
+pub async fn refusal_said(first: &[u8], more: &mut (impl tokio::io::AsyncRead + Unpin)) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    let head = &first[..first.len().min(REFUSAL_MARK.len())];
+    if head.is_empty() || !REFUSAL_MARK.starts_with(head) {
+        return None;
+    }
+    let mut said = first.to_vec();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    let mut buf = [0u8; 256];
+    while !said.contains(&b'\n') && said.len() < REFUSAL_MAX {
+        match tokio::time::timeout_at(deadline, more.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => said.extend_from_slice(&buf[..n]),
+            _ => break,
+        }
+    }
+    if !said.starts_with(REFUSAL_MARK) {
+        return Some("it sent something that is not an answer".into());
+    }
+    let text = &said[REFUSAL_MARK.len()..said.len().min(REFUSAL_MAX)];
+    let text = text.split(|b| *b == b'\n').next().unwrap_or_default();
+    Some(String::from_utf8_lossy(text).trim().to_owned())
+}
+
+/// What a worker or split engine says, in place of "ready", when it has no
+/// private loopback and may not use the shared one; the reason follows.
+pub const REFUSED: &str = "refused:";
+
 /// `revisd rpc-worker`: serves this machine's CPU on its (private) loopback
 /// until the process ends, each session relayed from a descriptor revisd
-/// sends; returns only when llama.cpp's server could not start.
-pub fn run_worker(start: WorkerStart, cache_dir: &std::path::Path, threads: u32, memory_limit: u64) -> revis_engine::EngineError {
+/// sends; returns only when llama.cpp's server could not start, or when it
+/// has no private loopback and `allow_shared` (`--allow-shared-loopback`)
+/// does not let it use the shared one.
+pub fn run_worker(
+    start: WorkerStart,
+    cache_dir: &std::path::Path,
+    threads: u32,
+    memory_limit: u64,
+    allow_shared: bool,
+) -> revis_engine::EngineError {
     let WorkerStart { sessions, ready, shared } = start;
+    if let (Some(why), false) = (&shared, allow_shared) {
+        if let Some(mut r) = ready {
+            let _ = writeln!(r, "{REFUSED} {why}");
+        }
+        return revis_engine::EngineError::Llama(format!(
+            "no private loopback ({why}), and server.allow_shared_loopback is off: not listening on the shared one"
+        ));
+    }
     // A paired device's request for a buffer past this fails (llama.cpp
     // ends that session) instead of taking this machine's memory.
     let limit = libc::rlimit { rlim_cur: memory_limit as libc::rlim_t, rlim_max: memory_limit as libc::rlim_t };
@@ -355,6 +478,23 @@ fn relay(session: UnixStream, endpoint: SocketAddr) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_refusal_reads_back_as_its_reason_and_an_answer_is_not_one() {
+        let sent = refusal(&LendError::SharedLoopback("a user namespace: EPERM\nsecond line".into()));
+        assert!(sent.len() <= REFUSAL_MAX && sent.ends_with(b"\n"));
+        // In one piece, and in two.
+        let said = refusal_said(&sent, &mut &b""[..]).await.expect("a refusal");
+        assert!(said.starts_with("the RPC worker cannot start here") && said.contains("EPERM second line"), "{said}");
+        assert_eq!(refusal_said(&sent[..3], &mut &sent[3..]).await.as_deref(), Some(said.as_str()));
+        // HELLO's answer: a 28-byte size first.
+        let mut answer = 28u64.to_le_bytes().to_vec();
+        answer.extend_from_slice(&[3, 0, 0, 0]);
+        assert_eq!(refusal_said(&answer, &mut &b""[..]).await, None);
+        assert_eq!(refusal_said(b"", &mut &b""[..]).await, None);
+        let long = refusal(&LendError::Worker("x".repeat(5000)));
+        assert_eq!(long.len(), REFUSAL_MAX, "a long reason is cut to the bound");
+    }
 
     #[test]
     fn the_cache_keeps_the_most_recently_used_within_its_limit() {

@@ -98,6 +98,9 @@ pub struct ServerState {
     pub pairing_open: bool,
     pub lending: bool,
     pub lending_sessions: usize,
+    /// Why lending cannot serve here although it is on (no private
+    /// loopback for the RPC worker, and a shared one not allowed).
+    pub lending_refused: Option<String>,
 }
 
 /// A paired device and its open connections.
@@ -162,7 +165,7 @@ impl Remote {
         let pairing_tls = revis_trust::pairing_server_config(&identity)?;
         let lend_tls = revis_trust::lend_server_config(&identity, trusted.clone())?;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-        let lender = Lender::new(config.state_dir.clone(), config.lend, cores, config.lend_memory, config.rpc_cache);
+        let lender = Lender::new(config.state_dir.clone(), config.lend, cores, config.lend_memory, config.rpc_cache, config.allow_shared_loopback);
         Ok(Arc::new(Remote {
             lend_tls,
             lender,
@@ -316,13 +319,37 @@ impl Remote {
             pairing_open: state.window.as_ref().is_some_and(|w| w.window.is_open(Instant::now())),
             lending: self.lender.is_on(),
             lending_sessions: state.conns.values().filter(|c| c.lending).count(),
+            lending_refused: self.lender.refusal().filter(|_| self.lender.is_on()),
         }
+    }
+
+    /// With lending on, starts the RPC worker now, off the runtime, so that
+    /// a refusal (no private loopback) shows in status from the start
+    /// rather than at a paired device's first session.
+    pub fn check_lending(self: &Arc<Self>) {
+        if !self.lender.is_on() {
+            return;
+        }
+        let this = self.clone();
+        let _ = std::thread::Builder::new().name("revis-lend-check".into()).spawn(move || {
+            if let Err(e) = this.lender.check() {
+                tracing::warn!("{e}");
+            }
+        });
     }
 
     /// Switches lending on or off (saved for the next start when
     /// `remember`); off ends the RPC worker and cuts every lending session.
     pub fn set_lending(&self, on: bool, remember: bool) -> Result<ServerState, RemoteError> {
-        let set = || self.lender.set(on, remember);
+        // Switched on, the worker starts at once: `revisd lend on` then says
+        // whether lending can serve here, not a paired device's first session.
+        let set = || {
+            self.lender.set(on, remember)?;
+            if on && let Err(e) = self.lender.check() {
+                tracing::warn!("{e}");
+            }
+            Ok::<(), LendError>(())
+        };
         let on_workers =
             tokio::runtime::Handle::try_current().is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
         if on_workers {

@@ -29,6 +29,7 @@ use hyper_util::rt::TokioIo;
 use revis_proto::Tier;
 use revis_proto::v1 as pb;
 use revis_trust::{DeviceId, Identity, TrustStore};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsConnector;
@@ -51,6 +52,8 @@ pub const NODE_SILENCE: Duration = Duration::from_secs(10);
 const STATUS_WAIT: Duration = Duration::from_secs(2);
 /// Bytes buffered each way in a tunnel.
 const TUNNEL_BUFFER: usize = 256 << 10;
+/// The most of the first request and answer carried by hand (`carry`).
+const FIRST_EXCHANGE: usize = 64 << 10;
 /// The variable naming the descriptor of the engine's end of its tunnels
 /// socket pair.
 pub const TUNNELS_FD: &str = "REVIS_TUNNELS_FD";
@@ -109,6 +112,7 @@ impl Splits {
                     keyring: config.server.keyring.clone(),
                     run_dir: config.server.state_dir.join("split"),
                     max_tokens_limit: config.max_tokens_limit,
+                    allow_shared_loopback: config.server.allow_shared_loopback,
                     running: tokio::sync::Mutex::new(None),
                     seen: Mutex::new(Seen::Stopped),
                 })
@@ -142,6 +146,8 @@ pub struct SplitEngine {
     keyring: PathBuf,
     run_dir: PathBuf,
     max_tokens_limit: u32,
+    /// `server.allow_shared_loopback`.
+    allow_shared_loopback: bool,
     running: tokio::sync::Mutex<Option<Running>>,
     /// What Status reads without waiting behind a start (which holds
     /// `running` for up to [`ENGINE_START`]).
@@ -152,6 +158,8 @@ pub struct SplitEngine {
 #[derive(Clone)]
 enum Seen {
     Stopped,
+    /// Its last start failed, for this reason (the next call tries again).
+    Failed(String),
     Starting,
     Running(Channel),
 }
@@ -224,7 +232,7 @@ impl SplitEngine {
         let r = match self.start().await {
             Ok(r) => r,
             Err(e) => {
-                self.see(Seen::Stopped);
+                self.see(Seen::Failed(e.to_string()));
                 return Err(e);
             }
         };
@@ -232,6 +240,12 @@ impl SplitEngine {
         *running = Some(r);
         self.see(Seen::Running(channel.clone()));
         Ok(channel)
+    }
+
+    /// Whether its engine runs or is starting (a call then reaches it
+    /// without starting one).
+    pub fn started(&self) -> bool {
+        matches!(*self.seen.lock().unwrap_or_else(|e| e.into_inner()), Seen::Starting | Seen::Running(_))
     }
 
     fn see(&self, seen: Seen) {
@@ -275,6 +289,15 @@ impl SplitEngine {
         let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let channel = match seen {
             Seen::Stopped => return None,
+            Seen::Failed(why) => {
+                return Some(pb::TierStatus {
+                    tier: self.tier.to_string(),
+                    state: pb::ModelState::Unloaded as i32,
+                    split: format!("split across {}: its last start failed: {why}", self.model.split.join(", ")),
+                    context_tokens: self.model.context,
+                    ..Default::default()
+                });
+            }
             Seen::Starting => {
                 return Some(pb::TierStatus {
                     tier: self.tier.to_string(),
@@ -325,6 +348,9 @@ impl SplitEngine {
         if let Some(s) = m.split_local {
             cmd.arg("--split-local").arg(s.to_string());
         }
+        if self.allow_shared_loopback {
+            cmd.arg("--allow-shared-loopback");
+        }
         let theirs_fd = theirs.as_raw_fd();
         cmd.env("REVIS_READY_FD", write_end.as_raw_fd().to_string())
             .env(TUNNELS_FD, theirs_fd.to_string())
@@ -362,6 +388,16 @@ impl SplitEngine {
                 return Err(self.unavailable(&format!("its split engine did not load within {}s", ENGINE_START.as_secs())));
             }
         };
+        if let Some(why) = said.strip_prefix(super::lend::REFUSED) {
+            let _ = child.wait().await;
+            return Err(self.unavailable(&format!(
+                "its split engine would reach the nodes through this machine's shared loopback, where any local process could \
+                 ride its connections under this user's paired identity ({}). Let this user make network namespaces \
+                 (docs/RELIABILITY.md, \"No private loopback\", says how), or accept the risk with \
+                 `server.allow_shared_loopback = true`",
+                why.trim()
+            )));
+        }
         if !said.starts_with("ready") {
             let _ = child.wait().await;
             let why = loss(&tunnels);
@@ -507,8 +543,52 @@ async fn carry(mut inner: TcpStream, device_id: DeviceId, addr: SocketAddr, tls:
         .await
         .map_err(|_| "the TLS handshake timed out".to_string())?
         .map_err(|e| format!("TLS: {e} (is this machine still paired there?)"))?;
+    // A lender that cannot serve says why before it closes
+    // (`lend::REFUSAL_MARK`). llama.cpp's client speaks first and its server
+    // only answers, and no answer starts with the mark: so the first
+    // exchange is carried by hand, the lender's first bytes read before any
+    // reach the engine, and the rest as bytes both ways.
+    let mut request = vec![0u8; FIRST_EXCHANGE];
+    let mut answer = vec![0u8; FIRST_EXCHANGE];
+    let answered = {
+        let (mut inner_r, _) = inner.split();
+        let (mut outer_r, mut outer_w) = tokio::io::split(&mut outer);
+        // The request may come in pieces (llama.cpp sends a command's
+        // parts with a write each): carried on until the answer comes. A
+        // client waits for that answer before it writes more, so nothing is
+        // in flight this way when the loop below stops this.
+        let up = async {
+            loop {
+                let n = inner_r.read(&mut request).await?;
+                if n == 0 {
+                    return Ok::<(), std::io::Error>(());
+                }
+                outer_w.write_all(&request[..n]).await?;
+                outer_w.flush().await?;
+            }
+        };
+        let down = async {
+            let n = outer_r.read(&mut answer).await?;
+            let refused = super::lend::refusal_said(&answer[..n], &mut outer_r).await;
+            Ok::<(usize, Option<String>), std::io::Error>((n, refused))
+        };
+        let got = tokio::select! {
+            d = down => d,
+            u = up => return match u {
+                // The engine closed before it had an answer.
+                Ok(()) => Ok(()),
+                Err(e) => Err(format!("the engine's connection broke: {e}")),
+            },
+        };
+        match got {
+            Err(e) => return Err(format!("the connection broke: {e}")),
+            Ok((0, _)) => return Err("it closed the session without a word (lending off there, or this machine not paired there)".into()),
+            Ok((_, Some(said))) => return Err(format!("it refused the session: {said}")),
+            Ok((n, None)) => n,
+        }
+    };
+    inner.write_all(&answer[..answered]).await.map_err(|e| format!("the engine's connection broke: {e}"))?;
     match tokio::io::copy_bidirectional_with_sizes(&mut inner, &mut outer, TUNNEL_BUFFER, TUNNEL_BUFFER).await {
-        Ok((_, 0)) => Err("it closed the session without a word (lending off there, or this machine not paired there)".into()),
         Ok(_) => Ok(()),
         Err(e) => Err(format!("the connection broke: {e}")),
     }

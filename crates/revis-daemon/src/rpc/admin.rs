@@ -81,7 +81,7 @@ impl pb::admin_server::Admin for Daemon {
         };
         let (mut n, mut bytes) = (0, 0);
         for engine in &engines {
-            if engine.status().await.is_none() {
+            if !engine.started() {
                 continue;
             }
             let mut admin = pb::admin_client::AdminClient::new(engine.channel().await?);
@@ -189,6 +189,7 @@ fn server_status(s: &ServerState) -> pb::ServerModeStatus {
         pairing_open: s.pairing_open,
         lending: s.lending,
         lending_sessions: s.lending_sessions as u32,
+        lending_refused: s.lending_refused.clone().unwrap_or_default(),
     }
 }
 
