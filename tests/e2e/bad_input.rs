@@ -74,6 +74,26 @@ async fn bad_requests_get_clear_errors_and_the_daemon_keeps_serving() {
             Code::InvalidArgument,
             "llama.cpp's grammars allow at most 2000",
         ),
+        (
+            // 1,500 values sharing a prefix: each kept open against the whole
+            // vocabulary at every token, 30 tokens took 28 s and slowed the tier.
+            with(&|r| {
+                r.format = pb::OutputFormat::Json as i32;
+                let values: Vec<String> = (0..1500).map(|i| format!("{:28}{i:04}", "")).collect();
+                r.json_schema = serde_json::json!({"type": "object", "properties": {"v": {"enum": values}}}).to_string().into_bytes().into();
+            }),
+            Code::InvalidArgument,
+            "may hold at most 15000 characters",
+        ),
+        (
+            with(&|r| {
+                r.format = pb::OutputFormat::Json as i32;
+                let values: Vec<String> = (0..1500).map(|i| format!("{i}")).collect();
+                r.json_schema = serde_json::json!({"type": "object", "properties": {"v": {"enum": values}}}).to_string().into_bytes().into();
+            }),
+            Code::InvalidArgument,
+            "more than 1000 alternatives",
+        ),
         (with(&|r| r.json_schema = b"{}".to_vec().into()), Code::InvalidArgument, "format is not OUTPUT_FORMAT_JSON"),
         (with(&|r| r.static_messages = Some(5)), Code::InvalidArgument, "static_messages"),
         // Over our own 1 MiB text limit but under tonic's 4 MiB transport limit.

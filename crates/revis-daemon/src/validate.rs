@@ -188,6 +188,8 @@ fn tools(req: &pb::GenerateRequest) -> Result<(Vec<Tool>, ToolChoice, usize), Da
     }
     let mut out: Vec<Tool> = Vec::with_capacity(req.tools.len());
     let mut total = 0;
+    // Every function's schema goes into one grammar: their alternatives count together.
+    let mut alternatives = 0;
     for (i, t) in req.tools.iter().enumerate() {
         let ok_char = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
         if t.name.is_empty() || t.name.len() > MAX_TOOL_NAME || !t.name.chars().all(ok_char) {
@@ -215,8 +217,11 @@ fn tools(req: &pb::GenerateRequest) -> Result<(Vec<Tool>, ToolChoice, usize), Da
         // point at the wrong root.
         let parameters = match serde_json::from_str::<serde_json::Value>(&parameters) {
             Ok(v) if v.is_object() => match revis_engine::schema::inline_refs(&v) {
-                Ok(inlined) if inlined == v => parameters,
-                Ok(inlined) => inlined.to_string(),
+                Ok(inlined) => {
+                    revis_engine::schema::count_alternatives(&inlined, &format!("tools[{i}].parameters"), &mut alternatives)
+                        .map_err(invalid)?;
+                    if inlined == v { parameters } else { inlined.to_string() }
+                }
                 Err(e) => return Err(invalid(format!("tools[{i}].parameters: {e}"))),
             },
             _ => return Err(invalid(format!("tools[{i}].parameters is not a JSON schema (a JSON object)"))),
@@ -353,7 +358,12 @@ pub fn generate(req: &pb::GenerateRequest, registry: &Registry, config: &Config)
                 )));
             }
             total += req.json_schema.len();
-            Some((!req.json_schema.is_empty()).then(|| utf8("json_schema", &req.json_schema)).transpose()?)
+            let schema = (!req.json_schema.is_empty()).then(|| utf8("json_schema", &req.json_schema)).transpose()?;
+            // A schema that is not JSON gets llama.cpp's own word later.
+            if let Some(v) = schema.as_deref().and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok()) {
+                revis_engine::schema::count_alternatives(&v, "json_schema", &mut 0).map_err(invalid)?;
+            }
+            Some(schema)
         }
         Ok(_) if !req.json_schema.is_empty() => {
             return Err(invalid("json_schema is set but format is not OUTPUT_FORMAT_JSON"));

@@ -72,6 +72,55 @@ fn walk(node: &Json, root: &Json, path: &mut Vec<String>, nodes: &mut usize) -> 
     }
 }
 
+/// The most alternatives (`enum` values, `anyOf` and `oneOf` branches) a
+/// request's schemas may hold together. Each one a grammar keeps open is
+/// checked against the whole vocabulary at every token, on the tier's one
+/// engine thread, so many of them slow every answer on that tier: 1,500
+/// values sharing a long prefix made 30 tokens take 28 s instead of 0.7 s
+/// (docs/RELIABILITY.md). The bounds are OpenAI's for structured outputs,
+/// so a schema written for OpenAI passes.
+pub const MAX_SCHEMA_ALTERNATIVES: usize = 1000;
+/// An `enum` of more than [`ENUM_LONG`] values may hold at most this many
+/// characters in all (OpenAI's bound too).
+pub const MAX_LONG_ENUM_CHARS: usize = 15_000;
+/// See [`MAX_LONG_ENUM_CHARS`].
+pub const ENUM_LONG: usize = 250;
+
+/// Counts the alternatives of `schema` into `count`, and refuses an `enum`
+/// past [`MAX_LONG_ENUM_CHARS`] or a running count past
+/// [`MAX_SCHEMA_ALTERNATIVES`]; `what` names the schema in the message.
+pub fn count_alternatives(schema: &Json, what: &str, count: &mut usize) -> Result<(), String> {
+    match schema {
+        Json::Object(o) => {
+            for (k, v) in o {
+                if let (Json::Array(a), "enum" | "anyOf" | "oneOf") = (v, k.as_str()) {
+                    *count += a.len();
+                    if k == "enum" && a.len() > ENUM_LONG {
+                        let chars: usize = a.iter().map(|x| x.as_str().map_or_else(|| x.to_string().chars().count(), |t| t.chars().count())).sum();
+                        if chars > MAX_LONG_ENUM_CHARS {
+                            return Err(format!(
+                                "{what} has an enum of {} values and {chars} characters; an enum of more than {ENUM_LONG} values \
+                                 may hold at most {MAX_LONG_ENUM_CHARS} characters in all",
+                                a.len()
+                            ));
+                        }
+                    }
+                    if *count > MAX_SCHEMA_ALTERNATIVES {
+                        return Err(format!(
+                            "{what} holds more than {MAX_SCHEMA_ALTERNATIVES} alternatives (enum values, anyOf and oneOf \
+                             branches), the limit for a request's schemas together"
+                        ));
+                    }
+                }
+                count_alternatives(v, what, count)?;
+            }
+            Ok(())
+        }
+        Json::Array(a) => a.iter().try_for_each(|v| count_alternatives(v, what, count)),
+        _ => Ok(()),
+    }
+}
+
 /// What a local reference (`#` and a JSON pointer) points to.
 fn target<'a>(root: &'a Json, r: &str) -> Result<&'a Json, String> {
     let Some(pointer) = r.strip_prefix('#') else {
@@ -130,6 +179,27 @@ mod tests {
         assert_eq!(inline_refs(&old).unwrap(), json!({"properties": {"a": {"type": "integer"}}}));
         let escaped = json!({"$defs": {"a b": {"type": "integer"}}, "properties": {"x": {"$ref": "#/$defs/a%20b"}}});
         assert_eq!(inline_refs(&escaped).unwrap(), json!({"properties": {"x": {"type": "integer"}}}));
+    }
+
+    #[test]
+    fn alternatives_are_bounded_as_openai_bounds_them() {
+        let count = |s: &Json| {
+            let mut n = 0;
+            count_alternatives(s, "json_schema", &mut n).map(|()| n)
+        };
+        let values = |n: usize, len: usize| (0..n).map(|i| format!("{i:0len$}")).collect::<Vec<_>>();
+        let country = json!({"properties": {"c": {"enum": values(250, 2)}, "d": {"anyOf": [{"type": "integer"}, {"type": "null"}]}}});
+        assert_eq!(count(&country), Ok(252));
+        // 1,000 short values pass; one more alternative anywhere does not.
+        assert_eq!(count(&json!({"enum": values(1000, 4)})), Ok(1000));
+        let over = count(&json!({"enum": values(1000, 4), "oneOf": [{}]})).unwrap_err();
+        assert!(over.contains("json_schema") && over.contains("1000"), "{over}");
+        // Over 250 values, at most 15,000 characters: 300 of 51 fails, 300 of 50 passes.
+        let long = count(&json!({"items": {"enum": values(300, 51)}})).unwrap_err();
+        assert!(long.contains("300 values and 15300 characters") && long.contains("at most 15000"), "{long}");
+        assert_eq!(count(&json!({"items": {"enum": values(300, 50)}})), Ok(300));
+        // A property called "enum" is a name, not a keyword.
+        assert_eq!(count(&json!({"properties": {"enum": {"type": "string"}}})), Ok(0));
     }
 
     #[test]
