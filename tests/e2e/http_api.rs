@@ -500,6 +500,137 @@ fn the_ollama_python_package_pulls_and_deletes_models() {
     assert!(models.join(revis_models::find("smollm2-135m-instruct").unwrap().file_name).is_file(), "kept: a tier runs it");
 }
 
+/// What the trickling hub of [`a_pull_over_http_is_bounded_follows_its_caller_and_leaves_nothing`] saw.
+#[derive(Default)]
+struct HubSaw {
+    /// A request carried an `Authorization` header.
+    token: std::sync::atomic::AtomicBool,
+    /// A file was asked for (not only a listing).
+    files: std::sync::atomic::AtomicUsize,
+}
+
+/// A Hugging Face stand-in whose SmolLM2 file comes 1 MiB at once, then,
+/// once `go` says so, 64 KiB every 10 ms until the reader leaves; how many
+/// bytes it sent goes to `ended`.
+fn trickling_hub(saw: std::sync::Arc<HubSaw>, go: std::sync::mpsc::Receiver<()>, ended: std::sync::mpsc::Sender<u64>) -> String {
+    use std::sync::atomic::Ordering;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let go = std::sync::Arc::new(std::sync::Mutex::new(go));
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let (saw, go, ended) = (saw.clone(), go.clone(), ended.clone());
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut head = String::new();
+                while reader.read_line(&mut head).is_ok_and(|n| n > 2) {}
+                if head.to_ascii_lowercase().contains("\nauthorization:") {
+                    saw.token.store(true, Ordering::SeqCst);
+                }
+                let path = head.split_whitespace().nth(1).unwrap_or_default().to_owned();
+                for e in revis_models::catalog() {
+                    for s in e.sources {
+                        let revis_models::Source::HuggingFace { repo, revision, file } = s else { continue };
+                        if path.starts_with(&format!("/api/models/{repo}/tree/{revision}")) {
+                            let lfs = json!({"oid": format!("sha256:{}", e.sha256), "size": e.size});
+                            let body = json!([{"type": "file", "path": file, "size": e.size, "lfs": lfs}]).to_string();
+                            let _ = write!(conn, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+                            return;
+                        }
+                        if path.starts_with(&format!("/{repo}/resolve/{revision}/{file}")) {
+                            saw.files.fetch_add(1, Ordering::SeqCst);
+                            let bytes = std::fs::read(revis_testkit::model(e.name)).unwrap();
+                            let _ = write!(conn, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", bytes.len());
+                            let mut sent = 0;
+                            let mut chunks = bytes.chunks(64 << 10);
+                            for c in chunks.by_ref().take(16) {
+                                let _ = conn.write_all(c);
+                                sent += c.len() as u64;
+                            }
+                            let _ = go.lock().unwrap().recv();
+                            for c in chunks {
+                                if conn.write_all(c).is_err() {
+                                    break;
+                                }
+                                sent += c.len() as u64;
+                                // The pace of a slow link, not a wait for anything.
+                                std::thread::sleep(Duration::from_millis(10));
+                            }
+                            let _ = ended.send(sent);
+                            return;
+                        }
+                    }
+                }
+                let _ = write!(conn, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+            });
+        }
+    });
+    url
+}
+
+/// Pulls over HTTP are bounded and follow their caller: a file past
+/// `--max-pull-bytes` is refused before a byte is fetched (413, naming the
+/// option); a caller that leaves mid-download stops it, and the partial
+/// file goes with it; the owner's Hugging Face token is never sent; what
+/// an unfinished pull left is removed by `/api/delete`. Before, the
+/// download went on after its caller left, its `.partial` stayed, and a
+/// 1 TB file started at once.
+#[test]
+fn a_pull_over_http_is_bounded_follows_its_caller_and_leaves_nothing() {
+    use std::sync::atomic::Ordering;
+    let d = TestDaemon::new().start();
+    let saw = std::sync::Arc::new(HubSaw::default());
+    let (go, go_rx) = std::sync::mpsc::channel();
+    let (ended_tx, ended) = std::sync::mpsc::channel();
+    let nothing = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let env = [
+        ("HF_ENDPOINT", trickling_hub(saw.clone(), go_rx, ended_tx)),
+        ("PIP_INDEX_URL", format!("http://{}/simple", nothing.local_addr().unwrap())),
+        ("HF_TOKEN", "hf_the_owners_secret".into()),
+    ];
+    let (smol, gemma) = (revis_models::find("smollm2-135m-instruct").unwrap(), revis_models::find("gemma3-270m").unwrap());
+    let limit = (smol.size + gemma.size) / 2;
+    let s = serve_in(&d, tempfile::tempdir().unwrap(), "127.0.0.1:0", &["--allow-pull", "--max-pull-bytes", &limit.to_string()], &env);
+    let models = s._data.path().join("models");
+
+    let r = http(&s, "POST", "/api/pull", s.key.as_deref(), r#"{"model": "gemma3-270m", "stream": false}"#);
+    assert_eq!(r.status, 413, "{}", r.body);
+    assert!(r.json()["error"].as_str().unwrap().contains("--max-pull-bytes"), "{}", r.body);
+    assert_eq!(saw.files.load(Ordering::SeqCst), 0, "nothing fetched");
+
+    // A streamed pull whose caller reads its first progress and leaves.
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.set_read_timeout(Some(STEP)).unwrap();
+    c.write_all(&request_bytes(&s, "POST", "/api/pull", s.key.as_deref(), r#"{"model": "smollm2-135m-instruct"}"#)).unwrap();
+    let mut lines = BufReader::new(c.try_clone().unwrap());
+    let mut line = String::new();
+    while !line.contains("\"completed\":") || line.contains("\"completed\":0") {
+        line.clear();
+        assert!(lines.read_line(&mut line).unwrap() > 0, "the pull ended before any progress");
+    }
+    let partial = models.join(format!("{}.partial", smol.file_name));
+    assert!(partial.is_file(), "downloading into {}", partial.display());
+    drop((lines, c));
+    go.send(()).unwrap();
+    let sent = ended.recv_timeout(STEP).expect("the hub's reader left");
+    assert!(sent < smol.size, "the download stopped with its caller: {sent} of {} bytes sent", smol.size);
+    let deadline = Instant::now() + STEP;
+    while partial.exists() {
+        assert!(Instant::now() < deadline, "the partial file stayed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!models.join(smol.file_name).exists());
+    assert!(!saw.token.load(Ordering::SeqCst), "the owner's Hugging Face token was sent");
+
+    // What an unfinished pull left (here, by `revis pull`) goes with /api/delete.
+    let left = models.join(format!("{}.partial", gemma.file_name));
+    std::fs::write(&left, b"half a model").unwrap();
+    let r = http(&s, "DELETE", "/api/delete", s.key.as_deref(), r#"{"model": "gemma3-270m"}"#);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(!left.exists(), "the partial file was removed");
+}
+
 /// The same greedy chat asked through revis's own gRPC client: what an
 /// HTTP answer must equal, text, counts and end.
 fn ask_grpc(d: &Running, tier: Tier, question: &str, max_tokens: u32) -> Done {

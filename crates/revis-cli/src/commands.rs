@@ -157,7 +157,7 @@ async fn command(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Nodes(a) => crate::nodes::nodes(paths, a).await,
         Cmd::Pair(a) => crate::nodes::pair(paths, a).await,
         Cmd::Unpair { node } => crate::nodes::unpair(paths, &node),
-        Cmd::Serve(a) => crate::serve::serve(paths, cli.node.as_deref(), explicit_socket, a).await,
+        Cmd::Serve(a) => crate::serve::serve(paths, cli.node.as_deref(), explicit_socket, *a).await,
     }
 }
 

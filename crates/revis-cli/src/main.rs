@@ -95,7 +95,7 @@ pub enum Cmd {
     Ensemble(ensemble::EnsembleArgs),
     /// Serve OpenAI's (/v1) and Ollama's (/api) HTTP APIs on this machine, for other tools
     /// (`revis serve install` runs it as a service next to revisd).
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
 }
 
 #[derive(Subcommand)]

@@ -68,9 +68,13 @@ pub struct Flags {
     #[arg(long = "allow-origin", value_name = "ORIGIN")]
     allow_origins: Vec<String>,
     /// Serve Ollama's /api/pull and /api/delete: callers may then download models to this
-    /// machine (with your Hugging Face token) and delete them. Off by default.
+    /// machine (without your Hugging Face token) and delete them. Off by default.
     #[arg(long)]
     allow_pull: bool,
+    /// With --allow-pull: the largest file a pull over HTTP may fetch, in bytes.
+    /// Default: half this machine's memory (what a model here can use).
+    #[arg(long, value_name = "BYTES")]
+    max_pull_bytes: Option<u64>,
 }
 
 impl Default for Flags {
@@ -88,6 +92,7 @@ impl Default for Flags {
             header_timeout_ms: limits.header_timeout.as_millis() as u64,
             allow_origins: Vec::new(),
             allow_pull: false,
+            max_pull_bytes: None,
         }
     }
 }
@@ -100,6 +105,8 @@ impl Flags {
             self.max_generations >= 1 && self.max_connections >= 1 && self.header_timeout_ms >= 1,
             "--max-generations, --max-connections and --header-timeout-ms must be at least 1"
         );
+        anyhow::ensure!(self.max_pull_bytes != Some(0), "--max-pull-bytes must be at least 1");
+        anyhow::ensure!(self.max_pull_bytes.is_none() || self.allow_pull, "--max-pull-bytes bounds pulls, which only --allow-pull lets callers make");
         Ok(())
     }
 
@@ -180,6 +187,9 @@ impl Flags {
         }
         for origin in &self.allow_origins {
             w.extend(["--allow-origin".into(), origin.into()]);
+        }
+        if let Some(n) = self.max_pull_bytes {
+            w.extend(["--max-pull-bytes".into(), n.to_string().into()]);
         }
         if self.allow_pull {
             w.push("--allow-pull".into());
@@ -266,6 +276,7 @@ pub async fn serve(paths: &Paths, node: Option<&str>, explicit_socket: bool, a: 
         loopback_host_only: a.addr.ip().is_loopback(),
         allowed_origins: a.allow_origins.clone(),
         allow_pull: a.allow_pull,
+        max_pull_bytes: a.max_pull_bytes.unwrap_or_else(|| revis_models::machine::memory_bytes() / 2),
     };
     if let Some(n) = node {
         return run(crate::nodes::connect(paths, n).await?, a.addr, opts, tls, paths).await;
@@ -415,8 +426,8 @@ fn parse_service_words(words: &[String], data: &std::path::Path) -> Result<(Glob
     let cli = crate::Cli::try_parse_from(std::iter::once("revis").chain(words.iter().map(String::as_str)))
         .map_err(|e| e.kind().as_str().unwrap_or("it does not parse").to_owned())?;
     match cli.command {
-        crate::Cmd::Serve(ServeArgs { flags, show_key: false, action: None }) => {
-            Ok((Globals { socket: cli.socket, node: cli.node, data: data.to_owned() }, flags))
+        crate::Cmd::Serve(a) if matches!(*a, ServeArgs { show_key: false, action: None, .. }) => {
+            Ok((Globals { socket: cli.socket, node: cli.node, data: data.to_owned() }, a.flags))
         }
         _ => Err("not `revis serve` with flags".to_owned()),
     }
@@ -442,6 +453,7 @@ mod tests {
             header_timeout_ms: 2500,
             allow_origins: vec!["http://localhost:3000".into(), "https://my app.example".into()],
             allow_pull: true,
+            max_pull_bytes: Some(5 << 30),
         };
         let data = std::path::Path::new("/home/ada/.local/share/revis");
         let globals =
@@ -471,6 +483,7 @@ mod tests {
             Flags { max_generations: 0, ..Flags::default() },
             Flags { max_connections: 0, ..Flags::default() },
             Flags { header_timeout_ms: 0, ..Flags::default() },
+            Flags { max_pull_bytes: Some(0), allow_pull: true, ..Flags::default() },
         ] {
             assert!(bad.check().is_err(), "{bad:?}");
         }

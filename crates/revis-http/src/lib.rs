@@ -117,9 +117,11 @@ pub struct Options {
     /// call; a request from any other page is refused, key or not.
     pub allowed_origins: Vec<String>,
     /// Ollama's `/api/pull` and `/api/delete` are served (`--allow-pull`):
-    /// off by default, since they write to the owner's disk, with the
-    /// owner's Hugging Face token.
+    /// off by default, since they write to the owner's disk. A pull never
+    /// sends the owner's Hugging Face token.
     pub allow_pull: bool,
+    /// The largest file a pull may fetch (`--max-pull-bytes`; 0 = none may).
+    pub max_pull_bytes: u64,
 }
 
 #[derive(Debug, thiserror::Error)]

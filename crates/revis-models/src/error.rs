@@ -231,6 +231,34 @@ pub enum Error {
         known: u64,
     },
 
+    /// A file larger than [`crate::PullOptions::max_bytes`]; nothing fetched.
+    #[error("{what} is {size} bytes, over the {limit}-byte limit on pulls here{}", if *.by_http { " (`revis serve --max-pull-bytes`)" } else { "" })]
+    OverPullLimit {
+        /// The URL.
+        what: String,
+        size: u64,
+        limit: u64,
+        /// The limit is revis serve's (the message names its option).
+        by_http: bool,
+    },
+
+    /// The disk holding the models has too little space for what is left to
+    /// fetch (and [`crate::PullOptions::keep_free`] besides). Checked before
+    /// a download and every 64 MiB during it; a download stopped for it deletes its partial file.
+    #[error(
+        "{dir} has {free} bytes free, and {what} needs {needed} more{}; free some space and pull again",
+        if *.keep > 0 { format!(" with {} kept free", .keep) } else { String::new() }
+    )]
+    NoSpace {
+        /// The models directory.
+        dir: String,
+        /// The URL.
+        what: String,
+        free: u64,
+        needed: u64,
+        keep: u64,
+    },
+
     /// The pull was stopped through its [`crate::Cancel`] handle. What had
     /// arrived is kept (`.partial` files, whole wheels) for the next pull.
     #[error("the download was cancelled; what was fetched so far is kept, and pulling again resumes from it")]

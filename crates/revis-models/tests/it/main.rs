@@ -127,6 +127,9 @@ pub(crate) fn options(server: &Server) -> PullOptions {
         retries: 0,
         hf_token: None,
         cancel: None,
+        max_bytes: None,
+        keep_free: 0,
+        by_http: false,
     }
 }
 
