@@ -1065,7 +1065,7 @@ fn slow_loris_connections_are_bounded_and_closed_and_the_owner_is_answered() {
         .collect();
     let r = http(&s, "GET", "/v1/models", s.key.as_deref(), "");
     assert_eq!(r.status, 200, "{}", r.body);
-    // Each is closed: the half beyond its address's share at once, the rest
+    // Each is closed: the half beyond its peer's share after 2 s of probation, the rest
     // at the header timeout (hyper may say 408 first).
     let t0 = Instant::now();
     for mut c in lorises {
@@ -1083,6 +1083,65 @@ fn slow_loris_connections_are_bounded_and_closed_and_the_owner_is_answered() {
     assert_eq!(read_reply(&mut idle).status, 200);
     let mut rest = Vec::new();
     assert!(idle.read_to_end(&mut rest).is_ok(), "closed by the server, not left open");
+}
+
+/// Clients that pipeline requests and never read the answers, from two
+/// loopback addresses (any local process may bind any 127.x): they count as
+/// one peer, those past its share are closed unless they show the key, and
+/// a response they take nothing of closes them at `--write-timeout-ms`;
+/// the owner's keyed request is answered while they still hold their
+/// sockets. Before, each address had a share of its own, the four took
+/// every place, and hyper, blocked in a write where no timer ran, kept
+/// them: the owner's request got nothing.
+#[test]
+fn pipelining_clients_that_never_read_are_closed_and_the_owner_is_answered() {
+    let d = TestDaemon::new().start();
+    // The header timeout far off: what closes them must be the write timeout or probation.
+    let s = serve(&d, &["--max-connections", "4", "--write-timeout-ms", "1000", "--header-timeout-ms", "600000"]);
+    let pipelined = b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n".repeat(50_000);
+    let hogs: Vec<TcpStream> = (0..4u8)
+        .map(|i| {
+            let c = connect_from_reading_little([127, 0, 0, 2 + i % 2], s.addr);
+            let (mut w, pipelined) = (c.try_clone().unwrap(), pipelined.clone());
+            // Blocks once the server stops reading; ends when it closes.
+            std::thread::spawn(move || {
+                let _ = w.write_all(&pipelined);
+            });
+            c
+        })
+        .collect();
+    let r = http(&s, "GET", "/v1/models", s.key.as_deref(), "");
+    assert_eq!(r.status, 200, "{}", r.body);
+    // Each is closed while still unread (reading would let its answers flow again).
+    let log = s._data.path().join("serve.log");
+    let closed = || {
+        let log = std::fs::read_to_string(&log).unwrap();
+        log.lines().filter(|l| l.contains("took no response bytes") || l.contains("showed no key")).count()
+    };
+    let deadline = Instant::now() + STEP;
+    while closed() < hogs.len() {
+        assert!(Instant::now() < deadline, "not every pipelining client was closed:\n{}", std::fs::read_to_string(&log).unwrap());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for mut c in hogs {
+        c.set_read_timeout(Some(STEP)).unwrap();
+        let end = c.read_to_end(&mut Vec::new());
+        assert!(end.is_ok() || end.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset), "closed by the server: {end:?}");
+    }
+}
+
+/// [`connect_from`] with a 4 KiB receive buffer: what it does not read
+/// soon fills the server's side.
+fn connect_from_reading_little(from: [u8; 4], to: SocketAddr) -> TcpStream {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+    let tcp = rt.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        socket.bind(SocketAddr::from((from, 0))).unwrap();
+        socket.connect(to).await.unwrap().into_std().unwrap()
+    });
+    tcp.set_nonblocking(false).unwrap();
+    tcp
 }
 
 #[test]

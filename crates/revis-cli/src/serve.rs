@@ -63,6 +63,10 @@ pub struct Flags {
     /// sit idle before its next request; then it is closed.
     #[arg(long, default_value_t = Limits::default().header_timeout.as_millis() as u64)]
     header_timeout_ms: u64,
+    /// Milliseconds a response may wait on a client that takes none of it (does not read,
+    /// or pipelines requests and never reads the answers); then the connection is closed.
+    #[arg(long, default_value_t = Limits::default().write_timeout.as_millis() as u64)]
+    write_timeout_ms: u64,
     /// A web page allowed to call, by its origin (`http://localhost:3000`); repeat for more.
     /// Requests from any other page (a browser names it in `Origin`) are refused, key or not.
     #[arg(long = "allow-origin", value_name = "ORIGIN")]
@@ -90,6 +94,7 @@ impl Default for Flags {
             max_body_bytes: limits.max_body_bytes,
             max_connections: limits.max_connections,
             header_timeout_ms: limits.header_timeout.as_millis() as u64,
+            write_timeout_ms: limits.write_timeout.as_millis() as u64,
             allow_origins: Vec::new(),
             allow_pull: false,
             max_pull_bytes: None,
@@ -102,8 +107,8 @@ impl Flags {
     fn check(&self) -> anyhow::Result<()> {
         revis_http::check_bind(self.addr, self.no_key, self.https())?;
         anyhow::ensure!(
-            self.max_generations >= 1 && self.max_connections >= 1 && self.header_timeout_ms >= 1,
-            "--max-generations, --max-connections and --header-timeout-ms must be at least 1"
+            self.max_generations >= 1 && self.max_connections >= 1 && self.header_timeout_ms >= 1 && self.write_timeout_ms >= 1,
+            "--max-generations, --max-connections, --header-timeout-ms and --write-timeout-ms must be at least 1"
         );
         anyhow::ensure!(self.max_pull_bytes != Some(0), "--max-pull-bytes must be at least 1");
         anyhow::ensure!(self.max_pull_bytes.is_none() || self.allow_pull, "--max-pull-bytes bounds pulls, which only --allow-pull lets callers make");
@@ -182,6 +187,7 @@ impl Flags {
             ("--max-body-bytes", self.max_body_bytes),
             ("--max-connections", self.max_connections),
             ("--header-timeout-ms", self.header_timeout_ms as usize),
+            ("--write-timeout-ms", self.write_timeout_ms as usize),
         ] {
             w.extend([flag.into(), n.to_string().into()]);
         }
@@ -269,6 +275,7 @@ pub async fn serve(paths: &Paths, node: Option<&str>, explicit_socket: bool, a: 
         max_generations: a.max_generations,
         max_connections: a.max_connections,
         header_timeout: Duration::from_millis(a.header_timeout_ms),
+        write_timeout: Duration::from_millis(a.write_timeout_ms),
     };
     let opts = Options {
         key,
@@ -451,6 +458,7 @@ mod tests {
             max_body_bytes: 1000,
             max_connections: 7,
             header_timeout_ms: 2500,
+            write_timeout_ms: 7000,
             allow_origins: vec!["http://localhost:3000".into(), "https://my app.example".into()],
             allow_pull: true,
             max_pull_bytes: Some(5 << 30),
@@ -483,6 +491,7 @@ mod tests {
             Flags { max_generations: 0, ..Flags::default() },
             Flags { max_connections: 0, ..Flags::default() },
             Flags { header_timeout_ms: 0, ..Flags::default() },
+            Flags { write_timeout_ms: 0, ..Flags::default() },
             Flags { max_pull_bytes: Some(0), allow_pull: true, ..Flags::default() },
         ] {
             assert!(bad.check().is_err(), "{bad:?}");

@@ -87,21 +87,57 @@ pub struct Limits {
     /// How long a client has to send a request's head, and how long a
     /// kept-alive connection may sit idle before its next request.
     pub header_timeout: Duration,
+    /// How long a response write may make no progress (a client that does
+    /// not read, or pipelines requests and never reads their answers)
+    /// before the connection is closed.
+    pub write_timeout: Duration,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_body_bytes: 4 << 20, max_generations: 16, max_connections: 64, header_timeout: Duration::from_secs(10) }
+        Limits {
+            max_body_bytes: 4 << 20,
+            max_generations: 16,
+            max_connections: 64,
+            header_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(60),
+        }
     }
 }
 
 impl Limits {
-    /// Connections one peer address may hold at once: half of
-    /// `max_connections` (at least one), so clients on one other address
-    /// cannot take every place. Every program on this machine shares the
-    /// loopback address.
+    /// Connections without a keyed request one peer ([`peer_group`]) may
+    /// hold at once: half of `max_connections` (at least one), so clients
+    /// of one other address cannot take every place.
     pub fn per_address(&self) -> usize {
         (self.max_connections / 2).max(1)
+    }
+
+    /// Connections without a keyed request all peers together may hold: the
+    /// rest (a quarter, at least one) is kept for connections that show the
+    /// key, as the owner's do.
+    pub fn unkeyed(&self) -> usize {
+        (self.max_connections - self.max_connections / 4).max(1)
+    }
+}
+
+/// How long a connection past its peer's share, or past the places kept
+/// for keyed connections, has to send a request that passes the key check
+/// (any request, under `--no-key`) before it is closed.
+pub const PROBATION: Duration = Duration::from_secs(2);
+
+/// The peer a connection is counted under: every loopback address is one
+/// (any local process may bind any 127.x), an IPv6 address by its /64 (one
+/// host holds a whole /64), an IPv4 address as it is.
+pub fn peer_group(ip: IpAddr) -> IpAddr {
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
+    match ip {
+        _ if ip.is_loopback() => IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+        IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
+        v4 => v4,
     }
 }
 
@@ -399,6 +435,10 @@ async fn checked<R: Runner>(app: &App<R>, flavor: Flavor, req: Request, next: Ne
             Some(_) => {}
         }
     }
+    // Past every check: its connection no longer counts as a stranger's.
+    if let Some(ConnKeyed(from)) = req.extensions().get::<ConnKeyed>() {
+        from.mark_keyed();
+    }
     next.run(req).await
 }
 
@@ -424,12 +464,14 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let (done_tx, done_rx) = tokio::sync::mpsc::channel(limits.max_connections.max(1));
     let places = Arc::new(Semaphore::new(limits.max_connections));
-    let from = Arc::new(std::sync::Mutex::new(HashMap::new()));
+    let from = Arc::new(std::sync::Mutex::new(Counts::default()));
     let mut listener = Bounded {
         inner: listener,
         places,
         from,
         per_address: limits.per_address(),
+        unkeyed: limits.unkeyed(),
+        write_timeout: limits.write_timeout,
         tls: tls.map(|identity| Tls { identity, done_tx, done_rx }),
     };
     // Each connection holds a receiver; all gone means all closed.
@@ -453,8 +495,10 @@ pub async fn serve(
 }
 
 /// One connection, HTTP/1.1 with keep-alive, until the client closes it,
-/// sends no request head within `header_timeout` (a slow or idle client), or
-/// the server stops (answers under way are let finish).
+/// sends no request head within `header_timeout` (a slow or idle client),
+/// takes no response bytes for `write_timeout` ([`Held`]), sends no keyed
+/// request within [`PROBATION`] when it came on probation, or the server
+/// stops (answers under way are let finish).
 async fn serve_connection(
     io: Held,
     addr: SocketAddr,
@@ -462,7 +506,11 @@ async fn serve_connection(
     header_timeout: Duration,
     mut stopping: tokio::sync::watch::Receiver<bool>,
 ) {
-    let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+    let keyed = io.from.clone();
+    let mut on_probation = io.probation;
+    let for_requests = keyed.clone();
+    let service = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+        req.extensions_mut().insert(ConnKeyed(for_requests.clone()));
         tower::ServiceExt::oneshot(router.clone(), req.map(axum::body::Body::new))
     });
     let conn = hyper::server::conn::http1::Builder::new()
@@ -471,13 +519,26 @@ async fn serve_connection(
         .serve_connection(hyper_util::rt::TokioIo::new(io), service);
     let mut conn = std::pin::pin!(conn);
     let mut asked = false;
+    let probation = tokio::time::sleep(if on_probation { PROBATION } else { Duration::ZERO });
+    let mut probation = std::pin::pin!(probation);
     loop {
         tokio::select! {
             r = conn.as_mut() => {
                 if let Err(e) = r {
-                    tracing::debug!(%addr, "connection: {e}");
+                    match write_timed_out(&e) {
+                        Some(why) => tracing::info!(%addr, "closing a connection: {why}"),
+                        None => tracing::debug!(%addr, "connection: {e}"),
+                    }
                 }
                 return;
+            }
+            () = probation.as_mut(), if on_probation => {
+                if !keyed.is_keyed() {
+                    tracing::info!(%addr, "closing a connection that came past its peer's share and showed no key within {PROBATION:?}");
+                    return;
+                }
+                // Keyed in time: it stays, as any keyed connection.
+                on_probation = false;
             }
             changed = stopping.changed(), if !asked => {
                 asked = true;
@@ -489,6 +550,20 @@ async fn serve_connection(
     }
 }
 
+/// The write timeout's error inside hyper's, when that is why a connection ended.
+fn write_timed_out(e: &hyper::Error) -> Option<String> {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::TimedOut
+        {
+            return Some(io.to_string());
+        }
+        source = s.source();
+    }
+    None
+}
+
 /// How long a client has to finish its TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -497,10 +572,13 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 struct Bounded {
     inner: TcpListener,
     places: Arc<Semaphore>,
-    /// Connections open by peer address.
+    /// Connections without a keyed request, by peer.
     from: ByAddress,
-    /// At most this many from one address ([`Limits::per_address`]).
+    /// At most this many from one peer before probation ([`Limits::per_address`]).
     per_address: usize,
+    /// At most this many from all peers before probation ([`Limits::unkeyed`]).
+    unkeyed: usize,
+    write_timeout: Duration,
     tls: Option<Tls>,
 }
 
@@ -512,59 +590,101 @@ struct Tls {
     done_rx: tokio::sync::mpsc::Receiver<(Held, SocketAddr)>,
 }
 
-/// A connection and its places (among all, and its address's), given back when it closes.
+/// A connection and its places (among all, and its peer's), given back
+/// when it closes; a write that makes no progress for `write_timeout`
+/// fails (and so closes it).
 struct Held {
     io: Io,
     _place: OwnedSemaphorePermit,
-    _from: FromAddress,
+    from: Arc<FromAddress>,
+    /// It came past its peer's share or the unkeyed places: [`PROBATION`].
+    probation: bool,
+    write_timeout: Duration,
+    /// Armed while a write waits.
+    stalled: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
 }
 
-/// One of an address's connections, counted until dropped.
+/// One of a peer's connections, counted until it shows the key or closes.
 struct FromAddress {
     from: ByAddress,
     ip: IpAddr,
+    keyed: std::sync::atomic::AtomicBool,
 }
 
-impl Drop for FromAddress {
-    fn drop(&mut self) {
-        let mut from = self.from.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = from.get_mut(&self.ip) {
+impl FromAddress {
+    fn is_keyed(&self) -> bool {
+        self.keyed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// It sent a request that passed the key check: it no longer counts
+    /// against its peer's share or the unkeyed places.
+    fn mark_keyed(&self) {
+        if !self.keyed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            self.uncount();
+        }
+    }
+
+    fn uncount(&self) {
+        let mut counts = self.from.lock().unwrap_or_else(|e| e.into_inner());
+        counts.unkeyed = counts.unkeyed.saturating_sub(1);
+        if let Some(n) = counts.by_peer.get_mut(&self.ip) {
             *n -= 1;
             if *n == 0 {
-                from.remove(&self.ip);
+                counts.by_peer.remove(&self.ip);
             }
         }
     }
 }
+
+impl Drop for FromAddress {
+    fn drop(&mut self) {
+        if !self.is_keyed() {
+            self.uncount();
+        }
+    }
+}
+
+/// What a request carries of its connection, for the key check to mark.
+#[derive(Clone)]
+struct ConnKeyed(Arc<FromAddress>);
 
 enum Io {
     Plain(TcpStream),
     Tls(Box<revis_trust::HttpsStream>),
 }
 
-/// Connections open by peer address.
-type ByAddress = Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>;
+/// Connections without a keyed request: by peer ([`peer_group`]), and all.
+#[derive(Default)]
+struct Counts {
+    by_peer: HashMap<IpAddr, usize>,
+    unkeyed: usize,
+}
 
-/// The next TCP connection, once a place is free; one from an address that
-/// holds `per_address` already is closed at once.
+type ByAddress = Arc<std::sync::Mutex<Counts>>;
+
+/// The next TCP connection, once a place is free, counted under its peer;
+/// on probation when its peer holds `per_address` unkeyed connections
+/// already, or all peers `unkeyed`.
 async fn accept_tcp(
     inner: &TcpListener,
     places: &Arc<Semaphore>,
     by_address: &ByAddress,
-    per_address: usize,
-) -> (TcpStream, SocketAddr, OwnedSemaphorePermit, FromAddress) {
+    (per_address, unkeyed): (usize, usize),
+) -> (TcpStream, SocketAddr, OwnedSemaphorePermit, Arc<FromAddress>, bool) {
     let place = places.clone().acquire_owned().await.expect("the semaphore is never closed");
-    loop {
-        let (io, addr) = accept_one(inner).await;
-        let mut from = by_address.lock().unwrap_or_else(|e| e.into_inner());
-        let n = from.entry(addr.ip()).or_default();
-        if *n >= per_address {
-            tracing::warn!(%addr, limit = per_address, "refusing a connection: its address holds half of --max-connections already");
-            continue;
-        }
-        *n += 1;
-        return (io, addr, place, FromAddress { from: by_address.clone(), ip: addr.ip() });
+    let (io, addr) = accept_one(inner).await;
+    let ip = peer_group(addr.ip());
+    let mut counts = by_address.lock().unwrap_or_else(|e| e.into_inner());
+    let n = counts.by_peer.entry(ip).or_default();
+    let probation = *n >= per_address || counts.unkeyed >= unkeyed;
+    if probation {
+        tracing::info!(%addr, "a connection past its peer's share or the unkeyed places: it has {PROBATION:?} to show the key");
     }
+    *counts.by_peer.entry(ip).or_default() += 1;
+    counts.unkeyed += 1;
+    drop(counts);
+    let from = Arc::new(FromAddress { from: by_address.clone(), ip, keyed: std::sync::atomic::AtomicBool::new(false) });
+    (io, addr, place, from, probation)
 }
 
 /// The next TCP connection.
@@ -586,19 +706,22 @@ async fn accept_one(inner: &TcpListener) -> (TcpStream, SocketAddr) {
 
 impl Bounded {
     async fn accept(&mut self) -> (Held, SocketAddr) {
+        let write_timeout = self.write_timeout;
+        let held = move |io, place, from, probation| Held { io, _place: place, from, probation, write_timeout, stalled: None };
+        let shares = (self.per_address, self.unkeyed);
         let Some(tls) = &mut self.tls else {
-            let (io, addr, place, from) = accept_tcp(&self.inner, &self.places, &self.from, self.per_address).await;
-            return (Held { io: Io::Plain(io), _place: place, _from: from }, addr);
+            let (io, addr, place, from, probation) = accept_tcp(&self.inner, &self.places, &self.from, shares).await;
+            return (held(Io::Plain(io), place, from, probation), addr);
         };
         loop {
             tokio::select! {
                 Some(done) = tls.done_rx.recv() => return done,
-                (io, addr, place, from) = accept_tcp(&self.inner, &self.places, &self.from, self.per_address) => {
+                (io, addr, place, from, probation) = accept_tcp(&self.inner, &self.places, &self.from, shares) => {
                     let (identity, done) = (tls.identity.clone(), tls.done_tx.clone());
                     tokio::spawn(async move {
                         match tokio::time::timeout(HANDSHAKE_TIMEOUT, identity.accept(io)).await {
                             Ok(Ok(s)) => {
-                                let _ = done.send((Held { io: Io::Tls(Box::new(s)), _place: place, _from: from }, addr)).await;
+                                let _ = done.send((held(Io::Tls(Box::new(s)), place, from, probation), addr)).await;
                             }
                             Ok(Err(e)) => tracing::debug!(%addr, "TLS handshake failed: {e}"),
                             Err(_) => tracing::debug!(%addr, "no TLS handshake within {HANDSHAKE_TIMEOUT:?}"),
@@ -630,13 +753,48 @@ impl tokio::io::AsyncRead for Held {
     }
 }
 
+impl Held {
+    /// A write's outcome, with the stall timer: armed when it waits, reset
+    /// when it makes progress, an error once it has waited `write_timeout`.
+    fn timed<T>(&mut self, cx: &mut std::task::Context<'_>, r: std::task::Poll<std::io::Result<T>>) -> std::task::Poll<std::io::Result<T>> {
+        use std::future::Future as _;
+        match r {
+            std::task::Poll::Pending => {
+                let limit = self.write_timeout;
+                let stalled = self.stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+                if stalled.as_mut().poll(cx).is_ready() {
+                    return std::task::Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("the client took no response bytes for {limit:?} (--write-timeout-ms)"),
+                    )));
+                }
+                std::task::Poll::Pending
+            }
+            ready => {
+                self.stalled = None;
+                ready
+            }
+        }
+    }
+}
+
 impl tokio::io::AsyncWrite for Held {
     fn poll_write(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>, buf: &[u8]) -> std::task::Poll<std::io::Result<usize>> {
-        on_io!(self, s => std::pin::Pin::new(s).poll_write(cx, buf))
+        let this = self.get_mut();
+        let r = match &mut this.io {
+            Io::Plain(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+            Io::Tls(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+        };
+        this.timed(cx, r)
     }
 
     fn poll_flush(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
-        on_io!(self, s => std::pin::Pin::new(s).poll_flush(cx))
+        let this = self.get_mut();
+        let r = match &mut this.io {
+            Io::Plain(s) => std::pin::Pin::new(s).poll_flush(cx),
+            Io::Tls(s) => std::pin::Pin::new(s).poll_flush(cx),
+        };
+        this.timed(cx, r)
     }
 
     fn poll_shutdown(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
@@ -648,7 +806,12 @@ impl tokio::io::AsyncWrite for Held {
         cx: &mut std::task::Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> std::task::Poll<std::io::Result<usize>> {
-        on_io!(self, s => std::pin::Pin::new(s).poll_write_vectored(cx, bufs))
+        let this = self.get_mut();
+        let r = match &mut this.io {
+            Io::Plain(s) => std::pin::Pin::new(s).poll_write_vectored(cx, bufs),
+            Io::Tls(s) => std::pin::Pin::new(s).poll_write_vectored(cx, bufs),
+        };
+        this.timed(cx, r)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -673,6 +836,19 @@ fn new_id(prefix: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loopback_is_one_peer_and_ipv6_counts_by_its_64() {
+        let g = |s: &str| peer_group(s.parse().unwrap()).to_string();
+        for local in ["127.0.0.1", "127.0.0.2", "127.255.0.9", "::1", "::ffff:127.0.0.3"] {
+            assert_eq!(g(local), "127.0.0.1", "{local}");
+        }
+        assert_eq!(g("192.168.1.7"), "192.168.1.7");
+        assert_eq!(g("::ffff:192.168.1.7"), "192.168.1.7");
+        assert_eq!(g("2001:db8:1:2:aaaa:bbbb:cccc:dddd"), "2001:db8:1:2::");
+        assert_eq!(g("2001:db8:1:2::9"), g("2001:db8:1:2:ffff::1"), "one /64, one peer");
+        assert_ne!(g("2001:db8:1:2::9"), g("2001:db8:1:3::9"));
+    }
 
     #[test]
     fn only_loopback_names_pass_the_host_check() {

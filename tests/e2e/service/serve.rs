@@ -74,7 +74,7 @@ fn serve_install_writes_its_unit_refuses_flags_that_cannot_work_and_status_reads
     assert!(text.contains(&format!("enabled {UNIT}: it starts at your next login")), "{text}");
     let unit = std::fs::read_to_string(home.unit(UNIT)).unwrap();
     let exec = format!(
-        "ExecStart=\"{}\" \"serve\" \"--addr\" \"{a}\" \"--max-generations\" \"3\" \"--max-body-bytes\" \"4194304\" \"--max-connections\" \"64\" \"--header-timeout-ms\" \"10000\"\n",
+        "ExecStart=\"{}\" \"serve\" \"--addr\" \"{a}\" \"--max-generations\" \"3\" \"--max-body-bytes\" \"4194304\" \"--max-connections\" \"64\" \"--header-timeout-ms\" \"10000\" \"--write-timeout-ms\" \"60000\"\n",
         binary("revis").canonicalize().unwrap().display()
     );
     assert!(unit.contains(&exec), "runs the revis that installed it, with every flag:\n{unit}");
