@@ -301,6 +301,37 @@ async fn status_answers_while_a_split_engine_starts() {
     assert!(e.message().contains("desk"), "names the node: {}", e.message());
 }
 
+/// One paired device holds at most `lend::MAX_SESSIONS_PER_DEVICE` lending
+/// sessions: one more is refused, saying why, and the device's others go
+/// on. Before, one device could take every session place (64 in all).
+#[tokio::test(flavor = "current_thread")]
+async fn a_paired_device_holds_at_most_four_lending_sessions() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let LendingDesk { net: _net, desk, _dir, addr, desk_id: _, paired } = lending_desk("").await;
+    let limit = revis_daemon::remote::lend::MAX_SESSIONS_PER_DEVICE;
+    let first = paired_session(&paired, addr).await;
+    let mut held = vec![first];
+    for _ in 1..limit {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        held.push(paired.connect(revis_trust::server_name(), tcp).await.unwrap());
+    }
+    let d = desk.client().await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while (d.status().await.unwrap().server.unwrap().lending_sessions as usize) < limit {
+        assert!(Instant::now() < deadline, "desk never counted {limit} sessions");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut one_more = paired.connect(revis_trust::server_name(), tcp).await.unwrap();
+    let _ = one_more.write_all(&hello()).await;
+    let mut said = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(30), one_more.read_to_end(&mut said)).await.expect("refused, not left waiting");
+    let said = String::from_utf8_lossy(said.strip_prefix(revis_daemon::remote::lend::REFUSAL_MARK).expect("a refusal"));
+    assert!(said.contains(&format!("holds {limit} lending sessions here already")), "{said:?}");
+    assert_eq!(d.status().await.unwrap().server.unwrap().lending_sessions as usize, limit, "the others go on");
+    drop(held);
+}
+
 /// Where no network namespace can be made (a Linux that refuses this user
 /// unprivileged user namespaces; here revisd without CAP_SYS_ADMIN), the
 /// RPC worker and the split engine do not fall back to the shared loopback

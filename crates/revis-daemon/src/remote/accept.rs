@@ -120,37 +120,43 @@ impl Remote {
     /// off, the device is revoked, or server mode goes off.
     async fn lend(self: &Arc<Self>, mut tls: TlsStream<TcpStream>, addr: SocketAddr, cut: CancellationToken, unsettled: Unsettled) {
         let Some(device_id) = revis_trust::peer_device_id(tls.get_ref().1) else { return };
+        // Counted from here (its place taken before its worker session is
+        // asked for), so that one device's many at once meet the cap too.
+        let counted = {
+            let mut state = self.lock();
+            if !self.trusted.contains(&device_id) {
+                return;
+            }
+            let held = state.conns.values().filter(|c| c.lending && c.device == device_id).count();
+            if held >= super::lend::MAX_SESSIONS_PER_DEVICE {
+                Err(held)
+            } else {
+                state.next_id += 1;
+                let id = state.next_id;
+                state.conns.insert(id, Conn { device: device_id, cut: cut.clone(), lending: true });
+                Ok(id)
+            }
+        };
+        let id = match counted {
+            Ok(id) => id,
+            Err(held) => {
+                refuse(&mut tls, addr, device_id, &super::lend::LendError::TooManySessions(held)).await;
+                return;
+            }
+        };
+        let _guard = ConnGuard { remote: Arc::downgrade(self), id };
         let this = self.clone();
         let session = match tokio::task::spawn_blocking(move || this.lender.session()).await {
             Ok(Ok(w)) => w,
             Ok(Err(e)) => {
-                tracing::info!(%addr, %device_id, "refusing a lending session: {e}");
-                // The device says why (see `lend::refusal`), then the session ends.
-                // What it sent meanwhile is read and dropped until it closes,
-                // so that no reset overtakes the reason.
-                use tokio::io::{AsyncReadExt, AsyncWriteExt};
-                let said = super::lend::refusal(&e);
-                let _ = tokio::time::timeout(Duration::from_secs(2), async {
-                    tls.write_all(&said).await?;
-                    tls.shutdown().await?;
-                    tokio::io::copy(&mut (&mut tls).take(1 << 20), &mut tokio::io::sink()).await
-                })
-                .await;
+                refuse(&mut tls, addr, device_id, &e).await;
                 return;
             }
             Err(_) => return,
         };
-        let id = {
-            let mut state = self.lock();
-            if !self.trusted.contains(&device_id) || !self.lender.is_on() {
-                return;
-            }
-            state.next_id += 1;
-            let id = state.next_id;
-            state.conns.insert(id, Conn { device: device_id, cut: cut.clone(), lending: true });
-            id
-        };
-        let _guard = ConnGuard { remote: Arc::downgrade(self), id };
+        if !self.lender.is_on() {
+            return;
+        }
         drop(unsettled);
         let mut upstream = match session.set_nonblocking(true).and_then(|()| tokio::net::UnixStream::from_std(session)) {
             Ok(u) => u,
@@ -171,4 +177,19 @@ impl Remote {
         let this = self.clone();
         let _ = tokio::task::spawn_blocking(move || this.lender.trim_cache()).await;
     }
+}
+
+/// Refuses a lending session, saying why (see `lend::refusal`). What the
+/// device sent meanwhile is read and dropped until it closes, so that no
+/// reset overtakes the reason.
+async fn refuse(tls: &mut TlsStream<TcpStream>, addr: SocketAddr, device_id: revis_trust::DeviceId, e: &super::lend::LendError) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    tracing::info!(%addr, %device_id, "refusing a lending session: {e}");
+    let said = super::lend::refusal(e);
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        tls.write_all(&said).await?;
+        tls.shutdown().await?;
+        tokio::io::copy(&mut (&mut *tls).take(1 << 20), &mut tokio::io::sink()).await
+    })
+    .await;
 }

@@ -30,6 +30,9 @@ use super::private_net;
 pub const SESSIONS_FD: &str = "REVIS_SESSIONS_FD";
 /// The file that remembers the lending switch (beside server mode's).
 const SWITCH_FILE: &str = "lending";
+/// Lending sessions one paired device may hold at once (a split tier's
+/// engine takes one; the global bound is `server.max_connections`).
+pub const MAX_SESSIONS_PER_DEVICE: usize = 4;
 /// How long a new RPC worker may take to listen.
 pub const WORKER_START: Duration = Duration::from_secs(10);
 
@@ -45,6 +48,11 @@ pub enum LendError {
          loopback\", says how), or accept the risk with `server.allow_shared_loopback = true`"
     )]
     SharedLoopback(String),
+    #[error(
+        "this device holds {0} lending sessions here already, the most one device may (a split tier takes one); \
+         its others must end first"
+    )]
+    TooManySessions(usize),
     #[error("cannot remember the lending switch in {path}: {source}")]
     Switch { path: PathBuf, source: std::io::Error },
 }
