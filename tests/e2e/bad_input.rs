@@ -80,7 +80,8 @@ async fn bad_requests_get_clear_errors_and_the_daemon_keeps_serving() {
             with(&|r| {
                 r.format = pb::OutputFormat::Json as i32;
                 let values: Vec<String> = (0..1500).map(|i| format!("{:28}{i:04}", "")).collect();
-                r.json_schema = serde_json::json!({"type": "object", "properties": {"v": {"enum": values}}}).to_string().into_bytes().into();
+                r.json_schema =
+                    serde_json::json!({"type": "object", "properties": {"v": {"enum": values}}}).to_string().into_bytes().into();
             }),
             Code::InvalidArgument,
             "may hold at most 15000 characters",
@@ -89,7 +90,8 @@ async fn bad_requests_get_clear_errors_and_the_daemon_keeps_serving() {
             with(&|r| {
                 r.format = pb::OutputFormat::Json as i32;
                 let values: Vec<String> = (0..1500).map(|i| format!("{i}")).collect();
-                r.json_schema = serde_json::json!({"type": "object", "properties": {"v": {"enum": values}}}).to_string().into_bytes().into();
+                r.json_schema =
+                    serde_json::json!({"type": "object", "properties": {"v": {"enum": values}}}).to_string().into_bytes().into();
             }),
             Code::InvalidArgument,
             "more than 1000 alternatives",

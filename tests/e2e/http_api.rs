@@ -1126,7 +1126,10 @@ fn pipelining_clients_that_never_read_are_closed_and_the_owner_is_answered() {
     for mut c in hogs {
         c.set_read_timeout(Some(STEP)).unwrap();
         let end = c.read_to_end(&mut Vec::new());
-        assert!(end.is_ok() || end.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset), "closed by the server: {end:?}");
+        assert!(
+            end.is_ok() || end.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+            "closed by the server: {end:?}"
+        );
     }
 }
 

@@ -111,7 +111,10 @@ impl Flags {
             "--max-generations, --max-connections, --header-timeout-ms and --write-timeout-ms must be at least 1"
         );
         anyhow::ensure!(self.max_pull_bytes != Some(0), "--max-pull-bytes must be at least 1");
-        anyhow::ensure!(self.max_pull_bytes.is_none() || self.allow_pull, "--max-pull-bytes bounds pulls, which only --allow-pull lets callers make");
+        anyhow::ensure!(
+            self.max_pull_bytes.is_none() || self.allow_pull,
+            "--max-pull-bytes bounds pulls, which only --allow-pull lets callers make"
+        );
         Ok(())
     }
 

@@ -96,7 +96,8 @@ pub fn count_alternatives(schema: &Json, what: &str, count: &mut usize) -> Resul
                 if let (Json::Array(a), "enum" | "anyOf" | "oneOf") = (v, k.as_str()) {
                     *count += a.len();
                     if k == "enum" && a.len() > ENUM_LONG {
-                        let chars: usize = a.iter().map(|x| x.as_str().map_or_else(|| x.to_string().chars().count(), |t| t.chars().count())).sum();
+                        let chars: usize =
+                            a.iter().map(|x| x.as_str().map_or_else(|| x.to_string().chars().count(), |t| t.chars().count())).sum();
                         if chars > MAX_LONG_ENUM_CHARS {
                             return Err(format!(
                                 "{what} has an enum of {} values and {chars} characters; an enum of more than {ENUM_LONG} values \

@@ -764,7 +764,8 @@ pub(crate) async fn delete<R: Runner>(State(app): State<AppState<R>>, body: Body
             ));
         }
         for p in std::iter::once(&path).chain(&leftovers) {
-            std::fs::remove_file(p).map_err(|e| ApiError::new(FLAVOR, StatusCode::INTERNAL_SERVER_ERROR, format!("{}: {e}", p.display())))?;
+            std::fs::remove_file(p)
+                .map_err(|e| ApiError::new(FLAVOR, StatusCode::INTERNAL_SERVER_ERROR, format!("{}: {e}", p.display())))?;
         }
         Ok::<_, ApiError>(StatusCode::OK.into_response())
     };

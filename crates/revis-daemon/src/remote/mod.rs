@@ -165,7 +165,8 @@ impl Remote {
         let pairing_tls = revis_trust::pairing_server_config(&identity)?;
         let lend_tls = revis_trust::lend_server_config(&identity, trusted.clone())?;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-        let lender = Lender::new(config.state_dir.clone(), config.lend, cores, config.lend_memory, config.rpc_cache, config.allow_shared_loopback);
+        let lender =
+            Lender::new(config.state_dir.clone(), config.lend, cores, config.lend_memory, config.rpc_cache, config.allow_shared_loopback);
         Ok(Arc::new(Remote {
             lend_tls,
             lender,
