@@ -290,3 +290,40 @@ async fn a_paired_device_s_status_carries_no_local_paths_or_pid() {
     assert!(home.is_empty() || !text.contains(&home), "{text}");
     assert!(!text.contains(&d.dir().display().to_string()), "{text}");
 }
+
+/// A model whose GGUF carries a chat template that runs long (another's
+/// text, as any GGUF's template is: here each pass measures an 8 MB string,
+/// minutes a prompt within the fuel): its requests fail at
+/// `daemon.render_timeout_s`, the model is marked so its next request fails
+/// at once naming why, and another tier answers meanwhile, although two of
+/// its prompts were rendering. Before, the two took both tokenizer threads
+/// for minutes and every tier waited behind them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_template_that_runs_long_fails_its_requests_and_other_tiers_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let slow = dir.path().join("slow-template.gguf");
+    let template = "{% set s = namespace(v='a') %}{% for i in range(23) %}{% set s.v = s.v ~ s.v %}{% endfor %}\
+                    {% for i in range(100000) %}{% set n = s.v | length %}{% endfor %}{{ messages[0]['content'] }}";
+    revis_testkit::gguf_with_chat_template(&revis_testkit::smollm2(), &slow, template).unwrap();
+    let d = TestDaemon::new().tier_model("tier1", slow).daemon("render_timeout_s = 3").start();
+    let slow_one = |text: &'static str| {
+        let d = &d;
+        let req = pb::GenerateRequest { tier: "tier1".into(), messages: vec![user(text)], max_tokens: 4, ..Default::default() };
+        async move { generate(&mut d.client().await, req).await }
+    };
+    let (first, second, other) = tokio::join!(slow_one("Hi"), slow_one("Hello"), async {
+        let mut c = d.client().await;
+        generate(&mut c, pb::GenerateRequest { tier: "tier2".into(), ..ask("What is the capital of France?") }).await
+    });
+    other.expect("tier2 answers while tier1's template runs");
+    let (first, second) = (first.expect_err("past the limit"), second.expect_err("past the limit"));
+    let marked = |s: &tonic::Status| s.code() == Code::FailedPrecondition && s.message().contains("daemon.render_timeout_s");
+    assert!(marked(&first) || marked(&second), "{first:?} {second:?}");
+    for s in [&first, &second] {
+        assert!(marked(s) || s.code() == Code::Unavailable, "{s:?}");
+    }
+    let again = generate(&mut d.client().await, pb::GenerateRequest { tier: "tier1".into(), ..ask("Hi") }).await.expect_err("marked");
+    assert!(marked(&again) && again.message().contains("stopped using it"), "{again:?}");
+    let mut c = d.client().await;
+    generate(&mut c, pb::GenerateRequest { tier: "tier2".into(), ..ask("Say hello.") }).await.expect("tier2 still answers");
+}

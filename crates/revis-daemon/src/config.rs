@@ -50,6 +50,7 @@ struct RawDaemon {
     keep_alive_s: Option<u64>,
     queue_capacity: Option<u32>,
     stall_timeout_s: Option<u64>,
+    render_timeout_s: Option<u64>,
     max_tokens_limit: Option<u32>,
     default_max_tokens: Option<u32>,
     context: Option<u32>,
@@ -111,6 +112,10 @@ pub struct Config {
     /// A Generate whose caller takes none of its text for this long is
     /// cancelled, so one caller that stops reading cannot hold up the rest.
     pub stall_timeout: Duration,
+    /// The longest one prompt's rendering (the model's chat template) and
+    /// tokenizing may take; past it the request fails and the model's
+    /// template is not used again until the model is loaded again.
+    pub render_timeout: Duration,
     pub max_tokens_limit: u32,
     pub default_max_tokens: u32,
     /// Draft tokens from the context and verify them in one batch (prompt
@@ -305,6 +310,7 @@ impl Config {
         let cache_mb = range("daemon.cache_budget_mb", d.cache_budget_mb, 256, 0, 1 << 20)?;
         let queue_capacity = range("daemon.queue_capacity", d.queue_capacity.map(u64::from), 16, 1, 1024)? as usize;
         let stall_timeout = Duration::from_secs(range("daemon.stall_timeout_s", d.stall_timeout_s, 10, 1, 3600)?);
+        let render_timeout = Duration::from_secs(range("daemon.render_timeout_s", d.render_timeout_s, 30, 1, 600)?);
         let max_tokens_limit = range("daemon.max_tokens_limit", d.max_tokens_limit.map(u64::from), 4096, 1, 131_072)? as u32;
         let default_max_tokens = range(
             "daemon.default_max_tokens",
@@ -404,6 +410,7 @@ impl Config {
             keep_alive: (keep_alive_s > 0).then(|| Duration::from_secs(keep_alive_s)),
             queue_capacity,
             stall_timeout,
+            render_timeout,
             max_tokens_limit,
             default_max_tokens,
             speculate,
@@ -633,7 +640,7 @@ mod tests {
               |
             2 | threds = 2
               | ^^^^^^
-            unknown field `threds`, expected one of `socket`, `load_at_start`, `keep_alive_s`, `queue_capacity`, `stall_timeout_s`, `max_tokens_limit`, `default_max_tokens`, `context`, `threads`, `batch`, `cache_slots`, `cache_budget_mb`, `speculate`, `streams`"#]],
+            unknown field `threds`, expected one of `socket`, `load_at_start`, `keep_alive_s`, `queue_capacity`, `stall_timeout_s`, `render_timeout_s`, `max_tokens_limit`, `default_max_tokens`, `context`, `threads`, `batch`, `cache_slots`, `cache_budget_mb`, `speculate`, `streams`"#]],
         );
     }
 

@@ -50,6 +50,13 @@ pub enum DaemonError {
     /// The local socket could not say who is calling.
     #[error("cannot tell which user is calling; refusing")]
     UnknownUser,
+    /// A model whose chat template ran past `daemon.render_timeout_s` on a
+    /// prompt: not used again until the model is loaded again.
+    #[error("{0}")]
+    TemplateBroken(String),
+    /// A shared resource stayed busy past its limit; retrying may work.
+    #[error("{0}")]
+    Busy(String),
     #[error(transparent)]
     Engine(#[from] EngineError),
 }
@@ -67,6 +74,8 @@ impl From<DaemonError> for Status {
                 s
             }
             DaemonError::Stalled { .. } => Status::deadline_exceeded(msg),
+            DaemonError::TemplateBroken(_) => Status::failed_precondition(msg),
+            DaemonError::Busy(_) => Status::unavailable(msg),
             DaemonError::ShuttingDown | DaemonError::CutShort | DaemonError::ConnectionClosing => Status::unavailable(msg),
             DaemonError::LocalOnly { .. } | DaemonError::OtherUser { .. } | DaemonError::UnknownUser => Status::permission_denied(msg),
             DaemonError::Engine(e) => {

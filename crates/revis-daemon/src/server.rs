@@ -90,7 +90,7 @@ pub async fn run(
     let admission = Admission::new(config.queue_capacity, running);
     let daemon = Daemon {
         admission: admission.clone(),
-        tokenizers: Arc::new(tokenizer_pool()),
+        tokenizers: Arc::new(tokenizer_pool(config.render_timeout)),
         splits: splits.clone(),
         remote: remote.clone(),
         registry: registry.clone(),

@@ -8,9 +8,11 @@
 //! template that loops without end fails instead of hanging a tokenizer
 //! thread; the sizes a template may ask for at once (`indent`, `tojson`'s
 //! indent, format widths) are bounded ([`MAX_TEMPLATE_WIDTH`]), as is the
-//! text it makes ([`MAX_RENDERED_BYTES`]). Not bounded yet: memory built up
-//! step by step within the fuel (a string doubled in a loop) and the time
-//! one step takes on a huge string (issue 41, item 2).
+//! text it makes ([`MAX_RENDERED_BYTES`]). The time a rendering takes is
+//! bounded by revisd (`daemon.render_timeout_s`, `rpc/prompt.rs`), which
+//! stops using a template past it. Not bounded: memory built up step by step
+//! within the fuel (a string doubled in a loop); that needs the rendering in
+//! a process of its own (issue 41, item 2).
 
 use minijinja::value::{Kwargs, Value};
 use minijinja::{Environment, Error, ErrorKind};

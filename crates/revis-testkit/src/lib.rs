@@ -78,6 +78,105 @@ fn binary_dir() -> PathBuf {
     dir
 }
 
+/// A copy of the GGUF at `src` whose `tokenizer.chat_template` is
+/// `template` (added when it has none), written to `dst`: what a model
+/// file with another's chat template looks like to revisd. The tensors'
+/// bytes are copied as they are; the data section moves to the next
+/// alignment after the new metadata.
+pub fn gguf_with_chat_template(src: &Path, dst: &Path, template: &str) -> std::io::Result<()> {
+    use std::io::{Error, ErrorKind, Read, Seek, SeekFrom, Write};
+    let bad = |m: &str| Error::new(ErrorKind::InvalidData, format!("{}: {m}", src.display()));
+    let mut f = std::io::BufReader::new(std::fs::File::open(src)?);
+    let mut head = [0u8; 24];
+    f.read_exact(&mut head)?;
+    if &head[..4] != b"GGUF" || u32::from_le_bytes(head[4..8].try_into().unwrap()) < 2 {
+        return Err(bad("not a GGUF of version 2 or later"));
+    }
+    let tensors = u64::from_le_bytes(head[8..16].try_into().unwrap());
+    let kvs = u64::from_le_bytes(head[16..24].try_into().unwrap());
+    // Reads `n` bytes, appended to `out`.
+    fn take(f: &mut impl Read, n: u64, out: &mut Vec<u8>) -> std::io::Result<()> {
+        let start = out.len();
+        out.resize(start + n as usize, 0);
+        f.read_exact(&mut out[start..])
+    }
+    fn u32_of(f: &mut impl Read, out: &mut Vec<u8>) -> std::io::Result<u32> {
+        take(f, 4, out)?;
+        Ok(u32::from_le_bytes(out[out.len() - 4..].try_into().unwrap()))
+    }
+    fn u64_of(f: &mut impl Read, out: &mut Vec<u8>) -> std::io::Result<u64> {
+        take(f, 8, out)?;
+        Ok(u64::from_le_bytes(out[out.len() - 8..].try_into().unwrap()))
+    }
+    // One value of `ty`, its bytes appended to `out`.
+    fn value(f: &mut impl Read, ty: u32, out: &mut Vec<u8>) -> std::io::Result<()> {
+        match ty {
+            0 | 1 | 7 => take(f, 1, out),
+            2 | 3 => take(f, 2, out),
+            4..=6 => take(f, 4, out),
+            10..=12 => take(f, 8, out),
+            8 => {
+                let n = u64_of(f, out)?;
+                take(f, n, out)
+            }
+            9 => {
+                let item = u32_of(f, out)?;
+                let n = u64_of(f, out)?;
+                (0..n).try_for_each(|_| value(f, item, out))
+            }
+            _ => Err(Error::new(ErrorKind::InvalidData, format!("a value of unknown type {ty}"))),
+        }
+    }
+    let string = |s: &str| [(s.len() as u64).to_le_bytes().as_slice(), s.as_bytes()].concat();
+    let mut kv_bytes = Vec::new();
+    let mut alignment = 32u64;
+    let mut had = false;
+    for _ in 0..kvs {
+        let mut key = Vec::new();
+        let n = u64_of(&mut f, &mut Vec::new())?;
+        take(&mut f, n, &mut key)?;
+        let mut raw = Vec::new();
+        let ty = u32_of(&mut f, &mut raw)?;
+        value(&mut f, ty, &mut raw)?;
+        if key == b"general.alignment" && ty == 4 {
+            alignment = u32::from_le_bytes(raw[4..8].try_into().unwrap()) as u64;
+        }
+        kv_bytes.extend(string(std::str::from_utf8(&key).map_err(|_| bad("a key that is not UTF-8"))?));
+        if key == b"tokenizer.chat_template" {
+            had = true;
+            kv_bytes.extend(8u32.to_le_bytes());
+            kv_bytes.extend(string(template));
+        } else {
+            kv_bytes.extend(raw);
+        }
+    }
+    if !had {
+        kv_bytes.extend(string("tokenizer.chat_template"));
+        kv_bytes.extend(8u32.to_le_bytes());
+        kv_bytes.extend(string(template));
+    }
+    let mut infos = Vec::new();
+    for _ in 0..tensors {
+        let n = u64_of(&mut f, &mut infos)?;
+        take(&mut f, n, &mut infos)?;
+        let dims = u32_of(&mut f, &mut infos)?;
+        take(&mut f, 8 * dims as u64 + 4 + 8, &mut infos)?;
+    }
+    let end_of_infos = f.stream_position()?;
+    let data = end_of_infos.div_ceil(alignment) * alignment;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(dst)?);
+    out.write_all(&head[..16])?;
+    out.write_all(&(kvs + u64::from(!had)).to_le_bytes())?;
+    out.write_all(&kv_bytes)?;
+    out.write_all(&infos)?;
+    let written = 24 + kv_bytes.len() as u64 + infos.len() as u64;
+    out.write_all(&vec![0u8; (written.div_ceil(alignment) * alignment - written) as usize])?;
+    let mut f = f.into_inner();
+    f.seek(SeekFrom::Start(data))?;
+    std::io::copy(&mut f, &mut out)?;
+    out.flush()
+}
+
 /// Builder for a real revisd.
 pub struct TestDaemon {
     config: String,

@@ -54,7 +54,7 @@ impl pb::inference_server::Inference for Daemon {
             parallel_tool_calls: v.parallel_tool_calls,
         };
         let (prompt, grammar, tool_syntax) =
-            blocking(&self.tokenizers, move || prompt::generate(tok.as_ref(), &messages, static_count, asked)).await?;
+            blocking(&self.tokenizers, &lease.tokenizer, move || prompt::generate(tok.as_ref(), &messages, static_count, asked)).await?;
         let n_ctx = lease.tokenizer.n_ctx();
         if prompt.tokens.len() >= n_ctx as usize {
             return Err(prompt::too_long_with(prompt.tokens.len(), n_ctx, v.tier, shares).into());
@@ -109,7 +109,7 @@ impl pb::inference_server::Inference for Daemon {
         let lease = self.registry.lease(&v.model).await.map_err(DaemonError::from)?;
         let tok = lease.tokenizer.clone();
         let messages = v.messages;
-        let prompt = blocking(&self.tokenizers, move || build_static_prompt(tok.as_ref(), &messages)).await?;
+        let prompt = blocking(&self.tokenizers, &lease.tokenizer, move || build_static_prompt(tok.as_ref(), &messages)).await?;
         let n_ctx = lease.tokenizer.n_ctx();
         if prompt.tokens.len() >= n_ctx as usize {
             return Err(too_long(prompt.tokens.len(), n_ctx, v.tier).into());
@@ -140,7 +140,7 @@ impl pb::inference_server::Inference for Daemon {
         let lease = self.registry.lease(&v.model).await.map_err(DaemonError::from)?;
         let tok = lease.tokenizer.clone();
         let inputs = v.inputs;
-        let texts = blocking(&self.tokenizers, move || Ok(prompt::embed(tok.as_ref(), &inputs))).await?;
+        let texts = blocking(&self.tokenizers, &lease.tokenizer, move || Ok(prompt::embed(tok.as_ref(), &inputs))).await?;
         if let Some((i, t)) = texts.iter().enumerate().find(|(_, t)| t.len() > validate::MAX_EMBED_TOKENS) {
             return Err(DaemonError::Invalid(format!(
                 "inputs[{i}] is {} tokens for {}'s model; the limit is {} tokens a text",
@@ -182,7 +182,8 @@ impl pb::inference_server::Inference for Daemon {
         let tok = lease.tokenizer.clone();
         let (messages, static_count, prefix, texts) = (v.messages, v.static_count, v.prefix, v.continuations.clone());
         let (prefix, continuations) =
-            blocking(&self.tokenizers, move || prompt::score(tok.as_ref(), &messages, static_count, &prefix, &texts)).await?;
+            blocking(&self.tokenizers, &lease.tokenizer, move || prompt::score(tok.as_ref(), &messages, static_count, &prefix, &texts))
+                .await?;
         let n_ctx = lease.tokenizer.n_ctx();
         let longest = continuations.iter().map(Vec::len).max().unwrap_or(0);
         if prefix.tokens.len() + longest >= n_ctx as usize {

@@ -43,7 +43,7 @@ pub struct Daemon {
     /// Places for Inference calls, taken before a request is read.
     pub admission: Admission,
     /// Where prompts are rendered and tokenized: see [`prompt::tokenizer_pool`].
-    pub tokenizers: Arc<rayon::ThreadPool>,
+    pub tokenizers: Arc<prompt::Tokenizers>,
     /// Tiers split across machines, forwarded to their split engines.
     pub splits: Arc<Splits>,
 }

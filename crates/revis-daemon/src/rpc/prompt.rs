@@ -5,6 +5,9 @@
 use revis_engine::tools::{self, ToolSyntax};
 use revis_engine::{EngineError, Grammar, Message, Prompt, Token, Tokenizer, Tool, ToolChoice, build_prompt, build_score_prefix};
 use revis_proto::Tier;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
 use tokio::sync::oneshot;
 
 use crate::error::DaemonError;
@@ -16,27 +19,110 @@ use crate::error::DaemonError;
 /// thread), where tokio's blocking pool would spread that over dozens.
 pub const TOKENIZER_THREADS: usize = 2;
 
-pub fn tokenizer_pool() -> rayon::ThreadPool {
-    rayon::ThreadPoolBuilder::new()
+pub fn tokenizer_pool(render_timeout: Duration) -> Tokenizers {
+    let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(TOKENIZER_THREADS)
         .thread_name(|i| format!("revis-tokenize-{i}"))
         .build()
-        .expect("start the tokenizer threads")
+        .expect("start the tokenizer threads");
+    Tokenizers { pool, render_timeout, gates: Mutex::new(Vec::new()) }
 }
 
-/// Runs tokenizer work on the [`tokenizer_pool`], off the async runtime.
+/// The tokenizer threads, and for each loaded model's tokenizer a gate: one
+/// of its prompts at a time on them (a model whose chat template runs long,
+/// another's text in its GGUF, holds one thread, never both, so other
+/// models' prompts go on), and, once one of its prompts ran past
+/// `render_timeout`, the reason it is not used again.
+pub struct Tokenizers {
+    pool: rayon::ThreadPool,
+    render_timeout: Duration,
+    gates: Mutex<Vec<Gated>>,
+}
+
+/// A loaded model's tokenizer (held weakly: a model unloaded drops it) and its gate.
+type Gated = (Weak<dyn Tokenizer>, Arc<Gate>);
+
+struct Gate {
+    one: Arc<tokio::sync::Semaphore>,
+    broken: Mutex<Option<String>>,
+}
+
+impl Gate {
+    fn broken(&self) -> Option<String> {
+        self.broken.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl Tokenizers {
+    /// `tok`'s gate (made on its first use; a model loaded again has a new
+    /// tokenizer, and so a new gate).
+    fn gate(&self, tok: &Arc<dyn Tokenizer>) -> Arc<Gate> {
+        let mut gates = self.gates.lock().unwrap_or_else(|e| e.into_inner());
+        gates.retain(|(t, _)| t.strong_count() > 0);
+        if let Some((_, g)) = gates.iter().find(|(t, _)| t.upgrade().is_some_and(|t| Arc::ptr_eq(&t, tok))) {
+            return g.clone();
+        }
+        let g = Arc::new(Gate { one: Arc::new(tokio::sync::Semaphore::new(1)), broken: Mutex::new(None) });
+        gates.push((Arc::downgrade(tok), g.clone()));
+        g
+    }
+}
+
+/// Runs tokenizer work for `tok`'s model on the [`Tokenizers`], off the
+/// async runtime, within `daemon.render_timeout_s` (waiting for the model's
+/// turn included). Past it the call fails and the model is marked: its
+/// next calls fail at once, naming why, until it is loaded again. The work
+/// itself runs on to its end (the template's fuel bounds it) holding its
+/// model's turn, not the other thread.
 pub(super) async fn blocking<T: Send + 'static>(
-    pool: &rayon::ThreadPool,
+    tokenizers: &Tokenizers,
+    tok: &Arc<dyn Tokenizer>,
     f: impl FnOnce() -> Result<T, EngineError> + Send + 'static,
 ) -> Result<T, DaemonError> {
+    let gate = tokenizers.gate(tok);
+    if let Some(why) = gate.broken() {
+        return Err(DaemonError::TemplateBroken(why));
+    }
+    let limit = tokenizers.render_timeout;
+    let past = |gate: &Gate| {
+        let why = gate.broken().unwrap_or_else(|| {
+            let why = format!(
+                "this model's chat template took over {}s to render one prompt (daemon.render_timeout_s), so revisd \
+                 stopped using it: its GGUF's template may be broken or hostile. `revis unload` the tier and use it \
+                 again to try once more, or give the tier another model",
+                limit.as_secs()
+            );
+            *gate.broken.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
+            tracing::warn!("{why}");
+            why
+        });
+        DaemonError::TemplateBroken(why)
+    };
+    // The model's turn: behind its other prompts, or one that ran past the limit.
+    let turn = match tokio::time::timeout(limit, gate.one.clone().acquire_owned()).await {
+        Ok(Ok(turn)) => turn,
+        Ok(Err(_)) => return Err(DaemonError::ShuttingDown),
+        Err(_) => {
+            return Err(gate.broken().map(DaemonError::TemplateBroken).unwrap_or_else(|| {
+                DaemonError::Busy(format!(
+                    "this model's other prompts held its tokenizer for over {}s (daemon.render_timeout_s); retry",
+                    limit.as_secs()
+                ))
+            }));
+        }
+    };
+    // Its own rendering has the whole limit.
+    let deadline = tokio::time::Instant::now() + limit;
     let (tx, rx) = oneshot::channel();
-    pool.spawn(move || {
+    tokenizers.pool.spawn(move || {
         let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
+        drop(turn);
     });
-    match rx.await {
-        Ok(Ok(r)) => r.map_err(DaemonError::from),
-        Ok(Err(_)) => Err(DaemonError::Engine(EngineError::Llama("the tokenizer panicked".into()))),
-        Err(_) => Err(DaemonError::ShuttingDown),
+    match tokio::time::timeout_at(deadline, rx).await {
+        Ok(Ok(Ok(r))) => r.map_err(DaemonError::from),
+        Ok(Ok(Err(_))) => Err(DaemonError::Engine(EngineError::Llama("the tokenizer panicked".into()))),
+        Ok(Err(_)) => Err(DaemonError::ShuttingDown),
+        Err(_) => Err(past(&gate)),
     }
 }
 
