@@ -69,11 +69,12 @@ impl Tokenizers {
 }
 
 /// Runs tokenizer work for `tok`'s model on the [`Tokenizers`], off the
-/// async runtime, within `daemon.render_timeout_s` (waiting for the model's
-/// turn included). Past it the call fails and the model is marked: its
-/// next calls fail at once, naming why, until it is loaded again. The work
-/// itself runs on to its end (the template's fuel bounds it) holding its
-/// model's turn, not the other thread.
+/// async runtime: it waits at most `daemon.render_timeout_s` for its
+/// model's turn (UNAVAILABLE past it), then runs for at most as long. A run
+/// past that fails the call and marks the model: its next calls fail at
+/// once, naming why, until it is loaded again. The work itself runs on to
+/// its end (the template's fuel bounds it), holding its model's turn and
+/// one thread, never the other.
 pub(super) async fn blocking<T: Send + 'static>(
     tokenizers: &Tokenizers,
     tok: &Arc<dyn Tokenizer>,
