@@ -420,15 +420,35 @@ fn the_openai_python_package_uses_responses_logprobs_several_choices_and_penalti
 /// A Hugging Face stand-in on loopback: the catalog's files, served from
 /// this machine's copies (their listings and their bytes), until the test ends.
 fn local_hub() -> String {
+    hub(
+        |_| {},
+        |conn, e| {
+            let bytes = std::fs::read(revis_testkit::model(e.name)).unwrap();
+            let _ = write!(conn, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", bytes.len());
+            let _ = conn.write_all(&bytes);
+        },
+    )
+}
+
+/// A Hugging Face stand-in on loopback answering the catalog's listings;
+/// each request's head goes to `seen`, and a catalog file's request to
+/// `file`, which writes the whole response.
+fn hub(
+    seen: impl Fn(&str) + Send + Sync + 'static,
+    file: impl Fn(&mut TcpStream, &revis_models::CatalogEntry) + Send + Sync + 'static,
+) -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
+    let handlers = std::sync::Arc::new((seen, file));
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(mut conn) = conn else { return };
+            let handlers = handlers.clone();
             std::thread::spawn(move || {
                 let mut reader = BufReader::new(conn.try_clone().unwrap());
                 let mut head = String::new();
                 while reader.read_line(&mut head).is_ok_and(|n| n > 2) {}
+                (handlers.0)(&head);
                 let path = head.split_whitespace().nth(1).unwrap_or_default().to_owned();
                 for e in revis_models::catalog() {
                     for s in e.sources {
@@ -444,9 +464,7 @@ fn local_hub() -> String {
                             return;
                         }
                         if path.starts_with(&format!("/{repo}/resolve/{revision}/{file}")) {
-                            let bytes = std::fs::read(revis_testkit::model(e.name)).unwrap();
-                            let _ = write!(conn, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", bytes.len());
-                            let _ = conn.write_all(&bytes);
+                            (handlers.1)(&mut conn, e);
                             return;
                         }
                     }
@@ -509,64 +527,42 @@ struct HubSaw {
     files: std::sync::atomic::AtomicUsize,
 }
 
-/// A Hugging Face stand-in whose SmolLM2 file comes 1 MiB at once, then,
-/// once `go` says so, 64 KiB every 10 ms until the reader leaves; how many
-/// bytes it sent goes to `ended`.
+/// A Hugging Face stand-in whose files come 1 MiB at once, then, once `go`
+/// says so, 64 KiB every 10 ms until the reader leaves; how many bytes it
+/// sent goes to `ended`.
 fn trickling_hub(saw: std::sync::Arc<HubSaw>, go: std::sync::mpsc::Receiver<()>, ended: std::sync::mpsc::Sender<u64>) -> String {
     use std::sync::atomic::Ordering;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let go = std::sync::Arc::new(std::sync::Mutex::new(go));
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { return };
-            let (saw, go, ended) = (saw.clone(), go.clone(), ended.clone());
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(conn.try_clone().unwrap());
-                let mut head = String::new();
-                while reader.read_line(&mut head).is_ok_and(|n| n > 2) {}
-                if head.to_ascii_lowercase().contains("\nauthorization:") {
-                    saw.token.store(true, Ordering::SeqCst);
+    let go = std::sync::Mutex::new(go);
+    let ended = std::sync::Mutex::new(ended);
+    let heads = saw.clone();
+    hub(
+        move |head| {
+            if head.to_ascii_lowercase().contains("\nauthorization:") {
+                heads.token.store(true, Ordering::SeqCst);
+            }
+        },
+        move |conn, e| {
+            saw.files.fetch_add(1, Ordering::SeqCst);
+            let bytes = std::fs::read(revis_testkit::model(e.name)).unwrap();
+            let _ = write!(conn, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", bytes.len());
+            let mut sent = 0;
+            let mut chunks = bytes.chunks(64 << 10);
+            for c in chunks.by_ref().take(16) {
+                let _ = conn.write_all(c);
+                sent += c.len() as u64;
+            }
+            let _ = go.lock().unwrap().recv();
+            for c in chunks {
+                if conn.write_all(c).is_err() {
+                    break;
                 }
-                let path = head.split_whitespace().nth(1).unwrap_or_default().to_owned();
-                for e in revis_models::catalog() {
-                    for s in e.sources {
-                        let revis_models::Source::HuggingFace { repo, revision, file } = s else { continue };
-                        if path.starts_with(&format!("/api/models/{repo}/tree/{revision}")) {
-                            let lfs = json!({"oid": format!("sha256:{}", e.sha256), "size": e.size});
-                            let body = json!([{"type": "file", "path": file, "size": e.size, "lfs": lfs}]).to_string();
-                            let _ = write!(conn, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
-                            return;
-                        }
-                        if path.starts_with(&format!("/{repo}/resolve/{revision}/{file}")) {
-                            saw.files.fetch_add(1, Ordering::SeqCst);
-                            let bytes = std::fs::read(revis_testkit::model(e.name)).unwrap();
-                            let _ = write!(conn, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", bytes.len());
-                            let mut sent = 0;
-                            let mut chunks = bytes.chunks(64 << 10);
-                            for c in chunks.by_ref().take(16) {
-                                let _ = conn.write_all(c);
-                                sent += c.len() as u64;
-                            }
-                            let _ = go.lock().unwrap().recv();
-                            for c in chunks {
-                                if conn.write_all(c).is_err() {
-                                    break;
-                                }
-                                sent += c.len() as u64;
-                                // The pace of a slow link, not a wait for anything.
-                                std::thread::sleep(Duration::from_millis(10));
-                            }
-                            let _ = ended.send(sent);
-                            return;
-                        }
-                    }
-                }
-                let _ = write!(conn, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-            });
-        }
-    });
-    url
+                sent += c.len() as u64;
+                // The pace of a slow link, not a wait for anything.
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = ended.lock().unwrap().send(sent);
+        },
+    )
 }
 
 /// Pulls over HTTP are bounded and follow their caller: a file past
@@ -1037,9 +1033,17 @@ fn a_connection_beyond_the_limit_waits_until_one_closes() {
 /// A TCP connection to `to` from the loopback address `from` (any
 /// 127.x.y.z is this machine), as another client on another address.
 fn connect_from(from: [u8; 4], to: SocketAddr) -> TcpStream {
+    connect_from_with(from, to, None)
+}
+
+/// [`connect_from`], with this receive buffer size when given.
+fn connect_from_with(from: [u8; 4], to: SocketAddr, receive_buffer: Option<u32>) -> TcpStream {
     let rt = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
     let tcp = rt.block_on(async {
         let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        if let Some(n) = receive_buffer {
+            socket.set_recv_buffer_size(n).unwrap();
+        }
         socket.bind(SocketAddr::from((from, 0))).unwrap();
         socket.connect(to).await.unwrap().into_std().unwrap()
     });
@@ -1136,15 +1140,7 @@ fn pipelining_clients_that_never_read_are_closed_and_the_owner_is_answered() {
 /// [`connect_from`] with a 4 KiB receive buffer: what it does not read
 /// soon fills the server's side.
 fn connect_from_reading_little(from: [u8; 4], to: SocketAddr) -> TcpStream {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
-    let tcp = rt.block_on(async {
-        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        socket.set_recv_buffer_size(4096).unwrap();
-        socket.bind(SocketAddr::from((from, 0))).unwrap();
-        socket.connect(to).await.unwrap().into_std().unwrap()
-    });
-    tcp.set_nonblocking(false).unwrap();
-    tcp
+    connect_from_with(from, to, Some(4096))
 }
 
 #[test]

@@ -287,26 +287,18 @@ impl SplitEngine {
     /// split engine loads (up to [`ENGINE_START`]).
     pub async fn status(&self) -> Option<pb::TierStatus> {
         let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        // Not running: what is known without asking an engine.
+        let now = |state: pb::ModelState, what: String| pb::TierStatus {
+            tier: self.tier.to_string(),
+            state: state as i32,
+            split: format!("split across {}: {what}", self.model.split.join(", ")),
+            context_tokens: self.model.context,
+            ..Default::default()
+        };
         let channel = match seen {
             Seen::Stopped => return None,
-            Seen::Failed(why) => {
-                return Some(pb::TierStatus {
-                    tier: self.tier.to_string(),
-                    state: pb::ModelState::Unloaded as i32,
-                    split: format!("split across {}: its last start failed: {why}", self.model.split.join(", ")),
-                    context_tokens: self.model.context,
-                    ..Default::default()
-                });
-            }
-            Seen::Starting => {
-                return Some(pb::TierStatus {
-                    tier: self.tier.to_string(),
-                    state: pb::ModelState::Loading as i32,
-                    split: format!("split across {}: its engine is starting", self.model.split.join(", ")),
-                    context_tokens: self.model.context,
-                    ..Default::default()
-                });
-            }
+            Seen::Failed(why) => return Some(now(pb::ModelState::Unloaded, format!("its last start failed: {why}"))),
+            Seen::Starting => return Some(now(pb::ModelState::Loading, "its engine is starting".into())),
             Seen::Running(channel) => channel,
         };
         let mut admin = pb::admin_client::AdminClient::new(channel);
