@@ -53,6 +53,13 @@ enum Command {
         #[arg(long)]
         allow_shared_loopback: bool,
     },
+    /// (started by revisd) renders chat templates, bounded in memory (`daemon.render_memory_mb`).
+    #[command(hide = true)]
+    RenderWorker {
+        /// Bytes of address space it may take.
+        #[arg(long)]
+        memory_limit: u64,
+    },
     /// (started by revisd) a split tier's engine, serving it on a private socket.
     #[command(hide = true)]
     SplitEngine {
@@ -112,6 +119,15 @@ fn main() -> ExitCode {
         let e = revis_daemon::remote::lend::run_worker(start, cache_dir, *threads, *memory_limit, *allow_shared_loopback);
         eprintln!("revisd rpc-worker: {e}");
         return ExitCode::FAILURE;
+    }
+    if let Some(Command::RenderWorker { memory_limit }) = &args.command {
+        return match revis_engine::render::serve(*memory_limit) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("revisd render-worker: {e}");
+                ExitCode::FAILURE
+            }
+        };
     }
     if let Some(Command::SplitEngine { .. }) = &args.command {
         return split_engine(args);

@@ -291,6 +291,36 @@ async fn a_paired_device_s_status_carries_no_local_paths_or_pid() {
     assert!(!text.contains(&d.dir().display().to_string()), "{text}");
 }
 
+/// A template that builds memory up within its fuel (a string doubled
+/// forty times: a terabyte) aborted revisd when it rendered in revisd's own
+/// process. Now it renders in a process bounded by `daemon.render_memory_mb`:
+/// that process ends, the request fails naming the setting, the model is
+/// marked, revisd and the other tier go on, and the model loaded again
+/// renders in a new process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_template_that_takes_memory_without_end_fails_its_request_and_revisd_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let greedy = dir.path().join("greedy-template.gguf");
+    let template = "{% if messages[-1]['content'] == 'boom' %}{% set s = namespace(v='ab') %}\
+                    {% for i in range(40) %}{% set s.v = s.v ~ s.v %}{% endfor %}{{ s.v | length }}{% endif %}\
+                    {% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}\
+                    {% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+    revis_testkit::gguf_with_chat_template(&revis_testkit::smollm2(), &greedy, template).unwrap();
+    let d = TestDaemon::new().tier_model("tier1", greedy).daemon("render_memory_mb = 256").start();
+    let tier1 = |text: &str| pb::GenerateRequest { tier: "tier1".into(), messages: vec![user(text)], max_tokens: 4, ..Default::default() };
+    let mut c = d.client().await;
+    generate(&mut c, tier1("Hi")).await.expect("an ordinary prompt renders");
+    let boom = generate(&mut c, tier1("boom")).await.expect_err("past the memory bound");
+    assert_eq!(boom.code(), Code::FailedPrecondition, "{boom:?}");
+    assert!(boom.message().contains("256 MiB") && boom.message().contains("daemon.render_memory_mb"), "{boom:?}");
+    assert!(Path::new(&format!("/proc/{}", d.pid())).exists(), "revisd is still running");
+    let again = generate(&mut c, tier1("Hi")).await.expect_err("the model is marked");
+    assert!(again.code() == Code::FailedPrecondition && again.message().contains("stopped using it"), "{again:?}");
+    generate(&mut c, pb::GenerateRequest { tier: "tier2".into(), ..ask("Say hello.") }).await.expect("tier2 answers");
+    c.wire().admin.unload_model(pb::UnloadModelRequest { tier: "tier1".into() }).await.unwrap();
+    generate(&mut c, tier1("Hi")).await.expect("loaded again, it renders in a new process");
+}
+
 /// A model whose GGUF carries a chat template that runs long (another's
 /// text, as any GGUF's template is: here each pass measures an 8 MB string,
 /// minutes a prompt within the fuel): its requests fail at

@@ -24,6 +24,7 @@ pub fn spec(path: &Path, threads: u32, n_ctx: u32, batch: u32) -> ModelSpec {
         probe: false,
         split: None,
         streams: 1,
+        render: Default::default(),
     }
 }
 

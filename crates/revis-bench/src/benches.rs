@@ -14,7 +14,7 @@ use crate::cli::{
 };
 use crate::harness::{Bench, Place, Raw, Section, args_line, marked, model_file, revisd_path, workspace_root};
 use crate::machine::{self, Machine};
-use crate::{alone, batch, chat, contention, dispatch, faults, http, llama_bench, lookup, quality, remote, split, turn};
+use crate::{alone, batch, chat, contention, dispatch, faults, http, llama_bench, lookup, quality, remote, render, split, turn};
 
 /// When and where a run was made, and how it was started.
 pub struct Stamp {
@@ -498,5 +498,40 @@ impl Bench for Turn<'_> {
 
     fn raw(&self, r: &TurnResults) -> anyhow::Result<Option<Raw>> {
         Raw::new(format!("last-turn-run-{}.json", self.name), &r.results, "raw figures").map(Some)
+    }
+}
+
+/// `revis-bench render`.
+pub struct Render {
+    pub args: crate::cli::RenderArgs,
+}
+
+impl Bench for Render {
+    type Results = (render::Results, Stamp);
+    const DOC: &'static str = "docs/BENCHMARKS.md";
+
+    async fn run(&self) -> anyhow::Result<Self::Results> {
+        let c = &self.args.common;
+        let revisd = revisd_path(c)?;
+        let models = model_files(c).await?;
+        let stamp = Stamp::now();
+        let results = render::run(&revisd, &models, c.most_threads(), c.context, c.batch, self.args.render.render_rounds).await?;
+        Ok((results, stamp))
+    }
+
+    fn report(&self, (r, s): &Self::Results) -> anyhow::Result<Vec<Section>> {
+        let m = &s.machine;
+        let about = format!(
+            "- {}, `{}`\n- {} ({} cores, {:.0} GiB), {}",
+            s.date, s.command, m.cpu, m.cores, m.memory_gib, m.os
+        );
+        Ok(vec![Section {
+            text: render::report(r, &about),
+            place: marked(render::BEGIN, render::END, "## Chat templates in a process of their own (`revis-bench render`)"),
+        }])
+    }
+
+    fn raw(&self, (r, _): &Self::Results) -> anyhow::Result<Option<Raw>> {
+        Raw::new("last-render-run.json", r, "raw samples").map(Some)
     }
 }

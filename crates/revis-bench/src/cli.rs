@@ -74,6 +74,10 @@ pub enum Command {
     /// it against the bare model on the public sets, each step on and off,
     /// fresh and after 40 turns, for each model of --models.
     Turn(TurnArgs),
+    /// What rendering chat templates in a process of their own costs on
+    /// the first token, against rendering them in the caller's process
+    /// (docs/BENCHMARKS.md).
+    Render(RenderArgs),
 }
 
 /// What every benchmark runs on.
@@ -320,4 +324,14 @@ pub struct TurnArgs {
     pub output: Output,
     #[command(flatten)]
     pub turn: turn::TurnArgs,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RenderArgs {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(flatten)]
+    pub output: Output,
+    #[command(flatten)]
+    pub render: crate::render::RenderArgs,
 }

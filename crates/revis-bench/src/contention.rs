@@ -92,10 +92,10 @@ pub struct ModelRun {
 }
 
 /// Processes spinning on the cores, ended (by their PIDs) when dropped.
-struct Spinners(Vec<Child>);
+pub struct Spinners(Vec<Child>);
 
 impl Spinners {
-    fn start(n: u32) -> anyhow::Result<Spinners> {
+    pub fn start(n: u32) -> anyhow::Result<Spinners> {
         let mut children = Vec::new();
         for _ in 0..n {
             let mut cmd = Command::new("sh");

@@ -35,6 +35,7 @@ mod proc;
 mod prompts;
 mod quality;
 mod remote;
+mod render;
 mod report;
 mod speed;
 mod split;
@@ -132,6 +133,13 @@ async fn run(command: Command) -> anyhow::Result<()> {
             for name in &a.common.models {
                 measure(&benches::Quality { args: &a, name }, &a.output).await?;
             }
+        }
+        Command::Render(mut a) => {
+            if a.common.quick {
+                a.render.render_rounds = 20;
+            }
+            let output = a.output.clone();
+            measure(&benches::Render { args: a }, &output).await?;
         }
         Command::Turn(a) => {
             for name in &a.common.models {

@@ -51,6 +51,7 @@ struct RawDaemon {
     queue_capacity: Option<u32>,
     stall_timeout_s: Option<u64>,
     render_timeout_s: Option<u64>,
+    render_memory_mb: Option<u64>,
     max_tokens_limit: Option<u32>,
     default_max_tokens: Option<u32>,
     context: Option<u32>,
@@ -116,6 +117,10 @@ pub struct Config {
     /// tokenizing may take; past it the request fails and the model's
     /// template is not used again until the model is loaded again.
     pub render_timeout: Duration,
+    /// The memory (address space) one chat template rendering process may
+    /// hold; a rendering that needs more fails its request, and the model's
+    /// template is not used again until the model is loaded again.
+    pub render_memory_bytes: u64,
     pub max_tokens_limit: u32,
     pub default_max_tokens: u32,
     /// Draft tokens from the context and verify them in one batch (prompt
@@ -311,6 +316,7 @@ impl Config {
         let queue_capacity = range("daemon.queue_capacity", d.queue_capacity.map(u64::from), 16, 1, 1024)? as usize;
         let stall_timeout = Duration::from_secs(range("daemon.stall_timeout_s", d.stall_timeout_s, 10, 1, 3600)?);
         let render_timeout = Duration::from_secs(range("daemon.render_timeout_s", d.render_timeout_s, 30, 1, 600)?);
+        let render_memory_bytes = range("daemon.render_memory_mb", d.render_memory_mb, 1024, 256, 65_536)? << 20;
         let max_tokens_limit = range("daemon.max_tokens_limit", d.max_tokens_limit.map(u64::from), 4096, 1, 131_072)? as u32;
         let default_max_tokens = range(
             "daemon.default_max_tokens",
@@ -411,6 +417,7 @@ impl Config {
             queue_capacity,
             stall_timeout,
             render_timeout,
+            render_memory_bytes,
             max_tokens_limit,
             default_max_tokens,
             speculate,
@@ -640,7 +647,7 @@ mod tests {
               |
             2 | threds = 2
               | ^^^^^^
-            unknown field `threds`, expected one of `socket`, `load_at_start`, `keep_alive_s`, `queue_capacity`, `stall_timeout_s`, `render_timeout_s`, `max_tokens_limit`, `default_max_tokens`, `context`, `threads`, `batch`, `cache_slots`, `cache_budget_mb`, `speculate`, `streams`"#]],
+            unknown field `threds`, expected one of `socket`, `load_at_start`, `keep_alive_s`, `queue_capacity`, `stall_timeout_s`, `render_timeout_s`, `render_memory_mb`, `max_tokens_limit`, `default_max_tokens`, `context`, `threads`, `batch`, `cache_slots`, `cache_budget_mb`, `speculate`, `streams`"#]],
         );
     }
 

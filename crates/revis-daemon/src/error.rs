@@ -50,8 +50,9 @@ pub enum DaemonError {
     /// The local socket could not say who is calling.
     #[error("cannot tell which user is calling; refusing")]
     UnknownUser,
-    /// A model whose chat template ran past `daemon.render_timeout_s` on a
-    /// prompt: not used again until the model is loaded again.
+    /// A model whose chat template ran past `daemon.render_timeout_s` or
+    /// `daemon.render_memory_mb` on a prompt: not used again until the
+    /// model is loaded again.
     #[error("{0}")]
     TemplateBroken(String),
     /// A shared resource stayed busy past its limit; retrying may work.
@@ -87,7 +88,7 @@ impl From<DaemonError> for Status {
                     | EngineError::EmbedTooLong { .. }
                     | EngineError::Template(_)
                     | EngineError::Tools(_) => Code::InvalidArgument,
-                    EngineError::Load { .. } => Code::FailedPrecondition,
+                    EngineError::Load { .. } | EngineError::TemplateLimit { .. } => Code::FailedPrecondition,
                     EngineError::NotLoaded(_) | EngineError::Stopped => Code::Unavailable,
                     EngineError::Llama(_) => Code::Internal,
                 };

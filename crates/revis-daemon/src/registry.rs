@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use revis_engine::render::{RenderChild, RenderPlace};
 use revis_engine::{Engine, EngineError, ModelSpec, Tokenizer};
 
 use crate::config::{Config, TierModel};
@@ -114,11 +115,12 @@ impl Registry {
     pub fn new(config: &Config, engine: Engine) -> Registry {
         let mut by_file: BTreeMap<PathBuf, Arc<Model>> = BTreeMap::new();
         let mut tiers = BTreeMap::new();
+        let render = render_place(config);
         for (tier, m) in &config.tiers {
             // One file named two ways (a catalog name and a path through a
             // link, a relative and an absolute path) is still one model.
             let file = std::fs::canonicalize(&m.path).unwrap_or_else(|_| m.path.clone());
-            let model = by_file.entry(file).or_insert_with(|| Arc::new(Model::new(m))).clone();
+            let model = by_file.entry(file).or_insert_with(|| Arc::new(Model::new(m, render.clone()))).clone();
             tiers.insert(*tier, model);
         }
         Registry { engine, tiers, keep_alive: config.keep_alive }
@@ -271,8 +273,32 @@ impl Registry {
     }
 }
 
+/// Where models' chat templates render: in rendering processes of their
+/// own (this program's `render-worker`), bounded by
+/// `daemon.render_memory_mb` and, a little past the request's own limit,
+/// `daemon.render_timeout_s` (revis_engine::render).
+fn render_place(config: &Config) -> RenderPlace {
+    match std::env::current_exe() {
+        Ok(program) => RenderPlace::Child(RenderChild {
+            program,
+            args: vec!["render-worker".into(), "--memory-limit".into(), config.render_memory_bytes.to_string()],
+            memory_limit: config.render_memory_bytes,
+            timeout: config.render_timeout + RENDER_KILL_AFTER,
+        }),
+        Err(e) => {
+            tracing::warn!("chat templates render in revisd's own process, unbounded in memory: its program is unknown ({e})");
+            RenderPlace::Here
+        }
+    }
+}
+
+/// How long past `daemon.render_timeout_s` a rendering process is killed:
+/// the request has failed by then and marked the template (rpc/prompt.rs);
+/// this frees its thread.
+const RENDER_KILL_AFTER: Duration = Duration::from_secs(2);
+
 impl Model {
-    fn new(m: &TierModel) -> Model {
+    fn new(m: &TierModel, render: RenderPlace) -> Model {
         Model {
             key: m.path.display().to_string(),
             name: m.name.clone(),
@@ -287,6 +313,7 @@ impl Model {
                 probe: m.speculate != revis_engine::Speculate::Off,
                 split: m.engine_split.as_ref().map(|e| e.split.clone()),
                 streams: m.streams,
+                render,
             },
             split: m.split.clone(),
             split_note: m.engine_split.as_ref().map(|e| e.note.clone()).unwrap_or_default(),

@@ -22,6 +22,7 @@ async fn main() {
         probe: false,
         split: None,
         streams: 1,
+        render: Default::default(),
     };
     let loaded = engine.load("m", spec).await.expect("load");
     let msgs = vec![Message::new(Role::User, "Count from 1 to 500, separated by spaces. Write every number; do not stop early.")];

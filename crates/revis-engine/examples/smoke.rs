@@ -16,6 +16,7 @@ async fn main() {
         probe: true,
         split: None,
         streams: 1,
+        render: Default::default(),
     };
     let loaded = engine.load("m", spec).await.unwrap();
     println!("loaded {} MB in {} ms", loaded.memory_bytes >> 20, loaded.load_ms);

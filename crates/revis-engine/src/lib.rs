@@ -9,6 +9,7 @@ mod grammar;
 mod llama;
 pub mod lookup;
 mod prompt;
+pub mod render;
 pub mod rpc;
 pub mod sample;
 pub mod schema;
@@ -98,6 +99,8 @@ pub struct ModelSpec {
     /// Generations decoded together, each on a sequence with a cache of
     /// `n_ctx` tokens of its own (1 to [`MAX_STREAMS`]).
     pub streams: u32,
+    /// Where its chat template renders (revisd: in processes of their own).
+    pub render: render::RenderPlace,
 }
 
 /// Where a split model's layers go: the last `remote_layers` repeating
@@ -236,6 +239,10 @@ pub enum EngineError {
     Load { path: PathBuf, reason: String },
     #[error("chat template failed: {0}")]
     Template(String),
+    /// The chat template went past a bound of its rendering process
+    /// ([`render`]): `what`, after "the chat template".
+    #[error("the chat template {what}")]
+    TemplateLimit { what: String, bound: render::Bound },
     #[error("prompt is {tokens} tokens, more than the context of {n_ctx} tokens allows")]
     PromptTooLong { tokens: usize, n_ctx: u32 },
     #[error("invalid JSON schema: {0}")]

@@ -20,6 +20,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::cache::{Evaluated, PrefixCache};
 use crate::lookup::{self, BatchCosts, EXACT_CONTEXT, MAX_DRAFT, PRIOR_ACCEPT, Speculate, Speculation};
+use crate::render::{RenderPlace, Renderers};
 use crate::sample::{argmax, softmax, top_k_of};
 use crate::threads::{Threads, Tuner};
 use crate::{
@@ -79,7 +80,12 @@ impl Backend for LlamaCpp {
             Some(source) => {
                 let special = |t: LlamaToken| String::from_utf8_lossy(&model.vocab().token_to_piece(t, true, None)).into_owned();
                 let (bos, eos) = (special(model.vocab().bos()), special(model.vocab().eos()));
-                Template::Jinja(Box::new(ChatTemplate::new(&source, &bos, &eos).map_err(|e| load_err(e.to_string()))?))
+                let template = ChatTemplate::new(&source, &bos, &eos).map_err(|e| load_err(e.to_string()))?;
+                let renderers = match &spec.render {
+                    RenderPlace::Here => None,
+                    RenderPlace::Child(child) => Some(Renderers::new(child.clone())),
+                };
+                Template::Jinja(Box::new(Jinja { template, source, renderers }))
             }
             // No template in the GGUF: llama.cpp's built-in one for the architecture.
             None => {
@@ -157,8 +163,17 @@ impl Backend for LlamaCpp {
 /// A model's chat template: its own, or llama.cpp's built-in one where the
 /// GGUF has none.
 enum Template {
-    Jinja(Box<ChatTemplate>),
+    Jinja(Box<Jinja>),
     Builtin(LlamaChatTemplate),
+}
+
+/// A model's own template: compiled here (it is checked at load, and tells
+/// how functions are offered), rendered here or in rendering processes
+/// ([`crate::render`]).
+struct Jinja {
+    template: ChatTemplate,
+    source: String,
+    renderers: Option<Renderers>,
 }
 
 struct LlamaTokenizer {
@@ -185,7 +200,10 @@ impl Tokenizer for LlamaTokenizer {
         }
         match &self.template {
             Template::Jinja(t) => {
-                let text = t.render(messages, tools, add_generation_prompt)?;
+                let text = match &t.renderers {
+                    None => t.template.render(messages, tools, add_generation_prompt)?,
+                    Some(r) => r.render(&t.source, &t.template.context(messages, tools, add_generation_prompt))?,
+                };
                 // The template writes BOS as text where tokenizing adds it
                 // (Gemma's `{{ bos_token }}`): once is enough.
                 match text.strip_prefix(self.bos_text.as_str()) {
@@ -206,7 +224,7 @@ impl Tokenizer for LlamaTokenizer {
 
     fn tool_format(&self) -> ToolFormat {
         match &self.template {
-            Template::Jinja(t) => t.tool_format(),
+            Template::Jinja(t) => t.template.tool_format(),
             Template::Builtin(_) => ToolFormat { native: false, syntax: crate::tools::ToolSyntax::Hermes },
         }
     }

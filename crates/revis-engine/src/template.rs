@@ -10,9 +10,9 @@
 //! indent, format widths) are bounded ([`MAX_TEMPLATE_WIDTH`]), as is the
 //! text it makes ([`MAX_RENDERED_BYTES`]). The time a rendering takes is
 //! bounded by revisd (`daemon.render_timeout_s`, `rpc/prompt.rs`), which
-//! stops using a template past it. Not bounded: memory built up step by step
-//! within the fuel (a string doubled in a loop); that needs the rendering in
-//! a process of its own (issue 41, item 2).
+//! stops using a template past it; memory built up step by step within the
+//! fuel (a string doubled in a loop) is bounded by rendering in a process
+//! of its own with an address-space limit ([`crate::render`]).
 
 use minijinja::value::{Kwargs, Value};
 use minijinja::{Environment, Error, ErrorKind};
@@ -93,15 +93,26 @@ impl ChatTemplate {
     /// (`tools` = None when empty), `bos_token` included where the template
     /// writes it.
     pub fn render(&self, messages: &[Message], tools: &[Tool], add_generation_prompt: bool) -> Result<String, EngineError> {
-        let context = json!({
+        self.render_context(&self.context(messages, tools, add_generation_prompt))
+    }
+
+    /// What the template is given to render `messages` and `tools`: the
+    /// messages in OpenAI's shape and the special tokens as text.
+    pub fn context(&self, messages: &[Message], tools: &[Tool], add_generation_prompt: bool) -> Json {
+        json!({
             "messages": messages.iter().map(message_json).collect::<Vec<_>>(),
             "tools": (!tools.is_empty()).then(|| tools.iter().map(Tool::openai_json).collect::<Vec<_>>()),
             "add_generation_prompt": add_generation_prompt,
             "bos_token": self.bos,
             "eos_token": self.eos,
-        });
+        })
+    }
+
+    /// Renders a [`ChatTemplate::context`] (in revisd, in a rendering
+    /// process of its own: [`crate::render`]).
+    pub fn render_context(&self, context: &Json) -> Result<String, EngineError> {
         let template = self.env.get_template("chat_template").map_err(|e| EngineError::Template(e.to_string()))?;
-        let text = template.render(Value::from_serialize(&context)).map_err(|e| EngineError::Template(template_error(&e)))?;
+        let text = template.render(Value::from_serialize(context)).map_err(|e| EngineError::Template(template_error(&e)))?;
         if text.len() > MAX_RENDERED_BYTES {
             return Err(EngineError::Template(format!(
                 "the model's chat template made {} bytes of prompt; revis's limit is {MAX_RENDERED_BYTES}",

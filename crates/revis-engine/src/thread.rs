@@ -686,6 +686,7 @@ mod tests {
             probe: false,
             split: None,
             streams: 1,
+            render: Default::default(),
         }
     }
 

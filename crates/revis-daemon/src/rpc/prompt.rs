@@ -2,6 +2,7 @@
 //! of threads of their own, off the async runtime, and checked against the
 //! model's context.
 
+use revis_engine::render::Bound;
 use revis_engine::tools::{self, ToolSyntax};
 use revis_engine::{EngineError, Grammar, Message, Prompt, Token, Tokenizer, Tool, ToolChoice, build_prompt, build_score_prefix};
 use revis_proto::Tier;
@@ -72,9 +73,10 @@ impl Tokenizers {
 /// async runtime: it waits at most `daemon.render_timeout_s` for its
 /// model's turn (UNAVAILABLE past it), then runs for at most as long. A run
 /// past that fails the call and marks the model: its next calls fail at
-/// once, naming why, until it is loaded again. The work itself runs on to
-/// its end (the template's fuel bounds it), holding its model's turn and
-/// one thread, never the other.
+/// once, naming why, until it is loaded again; so does a rendering past its
+/// process's memory bound (`daemon.render_memory_mb`, revis_engine::render).
+/// A rendering past the time is killed a little later (its process), which
+/// frees its model's turn and its thread.
 pub(super) async fn blocking<T: Send + 'static>(
     tokenizers: &Tokenizers,
     tok: &Arc<dyn Tokenizer>,
@@ -85,13 +87,12 @@ pub(super) async fn blocking<T: Send + 'static>(
         return Err(DaemonError::TemplateBroken(why));
     }
     let limit = tokenizers.render_timeout;
-    let past = |gate: &Gate| {
+    // Marks the model (once: the first reason stays) and fails the call.
+    let mark = |gate: &Gate, what: String| {
         let why = gate.broken().unwrap_or_else(|| {
             let why = format!(
-                "this model's chat template took over {}s to render one prompt (daemon.render_timeout_s), so revisd \
-                 stopped using it: its GGUF's template may be broken or hostile. `revis unload` the tier and use it \
-                 again to try once more, or give the tier another model",
-                limit.as_secs()
+                "this model's chat template {what}, so revisd stopped using it: its GGUF's template may be broken or \
+                 hostile. `revis unload` the tier and use it again to try once more, or give the tier another model"
             );
             *gate.broken.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
             tracing::warn!("{why}");
@@ -99,6 +100,7 @@ pub(super) async fn blocking<T: Send + 'static>(
         });
         DaemonError::TemplateBroken(why)
     };
+    let past = |gate: &Gate| mark(gate, format!("took over {}s to render one prompt (daemon.render_timeout_s)", limit.as_secs()));
     // The model's turn: behind its other prompts, or one that ran past the limit.
     let turn = match tokio::time::timeout(limit, gate.one.clone().acquire_owned()).await {
         Ok(Ok(turn)) => turn,
@@ -120,6 +122,14 @@ pub(super) async fn blocking<T: Send + 'static>(
         drop(turn);
     });
     match tokio::time::timeout_at(deadline, rx).await {
+        // Past its rendering process's bounds (revis_engine::render): memory, or killed past the time.
+        Ok(Ok(Ok(Err(EngineError::TemplateLimit { what, bound })))) => {
+            let setting = match bound {
+                Bound::Memory => "daemon.render_memory_mb",
+                Bound::Time => "daemon.render_timeout_s",
+            };
+            Err(mark(&gate, format!("{what} ({setting})")))
+        }
         Ok(Ok(Ok(r))) => r.map_err(DaemonError::from),
         Ok(Ok(Err(_))) => Err(DaemonError::Engine(EngineError::Llama("the tokenizer panicked".into()))),
         Ok(Err(_)) => Err(DaemonError::ShuttingDown),
