@@ -521,10 +521,7 @@ impl Bench for Render {
 
     fn report(&self, (r, s): &Self::Results) -> anyhow::Result<Vec<Section>> {
         let m = &s.machine;
-        let about = format!(
-            "- {}, `{}`\n- {} ({} cores, {:.0} GiB), {}",
-            s.date, s.command, m.cpu, m.cores, m.memory_gib, m.os
-        );
+        let about = format!("- {}, `{}`\n- {} ({} cores, {:.0} GiB), {}", s.date, s.command, m.cpu, m.cores, m.memory_gib, m.os);
         Ok(vec![Section {
             text: render::report(r, &about),
             place: marked(render::BEGIN, render::END, "## Chat templates in a process of their own (`revis-bench render`)"),

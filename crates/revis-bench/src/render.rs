@@ -81,7 +81,14 @@ fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
-pub async fn run(revisd: &Path, models: &[(String, std::path::PathBuf)], threads: u32, context: u32, batch: u32, rounds: usize) -> anyhow::Result<Results> {
+pub async fn run(
+    revisd: &Path,
+    models: &[(String, std::path::PathBuf)],
+    threads: u32,
+    context: u32,
+    batch: u32,
+    rounds: usize,
+) -> anyhow::Result<Results> {
     let mut cells = Vec::new();
     let mut firsts = Vec::new();
     for (name, path) in models {
