@@ -602,6 +602,9 @@ struct Held {
     write_timeout: Duration,
     /// Armed while a write waits.
     stalled: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    /// A write or flush waits on the client: nothing more is read (no
+    /// further pipelined request) until it goes on ([`Held::timed`]).
+    blocked: bool,
 }
 
 /// One of a peer's connections, counted until it shows the key or closes.
@@ -707,7 +710,8 @@ async fn accept_one(inner: &TcpListener) -> (TcpStream, SocketAddr) {
 impl Bounded {
     async fn accept(&mut self) -> (Held, SocketAddr) {
         let write_timeout = self.write_timeout;
-        let held = move |io, place, from, probation| Held { io, _place: place, from, probation, write_timeout, stalled: None };
+        let held =
+            move |io, place, from, probation| Held { io, _place: place, from, probation, write_timeout, stalled: None, blocked: false };
         let shares = (self.per_address, self.unkeyed);
         let Some(tls) = &mut self.tls else {
             let (io, addr, place, from, probation) = accept_tcp(&self.inner, &self.places, &self.from, shares).await;
@@ -749,17 +753,26 @@ impl tokio::io::AsyncRead for Held {
         cx: &mut std::task::Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
+        // A client that sends and never reads holds no more of revis's work
+        // than its unwritten answer: its next requests wait in its socket.
+        // The write that unblocks wakes this task (`timed`); one that never
+        // does fails at the write timeout.
+        if self.blocked {
+            return std::task::Poll::Pending;
+        }
         on_io!(self, s => std::pin::Pin::new(s).poll_read(cx, buf))
     }
 }
 
 impl Held {
     /// A write's outcome, with the stall timer: armed when it waits, reset
-    /// when it makes progress, an error once it has waited `write_timeout`.
+    /// when it makes progress, an error once it has waited `write_timeout`;
+    /// reads are held back while it waits.
     fn timed<T>(&mut self, cx: &mut std::task::Context<'_>, r: std::task::Poll<std::io::Result<T>>) -> std::task::Poll<std::io::Result<T>> {
         use std::future::Future as _;
         match r {
             std::task::Poll::Pending => {
+                self.blocked = true;
                 let limit = self.write_timeout;
                 let stalled = self.stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
                 if stalled.as_mut().poll(cx).is_ready() {
@@ -772,6 +785,10 @@ impl Held {
             }
             ready => {
                 self.stalled = None;
+                if std::mem::take(&mut self.blocked) {
+                    // A read held back meanwhile goes on.
+                    cx.waker().wake_by_ref();
+                }
                 ready
             }
         }
@@ -836,6 +853,52 @@ fn new_id(prefix: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// While a write waits on a client that reads nothing, nothing more is
+    /// read from it (no further pipelined request reaches hyper); when the
+    /// client reads and the write goes on, reading does too.
+    #[tokio::test]
+    async fn nothing_more_is_read_while_a_write_waits_on_the_client() {
+        use std::pin::Pin;
+        use std::task::Poll;
+        use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (server, addr) = listener.accept().await.unwrap();
+        let place = Arc::new(Semaphore::new(1)).acquire_owned().await.unwrap();
+        let from = Arc::new(FromAddress { from: ByAddress::default(), ip: addr.ip(), keyed: false.into() });
+        let mut held = Held {
+            io: Io::Plain(server),
+            _place: place,
+            from,
+            probation: false,
+            write_timeout: Duration::from_secs(60),
+            stalled: None,
+            blocked: false,
+        };
+        let chunk = vec![7u8; 64 << 10];
+        let mut written = 0;
+        loop {
+            match std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut held).poll_write(cx, &chunk))).await {
+                Poll::Ready(Ok(n)) => written += n,
+                Poll::Ready(Err(e)) => panic!("{e}"),
+                Poll::Pending => break,
+            }
+        }
+        client.write_all(b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n").await.unwrap();
+        let Io::Plain(inner) = &held.io else { unreachable!() };
+        inner.readable().await.unwrap();
+        let mut space = [0u8; 256];
+        let mut buf = tokio::io::ReadBuf::new(&mut space);
+        let read = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut held).poll_read(cx, &mut buf))).await;
+        assert!(read.is_pending(), "a request was read while the answer waited");
+        let mut sink = vec![0u8; written];
+        client.read_exact(&mut sink).await.unwrap();
+        std::future::poll_fn(|cx| Pin::new(&mut held).poll_write(cx, b"end")).await.unwrap();
+        let mut buf = tokio::io::ReadBuf::new(&mut space);
+        std::future::poll_fn(|cx| Pin::new(&mut held).poll_read(cx, &mut buf)).await.unwrap();
+        assert!(buf.filled().starts_with(b"GET /v1/models"), "{:?}", String::from_utf8_lossy(buf.filled()));
+    }
 
     #[test]
     fn loopback_is_one_peer_and_ipv6_counts_by_its_64() {
