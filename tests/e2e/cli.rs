@@ -176,17 +176,48 @@ fn revis_yes_takes_what_people_write_and_names_itself_when_wrong() {
 }
 
 #[test]
-fn profile_shows_the_facts_revis_has_learned() {
+fn profile_shows_the_facts_revis_has_learned_and_the_person_forgets_and_adds() {
     let revis = Revis::new(None);
     assert!(revis.ok(&["profile"]).contains("revis has not learned anything about you yet"));
     let store = revis.store();
+    let conversation = store.create_conversation("").unwrap();
+    let told = store.append_user(conversation, "Hi! I live in Lyon now.").unwrap();
     let facts = ["The user's name is Ada.", "The user lives in Lyon.", "The user plays the cello."];
-    let ids: Vec<_> = facts.iter().map(|f| store.add_fact(f, None).unwrap()).collect();
-    store.remove_fact(ids[1]).unwrap();
+    let ids: Vec<_> = facts
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            if i == 1 { store.add_fact_said(f, Some(told), Some("I live in Lyon now.")) } else { store.add_fact(f, None) }.unwrap()
+        })
+        .collect();
+    store.remove_fact(ids[0]).unwrap();
     drop(store);
     let out = revis.ok(&["profile"]);
-    let want: Vec<String> = [0, 2].iter().map(|&i| format!("{:>4}  {}", ids[i].0, facts[i])).collect();
-    assert_eq!(out.lines().collect::<Vec<_>>(), want, "the facts the store holds, oldest first, with their ids");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], format!("{:>4}  {}", ids[1].0, facts[1]), "{out}");
+    assert_eq!(
+        lines[1],
+        format!("      from what you said in conversation {conversation} (message {told}), just now: \"I live in Lyon now.\""),
+        "where and when: {out}"
+    );
+    assert_eq!(lines[2], format!("{:>4}  {}", ids[2].0, facts[2]), "{out}");
+    assert_eq!(lines[3], "      added or merged just now", "{out}");
+    assert_eq!(lines.len(), 4, "the facts the store holds, oldest first, with their ids: {out}");
+
+    // Forgotten, it is gone; a fact that is not there is an error naming it.
+    assert_eq!(revis.ok(&["profile", "forget", &ids[1].0.to_string()]).trim(), format!("forgot fact {}", ids[1]));
+    assert!(!revis.ok(&["profile"]).contains(facts[1]));
+    let err = revis.fails(&["profile", "forget", &ids[1].0.to_string()]);
+    assert!(err.contains(&format!("there is no fact {}", ids[1])), "{err}");
+    // Added in the first person, it is kept as the person's words; once.
+    let added = revis.ok(&["profile", "add", "I'm vegetarian"]);
+    assert!(added.ends_with("The user said: \"I'm vegetarian\"\n"), "{added}");
+    assert!(revis.ok(&["profile", "add", "I'm vegetarian"]).contains("revis knows that already"));
+    let long = "x".repeat(161);
+    assert!(revis.fails(&["profile", "add", &long]).contains("at most 160"));
+    assert_eq!(revis.store().facts().unwrap().len(), 2);
+    assert_eq!(revis.ok(&["profile", "forget", "--all"]).trim(), "forgot 2 facts");
+    assert!(revis.ok(&["profile"]).contains("revis has not learned anything about you yet"));
 }
 
 #[tokio::test]

@@ -126,20 +126,26 @@ async fn a_conversation_persists_across_client_restarts() {
     }
 }
 
-/// Every fact in the profile is grounded in the user's message it names
-/// (words the user said, never a world fact from a question or the
-/// assistant's reply), and each is stored once.
+/// Every fact in the profile rests on words of the user's message it names,
+/// exactly as written (never a world fact from a question or the
+/// assistant's reply): a fact shown as the user's words is exactly those
+/// words, one in other words follows from them; and each is stored once.
 fn assert_facts_are_grounded(store: &revis_store::Store, conv: revis_store::ConversationId) {
-    use revis_orchestrator::conversation::grounded;
+    use revis_orchestrator::conversation::follows;
     let said: std::collections::HashMap<revis_store::MessageId, String> =
         store.messages(conv).unwrap().into_iter().filter(|m| m.role == revis_store::Role::User).map(|m| (m.id, m.text)).collect();
-    let stored: Vec<(String, revis_store::MessageId)> =
-        store.facts().unwrap().into_iter().map(|f| (f.text, f.source.expect("a fact names its message"))).collect();
-    for (fact, source) in &stored {
-        let message = said.get(source).unwrap_or_else(|| panic!("{fact:?} names {source:?}, which is not a message of the user's"));
-        assert!(grounded(fact, message), "{fact:?} was stored, but is not grounded in {message:?}");
+    let stored = store.facts().unwrap();
+    for f in &stored {
+        let source = f.source.unwrap_or_else(|| panic!("{f:?} names no message"));
+        let message = said.get(&source).unwrap_or_else(|| panic!("{f:?} names {source:?}, which is not a message of the user's"));
+        let words = f.said.as_deref().unwrap_or_else(|| panic!("{f:?} keeps no words of the user's"));
+        assert!(message.contains(words), "{f:?} rests on words not in {message:?}");
+        match f.text.strip_prefix("The user said: \"") {
+            Some(quoted) => assert_eq!(quoted.strip_suffix('"'), Some(words), "a quotation is exactly the user's words"),
+            None => assert!(follows(&f.text, words), "{f:?} does not follow from the words it rests on"),
+        }
     }
-    let distinct: std::collections::BTreeSet<String> = stored.iter().map(|(f, _)| f.to_lowercase()).collect();
+    let distinct: std::collections::BTreeSet<String> = stored.iter().map(|f| f.text.to_lowercase()).collect();
     assert_eq!(distinct.len(), stored.len(), "each fact once: {stored:?}");
 }
 

@@ -32,7 +32,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::ValueEnum;
 use revis_client::{Client, GenerateParams, Message, Priority, Runner, Sampling};
-use revis_orchestrator::conversation::{Chat, RULES, about_user, extract_facts, profile_facts, repeats_itself, rules_for};
+use revis_orchestrator::conversation::{Chat, RULES, about_user, extract_facts, profile_facts, repeats_itself, rules_for, statements};
 use revis_orchestrator::{Policies, TaskKind, check};
 use revis_store::Store;
 use serde::Deserialize;
@@ -462,7 +462,8 @@ async fn profile(client: &Client, data: &Path, quick_items: usize, r: &mut Model
         let (extracted, stored) = match about_user(&it.text) {
             Some(said) => {
                 let v = extract_facts(client, tier, &said).await.unwrap_or_default();
-                (v["facts"].to_string(), profile_facts(&v, &said))
+                let stored: Vec<String> = profile_facts(&v, &statements(&it.text)).into_iter().map(|l| l.text).collect();
+                (v["facts"].to_string(), stored)
             }
             None => ("(not asked)".to_owned(), Vec::new()),
         };

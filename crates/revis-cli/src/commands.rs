@@ -10,7 +10,7 @@ use revis_client::{Client, ClientError, Done, Format, GenerateParams, Message, P
 use serde_json::json;
 
 use crate::input::{Input, Terminal};
-use crate::{Cli, Cmd, HistoryCmd};
+use crate::{Cli, Cmd, HistoryCmd, ProfileCmd};
 use revis_orchestrator::conversation::{Chat, EscalatedBy, TurnNote};
 use revis_store::{ConversationId, MessageState, Role, Store};
 
@@ -79,6 +79,10 @@ pub struct ChatArgs {
     /// machine may lose; Ctrl-C loses nothing).
     #[arg(long, hide = true, default_value_t = revis_orchestrator::conversation::PARTIAL_SAVE_EVERY.as_millis() as u64)]
     save_every_ms: u64,
+    /// Learn nothing from this conversation: no fact about you is taken from it (what revis already knows
+    /// is still used; `revis profile` shows it).
+    #[arg(long)]
+    no_memory: bool,
     /// Let an answer that repeats itself run on to its end (for tests that need a long answer).
     #[arg(long, hide = true)]
     no_loop_guard: bool,
@@ -153,7 +157,7 @@ async fn command(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Offload(a) => crate::nodes::offload(paths, explicit_socket, a).await,
         Cmd::Ensemble(a) => crate::ensemble::ensemble(paths, explicit_socket, a).await,
         Cmd::History { show } => history(paths, show),
-        Cmd::Profile => profile(paths),
+        Cmd::Profile { cmd } => profile(paths, cmd),
         Cmd::Nodes(a) => crate::nodes::nodes(paths, a).await,
         Cmd::Pair(a) => crate::nodes::pair(paths, a).await,
         Cmd::Unpair { node } => crate::nodes::unpair(paths, &node),
@@ -335,16 +339,76 @@ fn history(paths: &Paths, show: Option<HistoryCmd>) -> anyhow::Result<ExitCode> 
     Ok(ExitCode::SUCCESS)
 }
 
-fn profile(paths: &Paths) -> anyhow::Result<ExitCode> {
+fn profile(paths: &Paths, cmd: Option<ProfileCmd>) -> anyhow::Result<ExitCode> {
+    use revis_orchestrator::conversation::{MAX_FACT_CHARS, MAX_PROFILE_FACTS, as_told};
     let store = crate::session::open_store(paths)?;
-    let facts = store.facts()?;
-    if facts.is_empty() {
-        println!("revis has not learned anything about you yet");
-    }
-    for f in facts {
-        println!("{:>4}  {}", f.id, f.text);
+    match cmd {
+        None => {
+            let facts = store.facts()?;
+            if facts.is_empty() {
+                println!("revis has not learned anything about you yet (`revis profile add \"...\"` tells it)");
+            }
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+            for f in facts {
+                println!("{:>4}  {}", f.id, f.text);
+                let ago = ago(now.saturating_sub(f.created_ms));
+                match (f.source, &f.said) {
+                    (Some(m), Some(said)) if !f.text.contains(said.as_str()) => {
+                        println!("      from what you said in conversation {} (message {m}), {ago}: \"{said}\"", m.conversation)
+                    }
+                    (Some(m), _) => println!("      from conversation {} (message {m}), {ago}", m.conversation),
+                    (None, _) => println!("      added or merged {ago}"),
+                }
+            }
+        }
+        Some(ProfileCmd::Forget { all: true, .. }) => {
+            let facts = store.facts()?;
+            for f in &facts {
+                store.remove_fact(f.id)?;
+            }
+            println!("forgot {} facts", facts.len());
+        }
+        Some(ProfileCmd::Forget { id, .. }) => {
+            let id = revis_store::FactId(id.context("name the fact to forget (its number in `revis profile`), or --all")?);
+            if !store.remove_fact(id)? {
+                bail!("there is no fact {id}; `revis profile` lists them");
+            }
+            println!("forgot fact {id}");
+        }
+        Some(ProfileCmd::Add { fact }) => {
+            let fact = fact.trim();
+            if fact.is_empty() {
+                bail!("the fact is empty");
+            }
+            let chars = fact.chars().count();
+            if chars > MAX_FACT_CHARS {
+                bail!("the fact is {chars} characters; a fact holds at most {MAX_FACT_CHARS}: split it into shorter ones");
+            }
+            let facts = store.facts()?;
+            if facts.len() >= MAX_PROFILE_FACTS {
+                bail!("the profile holds {} facts, its limit ({MAX_PROFILE_FACTS}): `revis profile forget` some first", facts.len());
+            }
+            let text = as_told(fact);
+            if let Some(same) = facts.iter().find(|f| f.text.eq_ignore_ascii_case(&text)) {
+                println!("revis knows that already (fact {})", same.id);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let id = store.add_fact(&text, None)?;
+            println!("{id:>4}  {text}");
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How long ago, in words: "just now", "5 min ago", "3 h ago", "2 days ago".
+fn ago(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0..60 => "just now".into(),
+        60..3600 => format!("{} min ago", s / 60),
+        3600..86_400 => format!("{} h ago", s / 3600),
+        _ => format!("{} days ago", s / 86_400),
+    }
 }
 
 async fn chat<D: Runner>(daemon: D, store: Store, a: ChatArgs) -> anyhow::Result<ExitCode> {
@@ -367,6 +431,7 @@ async fn chat<D: Runner>(daemon: D, store: Store, a: ChatArgs) -> anyhow::Result
     chat.deep_max_tokens = Some(a.deep_max_tokens);
     chat.titling = true;
     chat.loop_guard = !a.no_loop_guard;
+    chat.learn = !a.no_memory;
     // The rules and checks measured for the models that answer (docs/QUALITY.md).
     chat.fit_to_model().await?;
     let interactive = std::io::stdin().is_terminal();

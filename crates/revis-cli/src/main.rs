@@ -81,8 +81,11 @@ pub enum Cmd {
         #[command(subcommand)]
         show: Option<HistoryCmd>,
     },
-    /// What revis has learned about you.
-    Profile,
+    /// What revis has learned about you, with where and when you said it; forget or add facts.
+    Profile {
+        #[command(subcommand)]
+        cmd: Option<ProfileCmd>,
+    },
     /// Other machines' daemons: discovered on the LAN, and paired ones with their health.
     Nodes(nodes::NodesArgs),
     /// Pair with another machine's daemon, using the code it shows (`revisd pair` there).
@@ -102,6 +105,20 @@ pub enum Cmd {
 pub enum HistoryCmd {
     /// Show a conversation's messages.
     Show { id: u64 },
+}
+
+#[derive(Subcommand)]
+pub enum ProfileCmd {
+    /// Forget a fact (its number in `revis profile`), or every fact with --all. A fact forgotten
+    /// comes back only if you say it again.
+    Forget {
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        id: Option<u64>,
+        #[arg(long)]
+        all: bool,
+    },
+    /// Tell revis a fact about yourself ("I'm vegetarian"); it goes into every conversation's prompt.
+    Add { fact: String },
 }
 
 fn main() -> ExitCode {

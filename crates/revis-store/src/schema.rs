@@ -92,6 +92,8 @@ pub(crate) struct FactRecord {
     pub text: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<MessageId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub said: Option<String>,
     pub created_ms: u64,
 }
 
@@ -214,8 +216,12 @@ mod tests {
             completed_ms: Some(4),
         };
         expect![[r#"{"role":"user","text":"Hello","state":"complete","created_ms":4,"completed_ms":4}"#]].assert_eq(&show(json(&user)));
-        let fact =
-            FactRecord { text: "Likes tea".into(), source: Some(MessageId { conversation: ConversationId(1), seq: 0 }), created_ms: 6 };
+        let fact = FactRecord {
+            text: "Likes tea".into(),
+            source: Some(MessageId { conversation: ConversationId(1), seq: 0 }),
+            said: None,
+            created_ms: 6,
+        };
         expect![[r#"{"text":"Likes tea","source":{"conversation":1,"seq":0},"created_ms":6}"#]].assert_eq(&show(json(&fact)));
         let summary = SummaryRecord { covers_up_to: 7, text: "They planned".into(), created_ms: 8 };
         expect![[r#"{"covers_up_to":7,"text":"They planned","created_ms":8}"#]].assert_eq(&show(json(&summary)));

@@ -359,28 +359,80 @@ impl Conn {
 #[serde(tag = "op", rename_all = "snake_case")]
 enum Request {
     Flush,
-    CreateConversation { title: String },
+    CreateConversation {
+        title: String,
+    },
     Conversations,
-    Conversation { id: ConversationId },
-    SetTitle { id: ConversationId, title: String },
-    DeleteConversation { id: ConversationId },
-    AppendUser { conversation: ConversationId, text: String },
-    BeginReply { conversation: ConversationId, tier: String },
-    UpdateReply { id: MessageId, text: String },
-    CutReply { id: MessageId, shown: String },
-    CompleteReply { id: MessageId, text: String },
-    Rewind { from: MessageId },
-    Messages { conversation: ConversationId },
-    MessagesAfter { after: MessageId },
-    Message { id: MessageId },
-    AddFact { fact: String, source: Option<MessageId> },
+    Conversation {
+        id: ConversationId,
+    },
+    SetTitle {
+        id: ConversationId,
+        title: String,
+    },
+    DeleteConversation {
+        id: ConversationId,
+    },
+    AppendUser {
+        conversation: ConversationId,
+        text: String,
+    },
+    BeginReply {
+        conversation: ConversationId,
+        tier: String,
+    },
+    UpdateReply {
+        id: MessageId,
+        text: String,
+    },
+    CutReply {
+        id: MessageId,
+        shown: String,
+    },
+    CompleteReply {
+        id: MessageId,
+        text: String,
+    },
+    Rewind {
+        from: MessageId,
+    },
+    Messages {
+        conversation: ConversationId,
+    },
+    MessagesAfter {
+        after: MessageId,
+    },
+    Message {
+        id: MessageId,
+    },
+    AddFact {
+        fact: String,
+        source: Option<MessageId>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        said: Option<String>,
+    },
     Facts,
-    RemoveFact { id: FactId },
-    PutSummary { conversation: ConversationId, covers_up_to: MessageId, text: String },
-    Summary { conversation: ConversationId },
-    SetSetting { key: String, value: serde_json::Value },
-    Setting { key: String },
-    RemoveSetting { key: String },
+    RemoveFact {
+        id: FactId,
+    },
+    PutSummary {
+        conversation: ConversationId,
+        covers_up_to: MessageId,
+        text: String,
+    },
+    Summary {
+        conversation: ConversationId,
+    },
+    SetSetting {
+        key: String,
+        value: serde_json::Value,
+    },
+    Setting {
+        key: String,
+    },
+    RemoveSetting {
+        key: String,
+    },
 }
 
 impl Request {
@@ -421,7 +473,7 @@ impl Request {
             Self::Messages { conversation } => v(db.messages(conversation)),
             Self::MessagesAfter { after } => v(db.messages_after(after)),
             Self::Message { id } => v(db.message(id)),
-            Self::AddFact { fact, source } => v(db.add_fact(&fact, source)),
+            Self::AddFact { fact, source, said } => v(db.add_fact_said(&fact, source, said.as_deref())),
             Self::Facts => v(db.facts()),
             Self::RemoveFact { id } => v(db.remove_fact(id)),
             Self::PutSummary { conversation, covers_up_to, text } => v(db.put_summary(conversation, covers_up_to, &text)),
@@ -689,7 +741,14 @@ impl Store {
 
     /// Adds a fact about the user (on disk when it returns).
     pub fn add_fact(&self, fact: &str, source: Option<MessageId>) -> Result<FactId> {
-        self.call(Request::AddFact { fact: fact.into(), source }, |db| db.add_fact(fact, source))
+        self.add_fact_said(fact, source, None)
+    }
+
+    /// Adds a fact about the user with the message it came from and the
+    /// words of that message it rests on (see [`crate::Fact::said`]).
+    pub fn add_fact_said(&self, fact: &str, source: Option<MessageId>, said: Option<&str>) -> Result<FactId> {
+        let request = Request::AddFact { fact: fact.into(), source, said: said.map(str::to_owned) };
+        self.call(request, |db| db.add_fact_said(fact, source, said))
     }
 
     /// Every fact, oldest first.

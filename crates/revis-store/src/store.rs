@@ -284,13 +284,15 @@ impl Db {
 
     // ---- profile facts ----
 
-    /// Adds a fact about the user, optionally with the message it came from.
-    pub fn add_fact(&self, fact: &str, source: Option<MessageId>) -> Result<FactId> {
+    /// Adds a fact about the user with the message it came from and the
+    /// words of that message it rests on.
+    pub fn add_fact_said(&self, fact: &str, source: Option<MessageId>, said: Option<&str>) -> Result<FactId> {
         let now = now_ms();
         let meta: &sled::Tree = &self.db;
+        let said = said.map(str::to_owned);
         let id = self.tx((meta, &self.facts).transaction(|(meta, facts)| {
             let id = self.next_id(meta, NEXT_FACT_KEY)?;
-            facts.insert(&u64_key(id), json(&FactRecord { text: fact.to_owned(), source, created_ms: now }))?;
+            facts.insert(&u64_key(id), json(&FactRecord { text: fact.to_owned(), source, said: said.clone(), created_ms: now }))?;
             Ok(FactId(id))
         }))?;
         self.flush()?;
@@ -307,6 +309,7 @@ impl Db {
                 id: FactId(self.key_u64(FACTS, &key)?),
                 text: record.text,
                 source: record.source,
+                said: record.said,
                 created_ms: record.created_ms,
             });
         }

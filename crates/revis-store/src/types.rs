@@ -151,6 +151,9 @@ pub struct Fact {
     /// The message it was learned from, if any (it may since have been
     /// deleted with its conversation).
     pub source: Option<MessageId>,
+    /// The words of that message it rests on, exactly as the person wrote
+    /// them (None: added by hand, merged, or stored before revis kept them).
+    pub said: Option<String>,
     /// When it was added, unix ms.
     pub created_ms: u64,
 }

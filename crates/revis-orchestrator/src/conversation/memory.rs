@@ -64,13 +64,14 @@ impl<D: Runner> Memory<D> {
     /// about the world) costs no call and adds nothing.
     pub(super) fn extract(&self, user_text: &str, user: revis_store::MessageId) {
         let Some(said) = about_user(user_text) else { return };
+        let message = user_text.to_owned();
         let facts = *self.policies.get(TaskKind::ExtractFacts);
         let (daemon, store) = (self.daemon.clone(), self.store.clone());
         let _done = self.background.submit(facts.rank, async move {
             match extract_facts(&daemon, facts.tier, &said).await {
                 Ok(v) => {
                     // Store calls fsync: off the async runtime.
-                    let _ = tokio::task::spawn_blocking(move || store_facts(&store, &v, &said, user)).await;
+                    let _ = tokio::task::spawn_blocking(move || store_facts(&store, &v, &statements(&message), user)).await;
                 }
                 Err(e) => tracing::warn!("profile extraction failed: {e}"),
             }
@@ -184,11 +185,12 @@ pub async fn extract_facts<D: Runner>(daemon: &D, tier: Tier, said: &str) -> Res
     structured::run(daemon, tier, &task, &schema).await
 }
 
-/// Stores the extracted facts that are new and pass [`profile_facts`] (blocks).
-fn store_facts(store: &Store, v: &serde_json::Value, said: &str, source: revis_store::MessageId) {
+/// Stores the extracted facts that are new and pass [`profile_facts`],
+/// each with the person's words it rests on (blocks).
+fn store_facts(store: &Store, v: &serde_json::Value, statements: &[&str], source: revis_store::MessageId) {
     let mut known: Vec<String> = store.facts().map(|f| f.into_iter().map(|f| f.text).collect()).unwrap_or_default();
-    for fact in profile_facts(v, said) {
-        let fact = fact.as_str();
+    for learned in profile_facts(v, statements) {
+        let fact = learned.text.as_str();
         if known.iter().any(|k| k.eq_ignore_ascii_case(fact)) {
             continue;
         }
@@ -200,7 +202,7 @@ fn store_facts(store: &Store, v: &serde_json::Value, said: &str, source: revis_s
             tracing::warn!("the profile holds {} facts, its limit ({MAX_PROFILE_FACTS}): a new one was not stored", known.len());
             break;
         }
-        match store.add_fact(fact, Some(source)) {
+        match store.add_fact_said(fact, Some(source), Some(&learned.said)) {
             Ok(_) => known.push(fact.to_owned()),
             Err(e) => tracing::warn!("storing a profile fact failed: {e}"),
         }
@@ -225,6 +227,13 @@ fn words(text: &str) -> Vec<String> {
 /// with my essay") or hypotheticals ("If I were a cat..."). Facts about the
 /// world, questions and the assistant's words never reach the profile.
 pub fn about_user(message: &str) -> Option<String> {
+    let kept = statements(message);
+    (!kept.is_empty()).then(|| kept.join(" "))
+}
+
+/// The sentences [`about_user`] keeps, each exactly as the person wrote it
+/// (a part of `message`, trimmed).
+pub fn statements(message: &str) -> Vec<&str> {
     const NOT_A_STATEMENT: &[&str] = &[
         "if",
         "suppose",
@@ -268,20 +277,45 @@ pub fn about_user(message: &str) -> Option<String> {
             }
         }
     }
-    (!kept.is_empty()).then(|| kept.join(" "))
+    kept
+}
+
+/// A fact the person tells revis directly (`revis profile add`), as the
+/// profile keeps it: in the first person ("I'm vegetarian") as their words,
+/// `The user said: "I'm vegetarian"`, as a learned one is; otherwise as
+/// written.
+pub fn as_told(fact: &str) -> String {
+    if words(fact).iter().any(|w| FIRST_PERSON.contains(&w.as_str())) { format!("The user said: \"{fact}\"") } else { fact.to_owned() }
+}
+
+/// A fact for the profile and the person's own words it rests on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Learned {
+    /// The fact as the profile shows it and prompts carry it.
+    pub text: String,
+    /// The words of the person's message it rests on, exactly as written.
+    pub said: String,
 }
 
 /// The facts of an extraction (`{"facts": [...]}`) that may go into the
-/// profile: about the user (they say "the user", speak of them as he, she
-/// or they, begin with a name the user gave themselves or someone of
-/// theirs, "I'm Ada", "my sister Ines", or keep the user's own first person,
-/// then stored as what the user said) and [`grounded`] in what they said
-/// about themselves; the model's list numbering is dropped, and each is
-/// kept once. "Paris is the capital of France", taken from "I live in
-/// Paris", is not about the user.
-pub fn profile_facts(extracted: &serde_json::Value, said: &str) -> Vec<String> {
-    let names = names_in(said);
-    let mut out: Vec<String> = Vec::new();
+/// profile, from a message's [`statements`]: about the user (they say "the
+/// user", speak of them as he, she or they, begin with a name the user gave
+/// themselves or someone of theirs, "I'm Ada", "my sister Ines", or keep
+/// the user's own first person, then [`grounded`] in what they said); the
+/// model's list numbering is dropped, and each is kept once. "Paris is the
+/// capital of France", taken from "I live in Paris", is not about the user.
+///
+/// Nothing is invented, by construction: each fact keeps the sentence it
+/// rests on (the one sharing most of its words), exactly as written. A fact
+/// in the first person is shown as the person's words: the fact itself when
+/// they wrote exactly that, else their whole sentence, never the model's
+/// rewording ("I'm a high school principal" from "I teach chemistry at a
+/// high school"). A fact in other words is kept only if it [`follows`] from
+/// its sentence: every name, number and word of substance in it is there.
+pub fn profile_facts(extracted: &serde_json::Value, statements: &[&str]) -> Vec<Learned> {
+    let said = statements.join(" ");
+    let names = names_in(&said);
+    let mut out: Vec<Learned> = Vec::new();
     for fact in extracted["facts"].as_array().into_iter().flatten().filter_map(|f| f.as_str()) {
         let fact = fact.trim().trim_start_matches(|c: char| c.is_ascii_digit() || matches!(c, '.' | ')' | '-' | '*' | ' ')).trim();
         let w = words(fact);
@@ -290,15 +324,123 @@ pub fn profile_facts(extracted: &serde_json::Value, said: &str) -> Vec<String> {
             .any(|w| matches!(w.as_str(), "user" | "user's" | "users" | "he" | "she" | "they" | "his" | "her" | "their" | "them" | "him"))
             || w.first().is_some_and(|first| names.contains(first));
         let first = w.iter().any(|w| FIRST_PERSON.contains(&w.as_str()));
-        if !(third || first) || !grounded(fact, said) {
+        // A fact in other words must follow from its sentence (below); one
+        // in the first person must share most of its words with what was said.
+        if !(third || first) || (!third && !grounded(fact, &said)) {
             continue;
         }
-        let kept = if third { fact.to_owned() } else { format!("The user said: \"{fact}\"") };
-        if !out.iter().any(|k| k.eq_ignore_ascii_case(&kept)) {
-            out.push(kept);
+        let Some(source) = resting_on(fact, statements) else { continue };
+        let learned = if third {
+            if !follows(fact, source) {
+                continue;
+            }
+            Learned { text: fact.to_owned(), said: source.to_owned() }
+        } else {
+            let quoted = verbatim(fact, statements).unwrap_or(source);
+            Learned { text: format!("The user said: \"{quoted}\""), said: quoted.to_owned() }
+        };
+        if !out.iter().any(|k| k.text.eq_ignore_ascii_case(&learned.text)) {
+            out.push(learned);
         }
     }
     out
+}
+
+/// The first four letters of each word of four letters or more, lower-cased
+/// (so "lives" meets "live", "teaches" meets "teach").
+fn stems(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.chars().count() >= 4)
+        .map(|w| w.to_lowercase().chars().take(4).collect())
+        .collect()
+}
+
+/// The statement `fact` shares most of its words with (the first on a tie), if any.
+fn resting_on<'a>(fact: &str, statements: &[&'a str]) -> Option<&'a str> {
+    let fact = stems(fact);
+    let shared = |s: &str| {
+        let s = s.to_lowercase();
+        fact.iter().filter(|w| s.contains(w.as_str())).count()
+    };
+    let (best, n) = statements.iter().map(|s| (*s, shared(s))).fold((None, 0), |b, (s, n)| if n > b.1 { (Some(s), n) } else { b });
+    best.filter(|_| n > 0)
+}
+
+/// `fact` (without its closing punctuation) where a statement holds it
+/// exactly: that part of the statement.
+fn verbatim<'a>(fact: &str, statements: &[&'a str]) -> Option<&'a str> {
+    let fact = fact.trim_end_matches(['.', '!', ';', ',', ' ']);
+    if fact.is_empty() {
+        return None;
+    }
+    statements.iter().find_map(|s| s.find(fact).map(|at| &s[at..at + fact.len()]))
+}
+
+/// Words a fact in other words may use that its sentence need not hold:
+/// how facts about a person are put ("The user's name is…", "lives in…").
+const PHRASING: &[&str] = &[
+    "user",
+    "user's",
+    "users",
+    "name",
+    "named",
+    "called",
+    "lives",
+    "living",
+    "works",
+    "working",
+    "likes",
+    "loves",
+    "enjoys",
+    "years",
+    "their",
+    "them",
+    "they",
+    "have",
+    "been",
+    "with",
+    "from",
+    "that",
+    "this",
+    "currently",
+    "also",
+    "there",
+    "person",
+    "whose",
+    "which",
+    "where",
+    "when",
+    "owns",
+    "some",
+    "about",
+    "being",
+    "does",
+    "used",
+    "wants",
+    "would",
+    "into",
+];
+
+/// Whether a fact in other words follows from `sentence`: every number in
+/// it, every capitalised word but its first (a name, a place), and every
+/// other word of four letters or more, but [`PHRASING`], is in the sentence
+/// (words by their first four letters).
+pub fn follows(fact: &str, sentence: &str) -> bool {
+    let lower = sentence.to_lowercase();
+    let numbers_there = fact.split(|c: char| !c.is_ascii_digit()).filter(|n| !n.is_empty()).all(|n| sentence.contains(n));
+    let tokens: Vec<&str> = fact.split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '’')).filter(|w| !w.is_empty()).collect();
+    let words_there = tokens.iter().enumerate().all(|(i, w)| {
+        let plain = w.to_lowercase().replace('’', "'");
+        let name = i > 0 && w.chars().next().is_some_and(char::is_uppercase) && *w != "I";
+        if name {
+            return lower.contains(plain.trim_end_matches("'s"));
+        }
+        if plain.chars().count() < 4 || PHRASING.contains(&plain.as_str()) || plain.chars().all(|c| c.is_ascii_digit()) {
+            return true;
+        }
+        lower.contains(&plain.chars().take(4).collect::<String>())
+    });
+    numbers_there && words_there
 }
 
 /// The names the user gives in `said`, lower-cased: a capitalised word
@@ -356,13 +498,17 @@ pub const MAX_FACT_CHARS: usize = 160;
 
 /// Replaces `old` facts by the model's merged list, losing nothing: a
 /// merged fact is kept only if it is grounded in the old facts (nothing
-/// invented), and an old fact is removed only if the merged list covers
-/// its words (nothing dropped). Returns how many facts there are after.
+/// invented; a quotation only if the profile holds exactly it), and an old
+/// fact is removed only if the merged list covers its words (nothing
+/// dropped). A merged fact keeps the source and words of the old fact it
+/// shares most words with. Returns how many facts there are after.
 fn replace_facts(store: &Store, old: &[revis_store::Fact], merged: &serde_json::Value) -> Result<usize, ChatError> {
     let old_text = old.iter().map(|f| f.text.as_str()).collect::<Vec<_>>().join("\n");
     let mut kept: Vec<String> = Vec::new();
     for fact in merged["facts"].as_array().into_iter().flatten().filter_map(|f| f.as_str()).map(str::trim) {
-        if grounded(fact, &old_text) && !kept.iter().any(|k| k.eq_ignore_ascii_case(fact)) {
+        // A quotation stays exactly one the profile holds: merging never rewords the person's words.
+        let quotes_anew = fact.starts_with("The user said:") && !old.iter().any(|f| f.text == fact);
+        if !quotes_anew && grounded(fact, &old_text) && !kept.iter().any(|k| k.eq_ignore_ascii_case(fact)) {
             kept.push(fact.to_owned());
         }
     }
@@ -373,7 +519,10 @@ fn replace_facts(store: &Store, old: &[revis_store::Fact], merged: &serde_json::
         return Ok(old.len());
     }
     for fact in &kept {
-        store.add_fact(fact, None)?;
+        // It keeps the source and the words of the old fact it shares most words with.
+        let texts: Vec<&str> = old.iter().map(|f| f.text.as_str()).collect();
+        let from = resting_on(fact, &texts).and_then(|t| old.iter().find(|f| f.text == t));
+        store.add_fact_said(fact, from.and_then(|f| f.source), from.and_then(|f| f.said.as_deref()))?;
     }
     for f in &covered {
         store.remove_fact(f.id)?;
@@ -408,10 +557,16 @@ mod tests {
 
     #[test]
     fn only_grounded_facts_about_the_user_are_kept() {
+        let texts =
+            |v: &serde_json::Value, message: &str| profile_facts(v, &statements(message)).into_iter().map(|l| l.text).collect::<Vec<_>>();
         let own = json!({"facts": ["1. I'm 71 and took up painting.", "2. I'm 71 and took up painting.", "I am a famous astronaut."]});
         assert_eq!(
-            profile_facts(&own, "I'm 71 and just took up watercolour painting."),
-            vec!["The user said: \"I'm 71 and took up painting.\""]
+            profile_facts(&own, &statements("I'm 71 and just took up watercolour painting.")),
+            vec![Learned {
+                text: "The user said: \"I'm 71 and just took up watercolour painting.\"".into(),
+                said: "I'm 71 and just took up watercolour painting.".into()
+            }],
+            "the model's rewording is not shown as the person's words: their sentence is"
         );
         let said = "My sister Ines lives in Porto and I teach maths.";
         let v = json!({"facts": [
@@ -420,12 +575,60 @@ mod tests {
             "Porto is a city in Portugal.",
             "The user is a famous astronaut.",
         ]});
-        assert_eq!(profile_facts(&v, said), vec!["The user's sister Ines lives in Porto.", "The user teaches maths."]);
+        assert_eq!(texts(&v, said), vec!["The user's sister Ines lives in Porto.", "The user teaches maths."]);
         let named = json!({"facts": ["Ada lives in London.", "2. Ines is a nurse.", "3. Ines is a nurse.", "London is in England."]});
         assert_eq!(
-            profile_facts(&named, "I'm Ada and I live in London; my sister Ines is a nurse."),
+            texts(&named, "I'm Ada and I live in London; my sister Ines is a nurse."),
             vec!["Ada lives in London.", "Ines is a nurse."]
         );
-        assert!(profile_facts(&json!({}), said).is_empty());
+        assert!(texts(&json!({}), said).is_empty());
+    }
+
+    /// The issue's invented quotations and details: none is stored as said.
+    #[test]
+    fn quotations_are_the_persons_words_and_details_are_not_added() {
+        let message = "I moved to Vancouver last year; I teach chemistry at a high school. Call me Priya.";
+        let v = json!({"facts": ["I'm a high school principal.", "The user teaches chemistry at a high school in Vancouver.", "The user's name is Priya."]});
+        let got = profile_facts(&v, &statements(message));
+        let quoted: Vec<&str> = got.iter().filter_map(|l| l.text.strip_prefix("The user said: \"")).collect();
+        assert!(quoted.iter().all(|q| message.contains(q.trim_end_matches('"'))), "{got:?}");
+        assert!(got.iter().any(|l| l.text == "The user's name is Priya." && l.said == "Call me Priya."), "{got:?}");
+        let guard = "I work nights as a security guard in Chicago.";
+        let v = json!({"facts": ["The user is a security guard at a high-end hotel in Chicago.", "The user works nights as a security guard in Chicago."]});
+        let got = profile_facts(&v, &statements(guard));
+        assert_eq!(got.iter().map(|l| l.text.as_str()).collect::<Vec<_>>(), vec!["The user works nights as a security guard in Chicago."]);
+        assert!(!follows("The user is 34.", "I'm 43 and I live in Oslo."), "a number not said");
+        assert!(!follows("The user's daughter Maren is a pilot.", "My sister is Maren and my cat is Tom."), "words not said");
+        assert!(follows("The user's sister is Maren.", "My sister is Maren and my cat is Tom."));
+    }
+
+    use proptest::strategy::Strategy as _;
+
+    proptest::proptest! {
+        /// For any message and any extraction (a model says anything),
+        /// every fact rests on words the person wrote, exactly, and every
+        /// fact shown as their words is exactly those words.
+        #[test]
+        fn every_stored_quotation_is_the_persons_own_words(
+            message in proptest::collection::vec(
+                proptest::sample::select(vec!["I", "I'm", "my", "we", "live", "in", "Lyon", "Ada", "teach", "call", "me", "sister", "is", "a", "nurse", "34", "and", ".", ";", "!", "?", "\n", "What", "the", "user"]),
+                0..30,
+            ).prop_map(|w| w.join(" ")),
+            facts in proptest::collection::vec(
+                proptest::collection::vec(
+                    proptest::sample::select(vec!["I", "I'm", "my", "The", "user", "user's", "she", "lives", "live", "in", "Lyon", "Ada", "teaches", "nurse", "34", "43", "sister", "Paris", "."]),
+                    0..12,
+                ).prop_map(|w| w.join(" ")),
+                0..6,
+            ),
+        ) {
+            let said = statements(&message);
+            for l in profile_facts(&json!({"facts": facts}), &said) {
+                proptest::prop_assert!(message.contains(&l.said), "{l:?} rests on words not in {message:?}");
+                if let Some(q) = l.text.strip_prefix("The user said: \"") {
+                    proptest::prop_assert_eq!(q.strip_suffix('"'), Some(l.said.as_str()));
+                }
+            }
+        }
     }
 }

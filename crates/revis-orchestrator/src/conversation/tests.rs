@@ -155,6 +155,26 @@ async fn the_facts_the_user_stated_are_stored_and_invented_ones_are_not() {
     assert!(system.contains("- The user's name is Ada.") && system.contains("- Ada lives in London."), "{system}");
 }
 
+/// `revis chat --no-memory`: the conversation learns nothing (no extraction
+/// is asked for), and what the profile holds is still used.
+#[tokio::test]
+async fn a_conversation_that_learns_nothing_asks_for_no_facts_and_still_uses_the_profile() {
+    let (mut chat, store, runner, _dir) = chat();
+    store.add_fact("The user plays the cello.", None).unwrap();
+    chat.learn = false;
+    chat.send("Hi! My name is Ada and I live in London.", |_| {}).await.unwrap();
+    chat.background().idle().await;
+    let facts: Vec<String> = store.facts().unwrap().into_iter().map(|f| f.text).collect();
+    assert_eq!(facts, ["The user plays the cello."]);
+    let seen = runner.seen.lock().unwrap();
+    assert!(
+        !seen.iter().any(|r| matches!(&r.format, Format::Json { schema: Some(s) } if s.contains("\"facts\""))),
+        "no extraction was asked for"
+    );
+    let answer = seen.iter().find(|r| r.priority == Priority::User).unwrap();
+    assert!(answer.messages[0].text.contains("The user plays the cello."), "the profile still goes into the prompt");
+}
+
 #[tokio::test]
 async fn a_profile_past_its_budget_is_merged_without_losing_or_inventing_a_fact() {
     let (chat, store, _runner, _dir) = chat();

@@ -63,6 +63,10 @@ pub struct Chat<D: Runner> {
     /// go into every prompt. On by default; off for a model measured to
     /// answer worse with it ([`Chat::fit_to_model`]).
     pub profile: bool,
+    /// Facts the user states in this conversation are learned into the
+    /// profile (on by default; `revis chat --no-memory` turns it off: the
+    /// conversation learns nothing, and the profile is still used).
+    pub learn: bool,
     /// Sampling for answers (None = the daemon's defaults: the model's
     /// published settings where the catalog or its file has them).
     pub sampling: Sampling,
@@ -158,6 +162,7 @@ impl<D: Runner> Chat<D> {
             conversation,
             rules: RULES.to_owned(),
             profile: true,
+            learn: true,
             sampling: Sampling::default(),
             max_tokens: None,
             partial_save_every: PARTIAL_SAVE_EVERY,
@@ -736,7 +741,7 @@ impl<D: Runner> Chat<D> {
         if self.audit {
             self.memory.audit(user_text, reply, answer);
         }
-        if self.profile {
+        if self.profile && self.learn {
             self.memory.extract(user_text, user);
             self.memory.consolidate();
         }
