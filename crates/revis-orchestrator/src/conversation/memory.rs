@@ -326,7 +326,8 @@ pub fn profile_facts(extracted: &serde_json::Value, statements: &[&str]) -> Vec<
         let first = w.iter().any(|w| FIRST_PERSON.contains(&w.as_str()));
         // A fact in other words must follow from its sentence (below); one
         // in the first person must share most of its words with what was said.
-        if !(third || first) || (!third && !grounded(fact, &said)) {
+        let read_further = third || (first && grounded(fact, &said));
+        if !read_further {
             continue;
         }
         let Some(source) = resting_on(fact, statements) else { continue };
