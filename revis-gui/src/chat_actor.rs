@@ -49,6 +49,7 @@ pub(crate) async fn chat_actor(daemon: Dispatcher, store: Store, opts: Options, 
                 }
             }
             Command::InputCleared => chat.typing_stopped(),
+            Command::SetLearning(on) => chat.learn = on,
             Command::OpenConversation(id) => {
                 chat.open(id);
                 open(&store, &sink, id).await;
@@ -183,6 +184,7 @@ fn describe(c: &Command) -> &'static str {
         Command::OpenConversation(_) => "Opening another conversation",
         Command::Send(_) | Command::Resend { .. } => "Another message",
         Command::Continue(_) => "Continuing an answer",
+        Command::SetLearning(_) => "Changing whether revis learns from this chat",
         _ => "That",
     }
 }

@@ -17,6 +17,8 @@ use revis_client::{Client, ClientError, Discovered, Keyring, Tier};
 use revis_store::Store;
 use tokio::sync::mpsc;
 
+mod memory;
+
 pub use crate::options::Options;
 use crate::protocol::Sink;
 pub use crate::protocol::{Command, Event, PairingEvent, TierPlacement};
@@ -188,6 +190,7 @@ impl Io {
             | Command::Resend { .. }
             | Command::Continue(_)
             | Command::Stop
+            | Command::SetLearning(_)
             | Command::GoDeeper(_)) => match &self.chat {
                 Some(chat) => {
                     let _ = chat.send(c);
@@ -226,6 +229,7 @@ impl Io {
             // Done here, not in a task of its own: the app's last command on exit is often this one.
             Command::Delete(id) => self.store_then_list("deleting the conversation", move |s| s.delete_conversation(id).map(|_| ())).await,
             Command::ListModels => self.list_models(),
+            Command::Memory(m) => self.memory(m).await,
             Command::Pull { name, anyway } => self.pull(name, anyway),
             Command::CancelPull => {
                 if let Some(c) = &self.pull_cancel {

@@ -13,7 +13,7 @@ use revis_client::nodes::NodeRow;
 use revis_client::{DaemonStatus, DeviceInfo, ServerMode, Tier};
 use revis_orchestrator::conversation::{ChatError, TurnNote, TurnRecord};
 use revis_orchestrator::{GateState, PrefillPhase};
-use revis_store::{Conversation, ConversationId, MessageId, StoredMessage};
+use revis_store::{Conversation, ConversationId, Fact, FactId, MessageId, StoredMessage};
 
 use crate::settings::{Appearance, Settings};
 
@@ -100,6 +100,26 @@ pub enum Command {
         tier: Tier,
         spec: EnsembleSpec,
     },
+    /// The Memory view's work on the profile; each ends with the facts read again.
+    Memory(MemoryCommand),
+    /// Whether the chat learns facts from what the user says (the Memory
+    /// view's switch, for as long as the app runs).
+    SetLearning(bool),
+}
+
+/// What the Memory view asks of the profile.
+#[derive(Debug)]
+pub enum MemoryCommand {
+    List,
+    Forget(FactId),
+    ForgetAll,
+    /// Replace a fact by the person's own words (it becomes one they told revis).
+    Edit {
+        id: FactId,
+        text: String,
+    },
+    /// A fact the person tells revis.
+    Add(String),
 }
 
 /// Where a tier runs, as the Tiers panel shows it.
@@ -194,6 +214,11 @@ pub enum Event {
     },
     /// The catalog as this machine sees it.
     Models(Box<ModelsInfo>),
+    /// The profile's facts, oldest first, and what the last change did (or why it was refused).
+    Facts {
+        facts: Vec<Fact>,
+        note: Option<Result<String, String>>,
+    },
     /// A download's progress: the file, bytes so far, its size when known.
     PullProgress {
         model: String,

@@ -20,11 +20,12 @@ pub enum View {
     Nodes,
     Server,
     Models,
+    Memory,
     Settings,
 }
 
 impl View {
-    pub const ALL: [View; 6] = [View::Chat, View::Tiers, View::Nodes, View::Server, View::Models, View::Settings];
+    pub const ALL: [View; 7] = [View::Chat, View::Tiers, View::Nodes, View::Server, View::Models, View::Memory, View::Settings];
 
     pub fn title(self) -> &'static str {
         match self {
@@ -33,6 +34,7 @@ impl View {
             View::Nodes => "Nodes",
             View::Server => "Server mode",
             View::Models => "Models",
+            View::Memory => "Memory",
             View::Settings => "Settings",
         }
     }
@@ -271,6 +273,18 @@ pub struct State {
     pub settings_note: Option<Result<String, String>>,
     /// A restart of revisd is under way.
     pub restarting: bool,
+
+    /// The profile's facts (None until read).
+    pub facts: Option<Vec<revis_store::Fact>>,
+    /// What the Memory view's last change did, or why it was refused.
+    pub facts_note: Option<Result<String, String>>,
+    /// The fact being edited, and its text so far.
+    pub fact_edit: Option<(revis_store::FactId, String)>,
+    /// The Memory view's "tell revis" box.
+    pub fact_draft: String,
+    /// The chat learns facts from what the user says (the Memory view's
+    /// switch; None: on, as revis starts).
+    pub learning: Option<bool>,
 }
 
 impl State {
@@ -352,6 +366,12 @@ impl State {
             }
             Event::SearchHits { query, ids } => self.search_hits = Some((query, ids)),
             Event::Models(m) => self.models = Some(*m),
+            Event::Facts { facts, note } => {
+                self.facts = Some(facts);
+                if note.is_some() {
+                    self.facts_note = note;
+                }
+            }
             Event::PullProgress { model, label, done, total } => self.pull = Some((model, label, done, total)),
             Event::AppearanceSaved(a) => self.appearance_saved = Some(a),
             Event::PullTooLarge { model, why } => {

@@ -340,7 +340,7 @@ fn history(paths: &Paths, show: Option<HistoryCmd>) -> anyhow::Result<ExitCode> 
 }
 
 fn profile(paths: &Paths, cmd: Option<ProfileCmd>) -> anyhow::Result<ExitCode> {
-    use revis_orchestrator::conversation::{MAX_FACT_CHARS, MAX_PROFILE_FACTS, as_told};
+    use revis_orchestrator::conversation::{Told, provenance, tell};
     let store = crate::session::open_store(paths)?;
     match cmd {
         None => {
@@ -351,14 +351,7 @@ fn profile(paths: &Paths, cmd: Option<ProfileCmd>) -> anyhow::Result<ExitCode> {
             let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
             for f in facts {
                 println!("{:>4}  {}", f.id, f.text);
-                let ago = ago(now.saturating_sub(f.created_ms));
-                match (f.source, &f.said) {
-                    (Some(m), Some(said)) if !f.text.contains(said.as_str()) => {
-                        println!("      from what you said in conversation {} (message {m}), {ago}: \"{said}\"", m.conversation)
-                    }
-                    (Some(m), _) => println!("      from conversation {} (message {m}), {ago}", m.conversation),
-                    (None, _) => println!("      added or merged {ago}"),
-                }
+                println!("      {}", provenance(&f, now));
             }
         }
         Some(ProfileCmd::Forget { all: true, .. }) => {
@@ -375,40 +368,12 @@ fn profile(paths: &Paths, cmd: Option<ProfileCmd>) -> anyhow::Result<ExitCode> {
             }
             println!("forgot fact {id}");
         }
-        Some(ProfileCmd::Add { fact }) => {
-            let fact = fact.trim();
-            if fact.is_empty() {
-                bail!("the fact is empty");
-            }
-            let chars = fact.chars().count();
-            if chars > MAX_FACT_CHARS {
-                bail!("the fact is {chars} characters; a fact holds at most {MAX_FACT_CHARS}: split it into shorter ones");
-            }
-            let facts = store.facts()?;
-            if facts.len() >= MAX_PROFILE_FACTS {
-                bail!("the profile holds {} facts, its limit ({MAX_PROFILE_FACTS}): `revis profile forget` some first", facts.len());
-            }
-            let text = as_told(fact);
-            if let Some(same) = facts.iter().find(|f| f.text.eq_ignore_ascii_case(&text)) {
-                println!("revis knows that already (fact {})", same.id);
-                return Ok(ExitCode::SUCCESS);
-            }
-            let id = store.add_fact(&text, None)?;
-            println!("{id:>4}  {text}");
-        }
+        Some(ProfileCmd::Add { fact }) => match tell(&store, &fact)? {
+            Told::Added(id, text) => println!("{id:>4}  {text}"),
+            Told::Known(id) => println!("revis knows that already (fact {id})"),
+        },
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// How long ago, in words: "just now", "5 min ago", "3 h ago", "2 days ago".
-fn ago(ms: u64) -> String {
-    let s = ms / 1000;
-    match s {
-        0..60 => "just now".into(),
-        60..3600 => format!("{} min ago", s / 60),
-        3600..86_400 => format!("{} h ago", s / 3600),
-        _ => format!("{} days ago", s / 86_400),
-    }
 }
 
 async fn chat<D: Runner>(daemon: D, store: Store, a: ChatArgs) -> anyhow::Result<ExitCode> {

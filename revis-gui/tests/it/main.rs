@@ -8,6 +8,7 @@ mod conversations;
 mod desktop;
 mod discovery;
 mod ensemble;
+mod memory;
 mod models;
 mod offload;
 mod rich;

@@ -288,6 +288,63 @@ pub fn as_told(fact: &str) -> String {
     if words(fact).iter().any(|w| FIRST_PERSON.contains(&w.as_str())) { format!("The user said: \"{fact}\"") } else { fact.to_owned() }
 }
 
+/// Where and when a fact was said, in words, for the person (`revis
+/// profile`, the GUI's Memory view): the conversation and message, how long
+/// ago, and the words it rests on where the fact does not show them.
+pub fn provenance(f: &revis_store::Fact, now_ms: u64) -> String {
+    let s = now_ms.saturating_sub(f.created_ms) / 1000;
+    let ago = match s {
+        0..60 => "just now".to_owned(),
+        60..3600 => format!("{} min ago", s / 60),
+        3600..86_400 => format!("{} h ago", s / 3600),
+        _ => format!("{} days ago", s / 86_400),
+    };
+    match (f.source, &f.said) {
+        (Some(m), Some(said)) if !f.text.contains(said.as_str()) => {
+            format!("from what you said in conversation {} (message {m}), {ago}: \"{said}\"", m.conversation)
+        }
+        (Some(m), _) => format!("from conversation {} (message {m}), {ago}", m.conversation),
+        (None, _) => format!("added or merged {ago}"),
+    }
+}
+
+/// What [`tell`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Told {
+    /// Stored as this fact, in these words.
+    Added(revis_store::FactId, String),
+    /// The profile holds it already.
+    Known(revis_store::FactId),
+}
+
+/// Stores a fact the person tells revis directly (`revis profile add`, the
+/// GUI's Memory view), [`as_told`], once; a clear refusal for an empty
+/// one, one over [`MAX_FACT_CHARS`], or a full profile ([`MAX_PROFILE_FACTS`]).
+pub fn tell(store: &Store, fact: &str) -> Result<Told, ChatError> {
+    let fact = fact.trim();
+    if fact.is_empty() {
+        return Err(ChatError::Refused("the fact is empty".into()));
+    }
+    let chars = fact.chars().count();
+    if chars > MAX_FACT_CHARS {
+        return Err(ChatError::Refused(format!(
+            "the fact is {chars} characters; a fact holds at most {MAX_FACT_CHARS}: split it into shorter ones"
+        )));
+    }
+    let facts = store.facts()?;
+    let text = as_told(fact);
+    if let Some(same) = facts.iter().find(|f| f.text.eq_ignore_ascii_case(&text)) {
+        return Ok(Told::Known(same.id));
+    }
+    if facts.len() >= MAX_PROFILE_FACTS {
+        return Err(ChatError::Refused(format!(
+            "the profile holds {} facts, its limit ({MAX_PROFILE_FACTS}): forget some first",
+            facts.len()
+        )));
+    }
+    Ok(Told::Added(store.add_fact(&text, None)?, text))
+}
+
 /// A fact for the profile and the person's own words it rests on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Learned {

@@ -1,0 +1,82 @@
+//! The Memory view as a person uses it: each fact shown with where and
+//! when it was said, one forgotten, one edited, one told, a refusal that
+//! names its limit, then everything forgotten. What the window shows and
+//! what the store holds agree at every step.
+
+use eframe::egui::accesskit::Role;
+use eframe::egui::{Key, Modifiers};
+use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable;
+use revis_gui::App;
+use revis_gui::state::View;
+use revis_store::Store;
+use revis_testkit::TestDaemon;
+
+use crate::{harness, options, ready, wait_until};
+
+fn texts(store: &Store) -> Vec<String> {
+    store.facts().unwrap().into_iter().map(|f| f.text).collect()
+}
+
+/// Waits until the view shows what the store holds, after a change.
+fn shown_as_stored(h: &mut Harness<'static, App>, store: &Store, what: &str) {
+    wait_until(h, what, |h| {
+        let shown: Option<Vec<String>> = h.state().state.facts.as_ref().map(|f| f.iter().map(|f| f.text.clone()).collect());
+        shown == Some(texts(store))
+    });
+}
+
+fn type_into(h: &mut Harness<'static, App>, label: &str, text: &str) {
+    h.get_by_role_and_label(Role::TextInput, label).focus();
+    h.run_ok();
+    h.key_press_modifiers(Modifiers::COMMAND, Key::A);
+    h.get_by_role_and_label(Role::TextInput, label).type_text(text);
+    h.run_ok();
+}
+
+#[test]
+fn the_person_sees_forgets_edits_and_tells_what_revis_knows() {
+    let d = TestDaemon::new().start();
+    let data = tempfile::tempdir().unwrap();
+    let opts = options(&d.socket, data.path(), 8);
+    let store = opts.store.clone().unwrap();
+    let conversation = store.create_conversation("").unwrap();
+    let told = store.append_user(conversation, "Hello! I play the cello in Lyon.").unwrap();
+    let cello = store.add_fact_said("The user plays the cello.", Some(told), Some("I play the cello in Lyon.")).unwrap();
+    let lyon = store.add_fact_said("The user said: \"I play the cello in Lyon\"", Some(told), Some("I play the cello in Lyon")).unwrap();
+    let mut h = harness(opts);
+    ready(&mut h);
+    h.state_mut().open_view(View::Memory);
+    shown_as_stored(&mut h, &store, "the facts");
+    assert!(h.query_by_label("The user plays the cello.").is_some());
+    let from = format!("from what you said in conversation {conversation} (message {told}), just now: \"I play the cello in Lyon.\"");
+    assert!(h.query_by_label(&from).is_some(), "where and when it was said, and the words it rests on");
+
+    // Forgotten: gone from the window and the store.
+    h.get_by_label(&format!("Forget fact {cello}")).click();
+    shown_as_stored(&mut h, &store, "the fact forgotten");
+    assert_eq!(texts(&store), ["The user said: \"I play the cello in Lyon\""]);
+
+    // Edited: the person's words, kept as theirs.
+    h.get_by_label(&format!("Edit fact {lyon}")).click();
+    h.run_ok();
+    type_into(&mut h, &format!("Fact {lyon}:"), "I play the viola in Lyon");
+    h.get_by_label("Save").click();
+    shown_as_stored(&mut h, &store, "the fact edited");
+    assert_eq!(texts(&store), ["The user said: \"I play the viola in Lyon\""]);
+
+    // Told directly; and a refusal that names its limit changes nothing.
+    type_into(&mut h, "Tell revis:", "My cat is called Tom.");
+    h.get_by_label("Add").click();
+    shown_as_stored(&mut h, &store, "the fact told");
+    assert_eq!(texts(&store).len(), 2);
+    type_into(&mut h, "Tell revis:", &"x".repeat(200));
+    h.get_by_label("Add").click();
+    wait_until(&mut h, "the refusal", |h| matches!(&h.state().state.facts_note, Some(Err(m)) if m.contains("at most 160")));
+    assert_eq!(texts(&store).len(), 2);
+
+    h.get_by_label("Forget everything").click();
+    shown_as_stored(&mut h, &store, "everything forgotten");
+    assert!(texts(&store).is_empty());
+    assert!(h.query_by_label("revis has not learned anything about you yet.").is_some());
+}
