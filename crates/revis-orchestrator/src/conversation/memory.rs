@@ -272,7 +272,7 @@ pub fn statements(message: &str) -> Vec<&str> {
             let words = words(sentence);
             let question = sentence.ends_with('?');
             let opener = words.first().is_some_and(|w| NOT_A_STATEMENT.contains(&w.as_str()));
-            if !question && !opener && words.iter().any(|w| FIRST_PERSON.contains(&w.as_str())) {
+            if !question && !opener && (words.iter().any(|w| FIRST_PERSON.contains(&w.as_str())) || introduces(sentence)) {
                 kept.push(sentence);
             }
         }
@@ -345,6 +345,27 @@ pub fn tell(store: &Store, fact: &str) -> Result<Told, ChatError> {
     Ok(Told::Added(store.add_fact(&text, None)?, text))
 }
 
+/// Labels of the forms people fill in about themselves ("Name: Yusuf.").
+const SELF_LABELS: &[&str] = &["name", "job", "work", "occupation", "home", "from", "location", "city", "age", "pronouns", "hobbies"];
+
+/// A sentence that introduces the person without "I" or "my": a name and
+/// "here" ("Elif here, a violinist from Istanbul."), or a form's label
+/// ("Name: Yusuf.", "Job: electrician.").
+fn introduces(sentence: &str) -> bool {
+    let mut parts = sentence.split_whitespace();
+    let (first, second, third) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""), parts.next());
+    // "here" closes its phrase: "Elif here, …", "Elif here." ("Tokyo here we come" is not one).
+    let closed = second.ends_with([',', '.', '!', ';', '-']) || third.is_none() || third == Some("-");
+    let here = first.chars().next().is_some_and(char::is_uppercase)
+        && first.chars().all(char::is_alphabetic)
+        && closed
+        && second.trim_end_matches([',', '.', '!', ';', '-']).eq_ignore_ascii_case("here");
+    let label = sentence
+        .split_once(':')
+        .is_some_and(|(label, rest)| !rest.trim().is_empty() && SELF_LABELS.contains(&label.trim().to_lowercase().as_str()));
+    here || label
+}
+
 /// A fact for the profile and the person's own words it rests on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Learned {
@@ -371,7 +392,7 @@ pub struct Learned {
 /// its sentence: every name, number and word of substance in it is there.
 pub fn profile_facts(extracted: &serde_json::Value, statements: &[&str]) -> Vec<Learned> {
     let said = statements.join(" ");
-    let names = names_in(&said);
+    let names: Vec<String> = statements.iter().flat_map(|s| names_in(s)).collect();
     let mut out: Vec<Learned> = Vec::new();
     for fact in extracted["facts"].as_array().into_iter().flatten().filter_map(|f| f.as_str()) {
         let fact = fact.trim().trim_start_matches(|c: char| c.is_ascii_digit() || matches!(c, '.' | ')' | '-' | '*' | ' ')).trim();
@@ -501,9 +522,10 @@ pub fn follows(fact: &str, sentence: &str) -> bool {
     numbers_there && words_there
 }
 
-/// The names the user gives in `said`, lower-cased: a capitalised word
-/// after "I'm", "I am", "name is", "call me", "called" or "named", or after
-/// "my" or "our" and one more word ("my sister Ines").
+/// The names the user gives in a sentence, lower-cased: a capitalised word
+/// after "I'm", "I am", "name is", "name:", "call me", "called" or "named",
+/// after "my" or "our" and one more word ("my sister Ines"), or first and
+/// followed by "here" ("Elif here, …").
 fn names_in(said: &str) -> Vec<String> {
     let words: Vec<&str> = said.split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '’')).filter(|w| !w.is_empty()).collect();
     let lower: Vec<String> = words.iter().map(|w| w.to_lowercase().replace('’', "'")).collect();
@@ -513,7 +535,9 @@ fn names_in(said: &str) -> Vec<String> {
             continue;
         }
         let before = |k: usize| i.checked_sub(k).map(|j| lower[j].as_str());
-        let introduced = matches!(before(1), Some("i'm" | "im" | "called" | "named"))
+        let after = |k: usize| lower.get(i + k).map(String::as_str);
+        let introduced = matches!(before(1), Some("i'm" | "im" | "called" | "named" | "name"))
+            || (after(1) == Some("here") && i == 0)
             || matches!((before(2), before(1)), (Some("i"), Some("am")) | (Some("name"), Some("is")) | (Some("call"), Some("me")))
             || matches!(before(2), Some("my" | "our"));
         if introduced {
@@ -611,6 +635,12 @@ mod tests {
             Some("My dog is called Biscuit. Our flat is small!".into())
         );
         assert_eq!(about_user("I’ve moved to Porto"), Some("I’ve moved to Porto".into()), "a typographic apostrophe, no full stop");
+        assert_eq!(about_user("Elif here, a violinist from Istanbul."), Some("Elif here, a violinist from Istanbul.".into()));
+        assert_eq!(
+            statements("Name: Yusuf. Job: electrician. Home: Cairo. Note: the meeting is at 5."),
+            vec!["Name: Yusuf.", "Job: electrician.", "Home: Cairo."]
+        );
+        assert_eq!(about_user("Paris here is lovely. Is Tokyo here?"), None, "no one introduced, and a question");
     }
 
     #[test]
