@@ -15,7 +15,9 @@
 //!   in the same conversation and in a new one (the profile alone);
 //! - `profile`: the profile as stored, on a mixed set of messages
 //!   (`data/quality/profile.jsonl`: statements about the user, questions,
-//!   facts about others), and the facts held after the capitals questions;
+//!   facts about others), on a first-person set (`data/quality/memory.jsonl`:
+//!   100 messages in the forms people introduce themselves in, 149 facts),
+//!   and the facts held after the capitals questions;
 //! - `check`: tier1's "needs the deep tier" on the capitals questions
 //!   (plain facts: every yes is a false escalation);
 //! - `loops`: open questions answered at length, loops counted with the
@@ -218,6 +220,21 @@ pub struct ProfileFigures {
     pub after_capitals: Option<usize>,
 }
 
+impl ProfileFigures {
+    /// Takes a set's counts (what the capitals questions left stays).
+    fn add(&mut self, o: ProfileFigures) {
+        (self.messages, self.labelled, self.stored, self.correct, self.found) = (o.messages, o.labelled, o.stored, o.correct, o.found);
+    }
+
+    fn precision(&self) -> f64 {
+        if self.stored == 0 { 1.0 } else { self.correct as f64 / self.stored as f64 }
+    }
+
+    fn recall(&self) -> f64 {
+        if self.labelled == 0 { 1.0 } else { self.found as f64 / self.labelled as f64 }
+    }
+}
+
 /// One model's figures.
 #[derive(Default, Debug, serde::Serialize)]
 pub struct ModelTurns {
@@ -227,6 +244,9 @@ pub struct ModelTurns {
     pub measured: bool,
     pub rows: Vec<Row>,
     pub profile: Option<ProfileFigures>,
+    /// The same on the first-person set (`memory.jsonl`: 100 messages in
+    /// the forms people introduce themselves in, issue 42).
+    pub memory: Option<ProfileFigures>,
     /// tier1's check on the capitals questions: said "needs the deep tier", of how many.
     pub escalations: Option<(usize, usize)>,
     pub minutes: f64,
@@ -423,7 +443,9 @@ pub async fn run_model(t: &Target<'_>, a: &TurnArgs, quick: bool, data: &Path, e
         eprintln!("revis-bench: turn check: {said} escalations of {}", capitals.len());
     }
     if parts.contains(&TPart::Profile) {
-        profile(client, data, take(0, 12), &mut r).await?;
+        let mixed = profile(client, &data.join("profile.jsonl"), take(0, 12)).await?;
+        r.profile.get_or_insert_default().add(mixed);
+        r.memory = Some(profile(client, &data.join("memory.jsonl"), take(0, 12)).await?);
     }
     if parts.contains(&TPart::Recall) {
         let mut items: Vec<Recall> = lines(&data.join("recall.jsonl"))?;
@@ -448,13 +470,14 @@ pub async fn run_model(t: &Target<'_>, a: &TurnArgs, quick: bool, data: &Path, e
 
 /// The profile as stored (only sentences about the user are read, only
 /// facts about them grounded in those kept) on the mixed set.
-async fn profile(client: &Client, data: &Path, quick_items: usize, r: &mut ModelTurns) -> anyhow::Result<()> {
-    let mut items: Vec<FactItem> = lines(&data.join("profile.jsonl"))?;
+async fn profile(client: &Client, set: &Path, quick_items: usize) -> anyhow::Result<ProfileFigures> {
+    let mut items: Vec<FactItem> = lines(set)?;
     if quick_items > 0 {
         items.truncate(quick_items);
     }
     let tier = Policies::default().get(TaskKind::ExtractFacts).tier;
-    let f = r.profile.get_or_insert_default();
+    let mut figures = ProfileFigures::default();
+    let f = &mut figures;
     let matches = |fact: &str, l: &FactLabel| l.keys.iter().all(|k| fact.to_lowercase().contains(&k.to_lowercase()));
     for (i, it) in items.iter().enumerate() {
         f.messages += 1;
@@ -473,9 +496,9 @@ async fn profile(client: &Client, data: &Path, quick_items: usize, r: &mut Model
         f.stored += stored.len();
         f.correct += stored.iter().filter(|x| it.facts.iter().any(|l| matches(x, l))).count();
         f.found += it.facts.iter().filter(|l| stored.iter().any(|x| matches(x, l))).count();
-        eprintln!("revis-bench: turn profile {}/{}", i + 1, items.len());
+        eprintln!("revis-bench: turn profile {}/{} ({})", i + 1, items.len(), set.display());
     }
-    Ok(())
+    Ok(figures)
 }
 
 /// The recall conversations: the turn (its own data directory, background
@@ -576,8 +599,7 @@ pub fn targets(r: &ModelTurns) -> Vec<String> {
             out.push(format!("{}: the profile holds 0 facts after the capitals questions: {n}", verdict(n == 0)));
         }
         if p.messages > 0 {
-            let precision = if p.stored == 0 { 1.0 } else { p.correct as f64 / p.stored as f64 };
-            let recall = if p.labelled == 0 { 1.0 } else { p.found as f64 / p.labelled as f64 };
+            let (precision, recall) = (p.precision(), p.recall());
             out.push(format!(
                 "{}: profile precision ≥ 95%: {} ({} of {} stored)",
                 verdict(precision >= 0.95),
@@ -587,6 +609,23 @@ pub fn targets(r: &ModelTurns) -> Vec<String> {
             ));
             out.push(format!("{}: profile recall ≥ 80%: {} ({} of {} facts)", verdict(recall >= 0.8), pct(recall), p.found, p.labelled));
         }
+    }
+    if let Some(m) = r.memory.as_ref().filter(|m| m.messages > 0) {
+        let (precision, recall) = (m.precision(), m.recall());
+        out.push(format!(
+            "{}: first-person set, fact precision ≥ 97%: {} ({} of {} stored)",
+            verdict(precision >= 0.97),
+            pct(precision),
+            m.correct,
+            m.stored
+        ));
+        out.push(format!(
+            "{}: first-person set, recall ≥ 85%: {} ({} of {} facts)",
+            verdict(recall >= 0.85),
+            pct(recall),
+            m.found,
+            m.labelled
+        ));
     }
     if let Some((said, n)) = r.escalations {
         let rate = said as f64 / n.max(1) as f64;
@@ -631,6 +670,13 @@ pub fn report(r: &ModelTurns, about: &str) -> String {
             o,
             "\nProfile on the mixed set ({} messages, {} facts about the user): {} stored, {} right, {} of the facts found.",
             p.messages, p.labelled, p.stored, p.correct, p.found
+        );
+    }
+    if let Some(m) = r.memory.as_ref().filter(|m| m.messages > 0) {
+        let _ = writeln!(
+            o,
+            "\nProfile on the first-person set ({} messages, {} facts): {} stored, {} right, {} of the facts found.",
+            m.messages, m.labelled, m.stored, m.correct, m.found
         );
     }
     let _ = writeln!(o, "\n<details><summary>Some answers, as given (first 160 characters)</summary>\n");

@@ -390,6 +390,7 @@ pub struct Learned {
 /// rewording ("I'm a high school principal" from "I teach chemistry at a
 /// high school"). A fact in other words is kept only if it [`follows`] from
 /// its sentence: every name, number and word of substance in it is there.
+/// A statement no kept fact rests on is kept whole, as the person's words.
 pub fn profile_facts(extracted: &serde_json::Value, statements: &[&str]) -> Vec<Learned> {
     let said = statements.join(" ");
     let names: Vec<String> = statements.iter().flat_map(|s| names_in(s)).collect();
@@ -420,6 +421,16 @@ pub fn profile_facts(extracted: &serde_json::Value, statements: &[&str]) -> Vec<
         };
         if !out.iter().any(|k| k.text.eq_ignore_ascii_case(&learned.text)) {
             out.push(learned);
+        }
+    }
+    // What the model left out: a statement no fact rests on is kept as the
+    // person's own words (a small model often extracts nothing, or one fact
+    // of several, and a sentence about oneself is a fact about oneself).
+    for st in statements {
+        let covered = out.iter().any(|l| st.contains(l.said.as_str()) || l.said.contains(st));
+        let text = format!("The user said: \"{st}\"");
+        if !covered && text.chars().count() <= MAX_FACT_CHARS {
+            out.push(Learned { text, said: (*st).to_owned() });
         }
     }
     out
@@ -669,7 +680,11 @@ mod tests {
             texts(&named, "I'm Ada and I live in London; my sister Ines is a nurse."),
             vec!["Ada lives in London.", "Ines is a nurse."]
         );
-        assert!(texts(&json!({}), said).is_empty());
+        assert_eq!(
+            texts(&json!({}), said),
+            vec![format!("The user said: \"{said}\"")],
+            "nothing extracted: the statement is kept as the person's words"
+        );
     }
 
     /// The issue's invented quotations and details: none is stored as said.
