@@ -249,3 +249,65 @@ fn the_models_own_templates_give_the_tokens_llama_cpps_built_in_ones_gave() {
         }
     }
 }
+
+/// Greedy under a grammar checks the best tokens first
+/// (`revis_engine::sample::greedy_under`) and picks what llama.cpp's chain
+/// (the grammar over the whole vocabulary, then greedy) picks, step after
+/// step: with random logits (whose best is mostly refused), with the
+/// grammar's own best raised above every other (the check-first path), and
+/// with it tied with the highest logit (the first token wins a tie).
+/// SmolLM2's vocabulary, a JSON schema's grammar with an enum of values
+/// sharing a prefix.
+#[test]
+fn checking_the_best_tokens_first_picks_what_the_whole_vocabulary_picks() {
+    use llama_cpp_2::llama_backend::LlamaBackend;
+    use llama_cpp_2::model::LlamaModel;
+    use llama_cpp_2::model::params::LlamaModelParams;
+    use llama_cpp_2::sampling::LlamaSampler;
+    use llama_cpp_2::token::LlamaToken;
+    use llama_cpp_2::token::data::LlamaTokenData;
+    use llama_cpp_2::token::data_array::LlamaTokenDataArray;
+    use rand::{Rng, SeedableRng};
+
+    let mut backend = LlamaBackend::init().unwrap();
+    backend.void_logs();
+    let model = LlamaModel::load_from_file(&backend, revis_testkit::smollm2(), &LlamaModelParams::default()).unwrap();
+    let values: Vec<String> = (0..40).map(|i| format!("  option {i}")).collect();
+    let schema = serde_json::json!({"type": "object", "properties": {"pick": {"enum": values}, "n": {"type": "integer"}}, "required": ["pick", "n"]});
+    let text = llama_cpp_2::json_schema_to_grammar(&schema.to_string()).unwrap();
+    let n_vocab = model.n_vocab() as usize;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let (mut checked, mut fast) = (0, 0);
+    for round in 0..6 {
+        let mut ours = LlamaSampler::grammar(&model, &text, "root").unwrap();
+        let mut chain = LlamaSampler::chain_simple([LlamaSampler::grammar(&model, &text, "root").unwrap(), LlamaSampler::greedy()]);
+        let whole = |chain: &mut LlamaSampler, logits: &[f32]| {
+            let mut all = LlamaTokenDataArray::new(
+                logits.iter().enumerate().map(|(t, &l)| LlamaTokenData::new(LlamaToken(t as i32), l, 0.0)).collect(),
+                false,
+            );
+            all.apply_sampler(chain);
+            all.selected_token().unwrap()
+        };
+        for _ in 0..60 {
+            let mut logits: Vec<f32> = (0..n_vocab).map(|_| rng.random_range(-10.0..10.0)).collect();
+            let best = whole(&mut chain, &logits).0 as usize;
+            let top = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            match round % 3 {
+                0 => {}
+                1 => logits[best] = top + 1.0,
+                _ => logits[best] = top,
+            }
+            let expected = whole(&mut chain, &logits);
+            chain.accept(expected);
+            let picked = revis_engine::sample::greedy_under(&mut ours, &logits);
+            assert_eq!(picked, expected, "round {round}");
+            checked += 1;
+            fast += usize::from(round % 3 == 1);
+            if model.vocab().is_eog(picked) {
+                break;
+            }
+        }
+    }
+    assert!(checked > 100 && fast > 30, "{checked} picks, {fast} on the check-first path");
+}

@@ -14,7 +14,6 @@ use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
-use llama_cpp_2::token::data::LlamaTokenData;
 use llama_cpp_2::token::data_array::LlamaTokenDataArray;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -22,7 +21,7 @@ use rand::{Rng, SeedableRng};
 use crate::cache::{Evaluated, PrefixCache};
 use crate::lookup::{self, BatchCosts, EXACT_CONTEXT, MAX_DRAFT, PRIOR_ACCEPT, Speculate, Speculation};
 use crate::render::{RenderPlace, Renderers};
-use crate::sample::{argmax, softmax, top_k_of};
+use crate::sample::{argmax, greedy_under, softmax, top_k_of};
 use crate::threads::{Threads, Tuner};
 use crate::{
     Backend, ChatTemplate, Delta, EngineError, FinishReason, Finished, GenerateJob, Joined, Loaded, MAX_EMBED_TOKENS, Message, ModelSpec,
@@ -684,43 +683,6 @@ impl Waiting {
         }
         token
     }
-}
-
-/// Tokens whose logits are highest that [`greedy_under`] checks first.
-const CHECK_FIRST: usize = 8;
-
-/// The token llama.cpp's chain of `grammar` then greedy picks from
-/// `logits` (the highest logit the grammar allows, the first token on a
-/// tie), accepted into `grammar`; but the grammar first checks only the
-/// [`CHECK_FIRST`] highest. When one of them is allowed and its logit is
-/// above every other token's, it is that pick, found without the grammar
-/// looking at the whole vocabulary (49,152 tokens for SmolLM2, 262,144 for
-/// Gemma 3). The grammar's cost a token grows with the vocabulary times its
-/// open alternatives, so a large enum cost seconds an answer this way.
-/// Otherwise the whole vocabulary, as the chain does it.
-fn greedy_under(grammar: &mut LlamaSampler, logits: &[f32]) -> LlamaToken {
-    let best = top_k_of(logits, CHECK_FIRST);
-    let mut few = LlamaTokenDataArray::new(best.clone(), true);
-    few.apply_sampler(grammar);
-    // Outside the few, no logit is above the last of them.
-    let floor = if best.len() < logits.len() { best.last().map_or(f32::NEG_INFINITY, |d| d.logit()) } else { f32::NEG_INFINITY };
-    let allowed = few.data.iter().position(|d| d.logit() > f32::NEG_INFINITY);
-    let token = match allowed {
-        // The few are highest first, a tie in token order, as the grammar left them.
-        Some(at) if best[at].logit() > floor => best[at].id(),
-        _ => {
-            let mut all = LlamaTokenDataArray::new(
-                logits.iter().enumerate().map(|(t, &l)| LlamaTokenData::new(LlamaToken(t as i32), l, 0.0)).collect(),
-                false,
-            );
-            all.apply_sampler(grammar);
-            let max = all.data.iter().map(|d| d.logit()).fold(f32::NEG_INFINITY, f32::max);
-            // As greedy: the first of the highest (the first token when the grammar allows none).
-            all.data.iter().find(|d| d.logit() == max).map_or(LlamaToken(0), |d| d.id())
-        }
-    };
-    grammar.accept(token);
-    token
 }
 
 struct Sampled {
@@ -1398,59 +1360,4 @@ fn raw_context(ctx: &LlamaContext<'_>) -> Option<*mut llama_cpp_sys_2::llama_con
 
 fn llama_err(e: impl std::fmt::Display) -> EngineError {
     EngineError::Llama(e.to_string())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The check-first greedy pick under a grammar is the pick of
-    /// llama.cpp's chain (the grammar over the whole vocabulary, then
-    /// greedy), step after step: with random logits (whose best is mostly
-    /// refused), with the grammar's own best raised above every other (the
-    /// check-first path), and with it tied with the highest logit (the first
-    /// token wins a tie). SmolLM2's vocabulary, a JSON schema's grammar with
-    /// an enum of values sharing a prefix.
-    #[test]
-    fn checking_the_best_tokens_first_picks_what_the_whole_vocabulary_picks() {
-        let model = LlamaModel::load_from_file(raw_backend(), revis_testkit::smollm2(), &LlamaModelParams::default()).unwrap();
-        let values: Vec<String> = (0..40).map(|i| format!("  option {i}")).collect();
-        let schema = serde_json::json!({"type": "object", "properties": {"pick": {"enum": values}, "n": {"type": "integer"}}, "required": ["pick", "n"]});
-        let text = llama_cpp_2::json_schema_to_grammar(&schema.to_string()).unwrap();
-        let n_vocab = model.n_vocab() as usize;
-        let mut rng = StdRng::seed_from_u64(7);
-        let (mut checked, mut fast) = (0, 0);
-        for round in 0..6 {
-            let mut ours = LlamaSampler::grammar(&model, &text, "root").unwrap();
-            let mut chain = LlamaSampler::chain_simple([LlamaSampler::grammar(&model, &text, "root").unwrap(), LlamaSampler::greedy()]);
-            let whole = |chain: &mut LlamaSampler, logits: &[f32]| {
-                let mut all = LlamaTokenDataArray::new(
-                    logits.iter().enumerate().map(|(t, &l)| LlamaTokenData::new(LlamaToken(t as i32), l, 0.0)).collect(),
-                    false,
-                );
-                all.apply_sampler(chain);
-                all.selected_token().unwrap()
-            };
-            for _ in 0..60 {
-                let mut logits: Vec<f32> = (0..n_vocab).map(|_| rng.random_range(-10.0..10.0)).collect();
-                let best = whole(&mut chain, &logits).0 as usize;
-                let top = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                match round % 3 {
-                    0 => {}
-                    1 => logits[best] = top + 1.0,
-                    _ => logits[best] = top,
-                }
-                let expected = whole(&mut chain, &logits);
-                chain.accept(expected);
-                let picked = greedy_under(&mut ours, &logits);
-                assert_eq!(picked, expected, "round {round}");
-                checked += 1;
-                fast += usize::from(round % 3 == 1);
-                if model.vocab().is_eog(picked) {
-                    break;
-                }
-            }
-        }
-        assert!(checked > 100 && fast > 30, "{checked} picks, {fast} on the check-first path");
-    }
 }
