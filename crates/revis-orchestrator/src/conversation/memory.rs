@@ -188,8 +188,23 @@ pub async fn extract_facts<D: Runner>(daemon: &D, tier: Tier, said: &str) -> Res
 /// Stores the extracted facts that are new and pass [`profile_facts`],
 /// each with the person's words it rests on (blocks).
 fn store_facts(store: &Store, v: &serde_json::Value, statements: &[&str], source: revis_store::MessageId) {
+    let learned = profile_facts(v, statements);
+    // A newer statement of where the person lives or what they are called
+    // replaces the older one ("Actually I moved to Porto").
+    for slot in learned.iter().filter_map(|l| slot_of(&l.said).or_else(|| slot_of(&l.text))) {
+        for old in store.facts().unwrap_or_default() {
+            let older = old.source.is_none_or(|s| s < source);
+            let same = old.said.as_deref().and_then(slot_of).or_else(|| slot_of(&old.text)) == Some(slot);
+            if older
+                && same
+                && let Err(e) = store.remove_fact(old.id)
+            {
+                tracing::warn!("replacing a profile fact failed: {e}");
+            }
+        }
+    }
     let mut known: Vec<String> = store.facts().map(|f| f.into_iter().map(|f| f.text).collect()).unwrap_or_default();
-    for learned in profile_facts(v, statements) {
+    for learned in learned {
         let fact = learned.text.as_str();
         if known.iter().any(|k| k.eq_ignore_ascii_case(fact)) {
             continue;
@@ -206,6 +221,49 @@ fn store_facts(store: &Store, v: &serde_json::Value, statements: &[&str], source
             Ok(_) => known.push(fact.to_owned()),
             Err(e) => tracing::warn!("storing a profile fact failed: {e}"),
         }
+    }
+}
+
+/// What a person has one of at a time, so that a newer statement replaces an older one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slot {
+    /// What they are called.
+    Name,
+    /// Where they live.
+    Home,
+}
+
+/// The [`Slot`] a statement about the person fills, if any: their own
+/// words ("I live in", "I moved to", "call me", "my name is", "Name:",
+/// "Home:") or a fact about "the user" ("The user lives in", "The user's
+/// name is"). Someone else's home or name ("my sister lives in") fills none.
+pub fn slot_of(text: &str) -> Option<Slot> {
+    let t = text.to_lowercase().replace('’', "'");
+    let t = t.trim_start_matches("the user said: \"").trim_start_matches(['"', ' ']);
+    let has = |phrases: &[&str]| phrases.iter().any(|p| t.starts_with(p) || t.contains(&format!(" {p}")) || t.contains(&format!(";{p}")));
+    let home = has(&[
+        "i live in",
+        "i'm living in",
+        "i am living in",
+        "i moved to",
+        "i've moved to",
+        "i have moved to",
+        "i'm based in",
+        "i am based in",
+        "we live in",
+        "we moved to",
+        "home:",
+        "location:",
+        "city:",
+        "the user lives in",
+        "the user moved to",
+        "the user is based in",
+    ]);
+    let name = has(&["my name is", "my name's", "call me", "name:", "the user's name is", "the user is called", "the user is named"]);
+    match (name, home) {
+        (true, false) => Some(Slot::Name),
+        (false, true) => Some(Slot::Home),
+        _ => None,
     }
 }
 
@@ -703,6 +761,35 @@ mod tests {
         assert!(!follows("The user is 34.", "I'm 43 and I live in Oslo."), "a number not said");
         assert!(!follows("The user's daughter Maren is a pilot.", "My sister is Maren and my cat is Tom."), "words not said");
         assert!(follows("The user's sister is Maren.", "My sister is Maren and my cat is Tom."));
+    }
+
+    #[test]
+    fn a_newer_home_or_name_replaces_the_older_one() {
+        assert_eq!(slot_of("I live in Lyon."), Some(Slot::Home));
+        assert_eq!(slot_of("Actually, I moved to Porto last month."), Some(Slot::Home));
+        assert_eq!(slot_of("The user said: \"Call me Bea.\""), Some(Slot::Name));
+        assert_eq!(slot_of("The user's name is Priya."), Some(Slot::Name));
+        assert_eq!(slot_of("My sister lives in Porto."), None, "someone else's home");
+        assert_eq!(slot_of("I love Lyon."), None);
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap().store;
+        let c = store.create_conversation("").unwrap();
+        let said = |text: &str| {
+            let id = store.append_user(c, text).unwrap();
+            store_facts(&store, &json!({"facts": []}), &statements(text), id);
+        };
+        said("I live in Lyon. I have a cat called Tom.");
+        said("My name is Ada.");
+        said("Actually, I moved to Porto last month.");
+        let facts: Vec<String> = store.facts().unwrap().into_iter().map(|f| f.text).collect();
+        assert_eq!(
+            facts,
+            [
+                "The user said: \"I have a cat called Tom.\"",
+                "The user said: \"My name is Ada.\"",
+                "The user said: \"Actually, I moved to Porto last month.\""
+            ]
+        );
     }
 
     use proptest::strategy::Strategy as _;
