@@ -249,6 +249,19 @@ impl App {
     }
 }
 
+/// What an action did, or why it failed, under the control that asked for it.
+fn outcome(ui: &mut egui::Ui, note: &Option<Result<String, String>>) {
+    match note {
+        Some(Ok(m)) => {
+            ui.label(m);
+        }
+        Some(Err(e)) => {
+            ui.colored_label(ui.visuals().error_fg_color, e);
+        }
+        None => {}
+    }
+}
+
 impl eframe::App for App {
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
         App::ui(self, ui);

@@ -36,15 +36,7 @@ impl App {
                 todo = Some(MemoryCommand::Add(std::mem::take(&mut self.state.fact_draft)));
             }
         });
-        match &self.state.facts_note {
-            Some(Ok(m)) => {
-                ui.label(m);
-            }
-            Some(Err(m)) => {
-                ui.colored_label(ui.visuals().warn_fg_color, m);
-            }
-            None => {}
-        }
+        super::outcome(ui, &self.state.facts_note);
         ui.add_space(8.0);
         let Some(facts) = self.state.facts.clone() else {
             ui.label("Reading what revis knows…");

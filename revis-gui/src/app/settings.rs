@@ -54,15 +54,7 @@ impl App {
         if ui.add_enabled(changed, egui::Button::new("Save settings")).clicked() {
             self.send(Command::SaveSettings(draft.clone()));
         }
-        match &self.state.settings_note {
-            Some(Ok(m)) => {
-                ui.label(m);
-            }
-            Some(Err(e)) => {
-                ui.colored_label(ui.visuals().error_fg_color, e);
-            }
-            None => {}
-        }
+        super::outcome(ui, &self.state.settings_note);
         // Models take effect when revisd starts: once saved, offer that now
         // (again after a failed try).
         if self.state.settings_note.is_some() {

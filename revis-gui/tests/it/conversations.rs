@@ -5,8 +5,8 @@
 
 use std::time::Instant;
 
+use eframe::egui::Key;
 use eframe::egui::accesskit::Role;
-use eframe::egui::{Key, Modifiers};
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 use revis_gui::App;
@@ -14,7 +14,7 @@ use revis_gui::state::Shown;
 use revis_store::{ConversationId, MessageState, Role as StoreRole, Store};
 use revis_testkit::TestDaemon;
 
-use crate::{harness, options, ready, wait_until};
+use crate::{harness, options, ready, retype, wait_until};
 
 /// A conversation with one question and its answer, stored as the app stores them.
 fn stored(store: &Store, title: &str, question: &str, answer: &str) -> ConversationId {
@@ -23,15 +23,6 @@ fn stored(store: &Store, title: &str, question: &str, answer: &str) -> Conversat
     let r = store.begin_reply(c, "tier2").unwrap();
     store.complete_reply(r, answer).unwrap();
     c
-}
-
-/// Replaces what a text field holds: select all, then type.
-fn retype(h: &mut Harness<'static, App>, role: Role, label: &str, text: &str) {
-    h.get_by_role_and_label(role, label).focus();
-    h.run_ok();
-    h.key_press_modifiers(Modifiers::COMMAND, Key::A);
-    h.get_by_role_and_label(role, label).type_text(text);
-    h.run_ok();
 }
 
 #[test]

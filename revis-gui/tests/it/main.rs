@@ -73,6 +73,16 @@ pub fn pair_in_app(h: &mut Harness<'static, App>, addr: &str, code: &str) -> Res
     h.state().state.pair_result.clone().unwrap()
 }
 
+/// Replaces what a text field holds: select all, then type.
+pub fn retype(h: &mut Harness<'static, App>, role: eframe::egui::accesskit::Role, label: &str, text: &str) {
+    use egui_kittest::kittest::Queryable;
+    h.get_by_role_and_label(role, label).focus();
+    h.run_ok();
+    h.key_press_modifiers(eframe::egui::Modifiers::COMMAND, eframe::egui::Key::A);
+    h.get_by_role_and_label(role, label).type_text(text);
+    h.run_ok();
+}
+
 /// Draws and applies the app's events, one at a time, until `done` holds;
 /// fails after [`STEP`].
 #[track_caller]

@@ -4,7 +4,6 @@
 //! what the store holds agree at every step.
 
 use eframe::egui::accesskit::Role;
-use eframe::egui::{Key, Modifiers};
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 use revis_gui::App;
@@ -12,26 +11,18 @@ use revis_gui::state::View;
 use revis_store::Store;
 use revis_testkit::TestDaemon;
 
-use crate::{harness, options, ready, wait_until};
+use crate::{harness, options, ready, retype, wait_until};
 
 fn texts(store: &Store) -> Vec<String> {
     store.facts().unwrap().into_iter().map(|f| f.text).collect()
 }
 
-/// Waits until the view shows what the store holds, after a change.
-fn shown_as_stored(h: &mut Harness<'static, App>, store: &Store, what: &str) {
-    wait_until(h, what, |h| {
-        let shown: Option<Vec<String>> = h.state().state.facts.as_ref().map(|f| f.iter().map(|f| f.text.clone()).collect());
-        shown == Some(texts(store))
-    });
-}
-
-fn type_into(h: &mut Harness<'static, App>, label: &str, text: &str) {
-    h.get_by_role_and_label(Role::TextInput, label).focus();
-    h.run_ok();
-    h.key_press_modifiers(Modifiers::COMMAND, Key::A);
-    h.get_by_role_and_label(Role::TextInput, label).type_text(text);
-    h.run_ok();
+/// Waits until the view shows `want` (what a change leaves), then checks
+/// the store holds exactly that too: stored = shown.
+#[track_caller]
+fn shown_and_stored(h: &mut Harness<'static, App>, store: &Store, want: &[&str], what: &str) {
+    wait_until(h, what, |h| h.state().state.facts.as_ref().is_some_and(|f| f.iter().map(|f| f.text.as_str()).eq(want.iter().copied())));
+    assert_eq!(texts(store), want, "{what}: stored as shown");
 }
 
 #[test]
@@ -47,36 +38,33 @@ fn the_person_sees_forgets_edits_and_tells_what_revis_knows() {
     let mut h = harness(opts);
     ready(&mut h);
     h.state_mut().open_view(View::Memory);
-    shown_as_stored(&mut h, &store, "the facts");
+    shown_and_stored(&mut h, &store, &["The user plays the cello.", "The user said: \"I play the cello in Lyon\""], "the facts");
     assert!(h.query_by_label("The user plays the cello.").is_some());
     let from = format!("from what you said in conversation {conversation} (message {told}), just now: \"I play the cello in Lyon.\"");
     assert!(h.query_by_label(&from).is_some(), "where and when it was said, and the words it rests on");
 
     // Forgotten: gone from the window and the store.
     h.get_by_label(&format!("Forget fact {cello}")).click();
-    shown_as_stored(&mut h, &store, "the fact forgotten");
-    assert_eq!(texts(&store), ["The user said: \"I play the cello in Lyon\""]);
+    shown_and_stored(&mut h, &store, &["The user said: \"I play the cello in Lyon\""], "the fact forgotten");
 
     // Edited: the person's words, kept as theirs.
     h.get_by_label(&format!("Edit fact {lyon}")).click();
     h.run_ok();
-    type_into(&mut h, &format!("Fact {lyon}:"), "I play the viola in Lyon");
+    retype(&mut h, Role::TextInput, &format!("Fact {lyon}:"), "I play the viola in Lyon");
     h.get_by_label("Save").click();
-    shown_as_stored(&mut h, &store, "the fact edited");
-    assert_eq!(texts(&store), ["The user said: \"I play the viola in Lyon\""]);
+    shown_and_stored(&mut h, &store, &["The user said: \"I play the viola in Lyon\""], "the fact edited");
 
     // Told directly; and a refusal that names its limit changes nothing.
-    type_into(&mut h, "Tell revis:", "My cat is called Tom.");
+    retype(&mut h, Role::TextInput, "Tell revis:", "My cat is called Tom.");
     h.get_by_label("Add").click();
-    shown_as_stored(&mut h, &store, "the fact told");
-    assert_eq!(texts(&store).len(), 2);
-    type_into(&mut h, "Tell revis:", &"x".repeat(200));
+    let both = ["The user said: \"I play the viola in Lyon\"", "The user said: \"My cat is called Tom.\""];
+    shown_and_stored(&mut h, &store, &both, "the fact told");
+    retype(&mut h, Role::TextInput, "Tell revis:", &"x".repeat(200));
     h.get_by_label("Add").click();
     wait_until(&mut h, "the refusal", |h| matches!(&h.state().state.facts_note, Some(Err(m)) if m.contains("at most 160")));
-    assert_eq!(texts(&store).len(), 2);
+    shown_and_stored(&mut h, &store, &both, "nothing changed by the refusal");
 
     h.get_by_label("Forget everything").click();
-    shown_as_stored(&mut h, &store, "everything forgotten");
-    assert!(texts(&store).is_empty());
+    shown_and_stored(&mut h, &store, &[], "everything forgotten");
     assert!(h.query_by_label("revis has not learned anything about you yet.").is_some());
 }
