@@ -444,7 +444,10 @@ impl Io {
     /// The catalog as this machine sees it (memory, expected speed), and what is downloaded.
     fn list_models(&self) {
         let (sink, dir) = (self.sink.clone(), self.opts.paths().models());
-        tokio::task::spawn_blocking(move || sink.send(Event::Models(Box::new(models_info(&dir)))));
+        tokio::spawn(async move {
+            let here = revis_client::speed::measure_here(&dir).await;
+            sink.send(Event::Models(Box::new(models_info(&dir, here))));
+        });
     }
 
     /// Downloads a model (catalog name or `hf:` reference) with progress;
@@ -742,10 +745,10 @@ impl Io {
     }
 }
 
-/// The catalog as this machine sees it; measuring takes about 100 ms.
-fn models_info(dir: &std::path::Path) -> crate::protocol::ModelsInfo {
+/// The catalog as this machine (`here`, measured) sees it.
+fn models_info(dir: &std::path::Path, here: revis_client::speed::Here) -> crate::protocol::ModelsInfo {
     use revis_models::choose::human_bytes;
-    let machine = revis_models::Machine::measure();
+    let machine = here.machine;
     let catalog = revis_models::catalog();
     let recommended = revis_models::choose(&machine, catalog).entry.name;
     let rows = catalog
@@ -759,6 +762,7 @@ fn models_info(dir: &std::path::Path) -> crate::protocol::ModelsInfo {
                 size: human_bytes(e.size),
                 memory: human_bytes(est.memory_bytes),
                 tokens_per_s: est.tokens_per_s,
+                measured: machine.decode.as_ref().is_some_and(|d| d.model == e.name),
                 fits_memory: est.fits_memory,
                 fits: est.fits(),
                 downloaded: e.is_present(dir),
@@ -769,7 +773,11 @@ fn models_info(dir: &std::path::Path) -> crate::protocol::ModelsInfo {
     // Models pulled by Hugging Face reference, by the name that finds them again.
     let other = revis_models::downloaded_hf(dir).into_iter().map(|(name, size)| (name, human_bytes(size))).collect();
     crate::protocol::ModelsInfo {
-        machine: machine.describe(),
+        machine: match &here.note {
+            Some(note) => format!("{}; {note}", machine.describe()),
+            None => machine.describe(),
+        },
+        busy: machine.busy(),
         rows,
         other,
         default_model: revis_models::default_model(dir),

@@ -151,6 +151,8 @@ pub struct ModelRow {
     pub memory: String,
     /// Expected decoding speed here.
     pub tokens_per_s: f64,
+    /// `tokens_per_s` is what a real decode of it measured here (`revisd measure-speed`).
+    pub measured: bool,
     /// It fits this machine's memory (half of it) and reaches reading speed.
     pub fits_memory: bool,
     pub fits: bool,
@@ -162,8 +164,10 @@ pub struct ModelRow {
 /// The Models view's facts.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ModelsInfo {
-    /// This machine, in words ("16.0 GB of memory, read at 40 GB/s").
+    /// This machine, in words ("8 cores, 16.0 GB of memory read at 40 GB/s (±3%), …"), and whether it was busy.
     pub machine: String,
+    /// Other programs kept the cores busy while it was measured.
+    pub busy: bool,
     pub rows: Vec<ModelRow>,
     /// Models downloaded by Hugging Face reference: the name that finds them (`hf:…`), and their size.
     pub other: Vec<(String, String)>,

@@ -60,6 +60,12 @@ enum Command {
         #[arg(long)]
         memory_limit: u64,
     },
+    /// Decode a few tokens of a model with revisd's defaults and print its speed as JSON (revis and the GUI run it
+    /// before they estimate how fast the other models would be here).
+    MeasureSpeed {
+        /// The model file (GGUF).
+        model: PathBuf,
+    },
     /// (started by revisd) a split tier's engine, serving it on a private socket.
     #[command(hide = true)]
     SplitEngine {
@@ -125,6 +131,18 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("revisd render-worker: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if let Some(Command::MeasureSpeed { model }) = &args.command {
+        return match revis_daemon::speed::measure(model) {
+            Ok(m) => {
+                println!("{}", m.to_json());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("revisd measure-speed: {e}");
                 ExitCode::FAILURE
             }
         };

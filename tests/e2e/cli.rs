@@ -149,7 +149,7 @@ fn models_lists_the_catalog_and_what_is_downloaded() {
     }
     let line = model_line(&out, smollm2.name);
     assert!(line.contains(" downloaded") && !line.contains("not downloaded"), "{line}");
-    assert!(line.ends_with("(default)") == (smollm2.name == revis_models::DEFAULT_MODEL), "{line}");
+    assert!(line.contains("(default)") == (smollm2.name == revis_models::DEFAULT_MODEL), "{line}");
     assert!(model_line(&out, gemma3.name).contains("not downloaded"), "a partial file is not a model:\n{out}");
     assert!(out.contains(&format!("models directory: {}", dir.display())), "{out}");
 
@@ -157,6 +157,57 @@ fn models_lists_the_catalog_and_what_is_downloaded() {
     std::os::unix::fs::symlink(revis_testkit::gemma3(), gemma3.path_in(&dir)).unwrap();
     let out = revis.ok(&["models"]);
     assert!(!model_line(&out, gemma3.name).contains("not downloaded"), "{out}");
+}
+
+/// The speed column of a `revis models` line ("...   98 t/s ...").
+fn speed_of(line: &str) -> f64 {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "t/s").unwrap_or_else(|| panic!("no speed in {line}"));
+    words[at - 1].parse().unwrap_or_else(|_| panic!("no speed in {line}"))
+}
+
+/// A process that keeps one core busy until dropped (ended by its PID).
+struct Spinner(std::process::Child);
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// With a catalog model downloaded, `revis models` decodes a few tokens of
+/// the smallest one (`revisd measure-speed`) and estimates the others from
+/// that: the measured model shows what it decoded, a larger one less. With
+/// another program keeping a core busy it says so. (How close the
+/// estimates come to `revis-bench speed` is `revis-bench estimate`'s.)
+#[test]
+fn models_estimates_speeds_from_a_real_decode_and_says_when_the_machine_is_busy() {
+    let revis = Revis::new(None);
+    let dir = revis.data().join("models");
+    std::fs::create_dir(&dir).unwrap();
+    let (smollm2, gemma3) = (revis_models::find("smollm2-135m-instruct").unwrap(), revis_models::find("gemma3-270m").unwrap());
+    std::os::unix::fs::symlink(revis_testkit::smollm2(), smollm2.path_in(&dir)).unwrap();
+    std::os::unix::fs::symlink(revis_testkit::gemma3(), gemma3.path_in(&dir)).unwrap();
+    let out = revis.ok(&["models"]);
+    let smol = model_line(&out, smollm2.name);
+    assert!(smol.ends_with("(speed measured here)"), "{out}");
+    let said = format!("speeds scaled from {} decoding at ", smollm2.name);
+    let decoded: f64 = out
+        .split(&said)
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(speed_of(smol), decoded, "the measured model shows what it decoded:\n{out}");
+    let gemma = model_line(&out, gemma3.name);
+    assert!(!gemma.contains("measured"), "{gemma}");
+    assert!(speed_of(gemma) < decoded, "twice the parameters decode slower:\n{out}");
+    assert!(out.contains("what smollm2-135m-instruct reached here"), "{out}");
+
+    let _busy = Spinner(Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap());
+    let out = revis.ok(&["models"]);
+    assert!(out.contains("BUSY: other programs kept about"), "{out}");
 }
 
 /// REVIS_YES as people write it (the README says `REVIS_YES=1`); a value
@@ -599,7 +650,7 @@ fn first_use_chooses_for_the_machine_and_falls_back_to_the_smallest() {
     let (ok, err) = run_where_nothing_can_be_downloaded(home.path(), None);
     assert!(!ok, "{err}");
     let chose = err.lines().find(|l| l.starts_with("revis: this machine has ")).unwrap_or_else(|| panic!("no choice said:\n{err}"));
-    assert!(chose.contains(" of memory, read at ") && chose.contains("tokens/s here"), "{chose}");
+    assert!(chose.contains(" of memory read at ") && chose.contains(" multiply-adds/s ") && chose.contains("tokens/s here"), "{chose}");
     let smallest = revis_models::DEFAULT_MODEL;
     if !chose.contains(&format!("so the smallest: {smallest} ")) {
         // A larger model was chosen: Hugging Face was asked for it, and could not be reached.

@@ -502,6 +502,36 @@ impl Bench for Turn<'_> {
 }
 
 /// `revis-bench render`.
+pub struct Estimate {
+    pub args: crate::cli::EstimateArgs,
+}
+
+impl Bench for Estimate {
+    type Results = (crate::estimate::Results, Stamp);
+    const DOC: &'static str = "docs/BENCHMARKS.md";
+
+    async fn run(&self) -> anyhow::Result<Self::Results> {
+        let c = &self.args.common;
+        let models = model_files(c).await?;
+        let stamp = Stamp::now();
+        let results = crate::estimate::run(&models, c.most_threads(), c.context, c.batch, self.args.estimate.estimate_rounds).await?;
+        Ok((results, stamp))
+    }
+
+    fn report(&self, (r, s): &Self::Results) -> anyhow::Result<Vec<Section>> {
+        let m = &s.machine;
+        let about = format!("- {}, `{}`\n- {} ({} cores, {:.0} GiB), {}", s.date, s.command, m.cpu, m.cores, m.memory_gib, m.os);
+        Ok(vec![Section {
+            text: format!("{}\n{}\n{}\n", crate::estimate::BEGIN, crate::estimate::report(r, &about).trim_end(), crate::estimate::END),
+            place: marked(crate::estimate::BEGIN, crate::estimate::END, "## The default model's speed estimate (`revis-bench estimate`)"),
+        }])
+    }
+
+    fn raw(&self, (r, _): &Self::Results) -> anyhow::Result<Option<Raw>> {
+        Raw::new("last-estimate-run.json", r, "raw samples").map(Some)
+    }
+}
+
 pub struct Render {
     pub args: crate::cli::RenderArgs,
 }
@@ -523,7 +553,7 @@ impl Bench for Render {
         let m = &s.machine;
         let about = format!("- {}, `{}`\n- {} ({} cores, {:.0} GiB), {}", s.date, s.command, m.cpu, m.cores, m.memory_gib, m.os);
         Ok(vec![Section {
-            text: render::report(r, &about),
+            text: format!("{}\n{}\n{}\n", render::BEGIN, render::report(r, &about).trim_end(), render::END),
             place: marked(render::BEGIN, render::END, "## Chat templates in a process of their own (`revis-bench render`)"),
         }])
     }

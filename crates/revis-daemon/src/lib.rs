@@ -22,6 +22,7 @@ pub mod remote;
 pub mod rpc;
 pub mod scheduler;
 pub mod server;
+pub mod speed;
 pub mod transport;
 pub mod validate;
 

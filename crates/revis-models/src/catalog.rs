@@ -112,6 +112,13 @@ impl fmt::Display for Source {
 }
 
 impl CatalogEntry {
+    /// Its parameters as a number, read from [`Self::params`] ("135M", "3.8B").
+    /// A decoded token multiplies each once and adds it (two operations a
+    /// parameter), which is what the speed estimate counts.
+    pub fn parameters(&self) -> f64 {
+        parse_params(self.params).unwrap_or_else(|| panic!("catalog entry {} has params {:?}", self.name, self.params))
+    }
+
     /// Where this model's file lives (or will live) under `models_dir`.
     pub fn path_in(&self, models_dir: &Path) -> PathBuf {
         models_dir.join(self.file_name)
@@ -444,10 +451,35 @@ pub fn find_file(file_name: &str) -> Option<&'static CatalogEntry> {
     CATALOG.iter().find(|e| e.file_name == file_name)
 }
 
+/// "135M" → 1.35e8, "3.8B" → 3.8e9.
+fn parse_params(p: &str) -> Option<f64> {
+    let (number, unit) = p.split_at(p.len().checked_sub(1)?);
+    let scale = match unit {
+        "M" => 1e6,
+        "B" => 1e9,
+        _ => return None,
+    };
+    number.parse::<f64>().ok().filter(|n| *n > 0.0).map(|n| n * scale)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::hash::normalize_sha256;
+
+    #[test]
+    fn every_entry_says_its_parameters_as_a_number() {
+        assert_eq!(parse_params("135M"), Some(135e6));
+        assert_eq!(parse_params("3.8B"), Some(3.8e9));
+        assert_eq!(parse_params("3.8"), None);
+        assert_eq!(parse_params(""), None);
+        for e in catalog() {
+            let p = e.parameters();
+            // Bytes per parameter of a 4- or 5-bit quantization, with embeddings and metadata: 0.4 to 1.
+            let per = e.size as f64 / p;
+            assert!((0.4..1.0).contains(&per), "{}: {per:.2} bytes a parameter", e.name);
+        }
+    }
 
     #[test]
     fn default_model_is_first_smallest_and_found() {

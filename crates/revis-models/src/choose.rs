@@ -1,4 +1,5 @@
-//! Which catalog model fits a machine: a pure rule over its memory, its read bandwidth and the catalog.
+//! Which catalog model fits a machine: a pure rule over its memory, its
+//! measured speeds and the catalog.
 //!
 //! A model fits when both hold:
 //!
@@ -8,11 +9,26 @@
 //!   plus [`RUNTIME_OVERHEAD_BYTES`] for compute buffers, saved prefixes and
 //!   revisd itself, is at most [`MEMORY_SHARE`] of the machine's memory (the
 //!   rest is the system's and the user's other programs');
-//! * speed: decoding reads every weight once per token, so tokens/s is about
-//!   bandwidth ÷ file size; llama.cpp reaches part of that limit (27–61% for
-//!   the small models measured in docs/BENCHMARKS.md, more for large ones), so
-//!   the estimate takes [`DECODE_EFFICIENCY`] of it, and it must reach
-//!   [`READING_SPEED_TOKENS_PER_S`].
+//! * speed: the estimate of [`estimate`] reaches [`READING_SPEED_TOKENS_PER_S`].
+//!
+//! Decoding a token reads every weight once and multiplies and adds each
+//! (two operations a parameter), so a token takes the longer of
+//!
+//! * reading: file size ÷ ([`DECODE_EFFICIENCY`] × read bandwidth), and
+//! * computing: 2 × parameters ÷ the operations per second the cores reach
+//!   in llama.cpp's kernels. Measured from a real decode of a downloaded model
+//!   on this machine where there is one ([`Machine::decode`]: `revisd
+//!   measure-speed`); otherwise [`ARITHMETIC_SHARE`] of the arithmetic probe
+//!   ([`crate::machine::dot_ops`]), the share measured on the development
+//!   machine (docs/BENCHMARKS.md, "The default model's speed estimate").
+//!
+//! On a laptop's or desktop's cores the small models are compute-bound and
+//! the large ones read-bound; on two cores everything up to several billion
+//! parameters is compute-bound, which a bandwidth-only estimate missed
+//! (it promised SmolLM2 280 tokens/s where it decodes 100-130).
+//! A real decode of the smallest model counts that model's fixed costs per
+//! token too, which weigh less in larger models: from it, the estimate for
+//! larger ones errs slow.
 //!
 //! The choice is the largest file that fits; when none does, the smallest.
 
@@ -23,6 +39,14 @@ use crate::machine::Machine;
 pub const MEMORY_SHARE: f64 = 0.5;
 /// The share of the bandwidth limit decoding is expected to reach.
 pub const DECODE_EFFICIENCY: f64 = 0.5;
+/// Decode operations per second (2 × parameters × tokens/s) ÷ the arithmetic
+/// probe's multiply-adds per second, where no real decode was measured.
+/// Fitted on an Intel Xeon VM of 2 cores, where SmolLM2-135M and Gemma 3
+/// 270M decode compute-bound (their speeds go as their parameters, not their
+/// files): 1.3-1.6 on 1 and 2 threads (docs/BENCHMARKS.md, "The default
+/// model's speed estimate"). Not measured on other CPUs: where a catalog
+/// model is downloaded, its real decode replaces it.
+pub const ARITHMETIC_SHARE: f64 = 1.45;
 /// Tokens per second a streamed answer must reach: a reader takes about 240
 /// words a minute (4 a second, about 5.3 tokens); 8 leaves a margin.
 pub const READING_SPEED_TOKENS_PER_S: f64 = 8.0;
@@ -64,7 +88,7 @@ pub fn auto_context(shape: crate::Shape, streams: u32, kv_budget: u64) -> u32 {
 pub struct Estimate {
     /// File + [`STREAMS`] KV caches at [`CONTEXT_TOKENS`] + [`RUNTIME_OVERHEAD_BYTES`].
     pub memory_bytes: u64,
-    /// Expected decoding speed: [`DECODE_EFFICIENCY`] × bandwidth ÷ file size.
+    /// Expected decoding speed: the slower of reading and computing (see the module's doc).
     pub tokens_per_s: f64,
     /// `memory_bytes` is within [`MEMORY_SHARE`] of the machine's memory.
     pub fits_memory: bool,
@@ -82,12 +106,23 @@ impl Estimate {
 /// What `entry` would cost on `machine`.
 pub fn estimate(entry: &CatalogEntry, machine: &Machine) -> Estimate {
     let memory_bytes = entry.size + entry.kv_bytes_per_token * CONTEXT_TOKENS * STREAMS + RUNTIME_OVERHEAD_BYTES;
-    let tokens_per_s = DECODE_EFFICIENCY * machine.bandwidth_bytes_per_s / entry.size.max(1) as f64;
+    let reading = entry.size.max(1) as f64 / (DECODE_EFFICIENCY * machine.bandwidth.median).max(1.0);
+    let computing = 2.0 * entry.parameters() / decode_ops(machine).max(1.0);
+    let tokens_per_s = 1.0 / reading.max(computing);
     Estimate {
         memory_bytes,
         tokens_per_s,
         fits_memory: memory_bytes as f64 <= MEMORY_SHARE * machine.memory_bytes as f64,
         reading_speed: tokens_per_s >= READING_SPEED_TOKENS_PER_S,
+    }
+}
+
+/// Operations per second a decode reaches on `machine`: from its real
+/// decode when there is one, else [`ARITHMETIC_SHARE`] of its arithmetic probe.
+pub fn decode_ops(machine: &Machine) -> f64 {
+    match &machine.decode {
+        Some(d) => 2.0 * d.parameters * d.tokens_per_s,
+        None => ARITHMETIC_SHARE * machine.arithmetic.median,
     }
 }
 
@@ -138,9 +173,30 @@ pub fn human_bytes(bytes: u64) -> String {
 }
 
 impl Machine {
-    /// One line for people: "16.0 GB of memory, read at 40 GB/s".
+    /// One line for people: "8 cores, 16.0 GB of memory read at 40 GB/s (±3%), 96 G multiply-adds/s (±2%)",
+    /// then what the speeds rest on, then whether others were using it.
     pub fn describe(&self) -> String {
-        format!("{} of memory, read at {:.0} GB/s", human_bytes(self.memory_bytes), self.bandwidth_bytes_per_s / 1e9)
+        let mut line = format!(
+            "{} core{}, {} of memory read at {:.0} GB/s (±{:.0}%), {:.1} G multiply-adds/s (±{:.0}%)",
+            self.cores,
+            if self.cores == 1 { "" } else { "s" },
+            human_bytes(self.memory_bytes),
+            self.bandwidth.median / 1e9,
+            self.bandwidth.spread() * 100.0,
+            self.arithmetic.median / 1e9,
+            self.arithmetic.spread() * 100.0,
+        );
+        if let Some(d) = &self.decode {
+            line.push_str(&format!("; speeds scaled from {} decoding at {:.0} tokens/s here", d.model, d.tokens_per_s));
+        }
+        if let Some(load) = self.load.filter(|l| l.busy()) {
+            line.push_str(&format!(
+                "; BUSY: other programs kept about {:.1} of its {} cores busy while it was measured, so these speeds are \
+                 for now and it does more when they stop",
+                load.others_cores, self.cores
+            ));
+        }
+        line
     }
 }
 
@@ -174,6 +230,7 @@ impl Choice<'_> {
 mod tests {
     use super::*;
     use crate::catalog::catalog;
+    use crate::machine::{Decode, Load, Probe};
 
     const GIB: u64 = 1 << 30;
 
@@ -198,30 +255,44 @@ mod tests {
         assert!(auto_context(gemma, 1, some) > auto_context(gemma, 4, some));
     }
 
-    fn machine(memory_gib: u64, bandwidth_gb_s: f64) -> Machine {
-        Machine { memory_bytes: memory_gib * GIB, bandwidth_bytes_per_s: bandwidth_gb_s * 1e9 }
+    /// A machine of 8 cores with `memory_gib`, reading at `bandwidth_gb_s`,
+    /// whose decodes reach `decode_gops` G operations a second (what its
+    /// arithmetic probe gives, times [`ARITHMETIC_SHARE`]).
+    fn machine(memory_gib: u64, bandwidth_gb_s: f64, decode_gops: f64) -> Machine {
+        Machine {
+            memory_bytes: memory_gib * GIB,
+            bandwidth: Probe::exactly(bandwidth_gb_s * 1e9),
+            arithmetic: Probe::exactly(decode_gops * 1e9 / ARITHMETIC_SHARE),
+            cores: 8,
+            load: None,
+            decode: None,
+        }
     }
 
-    fn chosen(memory_gib: u64, bandwidth_gb_s: f64) -> &'static str {
-        choose(&machine(memory_gib, bandwidth_gb_s), catalog()).entry.name
+    fn chosen(memory_gib: u64, bandwidth_gb_s: f64, decode_gops: f64) -> &'static str {
+        choose(&machine(memory_gib, bandwidth_gb_s, decode_gops), catalog()).entry.name
     }
 
     #[test]
     fn the_choice_grows_with_the_machine() {
-        // (memory GiB, bandwidth GB/s) → the model, from a small single-board computer to a workstation.
+        // (memory GiB, bandwidth GB/s, decode G operations/s) → the model, from a small single-board computer to a workstation.
         let cases = [
-            ((1, 5.0), "smollm2-135m-instruct"),  // nothing fits: the smallest
-            ((2, 10.0), "smollm2-135m-instruct"), // Gemma 3 with its four caches needs 1.2 GB, over half of 2 GB
-            ((4, 20.0), "qwen2.5-1.5b-instruct"),
-            ((8, 40.0), "qwen2.5-3b-instruct"), // a laptop: a 3B with small caches, not the 8B that needs 8 GB
-            ((8, 20.0), "qwen2.5-1.5b-instruct"), // the same memory, slower: a 3B would write 5 tokens/s
-            ((16, 60.0), "llama3.2-3b-instruct"), // Phi 3.5's four caches take 6.4 GB; the 8B would write 6 tokens/s
-            ((16, 100.0), "llama3.1-8b-instruct"), // fast memory: the 8B at 10 tokens/s
-            ((32, 120.0), "gemma3-12b-it"),     // the 14B would write 6.7 tokens/s
-            ((32, 200.0), "qwen2.5-14b-instruct"),
-            ((512, 1000.0), "qwen2.5-14b-instruct"), // the largest the catalog has
+            ((1, 5.0, 10.0), "smollm2-135m-instruct"),  // nothing fits: the smallest
+            ((2, 10.0, 20.0), "smollm2-135m-instruct"), // Gemma 3 with its four caches needs 1.2 GB, over half of 2 GB
+            // The development VM: 2 cores, 24 GB, 35 GB/s; its decodes reach about 35 G operations/s.
+            // Qwen 2.5 1.5B computes 3 G operations a token: 11 tokens/s; the 3B models would write 5-6.
+            ((24, 35.0, 35.0), "qwen2.5-1.5b-instruct"),
+            ((4, 20.0, 60.0), "qwen2.5-1.5b-instruct"),
+            ((8, 40.0, 120.0), "qwen2.5-3b-instruct"), // a laptop: a 3B with small caches, not the 8B that needs 8 GB
+            ((8, 40.0, 40.0), "qwen2.5-1.5b-instruct"), // the same with two cores' arithmetic: a 3B would compute 6.5 tokens/s
+            ((16, 60.0, 240.0), "llama3.2-3b-instruct"), // Phi 3.5's four caches take 6.4 GB; the 8B would read 6 tokens/s
+            ((16, 100.0, 240.0), "llama3.1-8b-instruct"), // fast memory: the 8B at 10 tokens/s
+            ((16, 100.0, 100.0), "llama3.2-3b-instruct"), // ... unless its cores cannot compute 16 G operations 8 times a second
+            ((32, 120.0, 400.0), "gemma3-12b-it"),     // the 14B would write 6.7 tokens/s
+            ((32, 200.0, 400.0), "qwen2.5-14b-instruct"),
+            ((512, 1000.0, 4000.0), "qwen2.5-14b-instruct"), // the largest the catalog has
         ];
-        let got: Vec<_> = cases.iter().map(|((m, b), _)| ((*m, *b), chosen(*m, *b))).collect();
+        let got: Vec<_> = cases.iter().map(|((m, b, o), _)| ((*m, *b, *o), chosen(*m, *b, *o))).collect();
         let want: Vec<_> = cases.iter().map(|(k, name)| (*k, *name)).collect();
         assert_eq!(got, want);
     }
@@ -230,28 +301,36 @@ mod tests {
     fn a_choice_fits_both_ways_and_nothing_larger_does() {
         for memory_gib in [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64] {
             for bandwidth in [5.0, 10.0, 20.0, 40.0, 60.0, 100.0, 200.0, 400.0] {
-                let m = machine(memory_gib, bandwidth);
-                let c = choose(&m, catalog());
-                assert_eq!(c.estimate, estimate(c.entry, &m));
-                if c.fits {
-                    assert!(c.estimate.memory_bytes as f64 <= m.memory_bytes as f64 / 2.0, "{m:?}: {}", c.entry.name);
-                    assert!(c.estimate.tokens_per_s >= READING_SPEED_TOKENS_PER_S, "{m:?}: {}", c.entry.name);
-                } else {
-                    assert_eq!(c.entry, smallest(catalog()));
-                    assert!(catalog().iter().all(|e| !estimate(e, &m).fits()), "{m:?}");
+                for ops in [10.0, 35.0, 100.0, 400.0] {
+                    let m = machine(memory_gib, bandwidth, ops);
+                    let c = choose(&m, catalog());
+                    assert_eq!(c.estimate, estimate(c.entry, &m));
+                    if c.fits {
+                        assert!(c.estimate.memory_bytes as f64 <= m.memory_bytes as f64 / 2.0, "{m:?}: {}", c.entry.name);
+                        assert!(c.estimate.tokens_per_s >= READING_SPEED_TOKENS_PER_S, "{m:?}: {}", c.entry.name);
+                    } else {
+                        assert_eq!(c.entry, smallest(catalog()));
+                        assert!(catalog().iter().all(|e| !estimate(e, &m).fits()), "{m:?}");
+                    }
+                    let larger_fits = catalog().iter().any(|e| e.size > c.entry.size && estimate(e, &m).fits());
+                    assert!(!larger_fits, "{m:?}: a model larger than {} fits", c.entry.name);
                 }
-                let larger_fits = catalog().iter().any(|e| e.size > c.entry.size && estimate(e, &m).fits());
-                assert!(!larger_fits, "{m:?}: a model larger than {} fits", c.entry.name);
             }
         }
     }
 
     #[test]
-    fn more_memory_or_bandwidth_never_chooses_a_smaller_model() {
-        let size = |m, b| choose(&machine(m, b), catalog()).entry.size;
+    fn a_faster_machine_never_chooses_a_smaller_model() {
+        let size = |m, b, o| choose(&machine(m, b, o), catalog()).entry.size;
         for m in [1, 2, 4, 8, 16, 32] {
             for b in [5.0, 20.0, 60.0, 200.0] {
-                assert!(size(m * 2, b) >= size(m, b) && size(m, b * 2.0) >= size(m, b), "{m} GiB, {b} GB/s");
+                for o in [10.0, 40.0, 160.0] {
+                    let here = size(m, b, o);
+                    assert!(
+                        size(m * 2, b, o) >= here && size(m, b * 2.0, o) >= here && size(m, b, o * 2.0) >= here,
+                        "{m} GiB, {b} GB/s, {o} Gop/s"
+                    );
+                }
             }
         }
     }
@@ -259,20 +338,49 @@ mod tests {
     #[test]
     fn the_estimate_is_the_stated_arithmetic() {
         let qwen = crate::catalog::find("qwen2.5-3b-instruct").unwrap();
-        let e = estimate(qwen, &machine(8, 40.0));
+        // Read-bound: 120 G operations/s compute a token in 51 ms, 20 GB/s read 1.93 GB in 97 ms.
+        let e = estimate(qwen, &machine(8, 40.0, 120.0));
         assert_eq!(e.memory_bytes, 1_930_000_000 + 36 * 2 * 128 * 4 * 4096 * 4 + (640 << 20));
-        assert!((e.tokens_per_s - 0.5 * 40e9 / 1.93e9).abs() < 1e-9);
+        assert!((e.tokens_per_s - 0.5 * 40e9 / 1.93e9).abs() < 1e-9, "{e:?}");
         assert!(e.fits());
+        // Compute-bound: two operations a parameter.
+        let e = estimate(qwen, &machine(8, 40.0, 30.0));
+        assert!((e.tokens_per_s - 30e9 / (2.0 * 3e9)).abs() < 1e-9, "{e:?}");
+        assert!(!e.fits());
+    }
+
+    #[test]
+    fn a_real_decode_sets_the_speed_of_its_model_and_scales_the_others() {
+        let smol = crate::catalog::find("smollm2-135m-instruct").unwrap();
+        let gemma = crate::catalog::find("gemma3-270m").unwrap();
+        // The probe alone says one thing; the real decode is what counts.
+        let m = machine(24, 35.0, 80.0);
+        let decoded =
+            m.clone().with_decode(Decode { model: smol.name.into(), parameters: smol.parameters(), size: smol.size, tokens_per_s: 110.0 });
+        assert!((estimate(smol, &decoded).tokens_per_s - 110.0).abs() < 1e-9);
+        // Gemma 3 270M has twice the parameters: half the speed, as it is compute-bound here.
+        let g = estimate(gemma, &decoded).tokens_per_s;
+        assert!((g - 110.0 * 135.0 / 270.0).abs() < 1e-6, "{g}");
+        assert_ne!(estimate(smol, &m), estimate(smol, &decoded));
     }
 
     #[test]
     fn the_choice_explains_itself_with_its_numbers() {
-        let m = machine(8, 40.0);
-        expect_test::expect![[r#"qwen2.5-3b-instruct (1.9 GB) needs about 3.2 GB of memory and should write about 10 tokens/s here: the largest catalog model within half this machine's memory (4.3 GB) and at reading speed (at least 8 tokens/s)"#]]
-            .assert_eq(&choose(&m, catalog()).explain(&m));
-        let tiny = machine(1, 5.0);
-        expect_test::expect![[r#"no catalog model fits within half this machine's memory (537 MB) at reading speed (at least 8 tokens/s), so the smallest: smollm2-135m-instruct (98 MB) needs about 1.1 GB of memory and should write about 25 tokens/s here"#]]
-            .assert_eq(&choose(&tiny, catalog()).explain(&tiny));
-        assert_eq!(m.describe(), "8.6 GB of memory, read at 40 GB/s");
+        let m = machine(8, 40.0, 120.0);
+        expect_test::expect!["qwen2.5-3b-instruct (1.9 GB) needs about 3.2 GB of memory and should write about 10 tokens/s here: the largest catalog model within half this machine's memory (4.3 GB) and at reading speed (at least 8 tokens/s)"].assert_eq(&choose(&m, catalog()).explain(&m));
+        let tiny = machine(1, 5.0, 10.0);
+        expect_test::expect!["no catalog model fits within half this machine's memory (537 MB) at reading speed (at least 8 tokens/s), so the smallest: smollm2-135m-instruct (98 MB) needs about 1.1 GB of memory and should write about 25 tokens/s here"].assert_eq(&choose(&tiny, catalog()).explain(&tiny));
+        expect_test::expect!["8 cores, 8.6 GB of memory read at 40 GB/s (±0%), 82.8 G multiply-adds/s (±0%)"].assert_eq(&m.describe());
+        let measured = Machine {
+            bandwidth: Probe { median: 35e9, low: 33e9, high: 36e9 },
+            arithmetic: Probe { median: 12e9, low: 11e9, high: 12.5e9 },
+            cores: 2,
+            load: Some(Load { others_cores: 1.0 }),
+            ..m
+        };
+        let smol = crate::catalog::find("smollm2-135m-instruct").unwrap();
+        let measured =
+            measured.with_decode(Decode { model: smol.name.into(), parameters: smol.parameters(), size: smol.size, tokens_per_s: 60.0 });
+        expect_test::expect!["2 cores, 8.6 GB of memory read at 35 GB/s (±4%), 12.0 G multiply-adds/s (±6%); speeds scaled from smollm2-135m-instruct decoding at 60 tokens/s here; BUSY: other programs kept about 1.0 of its 2 cores busy while it was measured, so these speeds are for now and it does more when they stop"].assert_eq(&measured.describe());
     }
 }

@@ -20,7 +20,12 @@ impl App {
             ui.label("Reading the catalog and measuring this machine…");
             return;
         };
-        ui.label(format!("This machine: {}. Models are kept in {}.", info.machine, info.dir));
+        let machine = format!("This machine: {}. Models are kept in {}.", info.machine, info.dir);
+        if info.busy {
+            ui.colored_label(ui.visuals().warn_fg_color, machine);
+        } else {
+            ui.label(machine);
+        }
         let uses: Vec<String> = Tier::ALL
             .iter()
             .map(|t| {
@@ -52,7 +57,7 @@ impl App {
                 } else {
                     ui.colored_label(ui.visuals().warn_fg_color, &r.memory).on_hover_text("more than half of this machine's memory");
                 }
-                ui.label(format!("~{:.0} tokens/s", r.tokens_per_s));
+                ui.label(format!("~{:.0} tokens/s{}", r.tokens_per_s, if r.measured { " (measured here)" } else { "" }));
                 if r.downloaded {
                     use_menu(ui, &r.name, &mut use_for);
                 } else if ui.add_enabled(!busy, egui::Button::new(format!("Download {}", r.name))).clicked() {
