@@ -507,11 +507,15 @@ async fn recall(client: &Client, items: &[Recall], way: &Way, r: &mut ModelTurns
     let dir = tempfile::tempdir()?;
     let store = Store::open(dir.path())?.store;
     let rules = way.rules.clone().unwrap_or_default();
-    let mut rows: Vec<Row> =
-        ["the turn, same conversation", "the turn, a new conversation (the profile)", "bare model, greedy, same conversation"]
-            .iter()
-            .map(|w| Row { set: "recall".into(), way: (*w).into(), right: 0, n: 0, loops: 0, chars: 0, examples: Vec::new() })
-            .collect();
+    let mut rows: Vec<Row> = [
+        "the turn, same conversation",
+        "the turn, a new conversation (the profile)",
+        "the turn, a new conversation, the profile in the system message only",
+        "bare model, greedy, same conversation",
+    ]
+    .iter()
+    .map(|w| Row { set: "recall".into(), way: (*w).into(), right: 0, n: 0, loops: 0, chars: 0, examples: Vec::new() })
+    .collect();
     for (i, it) in items.iter().enumerate() {
         let conv = store.create_conversation("recall")?;
         let mut chat = Chat::new(client.clone(), store.clone(), conv, Policies::default());
@@ -534,6 +538,12 @@ async fn recall(client: &Client, items: &[Recall], way: &Way, r: &mut ModelTurns
         chat.open(store.create_conversation("recall, asked again")?);
         let new = chat.send(&it.ask, |_| {}).await?.text;
         chat.background_done().await;
+        // The form before issue 42's item 3: the facts in the system message alone.
+        chat.facts_beside = false;
+        chat.open(store.create_conversation("recall, asked again, the profile in the system message only")?);
+        let system_only = chat.send(&it.ask, |_| {}).await?.text;
+        chat.background_done().await;
+        chat.facts_beside = true;
         history.push(Message::user(it.ask.as_str()));
         let req = GenerateParams {
             tier: Policies::default().get(TaskKind::ChatAnswer).tier,
@@ -544,7 +554,7 @@ async fn recall(client: &Client, items: &[Recall], way: &Way, r: &mut ModelTurns
             ..Default::default()
         };
         let bare = Runner::generate(client, req, |_| {}).await?.text;
-        for (row, a) in rows.iter_mut().zip([&same, &new, &bare]) {
+        for (row, a) in rows.iter_mut().zip([&same, &new, &system_only, &bare]) {
             row.n += 1;
             row.right += usize::from(right(a));
             if i < 3 {
@@ -626,6 +636,9 @@ pub fn targets(r: &ModelTurns) -> Vec<String> {
             m.found,
             m.labelled
         ));
+    }
+    if let Some(new) = r.row("recall", "the turn, a new conversation (the profile)") {
+        out.push(format!("{}: recall in a new conversation ≥ 70%: {}", verdict(new.rate() >= 0.7), cell(new)));
     }
     if let Some((said, n)) = r.escalations {
         let rate = said as f64 / n.max(1) as f64;

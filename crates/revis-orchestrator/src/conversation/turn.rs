@@ -22,7 +22,7 @@ use super::context::{RULES, build_context, rules_for};
 use super::draft::{DRAFT_PAUSE, DraftCheck};
 use super::error::{ChatError, blocking};
 use super::escalation::{DEEP_MAX_TOKENS, RecordKeeper};
-use super::memory::{Memory, audit_key};
+use super::memory::{self, Memory, audit_key};
 use super::record::{EscalatedBy, Escalation, TurnNote, TurnRecord, turn_key, turn_record};
 use super::reply::{OpenReply, Writer, repeats_itself};
 use super::typing::TypingTimer;
@@ -67,6 +67,11 @@ pub struct Chat<D: Runner> {
     /// profile (on by default; `revis chat --no-memory` turns it off: the
     /// conversation learns nothing, and the profile is still used).
     pub learn: bool,
+    /// A question about the person gets the profile facts it asks about
+    /// beside it in the prompt (`memory::with_what_was_said`), not only in
+    /// the system message. On by default; the turn benchmark turns it off
+    /// to measure the two forms.
+    pub facts_beside: bool,
     /// Sampling for answers (None = the daemon's defaults: the model's
     /// published settings where the catalog or its file has them).
     pub sampling: Sampling,
@@ -163,6 +168,7 @@ impl<D: Runner> Chat<D> {
             rules: RULES.to_owned(),
             profile: true,
             learn: true,
+            facts_beside: true,
             sampling: Sampling::default(),
             max_tokens: None,
             partial_save_every: PARTIAL_SAVE_EVERY,
@@ -464,7 +470,8 @@ impl<D: Runner> Chat<D> {
         // prefill freeze, so no background job slips in ahead of the answer.
         let streaming = self.gates.streaming();
         self.pre.enter().await;
-        let mut req = ctx.request(tier, asked);
+        let mut req =
+            if self.facts_beside { ctx.request(tier, &memory::with_what_was_said(&ctx.profile, asked)) } else { ctx.request(tier, asked) };
         req.sampling = self.sampling;
         req.max_tokens = self.max_tokens;
         // From here on, however this turn ends, what was shown is saved.
@@ -698,7 +705,11 @@ impl<D: Runner> Chat<D> {
         let tier = self.policies.get(TaskKind::ChatAnswer).tier;
         let streaming = self.gates.streaming();
         self.pre.enter().await;
-        let mut req = ctx.request(tier, &asked);
+        let mut req = if self.facts_beside {
+            ctx.request(tier, &memory::with_what_was_said(&ctx.profile, &asked))
+        } else {
+            ctx.request(tier, &asked)
+        };
         req.sampling = self.sampling;
         req.max_tokens = self.max_tokens;
         req.answer_prefix = cut.text.clone();
