@@ -223,13 +223,13 @@ pub async fn models(paths: &Paths) -> anyhow::Result<ExitCode> {
         println!("note: {note}");
     }
     println!(
-        "memory = file + {} KV caches at {} tokens (daemon.streams) + {} MiB; speed = the slower of reading the file at {:.0}% of the \
-         bandwidth and computing 2 operations a parameter at {:.1} G/s ({}); a model fits when it needs at most half the memory and \
+        "memory = file + {} KV caches at {} tokens (daemon.streams) + {} MiB; speed = the slower of reading the file at {:.1} GB/s (half the \
+         bandwidth, or what a real decode read) and computing 2 operations a parameter at {:.1} G/s ({}); a model fits when it needs at most half the memory and \
          writes at least {:.0} tokens/s",
         revis_models::choose::STREAMS,
         revis_models::choose::CONTEXT_TOKENS,
         revis_models::choose::RUNTIME_OVERHEAD_BYTES >> 20,
-        revis_models::choose::DECODE_EFFICIENCY * 100.0,
+        revis_models::choose::read_rate(&machine) / 1e9,
         revis_models::choose::decode_ops(&machine) / 1e9,
         match &machine.decode {
             Some(d) => format!("what {} reached here", d.model),

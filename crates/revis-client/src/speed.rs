@@ -5,7 +5,8 @@
 //! choice and the GUI's models view all read it from here.
 
 use std::path::Path;
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use revis_models::machine::Decode;
 use revis_models::{CatalogEntry, Machine};
@@ -30,12 +31,32 @@ pub async fn measure_here(models_dir: &Path) -> Here {
         Err(e) => std::panic::resume_unwind(e.into_panic()),
     };
     let Some(entry) = smallest_downloaded(models_dir) else { return Here { machine, note: None } };
+    if let Some(d) = recent(entry) {
+        return Here { machine: machine.with_decode(d), note: None };
+    }
     match real_decode(entry, models_dir).await {
-        Ok(d) => Here { machine: machine.with_decode(d), note: None },
+        Ok(d) => {
+            *LAST.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), d.clone()));
+            Here { machine: machine.with_decode(d), note: None }
+        }
         Err(why) => {
             Here { machine, note: Some(format!("no real decode of {} counts ({why}); the speeds are the probes' estimate", entry.name)) }
         }
     }
+}
+
+/// A real decode is kept this long in a process that measures again (the
+/// GUI, each time its models view opens), so that looking twice does not
+/// take the cores for a second each time. The probes run every time.
+pub const KEEP_DECODE: Duration = Duration::from_secs(600);
+
+/// The last real decode in this process, and when it ran.
+static LAST: Mutex<Option<(Instant, Decode)>> = Mutex::new(None);
+
+/// The last real decode of `entry`, when younger than [`KEEP_DECODE`].
+fn recent(entry: &CatalogEntry) -> Option<Decode> {
+    let last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+    last.as_ref().filter(|(at, d)| d.model == entry.name && at.elapsed() < KEEP_DECODE).map(|(_, d)| d.clone())
 }
 
 /// The smallest catalog model whose file is in `models_dir`.

@@ -14,7 +14,8 @@
 //! Decoding a token reads every weight once and multiplies and adds each
 //! (two operations a parameter), so a token takes the longer of
 //!
-//! * reading: file size ÷ ([`DECODE_EFFICIENCY`] × read bandwidth), and
+//! * reading: file size ÷ ([`DECODE_EFFICIENCY`] × read bandwidth), or
+//!   faster where a real decode read faster ([`read_rate`]), and
 //! * computing: 2 × parameters ÷ the operations per second the cores reach
 //!   in llama.cpp's kernels. Measured from a real decode of a downloaded model
 //!   on this machine where there is one ([`Machine::decode`]: `revisd
@@ -106,7 +107,7 @@ impl Estimate {
 /// What `entry` would cost on `machine`.
 pub fn estimate(entry: &CatalogEntry, machine: &Machine) -> Estimate {
     let memory_bytes = entry.size + entry.kv_bytes_per_token * CONTEXT_TOKENS * STREAMS + RUNTIME_OVERHEAD_BYTES;
-    let reading = entry.size.max(1) as f64 / (DECODE_EFFICIENCY * machine.bandwidth.median).max(1.0);
+    let reading = entry.size.max(1) as f64 / read_rate(machine).max(1.0);
     let computing = 2.0 * entry.parameters() / decode_ops(machine).max(1.0);
     let tokens_per_s = 1.0 / reading.max(computing);
     Estimate {
@@ -114,6 +115,18 @@ pub fn estimate(entry: &CatalogEntry, machine: &Machine) -> Estimate {
         tokens_per_s,
         fits_memory: memory_bytes as f64 <= MEMORY_SHARE * machine.memory_bytes as f64,
         reading_speed: tokens_per_s >= READING_SPEED_TOKENS_PER_S,
+    }
+}
+
+/// Bytes per second a decode reads on `machine`: [`DECODE_EFFICIENCY`] of
+/// its bandwidth, or more where its real decode read faster (a decode of
+/// `tokens_per_s` reads its file that many times a second), so that the
+/// model decoded is estimated at exactly what it did.
+pub fn read_rate(machine: &Machine) -> f64 {
+    let probed = DECODE_EFFICIENCY * machine.bandwidth.median;
+    match &machine.decode {
+        Some(d) => probed.max(d.size as f64 * d.tokens_per_s),
+        None => probed,
     }
 }
 
@@ -362,6 +375,16 @@ mod tests {
         let g = estimate(gemma, &decoded).tokens_per_s;
         assert!((g - 110.0 * 135.0 / 270.0).abs() < 1e-6, "{g}");
         assert_ne!(estimate(smol, &m), estimate(smol, &decoded));
+        // A decode faster than the bandwidth probe says reading allows (a probe on a busy moment):
+        // the model decoded is still estimated at what it did, and reading a larger file is no faster.
+        let slow_probe = machine(24, 1.0, 80.0).with_decode(Decode {
+            model: smol.name.into(),
+            parameters: smol.parameters(),
+            size: smol.size,
+            tokens_per_s: 110.0,
+        });
+        assert!((estimate(smol, &slow_probe).tokens_per_s - 110.0).abs() < 1e-9);
+        assert!(estimate(gemma, &slow_probe).tokens_per_s <= 110.0 * smol.size as f64 / gemma.size as f64 + 1e-9);
     }
 
     #[test]
