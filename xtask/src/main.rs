@@ -8,6 +8,10 @@
 //!   layers  check the crate graph: no dependency points up a layer, and
 //!         the client's policy and apps never touch the wire: they turn no
 //!         wire feature on and compile without it (run by `test`).
+//!   fitness  check the tree's shape: no import circle between a crate's
+//!         modules, files within the line budget or named with a reason, the
+//!         bench's feature list unified, ARCHITECTURE.md's paths and names
+//!         real (run by `test`).
 //!   screenshots  render the GUI's main views to docs/screenshots/ (real
 //!         daemon, SmolLM2, egui's headless wgpu renderer).
 
@@ -16,6 +20,8 @@ use std::process::{Command, ExitCode};
 
 use anyhow::{Context, bail};
 
+mod fitness;
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
@@ -23,9 +29,10 @@ fn main() -> ExitCode {
         Some("test") => test(&args[1..]),
         Some("deps") => deps(true),
         Some("layers") => layers(),
+        Some("fitness") => fitness::check(&root()),
         Some("screenshots") => screenshots(),
         _ => {
-            eprintln!("usage: cargo xtask chat [ARGS...] | test [--busy] [NEXTEST ARGS...] | deps | layers | screenshots");
+            eprintln!("usage: cargo xtask chat [ARGS...] | test [--busy] [NEXTEST ARGS...] | deps | layers | fitness | screenshots");
             return ExitCode::from(2);
         }
     };
@@ -344,6 +351,7 @@ fn nextest() -> anyhow::Result<()> {
 /// warnings as errors, tests included.
 fn lint() -> anyhow::Result<()> {
     layers()?;
+    fitness::check(&root())?;
     run(cargo().args(["fmt", "--all", "--check"]))?;
     run(cargo().args(["clippy", "--release", "--workspace", "--all-targets", "--", "-D", "warnings"]))
 }
