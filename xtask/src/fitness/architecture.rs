@@ -61,23 +61,22 @@ fn collect_sources(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
 
 /// The `code spans` of a Markdown text, fenced blocks left out.
 pub fn quoted_code(doc: &str) -> Vec<String> {
-    let mut out = Vec::new();
+    // Code spans may wrap across lines (within a paragraph): read the text
+    // outside fenced blocks as one, a line break inside a span a space.
+    let mut prose = String::new();
     let mut fenced = false;
     for line in doc.lines() {
         if line.trim_start().starts_with("```") {
             fenced = !fenced;
+            prose.push('\n');
             continue;
         }
-        if fenced {
-            continue;
-        }
-        let mut parts = line.split('`');
-        parts.next();
-        while let (Some(code), Some(_)) = (parts.next(), parts.next().or(Some(""))) {
-            out.push(code.to_owned());
+        if !fenced {
+            prose.push_str(line.trim_start());
+            prose.push(' ');
         }
     }
-    out
+    prose.split('`').skip(1).step_by(2).map(|code| code.trim().to_owned()).collect()
 }
 
 /// A quoted path into the tree: starts with one of its top-level folders,

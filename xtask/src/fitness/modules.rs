@@ -530,7 +530,7 @@ mod tests {
         assert_eq!(as_name("KEEP_DECODE"), Some("KEEP_DECODE"));
         assert_eq!(as_name("Chat"), Some("Chat"));
         assert_eq!(as_name("revisd"), None);
-        assert_eq!(quoted_code("a `x` b `y::Z` c\n```\n`no`\n```\n"), vec!["x", "y::Z"]);
+        assert_eq!(quoted_code("a `x` b `y::Z` c `wrapped\nname`\n```\n`no`\n```\n"), vec!["x", "y::Z", "wrapped name"]);
     }
 
     #[test]
