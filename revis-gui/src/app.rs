@@ -4,6 +4,7 @@
 //! to the [`State`], then draws it; every action becomes a [`Command`].
 
 mod chat;
+mod focus;
 mod markdown;
 mod memory;
 mod models;
@@ -166,11 +167,11 @@ impl App {
         }
         if pressed(ctrl(Key::F)) {
             self.state.view = Some(View::Chat);
-            ctx.memory_mut(|m| m.request_focus(egui::Id::unique(chat::SEARCH_ID)));
+            ctx.memory_mut(|m| m.request_focus(egui::Id::unique(focus::SEARCH_ID)));
         }
         if pressed(ctrl(Key::L)) {
             self.state.view = Some(View::Chat);
-            ctx.memory_mut(|m| m.request_focus(egui::Id::unique(chat::INPUT_ID)));
+            ctx.memory_mut(|m| m.request_focus(egui::Id::unique(focus::INPUT_ID)));
         }
         if self.state.streaming && pressed(KeyboardShortcut::new(Modifiers::NONE, Key::Escape)) {
             self.send(Command::Stop);

@@ -1,14 +1,22 @@
 //! What the UI shows, built only from the I/O side's [`Event`]s. Pure data:
-//! applying an event never blocks.
+//! applying an event never blocks. A message as shown lives in
+//! [`message`], the Tiers view's ensemble fields in [`ensemble`].
+
+mod ensemble;
+mod message;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use revis_client::ensemble::{EnsembleSpec, MemberSpec, Method};
+use revis_client::ensemble::EnsembleSpec;
 use revis_client::nodes::NodeRow;
 use revis_client::{DaemonStatus, DeviceInfo, ServerMode, Tier};
-use revis_orchestrator::conversation::{EscalatedBy, Escalation, TurnNote, TurnRecord};
+use revis_orchestrator::conversation::TurnNote;
 use revis_orchestrator::{GateState, PrefillPhase};
 use revis_store::{Conversation, ConversationId, MessageId, MessageState, Role};
+
+pub use ensemble::EnsembleFields;
+pub use message::{Deep, Gears, Message, Shown};
+use message::{correction, escalation};
 
 use crate::protocol::{Event, ModelsInfo, PairingEvent, TierPlacement};
 use crate::settings::{Appearance, Settings};
@@ -47,150 +55,6 @@ pub enum Connection {
     Starting,
     Connected(String),
     Failed(String),
-}
-
-/// How a message on screen came to be.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Shown {
-    Complete,
-    /// Cut off (a crash, or stopped), as the store flags it.
-    Incomplete,
-    Streaming,
-    Stopped,
-    Failed,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct Message {
-    pub from_user: bool,
-    pub text: String,
-    pub shown: Shown,
-    /// Pieces of a streamed answer applied so far (0 for stored messages).
-    pub pieces: u32,
-    /// The stored message, once known (an answer streaming now learns it from its first note).
-    pub id: Option<MessageId>,
-    /// What the turn's gears said of an answer.
-    pub gears: Gears,
-    /// The tier that wrote an answer (as stored).
-    pub tier: Option<String>,
-    /// Where an answer of this session ran, and its tokens, speed and
-    /// cache reuse, in words (stored answers keep only their tier).
-    pub footer: Option<String>,
-}
-
-impl Message {
-    /// An empty message of the user's, complete (to build others from).
-    pub fn user_message() -> Message {
-        Message {
-            from_user: true,
-            text: String::new(),
-            shown: Shown::Complete,
-            pieces: 0,
-            id: None,
-            gears: Gears::default(),
-            tier: None,
-            footer: None,
-        }
-    }
-
-    fn user(text: String) -> Message {
-        Message { text, ..Message::user_message() }
-    }
-
-    fn answer() -> Message {
-        Message { from_user: false, shown: Shown::Streaming, ..Message::user_message() }
-    }
-}
-
-/// An answer's correction, escalation and deeper follow-up, as shown.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Gears {
-    /// tier1's correction of the message, in words.
-    pub correction: Option<String>,
-    /// Why tier3 was asked to go deeper, in words.
-    pub escalation: Option<String>,
-    pub deep: Deep,
-    /// The checklist tier2 went through before answering, when it is on.
-    pub checklist: Option<String>,
-}
-
-/// tier3's follow-up of an answer.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum Deep {
-    #[default]
-    None,
-    /// Asked for; waits for the gates (the user pausing).
-    Asked,
-    Writing,
-    Done(String),
-    Failed(String),
-}
-
-impl Gears {
-    /// The gears of a stored answer, from its record.
-    pub fn of(r: &TurnRecord) -> Gears {
-        let mut g = Gears::default();
-        if let Some(c) = r.check.as_ref().filter(|c| !c.corrections.is_empty()) {
-            g.correction = Some(correction(c, r.checked_before));
-        }
-        if let Some(e) = &r.escalation {
-            g.escalation = Some(escalation(e));
-        }
-        if let Some(d) = &r.deep {
-            g.deep = Deep::Done(d.clone());
-        }
-        g.checklist.clone_from(&r.notes);
-        g
-    }
-}
-
-fn correction(c: &revis_orchestrator::check::QuickCheck, before: bool) -> String {
-    let fixes: Vec<String> = c.corrections.iter().map(|c| format!("{} → {}", c.wrong, c.right)).collect();
-    if before {
-        format!("Read your message as \u{201c}{}\u{201d} ({})", c.corrected, fixes.join(", "))
-    } else {
-        format!("tier1 noticed a typo: {}", fixes.join(", "))
-    }
-}
-
-fn escalation(e: &Escalation) -> String {
-    let who = match e.by {
-        EscalatedBy::Check => "tier1's check",
-        EscalatedBy::Checklist => "tier2's checklist",
-        EscalatedBy::User => return "You asked tier3 to go deeper".to_owned(),
-    };
-    match &e.why {
-        Some(why) => format!("{who} thinks this needs tier3: {why}"),
-        None => format!("{who} thinks this needs tier3"),
-    }
-}
-
-/// A tier's ensemble as the Tiers view edits it: the members as typed
-/// (comma-separated) and the method.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct EnsembleFields {
-    pub members: String,
-    pub method: Method,
-}
-
-impl EnsembleFields {
-    /// The fields showing a stored ensemble.
-    pub fn of(spec: &EnsembleSpec) -> EnsembleFields {
-        let members: Vec<String> = spec.members.iter().map(MemberSpec::to_string).collect();
-        EnsembleFields { members: members.join(", "), method: spec.method }
-    }
-
-    /// The members typed; empty pieces (a trailing comma) are skipped.
-    pub fn members(&self) -> Result<Vec<MemberSpec>, String> {
-        self.members.split(',').map(str::trim).filter(|m| !m.is_empty()).map(str::parse).collect()
-    }
-
-    /// The ensemble these fields set, switched on; its other settings
-    /// (span, gate, deadline) are `base`'s. Not yet checked: the I/O side
-    /// checks it before it saves it.
-    pub fn spec(&self, base: &EnsembleSpec) -> Result<EnsembleSpec, String> {
-        Ok(EnsembleSpec { enabled: true, members: self.members()?, method: self.method, ..base.clone() })
-    }
 }
 
 #[derive(Default)]
@@ -582,6 +446,8 @@ impl State {
 
 #[cfg(test)]
 mod tests {
+    use revis_orchestrator::conversation::{EscalatedBy, Escalation};
+
     use super::*;
 
     #[test]
@@ -616,18 +482,5 @@ mod tests {
         assert_eq!(answer.gears.escalation.as_deref(), Some("tier2's checklist thinks this needs tier3: it needs care"));
         assert_eq!(answer.gears.deep, Deep::Done("Longer.".into()));
         assert_eq!(s.messages[0].gears, Gears::default(), "the user's message carries none");
-    }
-
-    #[test]
-    fn ensemble_fields_read_what_was_typed_and_show_what_was_stored() {
-        let fields = EnsembleFields { members: " tier2,desk top/tier3 , ".into(), method: Method::Merge };
-        let base = EnsembleSpec { span_tokens: 8, ..EnsembleSpec::default() };
-        let spec = fields.spec(&base).unwrap();
-        assert!(spec.enabled);
-        assert_eq!(spec.members, ["tier2".parse().unwrap(), "desk top/tier3".parse().unwrap()]);
-        assert_eq!((spec.method, spec.span_tokens), (Method::Merge, 8), "the method typed, the rest as it was");
-        assert_eq!(EnsembleFields::of(&spec), EnsembleFields { members: "tier2, desk top/tier3".into(), method: Method::Merge });
-        let bad = EnsembleFields { members: "tier2, tier9".into(), method: Method::Cross };
-        assert!(bad.spec(&base).unwrap_err().contains("tier9"));
     }
 }

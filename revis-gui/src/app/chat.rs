@@ -8,6 +8,7 @@ use eframe::egui::{self, Key, KeyboardShortcut, Modifiers};
 use revis_orchestrator::PrefillPhase;
 
 use super::App;
+use super::focus::{INPUT_ID, SEARCH_ID};
 use crate::protocol::Command;
 use crate::state::{Deep, Shown};
 
@@ -15,9 +16,6 @@ use crate::state::{Deep, Shown};
 pub const UNDO_FOR: Duration = Duration::from_secs(10);
 /// The height a message not yet laid out is assumed to have.
 const UNLAID_HEIGHT: f32 = 60.0;
-/// The search box and the message box, for the shortcuts that focus them.
-pub const SEARCH_ID: &str = "conversation-search";
-pub const INPUT_ID: &str = "message-input";
 
 /// What a click in the message list asks for (applied after the list is drawn).
 enum Action {
