@@ -5,9 +5,11 @@
 //! prompts into tokens, tokens into text, and keeps prefix caches.
 
 mod cache;
+mod error;
 mod grammar;
 mod llama;
 pub mod lookup;
+mod message;
 mod prompt;
 pub mod render;
 pub mod rpc;
@@ -24,57 +26,20 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use cache::{ANSWER_CHUNK, Evaluated, PrefixCache, cuts, prompt_cuts};
+pub use error::EngineError;
 pub use llama::LlamaCpp;
 pub use lookup::Speculate;
+pub use message::{Message, Role, ToolCall};
 pub use prompt::{Prompt, build_prompt, build_score_prefix, build_static_prompt};
 pub use stop::{StopMatcher, Stopped};
 pub use template::ChatTemplate;
 pub use thread::{Class, EmbedJob, Engine, GenerateJob, Job, LoadedModel, PrefillJob, ScoreJob};
 pub use threads::Threads;
-pub use tools::{Grammar, Tool, ToolCall, ToolChoice, ToolFormat};
+pub use tools::{Grammar, Tool, ToolChoice, ToolFormat};
 pub use utf8::Utf8Stream;
 
 /// A token id in the model's vocabulary.
 pub type Token = u32;
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Role {
-    System,
-    #[default]
-    User,
-    Assistant,
-    /// A tool's result, answering an assistant's [`ToolCall`].
-    Tool,
-}
-
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::System => "system",
-            Role::User => "user",
-            Role::Assistant => "assistant",
-            Role::Tool => "tool",
-        }
-    }
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Message {
-    pub role: Role,
-    pub content: String,
-    /// The calls an assistant message made (see [`tools`]).
-    pub tool_calls: Vec<ToolCall>,
-    /// A tool message: the call it answers (empty when the caller gave none).
-    pub tool_call_id: String,
-    /// A tool message: the function that answered (empty when unknown).
-    pub name: String,
-}
-
-impl Message {
-    pub fn new(role: Role, content: impl Into<String>) -> Message {
-        Message { role, content: content.into(), ..Message::default() }
-    }
-}
 
 /// How to load one model.
 #[derive(Clone, Debug, PartialEq)]
@@ -231,37 +196,6 @@ pub struct ModelStats {
     pub n_ctx: u32,
     /// The threads a single token's step runs on now ([`threads`]).
     pub threads: u32,
-}
-
-#[derive(Clone, Debug, thiserror::Error)]
-pub enum EngineError {
-    #[error("cannot load model {path}: {reason}")]
-    Load { path: PathBuf, reason: String },
-    #[error("chat template failed: {0}")]
-    Template(String),
-    /// The chat template went past a bound of its rendering process
-    /// ([`render`]): `what`, after "the chat template".
-    #[error("the chat template {what}")]
-    TemplateLimit { what: String, bound: render::Bound },
-    #[error("prompt is {tokens} tokens, more than the context of {n_ctx} tokens allows")]
-    PromptTooLong { tokens: usize, n_ctx: u32 },
-    #[error("invalid JSON schema: {0}")]
-    InvalidSchema(String),
-    #[error("invalid grammar: {0}")]
-    Grammar(String),
-    /// The functions offered, or the choice among them, cannot be used.
-    #[error("{0}")]
-    Tools(String),
-    #[error("the continuation to score is empty after tokenization")]
-    EmptyContinuation,
-    #[error("a text to embed is {tokens} tokens; the limit is {limit} tokens a text")]
-    EmbedTooLong { tokens: usize, limit: usize },
-    #[error("model {0} is not loaded")]
-    NotLoaded(String),
-    #[error("the engine thread has stopped")]
-    Stopped,
-    #[error("llama.cpp failed: {0}")]
-    Llama(String),
 }
 
 /// Read-only half of a loaded model, safe to use from any thread: chat

@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value as Json, json};
 
 use crate::EngineError;
+pub use crate::error::Bound;
 use crate::template::ChatTemplate;
 
 /// Where a model's chat template renders.
@@ -44,15 +45,6 @@ pub enum RenderPlace {
     Here,
     /// In rendering processes with bounded memory and time (revisd).
     Child(RenderChild),
-}
-
-/// Which bound of a rendering process a template went past.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Bound {
-    /// Its memory: the process ended (the allocator aborts when the limit refuses it), or crashed.
-    Memory,
-    /// Its time: the process was killed.
-    Time,
 }
 
 /// How to start a rendering process, and its bounds.

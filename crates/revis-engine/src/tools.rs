@@ -15,6 +15,7 @@
 
 use serde_json::{Value as Json, json};
 
+pub use crate::message::ToolCall;
 use crate::{EngineError, Message, Role};
 
 /// A function the model may call.
@@ -38,23 +39,6 @@ impl Tool {
             "type": "function",
             "function": {"name": self.name, "description": self.description, "parameters": self.schema()},
         })
-    }
-}
-
-/// A call the model made, or an earlier one in the conversation.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ToolCall {
-    /// Names the call, so a tool message can say which one it answers.
-    pub id: String,
-    pub name: String,
-    /// The arguments, a JSON object as text.
-    pub arguments: String,
-}
-
-impl ToolCall {
-    /// The arguments as JSON (a string when they are not JSON).
-    pub fn arguments_json(&self) -> Json {
-        serde_json::from_str(&self.arguments).unwrap_or_else(|_| Json::String(self.arguments.clone()))
     }
 }
 
