@@ -5,7 +5,7 @@
 //! wait for all of them at every barrier, spinning. When another process
 //! wants a core, the OS takes it from one of them and the others spin until
 //! it is back: on 2 cores with one other busy process, 2 threads decode at
-//! a third of the speed of 1. No fixed count is right for a machine a
+//! under half the speed of 1 (0.45-0.6, docs/BENCHMARKS.md). No fixed count is right for a machine a
 //! person uses, so the [`Tuner`] times each call and moves between counts:
 //!
 //! - Counts come from a ladder: every count up to 4, then steps of about a
