@@ -57,7 +57,11 @@ impl App {
 
     /// Starts the I/O side; `wake` is called after each event.
     pub fn with_wake(opts: Options, wake: impl Fn() + Send + Sync + 'static) -> App {
-        let state = State { appearance: Appearance::load(&opts.config), ..State::default() };
+        let state = State {
+            appearance: Appearance::load(&opts.config),
+            learning: Some(crate::settings::learning(&opts.config)),
+            ..State::default()
+        };
         App {
             state,
             socket: opts.socket.clone(),

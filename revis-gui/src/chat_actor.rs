@@ -26,6 +26,8 @@ pub(crate) async fn chat_actor(daemon: Dispatcher, store: Store, opts: Options, 
     chat.sampling = opts.sampling;
     chat.max_tokens = opts.max_tokens;
     chat.titling = true;
+    // The Memory view's switch, as the person last left it.
+    chat.learn = crate::settings::learning(&opts.config);
     chat.typing_idle = opts.typing_idle;
     // The rules and checks measured for the models that answer (docs/QUALITY.md);
     // a daemon not answering yet leaves revis's defaults (the log says why).

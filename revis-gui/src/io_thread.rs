@@ -170,6 +170,20 @@ impl Io {
         }
     }
 
+    /// Hands a command to the chat task, once connected (a message before
+    /// then is answered that it was not sent).
+    fn to_chat(&self, c: Command) {
+        match &self.chat {
+            Some(chat) => {
+                let _ = chat.send(c);
+            }
+            None if matches!(c, Command::Send(_) | Command::Resend { .. } | Command::Continue(_)) => {
+                self.sink.send(Event::AnswerFailed("not connected to revisd yet; the message was not sent".into()))
+            }
+            None => {}
+        }
+    }
+
     async fn handle(&mut self, cmd: Command) {
         match cmd {
             Command::Connect => self.connect().await,
@@ -182,16 +196,11 @@ impl Io {
             | Command::Resend { .. }
             | Command::Continue(_)
             | Command::Stop
-            | Command::SetLearning(_)
-            | Command::GoDeeper(_)) => match &self.chat {
-                Some(chat) => {
-                    let _ = chat.send(c);
-                }
-                None if matches!(c, Command::Send(_) | Command::Resend { .. } | Command::Continue(_)) => {
-                    self.sink.send(Event::AnswerFailed("not connected to revisd yet; the message was not sent".into()))
-                }
-                None => {}
-            },
+            | Command::GoDeeper(_)) => self.to_chat(c),
+            Command::SetLearning(on) => {
+                self.save_learning(on);
+                self.to_chat(Command::SetLearning(on));
+            }
             Command::Load(tier) => self.tier(tier, true),
             Command::Unload(tier) => self.tier(tier, false),
             Command::RefreshNodes => self.nodes(),

@@ -103,7 +103,7 @@ pub enum Command {
     /// The Memory view's work on the profile; each ends with the facts read again.
     Memory(MemoryCommand),
     /// Whether the chat learns facts from what the user says (the Memory
-    /// view's switch, for as long as the app runs).
+    /// view's switch, kept in gui.toml for the next start).
     SetLearning(bool),
 }
 

@@ -126,6 +126,32 @@ pub fn gui_path(config: &Path) -> PathBuf {
     config.with_file_name("gui.toml")
 }
 
+/// Whether the chat learns facts from what the person says (the Memory
+/// view's switch), kept in `gui.toml` as `[memory] learn`: on unless the
+/// person turned it off, also when the file is missing or not understood.
+pub fn learning(config: &Path) -> bool {
+    let Ok(doc) = read(&gui_path(config)) else { return true };
+    doc.get("memory").and_then(|m| m.get("learn")).and_then(|l| l.as_bool()).unwrap_or(true)
+}
+
+/// Writes the Memory view's switch into `gui.toml`, keeping the rest of the file.
+pub fn save_learning(config: &Path, on: bool) -> Result<(), SettingsError> {
+    let gui = gui_path(config);
+    let mut doc = read(&gui)?;
+    match doc.get_mut("memory") {
+        Some(toml_edit::Item::Table(t)) => {
+            t.insert("learn", toml_edit::value(on));
+        }
+        Some(_) => return Err(SettingsError::NotATable { path: gui, key: "memory".into() }),
+        None => {
+            let mut t = toml_edit::Table::new();
+            t.insert("learn", toml_edit::value(on));
+            doc.insert("memory", toml_edit::Item::Table(t));
+        }
+    }
+    write(&gui, &doc)
+}
+
 /// The data folder chosen in the settings, if any.
 pub fn saved_data_dir(config: &Path) -> Option<PathBuf> {
     let doc = read(&gui_path(config)).ok()?;
@@ -259,6 +285,24 @@ mod tests {
         assert_eq!(saved_data_dir(&config), Some(PathBuf::from("/srv/revis")), "the data folder stays");
         std::fs::write(gui_path(&config), "[appearance]\ntheme = \"purple\"\ntext_percent = 900\n").unwrap();
         assert_eq!(Appearance::load(&config), Appearance::default(), "what is not understood is the default");
+    }
+
+    #[test]
+    fn the_memory_switch_is_kept_with_the_rest_of_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("revisd.toml");
+        assert!(learning(&config), "on before anything is written");
+        let a = Appearance { theme: Theme::Dark, text_percent: 150 };
+        a.save(&config).unwrap();
+        save_learning(&config, false).unwrap();
+        assert!(!learning(&config));
+        assert_eq!(Appearance::load(&config), a, "the look stays");
+        save_learning(&config, true).unwrap();
+        assert!(learning(&config));
+        std::fs::write(gui_path(&config), "[memory]\nlearn = \"maybe\"\n").unwrap();
+        assert!(learning(&config), "what is not understood is on");
+        std::fs::write(gui_path(&config), "memory = 3\n").unwrap();
+        assert!(save_learning(&config, false).is_err(), "a file it cannot read right is reported, not overwritten");
     }
 
     #[test]

@@ -147,7 +147,7 @@ pub struct State {
     /// The Memory view's "tell revis" box.
     pub fact_draft: String,
     /// The chat learns facts from what the user says (the Memory view's
-    /// switch; None: on, as revis starts).
+    /// switch, as gui.toml keeps it; None: on).
     pub learning: Option<bool>,
 }
 

@@ -38,6 +38,16 @@ impl Io {
         });
     }
 
+    /// Keeps the Memory view's switch for the app's next start.
+    pub(super) fn save_learning(&self, on: bool) {
+        let (sink, config) = (self.sink.clone(), self.opts.config.clone());
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = crate::settings::save_learning(&config, on) {
+                sink.error("keeping whether revis learns from your chats", e.to_string());
+            }
+        });
+    }
+
     pub(super) fn save_settings(&self, s: Settings) {
         let (sink, config) = (self.sink.clone(), self.opts.config.clone());
         tokio::task::spawn_blocking(move || {

@@ -1,7 +1,8 @@
 //! The Memory view as a person uses it: each fact shown with where and
 //! when it was said, one forgotten, one edited, one told, a refusal that
 //! names its limit, then everything forgotten. What the window shows and
-//! what the store holds agree at every step.
+//! what the store holds agree at every step. The switch for learning is
+//! kept for the app's next start.
 
 use eframe::egui::accesskit::Role;
 use egui_kittest::Harness;
@@ -35,7 +36,8 @@ fn the_person_sees_forgets_edits_and_tells_what_revis_knows() {
     let told = store.append_user(conversation, "Hello! I play the cello in Lyon.").unwrap();
     let cello = store.add_fact_said("The user plays the cello.", Some(told), Some("I play the cello in Lyon.")).unwrap();
     let lyon = store.add_fact_said("The user said: \"I play the cello in Lyon\"", Some(told), Some("I play the cello in Lyon")).unwrap();
-    let mut h = harness(opts);
+    let gui_toml = opts.config.with_file_name("gui.toml");
+    let mut h = harness(opts.clone());
     ready(&mut h);
     h.state_mut().open_view(View::Memory);
     shown_and_stored(&mut h, &store, &["The user plays the cello.", "The user said: \"I play the cello in Lyon\""], "the facts");
@@ -67,4 +69,13 @@ fn the_person_sees_forgets_edits_and_tells_what_revis_knows() {
     h.get_by_label("Forget everything").click();
     shown_and_stored(&mut h, &store, &[], "everything forgotten");
     assert!(h.query_by_label("revis has not learned anything about you yet.").is_some());
+
+    // Learning turned off stays off when the app starts again.
+    assert_eq!(h.state().state.learning, Some(true), "on as revis starts");
+    h.get_by_label("Learn from what I say in chats").click();
+    wait_until(&mut h, "the switch kept", |_| std::fs::read_to_string(&gui_toml).is_ok_and(|t| t.contains("learn = false")));
+    drop(h);
+    let mut h = harness(opts);
+    ready(&mut h);
+    assert_eq!(h.state().state.learning, Some(false), "off after a restart, as the person left it");
 }
