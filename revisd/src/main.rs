@@ -4,6 +4,7 @@
 //! as a background service (see service.rs).
 
 mod admin;
+mod exit;
 mod service;
 
 use std::io::Write;
@@ -13,6 +14,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use revis_daemon::transport::socket::{Inherited, take_inherited, take_ready_pipe};
 use revis_daemon::{Config, bind, default_socket_path};
+
+use crate::exit::{EX_CANTCREAT, EX_USAGE};
 
 /// The revis inference daemon: serves the models of each tier over gRPC on a Unix socket.
 #[derive(Parser)]
@@ -96,14 +99,6 @@ enum Command {
         allow_shared_loopback: bool,
     },
 }
-
-/// sysexits.h: a bad config is a usage error.
-const EX_USAGE: u8 = 64;
-const EX_CANTCREAT: u8 = 73;
-/// sysexits.h: the daemon these commands talk to is not running.
-const EX_UNAVAILABLE: u8 = 69;
-/// sysexits' EX_NOPERM: the socket is not this user's revisd (impersonation checks).
-const EX_NOPERM: u8 = 77;
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
