@@ -87,6 +87,23 @@ pub enum RemoteError {
     NoPeer,
 }
 
+/// Server mode's errors as a caller sees them (the daemon's own errors map
+/// in `error.rs`).
+impl From<RemoteError> for tonic::Status {
+    fn from(e: RemoteError) -> tonic::Status {
+        use tonic::Status;
+        let msg = e.to_string();
+        match e {
+            RemoteError::Off => Status::failed_precondition(msg),
+            RemoteError::UnknownDevice(_) => Status::not_found(msg),
+            RemoteError::Trust(TrustError::InvalidName(_) | TrustError::InvalidDeviceId(_)) => Status::invalid_argument(msg),
+            RemoteError::Listen { .. } => Status::failed_precondition(msg),
+            RemoteError::Trust(_) | RemoteError::Switch { .. } | RemoteError::Lend(_) => Status::internal(msg),
+            RemoteError::NoLongerPaired(_) | RemoteError::NoPeer => Status::unauthenticated(msg),
+        }
+    }
+}
+
 /// Server mode now.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ServerState {

@@ -58,7 +58,7 @@ const FIRST_EXCHANGE: usize = 64 << 10;
 /// socket pair.
 pub const TUNNELS_FD: &str = "REVIS_TUNNELS_FD";
 
-/// Why a split tier cannot answer now (each becomes its `Status` in `error.rs`).
+/// Why a split tier cannot answer now (each becomes its `Status` below).
 #[derive(Debug, thiserror::Error)]
 pub enum SplitError {
     /// The engine cannot run now: it did not start, or a node was lost.
@@ -92,6 +92,23 @@ pub enum SplitError {
     /// The engine's own answer to a forwarded call, passed on as it is.
     #[error("{}", .0.message())]
     Engine(Status),
+}
+
+impl From<SplitError> for Status {
+    fn from(e: SplitError) -> Status {
+        let msg = e.to_string();
+        match e {
+            SplitError::Unavailable { .. } => Status::unavailable(msg),
+            SplitError::NotPaired { .. } | SplitError::UnknownNode { .. } | SplitError::NodeUnseen { .. } => {
+                Status::failed_precondition(msg)
+            }
+            SplitError::RunDir { .. } | SplitError::Pipe(_) | SplitError::Exe(_) | SplitError::Spawn(_) | SplitError::Keyring(_) => {
+                Status::internal(msg)
+            }
+            // The engine's own answer, code, message and metadata as they came.
+            SplitError::Engine(s) => s,
+        }
+    }
 }
 
 /// The split tiers of this daemon (tiers sharing a model share an engine).
