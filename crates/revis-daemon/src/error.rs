@@ -2,7 +2,7 @@
 //! [`DaemonError`] becomes its `Status` here and nowhere else. The rooms
 //! with errors of their own map them beside their definitions, in one
 //! place each: server mode's `RemoteError` in `remote/mod.rs`, a split
-//! tier's `SplitError` in `remote/split.rs`.
+//! tier's `SplitError` in `remote/split/error.rs`.
 
 use revis_engine::EngineError;
 use tonic::{Code, Status};

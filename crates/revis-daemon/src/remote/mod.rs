@@ -18,7 +18,7 @@
 //! unsettled connections, cutting them) in `conn.rs`; pairing windows in
 //! `pairing.rs`. Beside it, the rest of the multi-machine family, each of
 //! which crosses to another machine: `lend.rs` (this machine's CPU for a
-//! paired device's model), `split.rs` (a tier run across paired nodes), and
+//! paired device's model), `split/` (a tier run across paired nodes), and
 //! `child.rs` (the child processes both start, ended with revisd). Server
 //! mode fills in the transport's neutral
 //! [`Peer`](crate::transport::peer::Peer) on every call it carries; the
