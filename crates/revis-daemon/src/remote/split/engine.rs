@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -23,6 +23,7 @@ use tonic::Status;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use super::error::SplitError;
+use super::flags::EngineFlags;
 use super::tunnel::{Carrier, TUNNELS_FD, Target, TlsConnectorFor, Tunnel, carry_all, loss};
 use crate::config::{Config, TierModel};
 use crate::remote::private_net;
@@ -226,43 +227,36 @@ impl SplitEngine {
         std::fs::create_dir_all(&self.run_dir).map_err(|source| SplitError::RunDir { path: self.run_dir.clone(), source })?;
         let socket = self.run_dir.join(format!("{}.sock", self.tier));
         let _ = std::fs::remove_file(&socket);
-        let (read_end, write_end) = pipe().map_err(SplitError::Pipe)?;
+        let (read_end, write_end) = std::io::pipe().map_err(SplitError::Pipe)?;
         let exe = std::env::current_exe().map_err(SplitError::Exe)?;
         let m = &self.model;
+        let flags = EngineFlags {
+            socket: socket.clone(),
+            tier: self.tier.as_str().to_owned(),
+            model: m.path.clone(),
+            context: m.context,
+            threads: m.threads,
+            batch: m.batch,
+            max_tokens_limit: self.max_tokens_limit,
+            nodes: m.split.clone(),
+            split_local: m.split_local,
+            state_dir: self.run_dir.join(format!("{}-state", self.tier)),
+            allow_shared_loopback: self.allow_shared_loopback,
+        };
         let mut cmd = std::process::Command::new(exe);
-        cmd.arg("split-engine")
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--tier")
-            .arg(self.tier.as_str())
-            .arg("--model")
-            .arg(&m.path)
-            .arg("--context")
-            .arg(m.context.to_string())
-            .arg("--threads")
-            .arg(m.threads.to_string())
-            .arg("--batch")
-            .arg(m.batch.to_string())
-            .arg("--max-tokens-limit")
-            .arg(self.max_tokens_limit.to_string())
-            .arg("--state-dir")
-            .arg(self.run_dir.join(format!("{}-state", self.tier)));
-        for name in &m.split {
-            cmd.arg("--node").arg(name);
-        }
-        if let Some(s) = m.split_local {
-            cmd.arg("--split-local").arg(s.to_string());
-        }
-        if self.allow_shared_loopback {
-            cmd.arg("--allow-shared-loopback");
-        }
-        let theirs_fd = theirs.as_raw_fd();
-        cmd.env("REVIS_READY_FD", write_end.as_raw_fd().to_string())
+        cmd.arg("split-engine").args(flags.to_args());
+        let (theirs_fd, ready_fd) = (theirs.as_raw_fd(), write_end.as_raw_fd());
+        cmd.env("REVIS_READY_FD", ready_fd.to_string())
             .env(TUNNELS_FD, theirs_fd.to_string())
             .stdout(std::io::stderr())
             .stderr(std::io::stderr());
-        // SAFETY: only fcntl between fork and exec; `theirs` stays open until spawn returns.
-        unsafe { cmd.pre_exec(move || private_net::inherit_in_child(theirs_fd)) };
+        // SAFETY: only fcntl between fork and exec; `theirs` and `write_end` stay open until spawn returns.
+        unsafe {
+            cmd.pre_exec(move || {
+                private_net::inherit_in_child(theirs_fd)?;
+                private_net::inherit_in_child(ready_fd)
+            })
+        };
         crate::remote::child::die_with_parent(&mut cmd);
         let mut cmd = tokio::process::Command::from(cmd);
         cmd.kill_on_drop(true);
@@ -280,7 +274,7 @@ impl SplitEngine {
             .map_err(SplitError::Pipe)?;
         tracing::info!(tier = %self.tier, pid = child.id(), nodes = %m.split.join(", "), "split engine starting");
         let wait = tokio::task::spawn_blocking(move || {
-            let mut f = std::fs::File::from(read_end);
+            let mut f = read_end;
             let mut buf = String::new();
             let _ = f.read_to_string(&mut buf);
             buf
@@ -340,19 +334,6 @@ impl SplitEngine {
         }
         Ok((TlsConnectorFor(Arc::new(identity)), out))
     }
-}
-
-fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe writes two descriptors into the array.
-    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors are fresh and ours from here on.
-    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    // SAFETY: setting a flag on our own descriptor.
-    unsafe { libc::fcntl(r.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
-    Ok((r, w))
 }
 
 /// A forwarded Generate stream: the engine's events, with a transport

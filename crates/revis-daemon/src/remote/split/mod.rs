@@ -18,16 +18,19 @@
 //!
 //! The room: the engines as revisd runs them (which tiers share one,
 //! starting, restarting and stopping it, forwarding calls) in `engine.rs`;
-//! the tunnels to the nodes, both ends, in `tunnel.rs`; inside the
+//! the tunnels to the nodes, both ends, in `tunnel.rs`; the engine's
+//! command line, one definition for both sides, in `flags.rs`; inside the
 //! engine, placing the layers and its configuration, in `placement.rs`; the
 //! errors and their `Status` in `error.rs`.
 
 mod engine;
 mod error;
+mod flags;
 mod placement;
 mod tunnel;
 
 pub use self::engine::{ENGINE_START, SplitEngine, Splits, forward_stream};
 pub use self::error::SplitError;
+pub use self::flags::EngineFlags;
 pub use self::placement::{EngineArgs, describe, engine_config};
 pub use self::tunnel::{NODE_CONNECT, NODE_SILENCE, TUNNELS_FD, engine_endpoints};

@@ -2,25 +2,19 @@
 //! through their tunnels, placing the layers between this machine and them,
 //! and the configuration the engine then serves its tier with.
 
-use std::path::PathBuf;
-
 use revis_proto::Tier;
 
+use super::flags::EngineFlags;
 use crate::config::Config;
 
-/// What a split engine (`revisd split-engine`) is started with.
+/// What a split engine runs with: its flags, the tier they name, and each
+/// node's tunnel ([`engine_endpoints`](super::engine_endpoints)).
 #[derive(Clone, Debug)]
 pub struct EngineArgs {
+    pub flags: EngineFlags,
     pub tier: Tier,
-    pub model: PathBuf,
-    pub context: u32,
-    pub threads: revis_engine::Threads,
-    pub batch: u32,
-    pub max_tokens_limit: u32,
     /// (loopback endpoint of a tunnel, the node's name)
     pub rpc: Vec<(String, String)>,
-    pub split_local: Option<f64>,
-    pub state_dir: PathBuf,
 }
 
 /// In the split engine: connects to every node's RPC server (through its
@@ -29,6 +23,7 @@ pub struct EngineArgs {
 /// llama.cpp aborts this process if a node cannot be reached; the revisd
 /// that started it reports that node.
 pub fn engine_config(a: &EngineArgs, models_dir: &std::path::Path) -> Result<Config, String> {
+    let f = &a.flags;
     let mut devices = Vec::new();
     let mut remote_free = 0u64;
     for (endpoint, name) in &a.rpc {
@@ -39,24 +34,24 @@ pub fn engine_config(a: &EngineArgs, models_dir: &std::path::Path) -> Result<Con
         }
         devices.extend(found.iter().map(|d| d.index));
     }
-    let n_layer = revis_engine::rpc::layer_count(&a.model).map_err(|e| e.to_string())?;
-    let plan = revis_engine::rpc::SplitPlan::new(n_layer, a.split_local, revis_engine::rpc::local_free_bytes(), remote_free);
+    let n_layer = revis_engine::rpc::layer_count(&f.model).map_err(|e| e.to_string())?;
+    let plan = revis_engine::rpc::SplitPlan::new(n_layer, f.split_local, revis_engine::rpc::local_free_bytes(), remote_free);
     let names: Vec<&str> = a.rpc.iter().map(|(_, n)| n.as_str()).collect();
     let note = describe(&plan, &names);
     tracing::info!(tier = %a.tier, "{note}");
     let quote = |s: &str| toml::Value::String(s.to_owned()).to_string();
-    let model = quote(&a.model.to_string_lossy());
+    let model = quote(&f.model.to_string_lossy());
     let mut text = format!(
         "[daemon]\nload_at_start = true\nspeculate = \"off\"\nstreams = 1\ncontext = {}\nthreads = {}\nbatch = {}\nmax_tokens_limit = {}\n\
          [server]\nenabled = false\nadvertise = false\nlend = false\nstate_dir = {}\n",
-        a.context,
-        match a.threads {
+        f.context,
+        match f.threads {
             revis_engine::Threads::Fixed(n) => n.to_string(),
             t => quote(&t.to_string()),
         },
-        a.batch,
-        a.max_tokens_limit,
-        quote(&a.state_dir.to_string_lossy())
+        f.batch,
+        f.max_tokens_limit,
+        quote(&f.state_dir.to_string_lossy())
     );
     for t in Tier::ALL {
         text.push_str(&format!("[tiers.{t}]\nmodel = {model}\n"));
