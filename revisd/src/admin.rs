@@ -45,15 +45,15 @@ pub async fn run(action: Action, socket: &Path) -> ExitCode {
         Ok(c) => c,
         Err(e @ ClientError::NotRunning { .. }) => {
             eprintln!("revisd: {e}; start it first (`revisd`, or `revisd service install`)");
-            return ExitCode::from(crate::EX_UNAVAILABLE);
+            return ExitCode::from(crate::exit::EX_UNAVAILABLE);
         }
         Err(e @ ClientError::Untrusted { .. }) => {
             eprintln!("revisd: {e}");
-            return ExitCode::from(crate::EX_NOPERM);
+            return ExitCode::from(crate::exit::EX_NOPERM);
         }
         Err(e) => {
             eprintln!("revisd: {e}");
-            return ExitCode::from(crate::EX_UNAVAILABLE);
+            return ExitCode::from(crate::exit::EX_UNAVAILABLE);
         }
     };
     let result = match action {
@@ -72,11 +72,11 @@ pub async fn run(action: Action, socket: &Path) -> ExitCode {
         }
         e @ ClientError::Untrusted { .. } => {
             eprintln!("revisd: {e}");
-            ExitCode::from(crate::EX_NOPERM)
+            ExitCode::from(crate::exit::EX_NOPERM)
         }
         e => {
             eprintln!("revisd: {e}");
-            ExitCode::from(crate::EX_UNAVAILABLE)
+            ExitCode::from(crate::exit::EX_UNAVAILABLE)
         }
     })
 }
@@ -134,7 +134,7 @@ async fn lend(client: &Client, switch: Switch) -> Result<ExitCode, ClientError> 
     };
     if s.lending && !s.lending_refused.is_empty() {
         println!("Lending is on, but {}.", s.lending_refused.trim_end_matches('.'));
-        return Ok(ExitCode::from(crate::EX_UNAVAILABLE));
+        return Ok(ExitCode::from(crate::exit::EX_UNAVAILABLE));
     }
     match (s.lending, s.enabled) {
         (true, true) => println!(

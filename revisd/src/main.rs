@@ -4,6 +4,7 @@
 //! as a background service (see service.rs).
 
 mod admin;
+mod exit;
 mod service;
 
 use std::io::Write;
@@ -13,6 +14,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use revis_daemon::transport::socket::{Inherited, take_inherited, take_ready_pipe};
 use revis_daemon::{Config, bind, default_socket_path};
+
+use crate::exit::{EX_CANTCREAT, EX_USAGE};
 
 /// The revis inference daemon: serves the models of each tier over gRPC on a Unix socket.
 #[derive(Parser)]
@@ -68,42 +71,8 @@ enum Command {
     },
     /// (started by revisd) a split tier's engine, serving it on a private socket.
     #[command(hide = true)]
-    SplitEngine {
-        #[arg(long)]
-        socket: PathBuf,
-        #[arg(long)]
-        tier: String,
-        #[arg(long)]
-        model: PathBuf,
-        #[arg(long)]
-        context: u32,
-        /// "auto" or a count.
-        #[arg(long)]
-        threads: revis_daemon::Threads,
-        #[arg(long)]
-        batch: u32,
-        #[arg(long)]
-        max_tokens_limit: u32,
-        /// The nodes lending layers, in the tier's order.
-        #[arg(long)]
-        node: Vec<String>,
-        #[arg(long)]
-        split_local: Option<f64>,
-        #[arg(long)]
-        state_dir: PathBuf,
-        /// As rpc-worker's.
-        #[arg(long)]
-        allow_shared_loopback: bool,
-    },
+    SplitEngine(revis_daemon::remote::split::EngineFlags),
 }
-
-/// sysexits.h: a bad config is a usage error.
-const EX_USAGE: u8 = 64;
-const EX_CANTCREAT: u8 = 73;
-/// sysexits.h: the daemon these commands talk to is not running.
-const EX_UNAVAILABLE: u8 = 69;
-/// sysexits' EX_NOPERM: the socket is not this user's revisd (impersonation checks).
-const EX_NOPERM: u8 = 77;
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -147,8 +116,8 @@ fn main() -> ExitCode {
             }
         };
     }
-    if let Some(Command::SplitEngine { .. }) = &args.command {
-        return split_engine(args);
+    if let Some(Command::SplitEngine(flags)) = args.command {
+        return split_engine(flags);
     }
     if let Some(Command::Admin(action)) = args.command {
         let socket = match args.socket.clone() {
@@ -205,23 +174,7 @@ fn main() -> ExitCode {
 }
 
 /// `revisd split-engine`: one split tier, on the socket its revisd gave.
-fn split_engine(args: Args) -> ExitCode {
-    let Some(Command::SplitEngine {
-        socket,
-        tier,
-        model,
-        context,
-        threads,
-        batch,
-        max_tokens_limit,
-        node,
-        split_local,
-        state_dir,
-        allow_shared_loopback,
-    }) = args.command
-    else {
-        unreachable!("called for split-engine only")
-    };
+fn split_engine(flags: revis_daemon::remote::split::EngineFlags) -> ExitCode {
     // SAFETY: no other thread exists yet (for all three).
     let ready = unsafe { take_ready_pipe() };
     let Some(tunnels) = (unsafe { revis_daemon::transport::socket::take_inherited_socket(revis_daemon::remote::split::TUNNELS_FD) }) else {
@@ -232,7 +185,7 @@ fn split_engine(args: Args) -> ExitCode {
         return ExitCode::from(EX_USAGE);
     };
     if let Err(why) = unsafe { revis_daemon::remote::private_net::enter() } {
-        if !allow_shared_loopback {
+        if !flags.allow_shared_loopback {
             // revisd reads this in place of "ready" and names the cause.
             if let Some(mut r) = ready {
                 let _ = writeln!(r, "{} {why}", revis_daemon::remote::lend::REFUSED);
@@ -243,28 +196,19 @@ fn split_engine(args: Args) -> ExitCode {
         tracing::warn!("no private loopback for the split engine ({why}): other local processes can reach its tunnels");
     }
     revis_daemon::remote::child::exit_with_parent();
-    let Ok(tier) = tier.parse() else {
-        eprintln!("revisd split-engine: {tier:?} is not a tier");
+    let Ok(tier) = flags.tier.parse() else {
+        eprintln!("revisd split-engine: {:?} is not a tier", flags.tier);
         return ExitCode::from(EX_USAGE);
     };
-    let nodes = match revis_daemon::remote::split::engine_endpoints(&node, tunnels) {
+    let nodes = match revis_daemon::remote::split::engine_endpoints(&flags.nodes, tunnels) {
         Ok(n) => n,
         Err(e) => {
             eprintln!("revisd split-engine: the RPC endpoints: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let a = revis_daemon::remote::split::EngineArgs {
-        tier,
-        model,
-        context,
-        threads,
-        batch,
-        max_tokens_limit,
-        rpc: nodes,
-        split_local,
-        state_dir,
-    };
+    let socket = flags.socket.clone();
+    let a = revis_daemon::remote::split::EngineArgs { flags, tier, rpc: nodes };
     let models = match revis_models::models_dir() {
         Ok(m) => m,
         Err(e) => {

@@ -1,13 +1,11 @@
-//! The daemon's errors and their one mapping to gRPC status codes: every
-//! error a caller can see ([`DaemonError`], server mode's [`RemoteError`],
-//! a split tier's [`SplitError`]) becomes its `Status` here and nowhere else.
+//! The daemon's errors and their mapping to gRPC status codes: every
+//! [`DaemonError`] becomes its `Status` here and nowhere else. The rooms
+//! with errors of their own map them beside their definitions, in one
+//! place each: server mode's `RemoteError` in `remote/mod.rs`, a split
+//! tier's `SplitError` in `remote/split/error.rs`.
 
 use revis_engine::EngineError;
-use revis_trust::TrustError;
 use tonic::{Code, Status};
-
-use crate::remote::RemoteError;
-use crate::remote::split::SplitError;
 
 /// How long a client should wait before retrying after a full queue.
 pub const RETRY_AFTER_MS: u64 = 1000;
@@ -28,11 +26,14 @@ pub enum DaemonError {
     /// The caller fell a buffer behind a Generate's text and took too little
     /// of it within the stall timeout (`rpc/stream.rs`).
     #[error(
-        "the caller fell behind the answer and took fewer than {} pieces of it in {}s (daemon.stall_timeout_s); revisd stopped it so other requests could go on",
-        crate::rpc::stream::STALL_PROGRESS,
+        "the caller fell behind the answer and took fewer than {progress} pieces of it in {}s (daemon.stall_timeout_s); revisd stopped it so other requests could go on",
         timeout.as_secs()
     )]
-    Stalled { timeout: std::time::Duration },
+    Stalled {
+        timeout: std::time::Duration,
+        /// The pieces it had to take each timeout (`rpc::stream::STALL_PROGRESS`).
+        progress: usize,
+    },
     #[error("revisd is shutting down")]
     ShuttingDown,
     /// A Generate cancelled by the shutdown before it finished.
@@ -94,37 +95,6 @@ impl From<DaemonError> for Status {
                 };
                 Status::new(code, msg)
             }
-        }
-    }
-}
-
-impl From<RemoteError> for Status {
-    fn from(e: RemoteError) -> Status {
-        let msg = e.to_string();
-        match e {
-            RemoteError::Off => Status::failed_precondition(msg),
-            RemoteError::UnknownDevice(_) => Status::not_found(msg),
-            RemoteError::Trust(TrustError::InvalidName(_) | TrustError::InvalidDeviceId(_)) => Status::invalid_argument(msg),
-            RemoteError::Listen { .. } => Status::failed_precondition(msg),
-            RemoteError::Trust(_) | RemoteError::Switch { .. } | RemoteError::Lend(_) => Status::internal(msg),
-            RemoteError::NoLongerPaired(_) | RemoteError::NoPeer => Status::unauthenticated(msg),
-        }
-    }
-}
-
-impl From<SplitError> for Status {
-    fn from(e: SplitError) -> Status {
-        let msg = e.to_string();
-        match e {
-            SplitError::Unavailable { .. } => Status::unavailable(msg),
-            SplitError::NotPaired { .. } | SplitError::UnknownNode { .. } | SplitError::NodeUnseen { .. } => {
-                Status::failed_precondition(msg)
-            }
-            SplitError::RunDir { .. } | SplitError::Pipe(_) | SplitError::Exe(_) | SplitError::Spawn(_) | SplitError::Keyring(_) => {
-                Status::internal(msg)
-            }
-            // The engine's own answer, code, message and metadata as they came.
-            SplitError::Engine(s) => s,
         }
     }
 }

@@ -37,7 +37,7 @@ pub struct Model {
     pub path: PathBuf,
     pub spec: ModelSpec,
     /// The nodes this model is split across (`tiers.X.split`): it runs in a
-    /// split engine (`split.rs`), never in this process.
+    /// split engine (`remote/split/`), never in this process.
     pub split: Vec<String>,
     /// In a split engine: how its layers are placed, for Status.
     pub split_note: String,

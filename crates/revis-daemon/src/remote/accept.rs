@@ -1,22 +1,26 @@
-//! The accept loop: each TCP connection is handshaken on a task of its
-//! own and, by the ALPN it offered, handed to gRPC (tonic), a pairing
-//! attempt, or a lending session.
+//! Server mode listening: the port bound and advertised, the gRPC server
+//! for paired devices, and the accept loop: each TCP connection is
+//! handshaken on a task of its own and, by the ALPN it offered, handed to
+//! gRPC (tonic), a pairing attempt, or a lending session.
 
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use revis_trust::{ALPN_PAIRING, ALPN_RPC};
+use revis_trust::{ALPN_PAIRING, ALPN_RPC, Advertisement, Advertiser, Interfaces};
 use rustls::server::Acceptor;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_rustls::LazyConfigAcceptor;
 use tokio_rustls::server::TlsStream;
+use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
+use tonic::transport::Server;
 
-use super::conn::{Conn, ConnGuard, RemoteIo, Unsettled};
-use super::{HANDSHAKE_TIMEOUT, Remote, tcp_keepalive};
+use super::conn::{ConnGuard, RemoteIo, Unsettled, still_paired};
+use super::state::{Conn, Listening};
+use super::{HANDSHAKE_TIMEOUT, Remote, RemoteError, http2_keepalive, tcp_keepalive};
 
 /// Bytes buffered each way in a lending session (weights cross it at load).
 const LEND_BUFFER: usize = 256 << 10;
@@ -28,6 +32,49 @@ enum Handshaken {
 }
 
 impl Remote {
+    /// Binds server mode's port, advertises it, and serves paired devices'
+    /// gRPC on the connections the accept loop hands over.
+    pub(super) async fn start(self: &Arc<Self>) -> Result<(), RemoteError> {
+        let want = self.config.listen;
+        let listener = TcpListener::bind(want).await.map_err(|source| RemoteError::Listen { addr: want, source })?;
+        let addr = listener.local_addr().map_err(|source| RemoteError::Listen { addr: want, source })?;
+        let advertiser = if self.config.advertise {
+            let ad = Advertisement {
+                name: self.config.name.clone(),
+                device_id: self.device_id(),
+                port: addr.port(),
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+                tiers: self.tiers.clone(),
+            };
+            let interfaces =
+                if self.config.interfaces.is_empty() { Interfaces::AllLan } else { Interfaces::Named(self.config.interfaces.clone()) };
+            Some(Advertiser::start(&ad, &interfaces)?)
+        } else {
+            None
+        };
+        let stop = CancellationToken::new();
+        let (tx, rx) = mpsc::channel::<io::Result<RemoteIo>>(16);
+        let accept = tokio::spawn(self.clone().accept_loop(listener, stop.clone(), tx));
+        let routes = self.routes.get().cloned().expect("routes are set before server mode starts");
+        let trusted = self.trusted.clone();
+        let (ping_interval, ping_timeout) = http2_keepalive(self.config.peer_timeout);
+        let serve = Server::builder()
+            .max_concurrent_streams(crate::transport::admission::MAX_CONCURRENT_STREAMS)
+            .http2_keepalive_interval(Some(ping_interval))
+            .http2_keepalive_timeout(Some(ping_timeout))
+            .layer(tonic::service::InterceptorLayer::new(still_paired(trusted)))
+            .add_routes(routes)
+            .serve_with_incoming_shutdown(ReceiverStream::new(rx), stop.clone().cancelled_owned());
+        let server = tokio::spawn(async move {
+            if let Err(e) = serve.await {
+                tracing::error!("server mode stopped: {e}");
+            }
+        });
+        tracing::info!(%addr, advertised = advertiser.is_some(), device_id = %self.device_id(), "server mode on");
+        self.lock().listening = Some(Listening { addr, stop, advertiser, accept, server });
+        Ok(())
+    }
+
     /// Accepts TCP connections until `stop`, handshaking each on a task of
     /// its own so a slow peer holds up nobody else.
     pub(super) async fn accept_loop(

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::SystemTime;
 
-use revis_trust::{DeviceId, TrustSet};
+use revis_trust::TrustSet;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
@@ -18,16 +18,9 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tonic::transport::server::Connected;
 use tonic::{Request, Status};
 
+use super::state::Conn;
 use super::{HANDSHAKES_PER_ADDRESS, Remote, RemoteError};
 use crate::transport::peer::Peer;
-
-/// An open paired connection, gRPC or lending.
-pub(super) struct Conn {
-    pub(super) device: DeviceId,
-    pub(super) cut: CancellationToken,
-    /// A lending session (else gRPC).
-    pub(super) lending: bool,
-}
 
 impl Remote {
     /// Records a paired device's new connection; None if it was revoked

@@ -12,12 +12,13 @@
 //! `serve_with_incoming`, because tonic's own TLS cannot take a custom
 //! verifier.
 //!
-//! The room: the switch and the server's state here; the accept loop and
-//! the three protocols in `accept.rs`; connection accounting (the open and
-//! the unsettled connections, cutting them) in `conn.rs`; pairing windows
-//! in `pairing.rs`. Beside it, the rest of the multi-machine family, each
-//! of which crosses to another machine: `lend.rs` (this machine's CPU for a
-//! paired device's model), `split.rs` (a tier run across paired nodes), and
+//! The room: the switch, the devices and revoking here; the server's state
+//! as plain data in `state.rs`; listening, the accept loop and the three
+//! protocols in `accept.rs`; connection accounting (the open and the
+//! unsettled connections, cutting them) in `conn.rs`; pairing windows in
+//! `pairing.rs`. Beside it, the rest of the multi-machine family, each of
+//! which crosses to another machine: `lend.rs` (this machine's CPU for a
+//! paired device's model), `split/` (a tier run across paired nodes), and
 //! `child.rs` (the child processes both start, ended with revisd). Server
 //! mode fills in the transport's neutral
 //! [`Peer`](crate::transport::peer::Peer) on every call it carries; the
@@ -30,27 +31,20 @@ pub mod lend;
 mod pairing;
 pub mod private_net;
 pub mod split;
+mod state;
 
-use std::collections::HashMap;
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use revis_trust::{Advertisement, Advertiser, DeviceId, Identity, Interfaces, PairedDevice, TrustError, TrustSet, TrustStore};
-use tokio::net::TcpListener;
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
-use tokio_stream::wrappers::ReceiverStream;
-use tokio_util::sync::CancellationToken;
+use revis_trust::{DeviceId, Identity, PairedDevice, TrustError, TrustSet, TrustStore};
 use tonic::service::Routes;
-use tonic::transport::Server;
 
-use self::conn::{Conn, RemoteIo, still_paired};
 use self::lend::{LendError, Lender};
-use self::pairing::OpenWindow;
-pub use self::pairing::PairingOutcome;
+pub use self::state::PairingOutcome;
+use self::state::State;
 use crate::config::ServerConfig;
 
 /// A TLS handshake (pairing or not) must finish within this.
@@ -85,6 +79,23 @@ pub enum RemoteError {
     /// A call on a server-mode connection with no paired device.
     #[error("no paired device on this connection")]
     NoPeer,
+}
+
+/// Server mode's errors as a caller sees them (the daemon's own errors map
+/// in `error.rs`).
+impl From<RemoteError> for tonic::Status {
+    fn from(e: RemoteError) -> tonic::Status {
+        use tonic::Status;
+        let msg = e.to_string();
+        match e {
+            RemoteError::Off => Status::failed_precondition(msg),
+            RemoteError::UnknownDevice(_) => Status::not_found(msg),
+            RemoteError::Trust(TrustError::InvalidName(_) | TrustError::InvalidDeviceId(_)) => Status::invalid_argument(msg),
+            RemoteError::Listen { .. } => Status::failed_precondition(msg),
+            RemoteError::Trust(_) | RemoteError::Switch { .. } | RemoteError::Lend(_) => Status::internal(msg),
+            RemoteError::NoLongerPaired(_) | RemoteError::NoPeer => Status::unauthenticated(msg),
+        }
+    }
 }
 
 /// Server mode now.
@@ -128,30 +139,6 @@ pub struct Remote {
     state: Mutex<State>,
     /// Switching on and off one at a time.
     switch: tokio::sync::Mutex<()>,
-}
-
-#[derive(Default)]
-struct State {
-    listening: Option<Listening>,
-    window: Option<OpenWindow>,
-    conns: HashMap<u64, Conn>,
-    /// Connections still in their TLS handshake or pairing, in all and by
-    /// peer address (see [`Unsettled`]).
-    unsettled: usize,
-    unsettled_from: HashMap<IpAddr, usize>,
-    next_id: u64,
-    /// Each paired device's calls in progress, across all its connections
-    /// (`transport::peer::CALLS_PER_DEVICE` places each).
-    device_calls: HashMap<revis_trust::DeviceId, std::sync::Arc<tokio::sync::Semaphore>>,
-}
-
-struct Listening {
-    addr: SocketAddr,
-    stop: CancellationToken,
-    advertiser: Option<Advertiser>,
-    /// Owns the listening socket: once it has ended, the port is closed.
-    accept: JoinHandle<()>,
-    server: JoinHandle<()>,
 }
 
 impl Remote {
@@ -232,47 +219,6 @@ impl Remote {
             self.save_switch(on)?;
         }
         Ok(self.state())
-    }
-
-    async fn start(self: &Arc<Self>) -> Result<(), RemoteError> {
-        let want = self.config.listen;
-        let listener = TcpListener::bind(want).await.map_err(|source| RemoteError::Listen { addr: want, source })?;
-        let addr = listener.local_addr().map_err(|source| RemoteError::Listen { addr: want, source })?;
-        let advertiser = if self.config.advertise {
-            let ad = Advertisement {
-                name: self.config.name.clone(),
-                device_id: self.device_id(),
-                port: addr.port(),
-                version: env!("CARGO_PKG_VERSION").to_owned(),
-                tiers: self.tiers.clone(),
-            };
-            let interfaces =
-                if self.config.interfaces.is_empty() { Interfaces::AllLan } else { Interfaces::Named(self.config.interfaces.clone()) };
-            Some(Advertiser::start(&ad, &interfaces)?)
-        } else {
-            None
-        };
-        let stop = CancellationToken::new();
-        let (tx, rx) = mpsc::channel::<io::Result<RemoteIo>>(16);
-        let accept = tokio::spawn(self.clone().accept_loop(listener, stop.clone(), tx));
-        let routes = self.routes.get().cloned().expect("routes are set before server mode starts");
-        let trusted = self.trusted.clone();
-        let (ping_interval, ping_timeout) = http2_keepalive(self.config.peer_timeout);
-        let serve = Server::builder()
-            .max_concurrent_streams(crate::transport::admission::MAX_CONCURRENT_STREAMS)
-            .http2_keepalive_interval(Some(ping_interval))
-            .http2_keepalive_timeout(Some(ping_timeout))
-            .layer(tonic::service::InterceptorLayer::new(still_paired(trusted)))
-            .add_routes(routes)
-            .serve_with_incoming_shutdown(ReceiverStream::new(rx), stop.clone().cancelled_owned());
-        let server = tokio::spawn(async move {
-            if let Err(e) = serve.await {
-                tracing::error!("server mode stopped: {e}");
-            }
-        });
-        tracing::info!(%addr, advertised = advertiser.is_some(), device_id = %self.device_id(), "server mode on");
-        self.lock().listening = Some(Listening { addr, stop, advertiser, accept, server });
-        Ok(())
     }
 
     async fn stop(&self) {

@@ -6,26 +6,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use revis_trust::{DeviceId, MAX_ATTEMPTS, PairingWindow};
+use revis_trust::{MAX_ATTEMPTS, PairingWindow};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_rustls::server::TlsStream;
 
+use super::state::{OpenWindow, PairingOutcome};
 use super::{PAIRING_TIMEOUT, Remote, RemoteError};
-
-/// What happened to a pairing window, for whoever shows its code.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PairingOutcome {
-    Paired { device_id: DeviceId, name: String },
-    Closed(String),
-}
-
-/// The pairing window now open, and where its outcome goes.
-pub(super) struct OpenWindow {
-    pub(super) id: u64,
-    pub(super) window: Arc<PairingWindow>,
-    pub(super) events: mpsc::UnboundedSender<PairingOutcome>,
-}
 
 impl Remote {
     /// Opens a pairing window (replacing one already open) and returns its

@@ -181,7 +181,7 @@ impl Stream for EventStream {
         if this.stalled.load(Ordering::SeqCst) {
             // Deltas were dropped: a Done now would not match what was streamed.
             this.done = None;
-            return Poll::Ready(Some(Err(DaemonError::Stalled { timeout: this.stall_timeout }.into())));
+            return Poll::Ready(Some(Err(DaemonError::Stalled { timeout: this.stall_timeout, progress: STALL_PROGRESS }.into())));
         }
         let result = match Pin::new(done).poll(cx) {
             Poll::Pending => return Poll::Pending,
