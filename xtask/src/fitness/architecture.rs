@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use super::TOP_LEVEL;
+use super::tree::TOP_LEVEL;
 
 /// Paths ARCHITECTURE.md quotes that are not in the tree, and names it quotes
 /// in code style that no source file writes.

@@ -21,7 +21,7 @@
 //! and imported module names); it has no macro expansion, which these checks
 //! do not need.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::bail;
 
@@ -29,23 +29,16 @@ mod architecture;
 mod features;
 mod lex;
 mod modules;
+mod tree;
 
 use modules::ModuleTree;
+use tree::{crate_dirs, rel};
 
 /// Lines of non-test code a file may hold.
 pub const BUDGET: usize = 600;
 
 /// Files allowed over [`BUDGET`], each with the reason it is one room.
 pub const OVER_BUDGET: &[(&str, &str)] = &[];
-
-/// Where the workspace's crates keep their code (each has `src/`). The
-/// end-to-end suite (`tests/`) is test code throughout and is not checked.
-const CRATE_DIRS: &[&str] = &["crates/*", "revisd", "revis-gui", "xtask"];
-
-/// The tree's top-level folders: a quoted path that starts with one is a
-/// path into the tree.
-pub const TOP_LEVEL: &[&str] =
-    &["crates/", "revisd/", "revis-gui/", "proto/", "tests/", "docs/", "launchd/", "xtask/", "data/", ".ci/", ".config/", ".cargo/"];
 
 pub fn check(root: &Path) -> anyhow::Result<()> {
     let mut problems = Vec::new();
@@ -87,25 +80,4 @@ pub fn check(root: &Path) -> anyhow::Result<()> {
         "xtask: fitness holds (no import circle, files within {BUDGET} lines or named, feature list unified, ARCHITECTURE.md's names exist)"
     );
     Ok(())
-}
-
-pub fn rel(root: &Path, p: &Path) -> String {
-    p.strip_prefix(root).unwrap_or(p).to_string_lossy().into_owned()
-}
-
-pub fn crate_dirs(root: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    for pattern in CRATE_DIRS {
-        if let Some(parent) = pattern.strip_suffix("/*") {
-            let mut dirs: Vec<PathBuf> = std::fs::read_dir(root.join(parent))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.join("Cargo.toml").exists())
-                .collect();
-            dirs.sort();
-            out.extend(dirs);
-        } else {
-            out.push(root.join(pattern));
-        }
-    }
-    Ok(out)
 }

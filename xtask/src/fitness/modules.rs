@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use super::lex::{Tok, strip, tokens, without_tests};
-use super::rel;
+use super::tree::rel;
 
 type ModPath = Vec<String>;
 
