@@ -35,7 +35,7 @@ pub struct Learned {
 }
 
 /// The facts of an extraction (`{"facts": [...]}`) that may go into the
-/// profile, from a message's [`statements`]: about the user (they say "the
+/// profile, from a message's [`statements`](super::statements): about the user (they say "the
 /// user", speak of them as he, she or they, begin with a name the user gave
 /// themselves or someone of theirs, "I'm Ada", "my sister Ines", or keep
 /// the user's own first person, then [`grounded`] in what they said); the
