@@ -12,10 +12,11 @@
 //! The room, one job a file. [`Chat`] owns the draft check, the typing
 //! timer, the reply writer and the memory work, and hands a record keeper
 //! (with its settings of the moment) to each turn and follow-up:
-//! - `turn.rs`: [`Chat`], the turn itself, from the first keystroke to the
-//!   stored answer, and the conversation's title; going back on a turn (the
+//! - `turn/`: [`Chat`], its settings and the typing signal (`mod.rs`); the
+//!   turn itself, from the message sent to the stored answer, and the
+//!   conversation's title (`answer.rs`); going back on a turn, the
 //!   conversation rewound for an edit or a regeneration, a reply that was
-//!   cut off continued);
+//!   cut off continued (`rewind.rs`);
 //! - `typing.rs`: the typing timer that ends the typing hold after a pause;
 //! - `draft.rs`: tier1's check of the draft while the user types;
 //! - `reply.rs`: the reply saved while it streams, whatever way it ends;
@@ -23,7 +24,10 @@
 //! - `escalation.rs`: the record kept, and what it asks for (tier1's late
 //!   check, tier3's follow-up);
 //! - `context.rs`: the next prompt's parts, read back from the store;
-//! - `memory.rs`: the audit, the profile and the summaries;
+//! - `memory/`: the audit, the profile and the summaries: the background
+//!   jobs, the profile's store side, what goes beside a question, the facts
+//!   kept of an extraction, the slots a newer fact replaces, the person's
+//!   own statements (one file each);
 //! - `error.rs`: [`ChatError`].
 
 mod context;

@@ -1,0 +1,147 @@
+//! What is put beside a question about the person: the profile facts it
+//! asks about, in the person's voice, next to the question the model gets.
+
+use super::said::{FIRST_PERSON, words};
+use super::slot::{Slot, slot_of};
+
+/// Words a question about the person uses that say nothing of what it asks.
+const ASKING: &[&str] = &[
+    "the",
+    "and",
+    "you",
+    "your",
+    "what",
+    "what's",
+    "whats",
+    "which",
+    "who",
+    "where",
+    "when",
+    "how",
+    "did",
+    "does",
+    "do",
+    "was",
+    "were",
+    "are",
+    "is",
+    "am",
+    "have",
+    "has",
+    "had",
+    "that",
+    "this",
+    "with",
+    "for",
+    "from",
+    "again",
+    "remember",
+    "say",
+    "said",
+    "tell",
+    "told",
+    "know",
+    "can",
+    "could",
+    "would",
+    "please",
+    "about",
+    "user",
+    "mention",
+    "mentioned",
+    "remind",
+];
+
+/// The profile facts `message` asks about, best first, at most three: when
+/// the person asks about themselves ("my", "me", "did I"...), the facts
+/// that share a word with the question (not a first-person or asking word),
+/// and the fact that fills the slot it asks for ("my name", "where do I
+/// live"). A message about anything else gets none.
+pub fn asked_about<'a>(profile: &'a [String], message: &str) -> Vec<&'a str> {
+    let asked = words(message);
+    // "Did I", "am I", "where do I": about them; "how do I" is a how-to question, not about them.
+    let about_self = asked.iter().any(|w| matches!(w.as_str(), "my" | "me" | "mine" | "myself"))
+        || asked.windows(2).any(|p| p[1] == "i" && matches!(p[0].as_str(), "did" | "am" | "was" | "have" | "had"))
+        || asked.windows(3).any(|p| p[2] == "i" && p[1] == "do" && matches!(p[0].as_str(), "where" | "what" | "who"));
+    if !about_self || profile.is_empty() {
+        return Vec::new();
+    }
+    let has = |ws: &[&str]| asked.iter().any(|w| ws.contains(&w.as_str()));
+    let slot = if has(&["name", "named", "call"]) {
+        Some(Slot::Name)
+    } else if has(&["live", "living", "town", "city", "home", "moved", "based", "country"]) {
+        Some(Slot::Home)
+    } else {
+        None
+    };
+    let content: Vec<&String> =
+        asked.iter().filter(|w| w.chars().count() >= 3 && !ASKING.contains(&w.as_str()) && !FIRST_PERSON.contains(&w.as_str())).collect();
+    let mut scored: Vec<(usize, usize, &str)> = profile
+        .iter()
+        .enumerate()
+        .filter_map(|(i, fact)| {
+            let fw = words(fact);
+            let shared = content.iter().filter(|w| fw.contains(w)).count();
+            let fills = usize::from(slot.is_some() && slot_of(fact) == slot) * 2;
+            (shared + fills > 0).then_some((shared + fills, i, fact.as_str()))
+        })
+        .collect();
+    // Most shared first; among equals the newer (later in the profile).
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
+    scored.into_iter().take(3).map(|(_, _, f)| f).collect()
+}
+
+/// `message` as the model gets it: with the profile facts it asks about
+/// ([`asked_about`]) after it, in the person's voice: a small model answers
+/// from what is next to the question far more often than from the system
+/// message (docs/QUALITY.md). What is stored and shown stays `message`.
+pub fn with_what_was_said(profile: &[String], message: &str) -> String {
+    let facts = asked_about(profile, message);
+    if facts.is_empty() {
+        return message.to_owned();
+    }
+    let told: Vec<String> = facts
+        .iter()
+        .map(|f| match f.strip_prefix("The user said: ") {
+            Some(quoted) => quoted.to_owned(),
+            None => (*f).to_owned(),
+        })
+        .collect();
+    format!("{message}\n\n(What I told you before: {})", told.join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_question_about_the_person_gets_the_facts_it_asks_about_beside_it() {
+        let profile: Vec<String> = [
+            "The user said: \"Hi! I'm Ottoline, by the way.\"",
+            "The user said: \"We just adopted a rescue greyhound called Pickle.\"",
+            "The user lives in Pune.",
+            "The user said: \"I'm allergic to sesame.\"",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(asked_about(&profile, "What's my dog called again?"), vec![profile[1].as_str()]);
+        assert_eq!(asked_about(&profile, "What am I allergic to?"), vec![profile[3].as_str()]);
+        assert_eq!(asked_about(&profile, "Which city did I say I live in?"), vec![profile[2].as_str()]);
+        // "Hi! I'm Ottoline" fills no slot and shares no word: a name question finds it only when said as a name.
+        let named = [profile.clone(), vec!["The user said: \"My name is Ottoline.\"".into()]].concat();
+        assert_eq!(asked_about(&named, "Do you remember my name?"), vec![named[4].as_str()]);
+        // Not about the person, or nothing shared: nothing added, the message unchanged.
+        for m in ["What is the capital of Peru?", "How do I keep a cut avocado from going brown?", "Tell me a joke."] {
+            assert!(asked_about(&profile, m).is_empty(), "{m}");
+            assert_eq!(with_what_was_said(&profile, m), m);
+        }
+        assert_eq!(
+            with_what_was_said(&profile, "What's my dog called again?"),
+            "What's my dog called again?\n\n(What I told you before: \"We just adopted a rescue greyhound called Pickle.\")"
+        );
+        assert_eq!(
+            with_what_was_said(&profile, "Where do I live?"),
+            "Where do I live?\n\n(What I told you before: The user lives in Pune.)"
+        );
+    }
+}
