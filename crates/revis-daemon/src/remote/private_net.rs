@@ -12,8 +12,9 @@
 //! reach it, so nothing can be squatted either.
 //!
 //! Where no namespace can be made (macOS; a Linux that refuses unprivileged
-//! user namespaces) the child says why and goes on, on the shared loopback:
-//! ARCHITECTURE.md and docs/RELIABILITY.md say what then holds.
+//! user namespaces) the child is refused, and says why, unless the owner
+//! set `server.allow_shared_loopback`: then it runs on the shared loopback,
+//! and ARCHITECTURE.md and docs/RELIABILITY.md say what then holds.
 
 use std::io;
 use std::io::{IoSlice, IoSliceMut};
