@@ -13,7 +13,7 @@ use revis_client::{Client, GenerateParams, Message, Runner, Sampling, Tier};
 use revis_testkit::netns::NetnsPair;
 
 use super::data::Capital;
-use super::{Answers, Member, progress};
+use super::results::{Answers, Member, progress};
 use crate::daemon::{Daemon, Extra, Launch};
 
 /// The question as a chat message, greedy.

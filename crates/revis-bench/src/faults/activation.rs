@@ -16,7 +16,7 @@ use rand::{Rng, SeedableRng};
 use revis_client::{CallError, Client, Code, Event, GenerateParams, Message, Tier};
 use revis_testkit::{HeldSocket, activated_revisd};
 
-use super::{Failure, Tally, code_name, status_detail};
+use super::tally::{Failure, Tally, code_name, status_detail};
 use crate::daemon::{Launch, log_tail, write_config};
 use crate::proc::set_parent_death_signal;
 

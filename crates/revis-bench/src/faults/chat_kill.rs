@@ -368,7 +368,7 @@ pub fn report(r: &Result, s: &Settings) -> String {
         r.no_conversation,
         r.violations.len()
     );
-    let med = |v: &[f64]| super::percentile(v, 50.0).map_or("n/a".to_owned(), |x| format!("{x:.0}"));
+    let med = |v: &[f64]| super::tally::percentile(v, 50.0).map_or("n/a".to_owned(), |x| format!("{x:.0}"));
     let _ = writeln!(
         out,
         "- Per process: start to first answer text median {} ms (of those timed from it), start to reaped median {} ms.",
@@ -376,7 +376,7 @@ pub fn report(r: &Result, s: &Settings) -> String {
         med(&r.wall_ms)
     );
     if !r.unsaved_chars.is_empty() {
-        let p = |q| super::percentile(&r.unsaved_chars, q).unwrap_or(0.0);
+        let p = |q| super::tally::percentile(&r.unsaved_chars, q).unwrap_or(0.0);
         let _ = writeln!(
             out,
             "- Text shown but not in the stored incomplete reply (lost to the kill, since the last periodic save): median {:.0}, p99 {:.0}, max {:.0} characters over {} cut replies.",
@@ -387,8 +387,8 @@ pub fn report(r: &Result, s: &Settings) -> String {
         );
     }
     if !r.violations.is_empty() {
-        let _ = writeln!(out, "- Violations (first {}):", r.violations.len().min(super::MAX_EXAMPLES));
-        for v in r.violations.iter().take(super::MAX_EXAMPLES) {
+        let _ = writeln!(out, "- Violations (first {}):", r.violations.len().min(super::tally::MAX_EXAMPLES));
+        for v in r.violations.iter().take(super::tally::MAX_EXAMPLES) {
             let _ = writeln!(out, "  - {}", v.replace('\n', " "));
         }
     }

@@ -15,7 +15,7 @@ use revis_client::{CallError, Client, ClientError, Code, Event, GenerateParams, 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::{Endpoint, Uri};
 
-use super::{Failure, Tally, percentile, rss_kib, status_detail, status_label};
+use super::tally::{Failure, Tally, percentile, rss_kib, status_detail, status_label};
 use crate::daemon::{Daemon, Launch};
 
 /// How long a stream that is never read is held open before it is dropped
