@@ -110,35 +110,39 @@ pub async fn run(revisd: &Path, model: &Path, s: &Settings) -> anyhow::Result<Re
     let launch =
         |listen, wrap| Launch { threads: 1, context: s.context, batch: s.batch, listen, wrap, speculate: "off", extra: Extra::NONE };
     let (core0, core1) = (pinned(0), pinned(1));
-    let here = Daemon::start_wrapped(revisd, model, launch(None, &core0)).await?;
-    let mut node = Daemon::start_wrapped(revisd, model, launch(Some("127.0.0.1:0"), &core1)).await?;
     let keys = tempfile::tempdir()?;
-    let addr = SocketAddr::from(([127, 0, 0, 1], port(&node).await?));
-    let keyring = Arc::new(pair(&mut node, keys.path(), addr).await?.0);
-    let one = Dispatcher::new(here.client.clone(), None, None, BTreeMap::new(), Deadlines::default());
-    let offload = BTreeMap::from([(Tier::Tier2, Offload { enabled: true, node: None, keep_local: true })]);
-    let two = Dispatcher::new(here.client.clone(), Some(keyring), None, offload, Deadlines::default());
-    two.refresh().await;
-    if two.placements()[&Tier::Tier2] != Placement::Node(NODE_NAME.into()) {
-        bail!("the node is not healthy: {:?}", two.nodes());
-    }
-    // Warm-up: both models loaded, speeds measured.
-    burst(&one, 2, s.max_tokens).await?;
-    burst(&two, 2, s.max_tokens).await?;
-    let meter = machine::CpuMeter::start();
-    for round in 0..s.rounds {
-        let before = (two.local_completed(), two.nodes()[0].completed);
-        let order: [bool; 2] = if round % 2 == 0 { [false, true] } else { [true, false] };
-        for dual in order {
-            let d = if dual { &two } else { &one };
-            let tps = burst(d, s.tasks, s.max_tokens).await?;
-            eprintln!("revis-bench: round {} {}: {tps:.1} tokens/s", round + 1, if dual { "two daemons" } else { "one daemon" });
-            if dual { r.two.push(tps) } else { r.one.push(tps) }
-        }
-        r.spread.push((two.local_completed() - before.0, two.nodes()[0].completed - before.1));
-    }
-    // Stopped and reaped first, so their CPU time counts as this benchmark's.
-    drop((one, two, node, here));
+    let meter = Daemon::around(revisd, model, launch(None, &core0), async |here| {
+        Daemon::around(revisd, model, launch(Some("127.0.0.1:0"), &core1), async |node| {
+            let addr = SocketAddr::from(([127, 0, 0, 1], port(node).await?));
+            let keyring = Arc::new(pair(node, keys.path(), addr).await?.0);
+            let one = Dispatcher::new(here.client.clone(), None, None, BTreeMap::new(), Deadlines::default());
+            let offload = BTreeMap::from([(Tier::Tier2, Offload { enabled: true, node: None, keep_local: true })]);
+            let two = Dispatcher::new(here.client.clone(), Some(keyring), None, offload, Deadlines::default());
+            two.refresh().await;
+            if two.placements()[&Tier::Tier2] != Placement::Node(NODE_NAME.into()) {
+                bail!("the node is not healthy: {:?}", two.nodes());
+            }
+            // Warm-up: both models loaded, speeds measured.
+            burst(&one, 2, s.max_tokens).await?;
+            burst(&two, 2, s.max_tokens).await?;
+            let meter = machine::CpuMeter::start();
+            for round in 0..s.rounds {
+                let before = (two.local_completed(), two.nodes()[0].completed);
+                let order: [bool; 2] = if round % 2 == 0 { [false, true] } else { [true, false] };
+                for dual in order {
+                    let d = if dual { &two } else { &one };
+                    let tps = burst(d, s.tasks, s.max_tokens).await?;
+                    eprintln!("revis-bench: round {} {}: {tps:.1} tokens/s", round + 1, if dual { "two daemons" } else { "one daemon" });
+                    if dual { r.two.push(tps) } else { r.one.push(tps) }
+                }
+                r.spread.push((two.local_completed() - before.0, two.nodes()[0].completed - before.1));
+            }
+            Ok(meter)
+        })
+        .await
+    })
+    .await?;
+    // The daemons stopped and reaped first, so their CPU time counts as this benchmark's.
     r.others_cpu_pct = meter.others_percent();
 
     // Fallback trials, in namespaces: this thread cannot enter one (the

@@ -142,14 +142,8 @@ impl Bench for Ensemble {
         let wrap = ["env".to_owned(), format!("REVIS_CONFIG={}", config.display())];
         let launch =
             Launch { threads, context: c.context, batch: c.batch, listen: None, wrap: &wrap, speculate: "off", extra: Extra::NONE };
-        let daemon = Daemon::start_wrapped(&revisd, &files[0], launch).await?;
         let mut r = Results { members: members.clone(), piqa_split: sets.split, capitals_total: sets.capitals.len(), ..Default::default() };
-        let outcome = run_parts(&daemon.client, &members, &sets, a, &mut r).await;
-        if outcome.is_err() {
-            eprintln!("revis-bench: revisd log:\n{}", daemon.log_tail());
-        }
-        daemon.stop();
-        outcome?;
+        Daemon::around(&revisd, &files[0], launch, async |daemon| run_parts(&daemon.client, &members, &sets, a, &mut r).await).await?;
         if a.ensemble_parts.contains(&Part::TwoMachines) {
             let setup = answer::TwoMachines {
                 revisd: &revisd,

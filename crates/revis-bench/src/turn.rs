@@ -41,7 +41,7 @@ use revis_store::Store;
 use serde::Deserialize;
 
 pub use self::report::{markers, report};
-use crate::daemon::Daemon;
+use crate::daemon::{Daemon, Launch};
 use crate::ensemble::data::{Capital, Piqa, load_capitals, load_piqa};
 pub use crate::quality::Target;
 
@@ -341,122 +341,124 @@ async fn build_history(client: &Client, store: &Store, texts: &[String], max_tok
 /// Runs the parts for one model.
 pub async fn run_model(t: &Target<'_>, a: &TurnArgs, quick: bool, data: &Path, eval: &Path) -> anyhow::Result<ModelTurns> {
     let started = Instant::now();
-    let d = Daemon::start(t.revisd, t.model, t.threads, t.context, 512).await?;
-    let client = &d.client;
-    let parts = &a.turn_parts;
-    let take = |n: usize, quick_n: usize| if quick { if n == 0 { quick_n } else { n.min(quick_n) } } else { n };
-    let mut capitals: Vec<Capital> = load_capitals(&eval.join("capitals-dev.jsonl"))?;
-    capitals.truncate(match take(a.capitals_items, 12) {
-        0 => usize::MAX,
-        n => n,
-    });
-    let mut piqa: Vec<Piqa> = load_piqa(&eval.join("piqa-dev/valid.jsonl"), &eval.join("piqa-dev/valid-labels.lst"))?;
-    piqa.truncate(take(a.piqa_items, 12));
-
-    // The gears the model has, as a first turn would find them.
-    let (fresh_dir, history_dir) = (tempfile::tempdir()?, tempfile::tempdir()?);
-    let fresh = Store::open(fresh_dir.path())?.store;
-    let mut probe = Chat::new(client.clone(), fresh.clone(), fresh.create_conversation("probe")?, Policies::default());
-    let gears = probe.fit_to_model().await?;
-    drop(probe);
-    let chosen = rules_for(&gears);
-    let mut r = ModelTurns { model: t.name.into(), chosen_rules: chosen.clone(), measured: gears.measured, ..Default::default() };
-
-    let history = if parts.contains(&TPart::Capitals) || parts.contains(&TPart::Piqa) {
-        let mut texts: Vec<String> = lines::<Plain>(&data.join("facts.jsonl"))?.into_iter().map(|p| p.text).collect();
-        texts.extend(lines::<Plain>(&data.join("escalation.jsonl"))?.into_iter().filter(|p| p.escalate == Some(false)).map(|p| p.text));
-        texts.truncate(take(a.history_turns, 4));
-        let store = Store::open(history_dir.path())?.store;
-        build_history(client, &store, &texts, 64).await?;
-        Some(store)
-    } else {
-        None
-    };
-    let run = Run { client, max_tokens: a.turn_max_tokens, fresh: fresh.clone(), history };
-
-    let bare = Way::bare();
-    let default = Way { after_turn: true, ..Way::turn("the turn as revis gives it (default sampling)", &chosen, true) };
-    let greedy_turn = Way::turn("the turn, greedy", &chosen, false);
-    let history_default = Way { history: true, ..Way::turn("after 40 turns: the turn (default sampling)", &chosen, true) };
-    let mut candidates = vec![
-        Way::turn("rules: revis's house rules, greedy", RULES, false),
-        Way::turn("rules: the earlier house rules, greedy", EARLIER_RULES, false),
-        Way::turn("rules: none, greedy", "", false),
-    ];
-    if let Some(own) = revis_models::find(t.name).and_then(|e| e.system_prompt) {
-        candidates.push(Way::turn("rules: the model's own system prompt, greedy", own, false));
-    }
-    // The chosen rules are "the turn, greedy" already.
-    candidates.retain(|w| w.rules.as_deref() != Some(chosen.as_str()));
-
-    if parts.contains(&TPart::Capitals) {
-        let qs: Vec<String> = capitals.iter().map(|c| c.question.clone()).collect();
-        let right = |i: usize, a: &str| capitals[i].is_right(a);
-        // The default turn keeps its own data directory: it leaves its background work, as in use.
-        let own_dir = tempfile::tempdir()?;
-        let own = Store::open(own_dir.path())?.store;
-        r.rows.push(run.set("capitals", &default, &own, &qs, right).await?);
-        r.profile.get_or_insert_default().after_capitals = Some(own.facts()?.len());
-        let mut ways = vec![bare.clone(), greedy_turn.clone()];
-        if run.history.is_some() {
-            ways.push(history_default.clone());
-        }
-        for w in &ways {
-            r.rows.push(run.set("capitals", w, run.store(w)?, &qs, right).await?);
-        }
-    }
-    if parts.contains(&TPart::Piqa) {
-        let qs: Vec<String> = piqa.iter().map(piqa_question).collect();
-        let right = |i: usize, a: &str| choice_of(a) == Some(piqa[i].label);
-        let mut ways = vec![bare.clone(), Way { after_turn: false, ..default.clone() }, greedy_turn.clone()];
-        if run.history.is_some() {
-            ways.push(history_default.clone());
-        }
-        for w in &ways {
-            r.rows.push(run.set("piqa-chat", w, run.store(w)?, &qs, right).await?);
-        }
-    }
-    if parts.contains(&TPart::Rules) {
-        let cq: Vec<String> = capitals.iter().map(|c| c.question.clone()).collect();
-        let pq: Vec<String> = piqa.iter().map(piqa_question).collect();
-        for w in &candidates {
-            r.rows.push(run.set("capitals", w, &fresh, &cq, |i, a| capitals[i].is_right(a)).await?);
-            r.rows.push(run.set("piqa-chat", w, &fresh, &pq, |i, a| choice_of(a) == Some(piqa[i].label)).await?);
-        }
-    }
-    if parts.contains(&TPart::Check) {
-        let tier = Policies::default().get(TaskKind::Classify).tier;
-        let mut said = 0;
-        for c in &capitals {
-            said += usize::from(check::run(client, tier, &c.question).await.is_ok_and(|c| c.escalate));
-        }
-        r.escalations = Some((said, capitals.len()));
-        eprintln!("revis-bench: turn check: {said} escalations of {}", capitals.len());
-    }
-    if parts.contains(&TPart::Profile) {
-        let mixed = profile(client, &data.join("profile.jsonl"), take(0, 12)).await?;
-        r.profile.get_or_insert_default().add(mixed);
-        r.memory = Some(profile(client, &data.join("memory.jsonl"), take(0, 12)).await?);
-    }
-    if parts.contains(&TPart::Recall) {
-        let mut items: Vec<Recall> = lines(&data.join("recall.jsonl"))?;
-        items.truncate(match take(a.recall_items, 3) {
+    Daemon::around(t.revisd, t.model, Launch::plain(t.threads, t.context, 512), async |d| {
+        let client = &d.client;
+        let parts = &a.turn_parts;
+        let take = |n: usize, quick_n: usize| if quick { if n == 0 { quick_n } else { n.min(quick_n) } } else { n };
+        let mut capitals: Vec<Capital> = load_capitals(&eval.join("capitals-dev.jsonl"))?;
+        capitals.truncate(match take(a.capitals_items, 12) {
             0 => usize::MAX,
             n => n,
         });
-        recall(client, &items, &default, &mut r).await?;
-    }
-    if parts.contains(&TPart::Loops) {
-        let qs: Vec<String> = piqa.iter().take(take(a.loop_items, 3)).map(|p| p.goal.clone()).collect();
-        let long = Run { max_tokens: 256, fresh: fresh.clone(), history: None, client };
-        let sampled_no_guard = Way { guard: false, ..Way::turn("the turn (default sampling), no loop guard", &chosen, true) };
-        let sampled_guard = Way::turn("the turn (default sampling), loop guard", &chosen, true);
-        for w in [&bare, &sampled_no_guard, &sampled_guard] {
-            r.rows.push(long.set("loops (256 tokens)", w, &fresh, &qs, |_, _| true).await?);
+        let mut piqa: Vec<Piqa> = load_piqa(&eval.join("piqa-dev/valid.jsonl"), &eval.join("piqa-dev/valid-labels.lst"))?;
+        piqa.truncate(take(a.piqa_items, 12));
+
+        // The gears the model has, as a first turn would find them.
+        let (fresh_dir, history_dir) = (tempfile::tempdir()?, tempfile::tempdir()?);
+        let fresh = Store::open(fresh_dir.path())?.store;
+        let mut probe = Chat::new(client.clone(), fresh.clone(), fresh.create_conversation("probe")?, Policies::default());
+        let gears = probe.fit_to_model().await?;
+        drop(probe);
+        let chosen = rules_for(&gears);
+        let mut r = ModelTurns { model: t.name.into(), chosen_rules: chosen.clone(), measured: gears.measured, ..Default::default() };
+
+        let history = if parts.contains(&TPart::Capitals) || parts.contains(&TPart::Piqa) {
+            let mut texts: Vec<String> = lines::<Plain>(&data.join("facts.jsonl"))?.into_iter().map(|p| p.text).collect();
+            texts.extend(lines::<Plain>(&data.join("escalation.jsonl"))?.into_iter().filter(|p| p.escalate == Some(false)).map(|p| p.text));
+            texts.truncate(take(a.history_turns, 4));
+            let store = Store::open(history_dir.path())?.store;
+            build_history(client, &store, &texts, 64).await?;
+            Some(store)
+        } else {
+            None
+        };
+        let run = Run { client, max_tokens: a.turn_max_tokens, fresh: fresh.clone(), history };
+
+        let bare = Way::bare();
+        let default = Way { after_turn: true, ..Way::turn("the turn as revis gives it (default sampling)", &chosen, true) };
+        let greedy_turn = Way::turn("the turn, greedy", &chosen, false);
+        let history_default = Way { history: true, ..Way::turn("after 40 turns: the turn (default sampling)", &chosen, true) };
+        let mut candidates = vec![
+            Way::turn("rules: revis's house rules, greedy", RULES, false),
+            Way::turn("rules: the earlier house rules, greedy", EARLIER_RULES, false),
+            Way::turn("rules: none, greedy", "", false),
+        ];
+        if let Some(own) = revis_models::find(t.name).and_then(|e| e.system_prompt) {
+            candidates.push(Way::turn("rules: the model's own system prompt, greedy", own, false));
         }
-    }
-    r.minutes = started.elapsed().as_secs_f64() / 60.0;
-    Ok(r)
+        // The chosen rules are "the turn, greedy" already.
+        candidates.retain(|w| w.rules.as_deref() != Some(chosen.as_str()));
+
+        if parts.contains(&TPart::Capitals) {
+            let qs: Vec<String> = capitals.iter().map(|c| c.question.clone()).collect();
+            let right = |i: usize, a: &str| capitals[i].is_right(a);
+            // The default turn keeps its own data directory: it leaves its background work, as in use.
+            let own_dir = tempfile::tempdir()?;
+            let own = Store::open(own_dir.path())?.store;
+            r.rows.push(run.set("capitals", &default, &own, &qs, right).await?);
+            r.profile.get_or_insert_default().after_capitals = Some(own.facts()?.len());
+            let mut ways = vec![bare.clone(), greedy_turn.clone()];
+            if run.history.is_some() {
+                ways.push(history_default.clone());
+            }
+            for w in &ways {
+                r.rows.push(run.set("capitals", w, run.store(w)?, &qs, right).await?);
+            }
+        }
+        if parts.contains(&TPart::Piqa) {
+            let qs: Vec<String> = piqa.iter().map(piqa_question).collect();
+            let right = |i: usize, a: &str| choice_of(a) == Some(piqa[i].label);
+            let mut ways = vec![bare.clone(), Way { after_turn: false, ..default.clone() }, greedy_turn.clone()];
+            if run.history.is_some() {
+                ways.push(history_default.clone());
+            }
+            for w in &ways {
+                r.rows.push(run.set("piqa-chat", w, run.store(w)?, &qs, right).await?);
+            }
+        }
+        if parts.contains(&TPart::Rules) {
+            let cq: Vec<String> = capitals.iter().map(|c| c.question.clone()).collect();
+            let pq: Vec<String> = piqa.iter().map(piqa_question).collect();
+            for w in &candidates {
+                r.rows.push(run.set("capitals", w, &fresh, &cq, |i, a| capitals[i].is_right(a)).await?);
+                r.rows.push(run.set("piqa-chat", w, &fresh, &pq, |i, a| choice_of(a) == Some(piqa[i].label)).await?);
+            }
+        }
+        if parts.contains(&TPart::Check) {
+            let tier = Policies::default().get(TaskKind::Classify).tier;
+            let mut said = 0;
+            for c in &capitals {
+                said += usize::from(check::run(client, tier, &c.question).await.is_ok_and(|c| c.escalate));
+            }
+            r.escalations = Some((said, capitals.len()));
+            eprintln!("revis-bench: turn check: {said} escalations of {}", capitals.len());
+        }
+        if parts.contains(&TPart::Profile) {
+            let mixed = profile(client, &data.join("profile.jsonl"), take(0, 12)).await?;
+            r.profile.get_or_insert_default().add(mixed);
+            r.memory = Some(profile(client, &data.join("memory.jsonl"), take(0, 12)).await?);
+        }
+        if parts.contains(&TPart::Recall) {
+            let mut items: Vec<Recall> = lines(&data.join("recall.jsonl"))?;
+            items.truncate(match take(a.recall_items, 3) {
+                0 => usize::MAX,
+                n => n,
+            });
+            recall(client, &items, &default, &mut r).await?;
+        }
+        if parts.contains(&TPart::Loops) {
+            let qs: Vec<String> = piqa.iter().take(take(a.loop_items, 3)).map(|p| p.goal.clone()).collect();
+            let long = Run { max_tokens: 256, fresh: fresh.clone(), history: None, client };
+            let sampled_no_guard = Way { guard: false, ..Way::turn("the turn (default sampling), no loop guard", &chosen, true) };
+            let sampled_guard = Way::turn("the turn (default sampling), loop guard", &chosen, true);
+            for w in [&bare, &sampled_no_guard, &sampled_guard] {
+                r.rows.push(long.set("loops (256 tokens)", w, &fresh, &qs, |_, _| true).await?);
+            }
+        }
+        r.minutes = started.elapsed().as_secs_f64() / 60.0;
+        Ok(r)
+    })
+    .await
 }
 
 /// The profile as stored (only sentences about the user are read, only

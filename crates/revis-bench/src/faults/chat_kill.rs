@@ -108,24 +108,24 @@ impl Result {
 }
 
 pub async fn run(revisd: &Path, revis: &Path, model: &Path, launch: Launch<'_>, s: &Settings, seed: u64) -> anyhow::Result<Result> {
-    let d = Daemon::start_wrapped(revisd, model, launch).await?;
     let data = tempfile::Builder::new().prefix("revis-bench-store-").tempdir()?;
     let mut rng = StdRng::seed_from_u64(seed ^ 0xC4A7_0000_0000_0001);
-    let started = Instant::now();
     let mut turns = Vec::new();
-    for i in 0..s.kills {
-        let question = format!("Q{i}: {}", TOPICS[rng.random_range(0..TOPICS.len())]);
-        let from_start = rng.random_bool(FROM_START_SHARE);
-        let delay = Duration::from_micros(rng.random_range(0..=s.window.as_micros() as u64));
-        let turn = one(revis, &d.socket, data.path(), &question, s.max_tokens, from_start, delay).await?;
-        if (i + 1) % 100 == 0 {
-            eprintln!("revis-bench: chat-kill: {} of {} ({:.0} s)", i + 1, s.kills, started.elapsed().as_secs_f64());
+    let (elapsed, log_tail) = Daemon::around(revisd, model, launch, async |d| {
+        let started = Instant::now();
+        for i in 0..s.kills {
+            let question = format!("Q{i}: {}", TOPICS[rng.random_range(0..TOPICS.len())]);
+            let from_start = rng.random_bool(FROM_START_SHARE);
+            let delay = Duration::from_micros(rng.random_range(0..=s.window.as_micros() as u64));
+            let turn = one(revis, &d.socket, data.path(), &question, s.max_tokens, from_start, delay).await?;
+            if (i + 1) % 100 == 0 {
+                eprintln!("revis-bench: chat-kill: {} of {} ({:.0} s)", i + 1, s.kills, started.elapsed().as_secs_f64());
+            }
+            turns.push(turn);
         }
-        turns.push(turn);
-    }
-    let elapsed = started.elapsed();
-    let log_tail = d.log_tail();
-    d.stop();
+        Ok((started.elapsed(), d.log_tail()))
+    })
+    .await?;
     let dir = data.path().join("db");
     let mut result = tokio::task::spawn_blocking(move || check(&dir, &turns)).await??;
     result.iterations = s.kills;
