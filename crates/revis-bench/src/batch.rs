@@ -135,93 +135,99 @@ pub async fn run(revisd: &Path, batched_bench: &Path, models: &[(String, std::pa
             speculate: "off",
             extra: Extra { daemon: &daemon_lines, ..Extra::NONE },
         };
-        let mut d = Daemon::start_wrapped(revisd, path, launch).await?;
-        let mut cell = Cell { model: name.clone(), ..Cell::default() };
-        generate_req(&mut d.client, request(pb::Priority::User, 8)).await?;
-        for round in 0..s.rounds {
-            eprintln!("revis-bench: batch {name}, round {}/{}", round + 1, s.rounds);
-            for &b in &SIZES {
+        let mut cell = Daemon::around(revisd, path, launch, async |d| {
+            let mut cell = Cell { model: name.clone(), ..Cell::default() };
+            generate_req(&mut d.client, request(pb::Priority::User, 8)).await?;
+            for round in 0..s.rounds {
+                eprintln!("revis-bench: batch {name}, round {}/{}", round + 1, s.rounds);
+                for &b in &SIZES {
+                    d.purge().await?;
+                    let t = Instant::now();
+                    let calls: Vec<_> = (0..b)
+                        .map(|_| {
+                            let (mut c, n) = (d.client.clone(), s.n_gen);
+                            tokio::spawn(async move { generate_req(&mut c, request(pb::Priority::User, n)).await })
+                        })
+                        .collect();
+                    let (mut tokens, mut peak) = (0u32, 0u32);
+                    for call in calls {
+                        let done = call.await??.done;
+                        if done.generated_tokens < s.n_gen {
+                            bail!(
+                                "{name}: an answer ended after {} of {} tokens; the shapes would not match",
+                                done.generated_tokens,
+                                s.n_gen
+                            );
+                        }
+                        if b == 1 {
+                            cell.prompt_tokens = done.prompt_tokens;
+                            cell.solo_decode.push(decode_speed(&done));
+                        }
+                        tokens += all_tokens(&done);
+                        peak = peak.max(done.batch_peak);
+                    }
+                    cell.together.push((b, f64::from(tokens) / t.elapsed().as_secs_f64(), peak));
+                }
+
+                // One after another: each joins when the one before has its first text.
                 d.purge().await?;
                 let t = Instant::now();
-                let calls: Vec<_> = (0..b)
+                let mut calls = Vec::new();
+                for i in 0..STREAMS {
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    let req = if i == 0 { request(pb::Priority::User, s.n_gen * 3) } else { long_request(s.n_gen, round, i) };
+                    calls.push(tokio::spawn(timed_stream(d.client.clone(), req, Some(tx))));
+                    rx.await.context("a staggered stream ended before its first text")?;
+                }
+                let mut tokens = 0;
+                let mut first_times = Vec::new();
+                let mut join_ms = Vec::new();
+                for (i, call) in calls.into_iter().enumerate() {
+                    let (done, times) = call.await??;
+                    tokens += all_tokens(&done);
+                    if i == 0 {
+                        first_times = times;
+                    } else {
+                        cell.join_prompt = done.prompt_tokens;
+                        join_ms.push(done.prompt_us as f64 / 1e3);
+                    }
+                }
+                cell.staggered.push(f64::from(tokens) / t.elapsed().as_secs_f64());
+                let mut gaps: Vec<f64> = first_times.windows(2).map(|w| (w[1] - w[0]).as_secs_f64() * 1e3).collect();
+                gaps.sort_by(f64::total_cmp);
+                cell.staggered_gap_ms.push((gaps.last().copied().unwrap_or(0.0), median(&gaps)));
+                cell.join_prompt_ms.push(median(&join_ms));
+
+                d.purge().await?;
+                let background: Vec<_> = (0..STREAMS - 1)
                     .map(|_| {
-                        let (mut c, n) = (d.client.clone(), s.n_gen);
-                        tokio::spawn(async move { generate_req(&mut c, request(pb::Priority::User, n)).await })
+                        let mut c = d.client.clone();
+                        let n = s.n_gen * 3;
+                        tokio::spawn(async move { generate_req(&mut c, request(pb::Priority::Background, n)).await })
                     })
                     .collect();
-                let (mut tokens, mut peak) = (0u32, 0u32);
-                for call in calls {
-                    let done = call.await??.done;
-                    if done.generated_tokens < s.n_gen {
-                        bail!("{name}: an answer ended after {} of {} tokens; the shapes would not match", done.generated_tokens, s.n_gen);
+                // The background streams decode first: wait for the engine to have them.
+                let deadline = Instant::now() + Duration::from_secs(60);
+                loop {
+                    let status = d.client.status().await?;
+                    if status.busy && status.queue_depth == 0 {
+                        break;
                     }
-                    if b == 1 {
-                        cell.prompt_tokens = done.prompt_tokens;
-                        cell.solo_decode.push(decode_speed(&done));
+                    if Instant::now() > deadline {
+                        bail!("{name}: the background streams never started");
                     }
-                    tokens += all_tokens(&done);
-                    peak = peak.max(done.batch_peak);
+                    tokio::time::sleep(Duration::from_millis(20)).await; // a polling interval
                 }
-                cell.together.push((b, f64::from(tokens) / t.elapsed().as_secs_f64(), peak));
-            }
-
-            // One after another: each joins when the one before has its first text.
-            d.purge().await?;
-            let t = Instant::now();
-            let mut calls = Vec::new();
-            for i in 0..STREAMS {
-                let (tx, rx) = tokio::sync::oneshot::channel();
-                let req = if i == 0 { request(pb::Priority::User, s.n_gen * 3) } else { long_request(s.n_gen, round, i) };
-                calls.push(tokio::spawn(timed_stream(d.client.clone(), req, Some(tx))));
-                rx.await.context("a staggered stream ended before its first text")?;
-            }
-            let mut tokens = 0;
-            let mut first_times = Vec::new();
-            let mut join_ms = Vec::new();
-            for (i, call) in calls.into_iter().enumerate() {
-                let (done, times) = call.await??;
-                tokens += all_tokens(&done);
-                if i == 0 {
-                    first_times = times;
-                } else {
-                    cell.join_prompt = done.prompt_tokens;
-                    join_ms.push(done.prompt_us as f64 / 1e3);
+                let user = generate_req(&mut d.client, request(pb::Priority::User, s.n_gen)).await?;
+                cell.user_decode.push(decode_speed(&user.done));
+                cell.user_peak.push(user.done.batch_peak);
+                for b in background {
+                    b.await??;
                 }
             }
-            cell.staggered.push(f64::from(tokens) / t.elapsed().as_secs_f64());
-            let mut gaps: Vec<f64> = first_times.windows(2).map(|w| (w[1] - w[0]).as_secs_f64() * 1e3).collect();
-            gaps.sort_by(f64::total_cmp);
-            cell.staggered_gap_ms.push((gaps.last().copied().unwrap_or(0.0), median(&gaps)));
-            cell.join_prompt_ms.push(median(&join_ms));
-
-            d.purge().await?;
-            let background: Vec<_> = (0..STREAMS - 1)
-                .map(|_| {
-                    let mut c = d.client.clone();
-                    let n = s.n_gen * 3;
-                    tokio::spawn(async move { generate_req(&mut c, request(pb::Priority::Background, n)).await })
-                })
-                .collect();
-            // The background streams decode first: wait for the engine to have them.
-            let deadline = Instant::now() + Duration::from_secs(60);
-            loop {
-                let status = d.client.status().await?;
-                if status.busy && status.queue_depth == 0 {
-                    break;
-                }
-                if Instant::now() > deadline {
-                    bail!("{name}: the background streams never started");
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await; // a polling interval
-            }
-            let user = generate_req(&mut d.client, request(pb::Priority::User, s.n_gen)).await?;
-            cell.user_decode.push(decode_speed(&user.done));
-            cell.user_peak.push(user.done.batch_peak);
-            for b in background {
-                b.await??;
-            }
-        }
-        d.stop();
+            Ok(cell)
+        })
+        .await?;
         cell.reference = reference(batched_bench, path, s, cell.prompt_tokens)?;
         cells.push(cell);
     }

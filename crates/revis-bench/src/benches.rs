@@ -9,11 +9,11 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 
 use crate::cli::{
-    BatchArgs, ChatArgs, Common, ContentionArgs, DispatchArgs, FaultsArgs, HttpArgs, LookupArgs, QualityArgs, RemoteArgs, SplitArgs,
-    TurnArgs,
+    BatchArgs, ChatArgs, ContentionArgs, DispatchArgs, FaultsArgs, HttpArgs, LookupArgs, QualityArgs, RemoteArgs, SplitArgs, TurnArgs,
 };
 use crate::harness::{Bench, Place, Raw, Section, args_line, marked, model_file, revisd_path, workspace_root};
 use crate::machine::{self, Machine};
+use crate::options::Common;
 use crate::{alone, batch, chat, contention, dispatch, faults, http, llama_bench, lookup, quality, remote, render, split, turn};
 
 /// When and where a run was made, and how it was started.

@@ -11,7 +11,7 @@ use revis_orchestrator::Policies;
 use revis_orchestrator::conversation::Chat;
 use revis_store::Store;
 
-use crate::daemon::Daemon;
+use crate::daemon::{Daemon, Launch};
 
 /// How long the simulated user types before pressing Enter.
 pub const TYPING: Duration = Duration::from_secs(2);
@@ -67,20 +67,22 @@ async fn one_turn(d: &Daemon, store: &Store, words: usize, warm: bool) -> anyhow
 }
 
 pub async fn run(revisd: &Path, model: &Path, threads: u32, rounds: u32, words: usize) -> anyhow::Result<ChatTurn> {
-    let d = Daemon::start(revisd, model, threads, 2048, 512).await?;
-    let db = tempfile::tempdir()?;
-    let store = Store::open(db.path())?.store;
-    let mut out = ChatTurn { static_tokens: 0, cold_ms: Vec::new(), warm_ms: Vec::new(), warm_cached: Vec::new() };
-    for round in 1..=rounds {
-        eprintln!("revis-bench: chat turn round {round}/{rounds}");
-        let (cold, done) = one_turn(&d, &store, words, false).await?;
-        out.cold_ms.push(cold);
-        out.static_tokens = done.prompt_tokens;
-        let (warm, done) = one_turn(&d, &store, words, true).await?;
-        out.warm_ms.push(warm);
-        out.warm_cached.push(done.cached_tokens);
-    }
-    Ok(out)
+    Daemon::around(revisd, model, Launch::plain(threads, 2048, 512), async |d| {
+        let db = tempfile::tempdir()?;
+        let store = Store::open(db.path())?.store;
+        let mut out = ChatTurn { static_tokens: 0, cold_ms: Vec::new(), warm_ms: Vec::new(), warm_cached: Vec::new() };
+        for round in 1..=rounds {
+            eprintln!("revis-bench: chat turn round {round}/{rounds}");
+            let (cold, done) = one_turn(d, &store, words, false).await?;
+            out.cold_ms.push(cold);
+            out.static_tokens = done.prompt_tokens;
+            let (warm, done) = one_turn(d, &store, words, true).await?;
+            out.warm_ms.push(warm);
+            out.warm_cached.push(done.cached_tokens);
+        }
+        Ok(out)
+    })
+    .await
 }
 
 pub fn report(t: &ChatTurn, model: &str, threads: u32, date: &str, command: &str) -> String {

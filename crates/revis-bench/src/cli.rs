@@ -1,12 +1,14 @@
 //! The command line: one subcommand per benchmark, each with the options
-//! that mean something to it. The options several share are grouped here
-//! (`Common`, `Output`, `Rounds`, `Gen`); a lab's own options live with the lab
-//! (`faults::FaultArgs`, `ensemble::EnsembleArgs`, `quality::QualityArgs`).
+//! that mean something to it. The options several share are grouped in
+//! `options.rs` (`Common`, `Output`, `Rounds`, `Gen`); a lab's own options
+//! live with the lab (`faults::FaultArgs`, `quality::QualityArgs`; all of
+//! `revis-bench ensemble`'s in `ensemble::EnsembleArgs`).
 
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+use crate::options::{Common, Gen, Output, Rounds};
 use crate::{ensemble, faults, quality, turn};
 
 /// Benchmark revis against llama.cpp's llama-bench (same llama.cpp build, model and threads).
@@ -65,7 +67,7 @@ pub enum Command {
     /// The ensemble benchmark (docs/ENSEMBLE.md): PIQA scoring,
     /// capitals answers and bits per byte, with the two models of --models
     /// on two tiers of one revisd (about 15 minutes on 2 cores).
-    Ensemble(EnsembleArgs),
+    Ensemble(ensemble::EnsembleArgs),
     /// The quality benchmark (docs/QUALITY.md): tier1's check,
     /// tier2's checklist and the profile extraction on the labelled sets,
     /// for each model of --models on every tier of one revisd.
@@ -81,64 +83,6 @@ pub enum Command {
     /// The default-model choice's speed estimates (`revis models`) against
     /// what the models decode, quiet and beside a spinning process (docs/BENCHMARKS.md).
     Estimate(EstimateArgs),
-}
-
-/// What every benchmark runs on.
-#[derive(clap::Args, Debug, Clone)]
-pub struct Common {
-    /// Catalog models to measure (pulled when missing).
-    #[arg(long, value_delimiter = ',', default_value = "smollm2-135m-instruct,gemma3-270m")]
-    pub models: Vec<String>,
-    /// Thread counts.
-    #[arg(long, value_delimiter = ',', default_value = "1,2")]
-    pub threads: Vec<u32>,
-    /// Context of the daemon and the engine (daemon.context).
-    #[arg(long, default_value_t = 2048)]
-    pub context: u32,
-    /// Prompt batch size of revis (daemon.batch) and of llama-bench (-b, -ub).
-    #[arg(long, default_value_t = 512)]
-    pub batch: u32,
-    /// The revisd binary. Default: next to this executable (target/release/revisd).
-    #[arg(long)]
-    pub revisd: Option<PathBuf>,
-    /// A short run for development: 1 round, 32 generated tokens (speed: 128-token prompt,
-    /// 300-token prefix; remote, http: 2 pairs, 3 connections; the others their own reduced counts).
-    #[arg(long)]
-    pub quick: bool,
-}
-
-impl Common {
-    /// The most threads of --threads (the benchmarks that run one count).
-    pub fn most_threads(&self) -> u32 {
-        self.threads.iter().copied().max().unwrap_or(2)
-    }
-}
-
-/// Where the results go.
-#[derive(clap::Args, Debug, Clone)]
-pub struct Output {
-    /// Rewrite the results section of the benchmarks document (between its markers).
-    #[arg(long)]
-    pub write: bool,
-    /// The benchmarks document. Default: the benchmark's own in docs/ of the workspace.
-    #[arg(long)]
-    pub doc: Option<PathBuf>,
-}
-
-/// How many times each measurement is repeated.
-#[derive(clap::Args, Debug, Clone)]
-pub struct Rounds {
-    /// Rounds; each round measures every model × thread count once, interleaved.
-    #[arg(long, default_value_t = 3)]
-    pub rounds: u32,
-}
-
-/// How long each generated answer is.
-#[derive(clap::Args, Debug, Clone)]
-pub struct Gen {
-    /// Generated tokens for the decode test (llama-bench -n, revis max_tokens).
-    #[arg(long, default_value_t = 128)]
-    pub n_gen: u32,
 }
 
 #[derive(clap::Args, Debug)]
@@ -297,16 +241,6 @@ pub struct ContentionArgs {
     /// Rebuild llama-bench even if it is up to date.
     #[arg(long)]
     pub rebuild_llama_bench: bool,
-}
-
-#[derive(clap::Args, Debug)]
-pub struct EnsembleArgs {
-    #[command(flatten)]
-    pub common: Common,
-    #[command(flatten)]
-    pub output: Output,
-    #[command(flatten)]
-    pub ens: ensemble::EnsembleArgs,
 }
 
 #[derive(clap::Args, Debug)]

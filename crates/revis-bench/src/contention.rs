@@ -137,18 +137,21 @@ impl Busy {
                 Err(e) => return drop(ready_tx.send(Err(e.to_string()))),
             };
             rt.block_on(async move {
-                let mut d = match Daemon::start_wrapped(&revisd, &model, launch).await {
-                    Ok(d) => d,
-                    Err(e) => return drop(ready_tx.send(Err(format!("{e:#}")))),
-                };
-                let msg = vec![revis_client::wire::message(pb::Role::User, prompts::DECODE_PROMPT)];
-                let _ = ready_tx.send(Ok(()));
-                while !flag.load(Ordering::Relaxed) {
-                    if d.generate(msg.clone(), None, 256).await.is_err() {
-                        break;
+                let ran = Daemon::around(&revisd, &model, launch, async |d| {
+                    let msg = vec![revis_client::wire::message(pb::Role::User, prompts::DECODE_PROMPT)];
+                    let _ = ready_tx.send(Ok(()));
+                    while !flag.load(Ordering::Relaxed) {
+                        if d.generate(msg.clone(), None, 256).await.is_err() {
+                            break;
+                        }
                     }
+                    Ok(())
+                })
+                .await;
+                // Only a start that failed ends with an error (the loop just ends).
+                if let Err(e) = ran {
+                    let _ = ready_tx.send(Err(format!("{e:#}")));
                 }
-                d.stop();
             });
         });
         match ready_rx.recv() {

@@ -49,6 +49,21 @@ impl Extra<'_> {
     pub const NONE: Extra<'static> = Extra { server: "", tiers: "", daemon: "" };
 }
 
+impl Launch<'static> {
+    /// `model` on every tier with `threads` threads, a context of `context`
+    /// tokens and prompt batches of `batch`: server mode off, no wrapper,
+    /// no speculation, no more config lines.
+    pub fn plain(threads: u32, context: u32, batch: u32) -> Self {
+        Launch { threads, context, batch, listen: None, wrap: &[], speculate: "off", extra: Extra::NONE }
+    }
+
+    /// [`Launch::plain`] with server mode on as well: mutual TLS on a free
+    /// loopback port, never advertised over mDNS.
+    pub fn server(threads: u32, context: u32, batch: u32) -> Self {
+        Launch { listen: Some("127.0.0.1:0"), ..Self::plain(threads, context, batch) }
+    }
+}
+
 /// A running revisd; stopped when dropped.
 pub struct Daemon {
     pub client: Client,
@@ -81,23 +96,23 @@ impl Drop for Guard {
 }
 
 impl Daemon {
-    /// Starts `revisd` serving `model` on every tier with `threads` threads,
-    /// a context of `context` tokens and prompt batches of `batch`, and connects to it.
-    /// Server mode is off.
-    pub async fn start(revisd: &Path, model: &Path, threads: u32, context: u32, batch: u32) -> anyhow::Result<Daemon> {
-        Self::start_with(revisd, model, threads, context, batch, false).await
-    }
-
-    /// Like [`Daemon::start`], with server mode on as well: mutual TLS on a
-    /// free loopback port, never advertised over mDNS.
-    pub async fn start_server(revisd: &Path, model: &Path, threads: u32, context: u32, batch: u32) -> anyhow::Result<Daemon> {
-        Self::start_with(revisd, model, threads, context, batch, true).await
-    }
-
-    async fn start_with(revisd: &Path, model: &Path, threads: u32, context: u32, batch: u32, server: bool) -> anyhow::Result<Daemon> {
-        let listen = server.then_some("127.0.0.1:0");
-        Self::start_wrapped(revisd, model, Launch { threads, context, batch, listen, wrap: &[], speculate: "off", extra: Extra::NONE })
-            .await
+    /// Starts a revisd as `launch` says, runs `body` on it, and stops it
+    /// (SIGTERM; SIGKILL after 10 s) whatever `body` returned; when `body`
+    /// failed, the tail of its log is printed first. The whole life of a
+    /// benchmark's daemon, for the benchmarks that hold one at a time.
+    pub async fn around<T>(
+        revisd: &Path,
+        model: &Path,
+        launch: Launch<'_>,
+        body: impl AsyncFnOnce(&mut Daemon) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        let mut d = Self::start_wrapped(revisd, model, launch).await?;
+        let result = body(&mut d).await;
+        if result.is_err() {
+            eprintln!("revis-bench: revisd log:\n{}", d.log_tail());
+        }
+        d.stop();
+        result
     }
 
     /// Starts revisd as `wrap` says (e.g. `taskset -c 1`, `ip netns exec NS`,

@@ -110,35 +110,39 @@ pub async fn run(revisd: &Path, model: &Path, s: &Settings) -> anyhow::Result<Re
     let launch =
         |listen, wrap| Launch { threads: 1, context: s.context, batch: s.batch, listen, wrap, speculate: "off", extra: Extra::NONE };
     let (core0, core1) = (pinned(0), pinned(1));
-    let here = Daemon::start_wrapped(revisd, model, launch(None, &core0)).await?;
-    let mut node = Daemon::start_wrapped(revisd, model, launch(Some("127.0.0.1:0"), &core1)).await?;
     let keys = tempfile::tempdir()?;
-    let addr = SocketAddr::from(([127, 0, 0, 1], port(&node).await?));
-    let keyring = Arc::new(pair(&mut node, keys.path(), addr).await?.0);
-    let one = Dispatcher::new(here.client.clone(), None, None, BTreeMap::new(), Deadlines::default());
-    let offload = BTreeMap::from([(Tier::Tier2, Offload { enabled: true, node: None, keep_local: true })]);
-    let two = Dispatcher::new(here.client.clone(), Some(keyring), None, offload, Deadlines::default());
-    two.refresh().await;
-    if two.placements()[&Tier::Tier2] != Placement::Node(NODE_NAME.into()) {
-        bail!("the node is not healthy: {:?}", two.nodes());
-    }
-    // Warm-up: both models loaded, speeds measured.
-    burst(&one, 2, s.max_tokens).await?;
-    burst(&two, 2, s.max_tokens).await?;
-    let meter = machine::CpuMeter::start();
-    for round in 0..s.rounds {
-        let before = (two.local_completed(), two.nodes()[0].completed);
-        let order: [bool; 2] = if round % 2 == 0 { [false, true] } else { [true, false] };
-        for dual in order {
-            let d = if dual { &two } else { &one };
-            let tps = burst(d, s.tasks, s.max_tokens).await?;
-            eprintln!("revis-bench: round {} {}: {tps:.1} tokens/s", round + 1, if dual { "two daemons" } else { "one daemon" });
-            if dual { r.two.push(tps) } else { r.one.push(tps) }
-        }
-        r.spread.push((two.local_completed() - before.0, two.nodes()[0].completed - before.1));
-    }
-    // Stopped and reaped first, so their CPU time counts as this benchmark's.
-    drop((one, two, node, here));
+    let meter = Daemon::around(revisd, model, launch(None, &core0), async |here| {
+        Daemon::around(revisd, model, launch(Some("127.0.0.1:0"), &core1), async |node| {
+            let addr = SocketAddr::from(([127, 0, 0, 1], port(node).await?));
+            let keyring = Arc::new(pair(node, keys.path(), addr).await?.0);
+            let one = Dispatcher::new(here.client.clone(), None, None, BTreeMap::new(), Deadlines::default());
+            let offload = BTreeMap::from([(Tier::Tier2, Offload { enabled: true, node: None, keep_local: true })]);
+            let two = Dispatcher::new(here.client.clone(), Some(keyring), None, offload, Deadlines::default());
+            two.refresh().await;
+            if two.placements()[&Tier::Tier2] != Placement::Node(NODE_NAME.into()) {
+                bail!("the node is not healthy: {:?}", two.nodes());
+            }
+            // Warm-up: both models loaded, speeds measured.
+            burst(&one, 2, s.max_tokens).await?;
+            burst(&two, 2, s.max_tokens).await?;
+            let meter = machine::CpuMeter::start();
+            for round in 0..s.rounds {
+                let before = (two.local_completed(), two.nodes()[0].completed);
+                let order: [bool; 2] = if round % 2 == 0 { [false, true] } else { [true, false] };
+                for dual in order {
+                    let d = if dual { &two } else { &one };
+                    let tps = burst(d, s.tasks, s.max_tokens).await?;
+                    eprintln!("revis-bench: round {} {}: {tps:.1} tokens/s", round + 1, if dual { "two daemons" } else { "one daemon" });
+                    if dual { r.two.push(tps) } else { r.one.push(tps) }
+                }
+                r.spread.push((two.local_completed() - before.0, two.nodes()[0].completed - before.1));
+            }
+            Ok(meter)
+        })
+        .await
+    })
+    .await?;
+    // The daemons stopped and reaped first, so their CPU time counts as this benchmark's.
     r.others_cpu_pct = meter.others_percent();
 
     // Fallback trials, in namespaces: this thread cannot enter one (the
@@ -170,68 +174,73 @@ fn fallback_trials(revisd: &Path, model: &Path, trials: u32, context: u32, batch
         let mut out: Trials = Default::default();
         let wrap_here = pinned(0);
         let launch = |listen, wrap| Launch { threads: 1, context, batch, listen, wrap, speculate: "off", extra: Extra::NONE };
-        let here = Daemon::start_wrapped(revisd, model, launch(None, &wrap_here)).await?;
         let mut in_a = vec!["ip".to_owned(), "netns".into(), "exec".into(), net.a.name.clone()];
         in_a.extend(pinned(1));
-        for trial in 0..trials * 2 {
-            let kind = if trial % 2 == 0 { Failure::Kill } else { Failure::Cut };
-            let mut node = Daemon::start_wrapped(revisd, model, launch(Some("0.0.0.0:0"), &in_a)).await?;
-            let keys = tempfile::tempdir()?;
-            let addr = SocketAddr::from((net.a.addr, port(&node).await?));
-            let (keyring, _) = pair(&mut node, keys.path(), addr).await?;
-            let offload = BTreeMap::from([(Tier::Tier2, Offload { enabled: true, node: None, keep_local: false })]);
-            let deadlines = Deadlines { gap: GAP, ..Deadlines::default() };
-            let d = Dispatcher::new(here.client.clone(), Some(Arc::new(keyring)), None, offload, deadlines);
-            d.refresh().await;
-            if d.placements()[&Tier::Tier2] != Placement::Node(NODE_NAME.into()) {
-                bail!("the node is not healthy: {:?}", d.nodes());
-            }
-            let pid = node.pid().context("the node is running")?;
-            let mut req = task(trial as usize, 300);
-            req.priority = Priority::User;
-            req.messages = vec![Message::user("Write a long story about a dragon who learns to fly.")];
-            let (mut deltas, mut failed_at, mut resumed) = (0, None::<Instant>, None::<Instant>);
-            let d2 = d.clone();
-            d.generate(req, |_| {
-                deltas += 1;
-                if failed_at.is_some() && resumed.is_none() && !d2.fallbacks().is_empty() {
-                    resumed = Some(Instant::now());
-                }
-                if deltas == 20 {
-                    match kind {
-                        // SAFETY: the PID of a child this benchmark started.
-                        Failure::Kill => unsafe { libc::kill(pid as i32, libc::SIGKILL) },
-                        Failure::Cut => {
-                            net.set_link(false);
-                            0
+        Daemon::around(revisd, model, launch(None, &wrap_here), async |here| {
+            for trial in 0..trials * 2 {
+                let kind = if trial % 2 == 0 { Failure::Kill } else { Failure::Cut };
+                let keys = tempfile::tempdir()?;
+                Daemon::around(revisd, model, launch(Some("0.0.0.0:0"), &in_a), async |node| {
+                    let addr = SocketAddr::from((net.a.addr, port(node).await?));
+                    let (keyring, _) = pair(node, keys.path(), addr).await?;
+                    let offload = BTreeMap::from([(Tier::Tier2, Offload { enabled: true, node: None, keep_local: false })]);
+                    let deadlines = Deadlines { gap: GAP, ..Deadlines::default() };
+                    let d = Dispatcher::new(here.client.clone(), Some(Arc::new(keyring)), None, offload, deadlines);
+                    d.refresh().await;
+                    if d.placements()[&Tier::Tier2] != Placement::Node(NODE_NAME.into()) {
+                        bail!("the node is not healthy: {:?}", d.nodes());
+                    }
+                    let pid = node.pid().context("the node is running")?;
+                    let mut req = task(trial as usize, 300);
+                    req.priority = Priority::User;
+                    req.messages = vec![Message::user("Write a long story about a dragon who learns to fly.")];
+                    let (mut deltas, mut failed_at, mut resumed) = (0, None::<Instant>, None::<Instant>);
+                    let d2 = d.clone();
+                    d.generate(req, |_| {
+                        deltas += 1;
+                        if failed_at.is_some() && resumed.is_none() && !d2.fallbacks().is_empty() {
+                            resumed = Some(Instant::now());
                         }
+                        if deltas == 20 {
+                            match kind {
+                                // SAFETY: the PID of a child this benchmark started.
+                                Failure::Kill => unsafe { libc::kill(pid as i32, libc::SIGKILL) },
+                                Failure::Cut => {
+                                    net.set_link(false);
+                                    0
+                                }
+                            };
+                            failed_at = Some(Instant::now());
+                        }
+                    })
+                    .await
+                    .map_err(|e| anyhow::anyhow!("the answer failed: {}", e.message))?;
+                    if kind == Failure::Cut {
+                        net.set_link(true);
+                    }
+                    let (Some(failed), Some(resumed)) = (failed_at, resumed) else {
+                        bail!("trial {trial}: the answer ended before the failure or never fell back ({deltas} deltas)");
                     };
-                    failed_at = Some(Instant::now());
-                }
-            })
-            .await
-            .map_err(|e| anyhow::anyhow!("the answer failed: {}", e.message))?;
-            if kind == Failure::Cut {
-                net.set_link(true);
+                    let noticed = d.fallbacks().last().context("a fallback")?.at;
+                    let ms = |t: Instant| t.saturating_duration_since(failed).as_secs_f64() * 1e3;
+                    let sample = (ms(noticed), ms(resumed));
+                    eprintln!(
+                        "revis-bench: {} trial: noticed after {:.0} ms, next token after {:.0} ms",
+                        if kind == Failure::Kill { "kill -9" } else { "link cut" },
+                        sample.0,
+                        sample.1
+                    );
+                    match kind {
+                        Failure::Kill => out.0.push(sample),
+                        Failure::Cut => out.1.push(sample),
+                    }
+                    Ok(())
+                })
+                .await?;
             }
-            let (Some(failed), Some(resumed)) = (failed_at, resumed) else {
-                bail!("trial {trial}: the answer ended before the failure or never fell back ({deltas} deltas)");
-            };
-            let noticed = d.fallbacks().last().context("a fallback")?.at;
-            let ms = |t: Instant| t.saturating_duration_since(failed).as_secs_f64() * 1e3;
-            let sample = (ms(noticed), ms(resumed));
-            eprintln!(
-                "revis-bench: {} trial: noticed after {:.0} ms, next token after {:.0} ms",
-                if kind == Failure::Kill { "kill -9" } else { "link cut" },
-                sample.0,
-                sample.1
-            );
-            match kind {
-                Failure::Kill => out.0.push(sample),
-                Failure::Cut => out.1.push(sample),
-            }
-            drop(node);
-        }
+            Ok(())
+        })
+        .await?;
         Ok(out)
     })
 }

@@ -20,132 +20,27 @@
 //! options, so the same command runs on other splits of the same formats.
 
 mod answer;
+mod args;
 mod bpb;
 mod choice;
 pub(crate) mod data;
 mod report;
+mod results;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use clap::ValueEnum;
 use revis_client::{Client, ScoreParams, Scored, Tier, TokenLogprob};
 
+pub use self::args::EnsembleArgs;
+use self::args::Part;
+use self::results::{Member, Results, progress};
 use crate::daemon::{Daemon, Extra, Launch};
 use crate::harness::{Bench, Place, Raw, Section, args_line, model_file, revisd_path, workspace_root};
 
-/// The options of `revis-bench ensemble`.
-#[derive(clap::Args, Debug)]
-pub struct EnsembleArgs {
-    /// Parts to run.
-    #[arg(long, value_delimiter = ',', value_enum, default_values_t = Part::ALL)]
-    pub ensemble_parts: Vec<Part>,
-    /// PIQA items, one JSON object (goal, sol1, sol2) a line. Default: ../shared/eval/piqa-dev/valid.jsonl.
-    #[arg(long)]
-    pub piqa: Option<PathBuf>,
-    /// PIQA labels, 0 or 1 a line. Default: valid-labels.lst beside --piqa.
-    #[arg(long)]
-    pub piqa_labels: Option<PathBuf>,
-    /// Capitals questions, one JSON object (question, answers) a line. Default: ../shared/eval/capitals-dev.jsonl.
-    #[arg(long)]
-    pub capitals: Option<PathBuf>,
-    /// PIQA items scored: the first N (0: all).
-    #[arg(long, default_value_t = 0)]
-    pub ensemble_items: usize,
-    /// PIQA items before this index are reported apart from the rest.
-    #[arg(long, default_value_t = 500)]
-    pub piqa_split: usize,
-    /// Capitals questions asked: the first N (0: all).
-    #[arg(long, default_value_t = 0)]
-    pub capitals_items: usize,
-    /// Longest capitals answer, in tokens.
-    #[arg(long, default_value_t = 32)]
-    pub capitals_max_tokens: u32,
-    /// Tokens each member drafts per round (K) in the capitals parts.
-    #[arg(long, default_value_t = 16)]
-    pub span: u32,
-    /// Texts for bits per byte: the first N PIQA items (0: all).
-    #[arg(long, default_value_t = 300)]
-    pub bits_items: usize,
-}
-
-/// A part of `revis-bench ensemble`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Part {
-    Piqa,
-    Capitals,
-    Bits,
-    /// The capitals questions again, the members on two machines (network
-    /// namespaces over mutual TLS; needs root).
-    TwoMachines,
-}
-
-impl Part {
-    pub const ALL: [Part; 4] = [Part::Piqa, Part::Capitals, Part::Bits, Part::TwoMachines];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Part::Piqa => "piqa",
-            Part::Capitals => "capitals",
-            Part::Bits => "bits",
-            Part::TwoMachines => "two-machines",
-        }
-    }
-}
-
 /// `--quick`: the first 100 PIQA items (split at 50), 20 questions, 50 texts.
 const QUICK: (usize, usize, usize, usize) = (100, 50, 20, 50);
-
-/// A model of the run: its catalog name and the tier it is served on.
-#[derive(Clone, Debug)]
-pub struct Member {
-    pub name: String,
-    pub tier: Tier,
-}
-
-/// What the parts measured.
-#[derive(Default)]
-pub struct Results {
-    pub members: Vec<Member>,
-    /// PIQA items as scored (in file order, from item 0), and the wall time of all Score calls.
-    pub piqa: Vec<choice::Item>,
-    pub piqa_wall: Duration,
-    /// Of which each member's calls.
-    pub piqa_member_wall: [Duration; 2],
-    pub piqa_split: usize,
-    /// One run per way of answering (each model alone, then the ensemble's methods).
-    pub capitals: Vec<Answers>,
-    /// The same, the members on two machines.
-    pub two_machines: Vec<Answers>,
-    pub capitals_total: usize,
-    pub bits: Vec<bpb::TextBits>,
-    /// Texts left out of the bits per byte, and why.
-    pub bits_skipped: Vec<String>,
-    pub bits_wall: Duration,
-}
-
-/// A set of capitals answers from one way of answering.
-#[derive(Clone, Debug, Default)]
-pub struct Answers {
-    pub method: String,
-    pub answers: Vec<String>,
-    pub right: usize,
-    pub generated_tokens: u64,
-    /// Time spent generating as the daemon(s) reported it, summed.
-    pub generate_us: u64,
-    /// Client-side wall time of all answers.
-    pub wall: Duration,
-    /// Calls to a daemon (network round trips if the daemon were elsewhere).
-    pub round_trips: u64,
-    pub errors: Vec<String>,
-}
-
-impl Answers {
-    pub fn bytes(&self) -> usize {
-        self.answers.iter().map(String::len).sum()
-    }
-}
 
 /// The data directory beside the workspace.
 fn eval_dir() -> PathBuf {
@@ -206,7 +101,7 @@ fn load_sets(a: &EnsembleArgs, quick: bool) -> anyhow::Result<Sets> {
 
 /// `revis-bench ensemble`.
 pub struct Ensemble {
-    pub args: crate::cli::EnsembleArgs,
+    pub args: EnsembleArgs,
 }
 
 /// What a run measured, and what its report says about the run.
@@ -223,7 +118,7 @@ impl Bench for Ensemble {
     const DOC: &'static str = "docs/ENSEMBLE.md";
 
     async fn run(&self) -> anyhow::Result<Ran> {
-        let (c, a) = (&self.args.common, &self.args.ens);
+        let (c, a) = (&self.args.common, &self.args);
         if c.models.len() != 2 {
             bail!("revis-bench ensemble measures two models (--models A,B), not {}", c.models.len());
         }
@@ -247,14 +142,8 @@ impl Bench for Ensemble {
         let wrap = ["env".to_owned(), format!("REVIS_CONFIG={}", config.display())];
         let launch =
             Launch { threads, context: c.context, batch: c.batch, listen: None, wrap: &wrap, speculate: "off", extra: Extra::NONE };
-        let daemon = Daemon::start_wrapped(&revisd, &files[0], launch).await?;
         let mut r = Results { members: members.clone(), piqa_split: sets.split, capitals_total: sets.capitals.len(), ..Default::default() };
-        let outcome = run_parts(&daemon.client, &members, &sets, a, &mut r).await;
-        if outcome.is_err() {
-            eprintln!("revis-bench: revisd log:\n{}", daemon.log_tail());
-        }
-        daemon.stop();
-        outcome?;
+        Daemon::around(&revisd, &files[0], launch, async |daemon| run_parts(&daemon.client, &members, &sets, a, &mut r).await).await?;
         if a.ensemble_parts.contains(&Part::TwoMachines) {
             let setup = answer::TwoMachines {
                 revisd: &revisd,
@@ -272,7 +161,7 @@ impl Bench for Ensemble {
     }
 
     fn report(&self, ran: &Ran) -> anyhow::Result<Vec<Section>> {
-        let (c, a) = (&self.args.common, &self.args.ens);
+        let (c, a) = (&self.args.common, &self.args);
         let about = report::About {
             date: &ran.date,
             command: &args_line(),
@@ -333,7 +222,7 @@ async fn run_parts(client: &Client, members: &[Member], sets: &Sets, a: &Ensembl
                 tokens.push(s.pop().map(|s| s.tokens).unwrap_or_default());
             }
             let views: Vec<&[TokenLogprob]> = tokens.iter().map(Vec::as_slice).collect();
-            match bpb::text_bits(continuation, &views, merge_gate()) {
+            match bpb::text_bits(continuation, &views, bpb::merge_gate()) {
                 Ok(b) => r.bits.push(b),
                 Err(e) => r.bits_skipped.push(format!("item {i}: {e}")),
             }
@@ -342,12 +231,6 @@ async fn run_parts(client: &Client, members: &[Member], sets: &Sets, a: &Ensembl
         r.bits_wall = t0.elapsed();
     }
     Ok(())
-}
-
-/// `merge`'s gate as the ensemble's settings have it by default: the
-/// drafter's top token probability under which the members are mixed.
-pub fn merge_gate() -> f32 {
-    revis_client::ensemble::EnsembleSpec::default().gate
 }
 
 /// One plain-text Score (no chat template: no messages) of `continuations`
@@ -360,12 +243,6 @@ async fn score(client: &Client, tier: Tier, prefix: &str, continuations: Vec<Str
         bail!("Score answered {} results for {n} continuations", got.len());
     }
     Ok(got)
-}
-
-pub(crate) fn progress(what: &str, done: usize, total: usize, since: Instant) {
-    if done == total || done.is_multiple_of(100) {
-        eprintln!("revis-bench: {what}: {done}/{total} in {:.0} s", since.elapsed().as_secs_f64());
-    }
 }
 
 /// The two-model config: `models[0]` on tier1 (and tier3, unused), `models[1]` on tier2.

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 
-use crate::cli::{Common, Output};
+use crate::options::{Common, Output};
 
 /// Replaces a section of a document's text (the old text, the section) and returns the new text.
 pub type Splice = Box<dyn Fn(&str, &str) -> String>;

@@ -24,7 +24,7 @@ use revis_client::wire::v1 as pb;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
-use crate::daemon::{self, Daemon};
+use crate::daemon::{self, Daemon, Launch};
 use crate::machine::{self, Machine};
 use crate::prompts;
 use crate::report::{shown_ratio, verdict};
@@ -210,15 +210,13 @@ fn http_first(i: u32) -> bool {
 pub async fn run(revisd: &Path, model: &Path, s: &Settings) -> anyhow::Result<HttpRun> {
     let started = Instant::now();
     let meter = machine::CpuMeter::start();
-    let mut d = Daemon::start(revisd, model, s.threads, s.context, s.batch).await?;
-    let serve = start_serve(&d.socket)?;
-    let result = measure(&mut d, serve.addr, s).await;
-    drop(serve);
-    if result.is_err() {
-        eprintln!("revis-bench: revisd log:\n{}", d.log_tail());
-    }
-    d.stop();
-    let mut out = result?;
+    let mut out = Daemon::around(revisd, model, Launch::plain(s.threads, s.context, s.batch), async |d| {
+        let serve = start_serve(&d.socket)?;
+        let result = measure(d, serve.addr, s).await;
+        drop(serve);
+        result
+    })
+    .await?;
     out.others_cpu_pct = meter.others_percent();
     out.elapsed = started.elapsed();
     Ok(out)

@@ -205,28 +205,33 @@ pub async fn run(revisd: &Path, models: &[(String, PathBuf)], s: &Settings) -> a
             eprintln!("revis-bench: lookup, {name}, {threads} thread(s)");
             let launch =
                 |speculate| Launch { threads, context: s.context, batch: s.batch, listen: None, wrap: &[], speculate, extra: Extra::NONE };
-            let plain = Daemon::start_wrapped(revisd, path, launch("off")).await?;
-            let lookup = Daemon::start_wrapped(revisd, path, launch("auto")).await?;
-            let rec = |d: &Daemon| Recorder { client: d.client.clone(), calls: Arc::default() };
-            let (plain_rec, lookup_rec) = (rec(&plain), rec(&lookup));
-            // A warm-up each (the lookup daemon probes its batches on its first draft).
-            for r in [&plain_rec, &lookup_rec] {
-                run_group(r, "chat", &Inputs { questions: inputs.questions[..1].to_vec(), ..inputs_empty() }, 16).await?;
-                r.take();
-            }
-            let mut groups: Vec<(String, Vec<Call>, Vec<Call>)> = GROUPS.iter().map(|(g, _)| (g.to_string(), vec![], vec![])).collect();
-            for round in 0..s.rounds {
-                for (i, (group, plain_calls, lookup_calls)) in groups.iter_mut().enumerate() {
-                    let order = if (round as usize + i).is_multiple_of(2) { [&plain_rec, &lookup_rec] } else { [&lookup_rec, &plain_rec] };
-                    for r in order {
-                        run_group(r, group, &inputs, s.max_tokens).await?;
+            let groups = Daemon::around(revisd, path, launch("off"), async |plain| {
+                Daemon::around(revisd, path, launch("auto"), async |lookup| {
+                    let rec = |d: &Daemon| Recorder { client: d.client.clone(), calls: Arc::default() };
+                    let (plain_rec, lookup_rec) = (rec(&*plain), rec(&*lookup));
+                    // A warm-up each (the lookup daemon probes its batches on its first draft).
+                    for r in [&plain_rec, &lookup_rec] {
+                        run_group(r, "chat", &Inputs { questions: inputs.questions[..1].to_vec(), ..inputs_empty() }, 16).await?;
+                        r.take();
                     }
-                    plain_calls.extend(plain_rec.take());
-                    lookup_calls.extend(lookup_rec.take());
-                }
-            }
-            plain.stop();
-            lookup.stop();
+                    let mut groups: Vec<(String, Vec<Call>, Vec<Call>)> =
+                        GROUPS.iter().map(|(g, _)| (g.to_string(), vec![], vec![])).collect();
+                    for round in 0..s.rounds {
+                        for (i, (group, plain_calls, lookup_calls)) in groups.iter_mut().enumerate() {
+                            let order =
+                                if (round as usize + i).is_multiple_of(2) { [&plain_rec, &lookup_rec] } else { [&lookup_rec, &plain_rec] };
+                            for r in order {
+                                run_group(r, group, &inputs, s.max_tokens).await?;
+                            }
+                            plain_calls.extend(plain_rec.take());
+                            lookup_calls.extend(lookup_rec.take());
+                        }
+                    }
+                    Ok(groups)
+                })
+                .await
+            })
+            .await?;
             cells.push(Cell { model: name.clone(), threads, groups });
         }
     }

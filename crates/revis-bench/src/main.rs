@@ -32,6 +32,7 @@ mod http;
 mod llama_bench;
 mod lookup;
 mod machine;
+mod options;
 mod proc;
 mod prompts;
 mod quality;
@@ -46,8 +47,9 @@ mod turn;
 use anyhow::bail;
 use clap::Parser;
 
-use crate::cli::{Command, Common, Gen, Rounds};
+use crate::cli::Command;
 use crate::harness::measure;
+use crate::options::{Common, Gen, Rounds};
 
 fn main() -> anyhow::Result<()> {
     let command = cli::Cli::parse().command;
@@ -124,7 +126,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
             let c = &a.common;
             let settings = faults::Settings::from_args(&a.fault, c.quick, c.most_threads(), c.context, c.batch);
             let seed = settings.seed;
-            let output = cli::Output { write: false, doc: a.doc.clone() };
+            let output = options::Output { write: false, doc: a.doc.clone() };
             let outcome = measure(&benches::Faults { args: a, settings }, &output).await?;
             if outcome.violations > 0 {
                 bail!("{} invariant violation(s); seed {seed} (replay with --seed {seed})", outcome.violations);

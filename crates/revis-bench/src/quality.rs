@@ -31,7 +31,7 @@ use revis_orchestrator::{Policies, PrefillPhase, check, checklist};
 use revis_store::Store;
 use serde::Deserialize;
 
-use crate::daemon::Daemon;
+use crate::daemon::{Daemon, Launch};
 
 /// The options of `revis-bench quality`.
 #[derive(clap::Args, Debug)]
@@ -339,38 +339,40 @@ pub struct Target<'a> {
 /// Runs the parts for one model: the first `items` of each set (0: all) from `data`.
 pub async fn run_model(t: &Target<'_>, args: &QualityArgs, items: usize, data: &Path) -> anyhow::Result<ModelResults> {
     let (name, threads, context) = (t.name, t.threads, t.context);
-    let d = Daemon::start(t.revisd, t.model, threads, context, 512).await?;
-    let db = tempfile::tempdir()?;
-    let store = Store::open(db.path())?.store;
-    let mut r = ModelResults { model: name.to_owned(), ..Default::default() };
-    let parts = &args.quality_parts;
-    if parts.contains(&QPart::Language) || parts.contains(&QPart::Time) {
-        let langs: Vec<LangItem> = load(data, "language.jsonl", 0)?;
-        if parts.contains(&QPart::Language) {
-            // The first N of each language, so every language is measured.
-            let per = if items > 0 { items.div_ceil(6) } else { usize::MAX };
-            let mut taken: Vec<LangItem> = Vec::new();
-            for it in langs.iter() {
-                if taken.iter().filter(|t| t.lang == it.lang).count() < per {
-                    taken.push(LangItem { lang: it.lang.clone(), text: it.text.clone() });
+    Daemon::around(t.revisd, t.model, Launch::plain(threads, context, 512), async |d| {
+        let db = tempfile::tempdir()?;
+        let store = Store::open(db.path())?.store;
+        let mut r = ModelResults { model: name.to_owned(), ..Default::default() };
+        let parts = &args.quality_parts;
+        if parts.contains(&QPart::Language) || parts.contains(&QPart::Time) {
+            let langs: Vec<LangItem> = load(data, "language.jsonl", 0)?;
+            if parts.contains(&QPart::Language) {
+                // The first N of each language, so every language is measured.
+                let per = if items > 0 { items.div_ceil(6) } else { usize::MAX };
+                let mut taken: Vec<LangItem> = Vec::new();
+                for it in langs.iter() {
+                    if taken.iter().filter(|t| t.lang == it.lang).count() < per {
+                        taken.push(LangItem { lang: it.lang.clone(), text: it.text.clone() });
+                    }
                 }
+                language(&d.client, &store, &taken, &mut r).await?;
             }
-            language(&d.client, &store, &taken, &mut r).await?;
+            if parts.contains(&QPart::Time) {
+                time(&d.client, &store, &langs, args.time_turns, &mut r).await?;
+            }
         }
-        if parts.contains(&QPart::Time) {
-            time(&d.client, &store, &langs, args.time_turns, &mut r).await?;
+        if parts.contains(&QPart::Escalation) {
+            escalation(&d.client, &store, &load(data, "escalation.jsonl", items)?, &mut r).await?;
         }
-    }
-    if parts.contains(&QPart::Escalation) {
-        escalation(&d.client, &store, &load(data, "escalation.jsonl", items)?, &mut r).await?;
-    }
-    if parts.contains(&QPart::Typos) {
-        typos(&d.client, &load(data, "typos.jsonl", items)?, &mut r).await?;
-    }
-    if parts.contains(&QPart::Facts) {
-        facts(&d.client, &load(data, "facts.jsonl", items)?, &mut r).await?;
-    }
-    Ok(r)
+        if parts.contains(&QPart::Typos) {
+            typos(&d.client, &load(data, "typos.jsonl", items)?, &mut r).await?;
+        }
+        if parts.contains(&QPart::Facts) {
+            facts(&d.client, &load(data, "facts.jsonl", items)?, &mut r).await?;
+        }
+        Ok(r)
+    })
+    .await
 }
 
 fn pct(n: usize, d: usize) -> String {

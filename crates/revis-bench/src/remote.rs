@@ -14,7 +14,7 @@ use revis_client::wire::v1 as pb;
 use revis_client::{Client, Keyring, Node};
 use serde_json::json;
 
-use crate::daemon::{self, Daemon};
+use crate::daemon::{self, Daemon, Launch};
 use crate::machine::{self, Machine};
 use crate::prompts;
 use crate::report::{shown_ratio, verdict};
@@ -123,13 +123,7 @@ pub async fn run(revisd: &Path, model: &Path, s: &Settings) -> anyhow::Result<Re
     // Measured around the daemon's whole life: its CPU time counts as this
     // benchmark's own only once it has exited and been waited for.
     let meter = machine::CpuMeter::start();
-    let mut d = Daemon::start_server(revisd, model, s.threads, s.context, s.batch).await?;
-    let result = measure(&mut d, s).await;
-    if result.is_err() {
-        eprintln!("revis-bench: revisd log:\n{}", d.log_tail());
-    }
-    d.stop();
-    let mut out = result?;
+    let mut out = Daemon::around(revisd, model, Launch::server(s.threads, s.context, s.batch), async |d| measure(d, s).await).await?;
     out.others_cpu_pct = meter.others_percent();
     out.elapsed = started.elapsed();
     Ok(out)

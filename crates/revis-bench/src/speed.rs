@@ -179,13 +179,8 @@ async fn measure(setup: &Setup, model: &report::Model, threads: u32, s: &mut Sam
     }
 
     // 3. The whole stack: client library → socket → revisd.
-    let mut d = daemon::Daemon::start(&setup.revisd, &model.path, threads, setup.context, setup.batch).await?;
-    let result = measure_daemon(setup, model, &mut d, s).await;
-    if result.is_err() {
-        eprintln!("revis-bench: revisd log:\n{}", d.log_tail());
-    }
-    d.stop();
-    result
+    let launch = daemon::Launch::plain(threads, setup.context, setup.batch);
+    daemon::Daemon::around(&setup.revisd, &model.path, launch, async |d| measure_daemon(setup, model, d, s).await).await
 }
 
 async fn measure_daemon(setup: &Setup, model: &report::Model, d: &mut daemon::Daemon, s: &mut Samples) -> anyhow::Result<()> {

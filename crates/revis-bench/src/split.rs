@@ -205,70 +205,79 @@ pub fn run(revisd: &Path, model_name: &str, model: &Path, s: &Settings) -> anyho
     rt.block_on(async {
         let launch = |listen, wrap, extra| Launch { threads: 1, context: s.context, batch: s.batch, listen, wrap, speculate: "off", extra };
         let here = pinned(0);
-        let mut whole = Daemon::start_wrapped(revisd, model, launch(None, &here, Extra::NONE)).await?;
         let mut in_a = vec!["ip".to_owned(), "netns".into(), "exec".into(), net.a.name.clone()];
         in_a.extend(pinned(1));
-        let mut lender =
-            Daemon::start_wrapped(revisd, model, launch(Some("0.0.0.0:0"), &in_a, Extra { server: "lend = true", tiers: "", daemon: "" }))
-                .await?;
-        let keys = tempfile::tempdir()?;
-        let addr = SocketAddr::from((net.a.addr, port(&lender).await?));
-        crate::remote::pair(&mut lender, keys.path(), addr).await?;
-        let server = format!("keyring = {:?}", keys.path().to_str().context("temporary directory is not UTF-8")?);
-        let tier2 = format!("split = [{:?}]\nsplit_local = {}", crate::remote::NODE_NAME, s.local_share);
-        let t0 = Instant::now();
-        let mut split =
-            Daemon::start_wrapped(revisd, model, launch(None, &here, Extra { server: &server, tiers: &tier2, daemon: "" })).await?;
-        let load_first_ms = t0.elapsed().as_secs_f64() * 1e3;
-        let status = daemon::timed_out(split.client.wire().admin.status(pb::StatusRequest {})).await?.into_inner();
-        let t2 = status.tiers.iter().find(|t| t.tier == "tier2").context("no tier2")?;
-        if t2.state != pb::ModelState::Ready as i32 || !t2.split.starts_with("layers") {
-            bail!("the split tier did not load ({:?}); its log:\n{}", t2.split, split.log_tail());
-        }
-        let placement = t2.split.clone();
-        let unload = pb::UnloadModelRequest { tier: "tier2".into() };
-        daemon::timed_out(split.client.wire().admin.unload_model(unload)).await?;
-        let t0 = Instant::now();
-        daemon::timed_out(split.client.wire().admin.load_model(pb::LoadModelRequest { tier: "tier2".into() })).await?;
-        let load_second_ms = t0.elapsed().as_secs_f64() * 1e3;
-        eprintln!("revis-bench: split {placement}; load {load_first_ms:.0} ms, again {load_second_ms:.0} ms");
+        let lends = Extra { server: "lend = true", tiers: "", daemon: "" };
+        Daemon::around(revisd, model, launch(None, &here, Extra::NONE), async |whole| {
+            Daemon::around(revisd, model, launch(Some("0.0.0.0:0"), &in_a, lends), async |lender| {
+                let keys = tempfile::tempdir()?;
+                let addr = SocketAddr::from((net.a.addr, port(lender).await?));
+                crate::remote::pair(lender, keys.path(), addr).await?;
+                let server = format!("keyring = {:?}", keys.path().to_str().context("temporary directory is not UTF-8")?);
+                let tier2 = format!("split = [{:?}]\nsplit_local = {}", crate::remote::NODE_NAME, s.local_share);
+                let t0 = Instant::now();
+                Daemon::around(
+                    revisd,
+                    model,
+                    Launch { extra: Extra { server: &server, tiers: &tier2, daemon: "" }, ..launch(None, &here, Extra::NONE) },
+                    async |split| {
+                        let load_first_ms = t0.elapsed().as_secs_f64() * 1e3;
+                        let status = daemon::timed_out(split.client.wire().admin.status(pb::StatusRequest {})).await?.into_inner();
+                        let t2 = status.tiers.iter().find(|t| t.tier == "tier2").context("no tier2")?;
+                        if t2.state != pb::ModelState::Ready as i32 || !t2.split.starts_with("layers") {
+                            bail!("the split tier did not load ({:?}); its log:\n{}", t2.split, split.log_tail());
+                        }
+                        let placement = t2.split.clone();
+                        let unload = pb::UnloadModelRequest { tier: "tier2".into() };
+                        daemon::timed_out(split.client.wire().admin.unload_model(unload)).await?;
+                        let t0 = Instant::now();
+                        daemon::timed_out(split.client.wire().admin.load_model(pb::LoadModelRequest { tier: "tier2".into() })).await?;
+                        let load_second_ms = t0.elapsed().as_secs_f64() * 1e3;
+                        eprintln!("revis-bench: split {placement}; load {load_first_ms:.0} ms, again {load_second_ms:.0} ms");
 
-        // The proxies, one per shaped network, on namespace b's address.
-        let mut routes = Vec::new();
-        for sh in SHAPES {
-            routes.push(if sh.rtt_ms > 0.0 {
-                let one_way = Duration::from_secs_f64(sh.rtt_ms / 2e3);
-                DelayProxy::start(SocketAddr::from((net.b.addr, 0)), addr, one_way)?.addr
-            } else {
-                addr
-            });
-        }
-        let mut whole_cell = Cell { label: "whole model, one node".into(), ..Default::default() };
-        let mut cells: Vec<Cell> = SHAPES.iter().map(|sh| Cell { label: sh.label.into(), ..Default::default() }).collect();
-        // Warm-ups: both models loaded and run once before any sample.
-        measure(&mut whole, 0, s, &mut Cell::default()).await?;
-        measure(&mut split, 0, s, &mut Cell::default()).await?;
-        for round in 1..=s.rounds {
-            measure(&mut whole, round, s, &mut whole_cell).await?;
-            for ((sh, cell), route) in SHAPES.iter().zip(cells.iter_mut()).zip(&routes) {
-                shape(&net, *sh)?;
-                reach_through(&mut split, keys.path(), *route).await?;
-                // A first answer after the engine's restart, not counted.
-                measure(&mut split, 0, s, &mut Cell::default()).await?;
-                let r = measure(&mut split, round, s, cell).await;
-                shape(&net, SHAPES[0])?;
-                r.with_context(|| format!("split over {}; its log:\n{}", sh.label, split.log_tail()))?;
-                eprintln!(
-                    "revis-bench: round {round} {}: prompt {:.1} t/s (whole {:.1}), decode {:.1} t/s (whole {:.1})",
-                    sh.label,
-                    cell.prompt_tps.last().unwrap_or(&0.0),
-                    whole_cell.prompt_tps.last().unwrap_or(&0.0),
-                    cell.decode_tps.last().unwrap_or(&0.0),
-                    whole_cell.decode_tps.last().unwrap_or(&0.0)
-                );
-            }
-        }
-        Ok(Results { model: model_name.into(), placement, whole: whole_cell, split: cells, load_first_ms, load_second_ms })
+                        // The proxies, one per shaped network, on namespace b's address.
+                        let mut routes = Vec::new();
+                        for sh in SHAPES {
+                            routes.push(if sh.rtt_ms > 0.0 {
+                                let one_way = Duration::from_secs_f64(sh.rtt_ms / 2e3);
+                                DelayProxy::start(SocketAddr::from((net.b.addr, 0)), addr, one_way)?.addr
+                            } else {
+                                addr
+                            });
+                        }
+                        let mut whole_cell = Cell { label: "whole model, one node".into(), ..Default::default() };
+                        let mut cells: Vec<Cell> = SHAPES.iter().map(|sh| Cell { label: sh.label.into(), ..Default::default() }).collect();
+                        // Warm-ups: both models loaded and run once before any sample.
+                        measure(whole, 0, s, &mut Cell::default()).await?;
+                        measure(split, 0, s, &mut Cell::default()).await?;
+                        for round in 1..=s.rounds {
+                            measure(whole, round, s, &mut whole_cell).await?;
+                            for ((sh, cell), route) in SHAPES.iter().zip(cells.iter_mut()).zip(&routes) {
+                                shape(&net, *sh)?;
+                                reach_through(split, keys.path(), *route).await?;
+                                // A first answer after the engine's restart, not counted.
+                                measure(split, 0, s, &mut Cell::default()).await?;
+                                let r = measure(split, round, s, cell).await;
+                                shape(&net, SHAPES[0])?;
+                                r.with_context(|| format!("split over {}; its log:\n{}", sh.label, split.log_tail()))?;
+                                eprintln!(
+                                    "revis-bench: round {round} {}: prompt {:.1} t/s (whole {:.1}), decode {:.1} t/s (whole {:.1})",
+                                    sh.label,
+                                    cell.prompt_tps.last().unwrap_or(&0.0),
+                                    whole_cell.prompt_tps.last().unwrap_or(&0.0),
+                                    cell.decode_tps.last().unwrap_or(&0.0),
+                                    whole_cell.decode_tps.last().unwrap_or(&0.0)
+                                );
+                            }
+                        }
+                        Ok(Results { model: model_name.into(), placement, whole: whole_cell, split: cells, load_first_ms, load_second_ms })
+                    },
+                )
+                .await
+            })
+            .await
+        })
+        .await
     })
 }
 

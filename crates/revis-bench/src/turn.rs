@@ -27,7 +27,8 @@
 //! earlier turns (introductions and everyday questions from
 //! `data/quality/`) were had through the same `Chat`, background work and all.
 
-use std::fmt::Write as _;
+mod report;
+
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -39,7 +40,8 @@ use revis_orchestrator::{Policies, TaskKind, check};
 use revis_store::Store;
 use serde::Deserialize;
 
-use crate::daemon::Daemon;
+pub use self::report::{markers, report};
+use crate::daemon::{Daemon, Launch};
 use crate::ensemble::data::{Capital, Piqa, load_capitals, load_piqa};
 pub use crate::quality::Target;
 
@@ -135,17 +137,6 @@ impl Row {
     fn rate(&self) -> f64 {
         if self.n == 0 { 0.0 } else { self.right as f64 / self.n as f64 }
     }
-}
-
-/// The Wilson 95% interval of `k` successes in `n`, as fractions.
-pub fn wilson(k: usize, n: usize) -> (f64, f64) {
-    if n == 0 {
-        return (0.0, 1.0);
-    }
-    let (n, p, z) = (n as f64, k as f64 / n as f64, 1.96f64);
-    let centre = (p + z * z / (2.0 * n)) / (1.0 + z * z / n);
-    let half = z * ((p * (1.0 - p) / n + z * z / (4.0 * n * n)).sqrt()) / (1.0 + z * z / n);
-    ((centre - half).max(0.0), (centre + half).min(1.0))
 }
 
 /// The choice a chat answer to a PIQA question makes: its first "1" or "2"
@@ -350,122 +341,124 @@ async fn build_history(client: &Client, store: &Store, texts: &[String], max_tok
 /// Runs the parts for one model.
 pub async fn run_model(t: &Target<'_>, a: &TurnArgs, quick: bool, data: &Path, eval: &Path) -> anyhow::Result<ModelTurns> {
     let started = Instant::now();
-    let d = Daemon::start(t.revisd, t.model, t.threads, t.context, 512).await?;
-    let client = &d.client;
-    let parts = &a.turn_parts;
-    let take = |n: usize, quick_n: usize| if quick { if n == 0 { quick_n } else { n.min(quick_n) } } else { n };
-    let mut capitals: Vec<Capital> = load_capitals(&eval.join("capitals-dev.jsonl"))?;
-    capitals.truncate(match take(a.capitals_items, 12) {
-        0 => usize::MAX,
-        n => n,
-    });
-    let mut piqa: Vec<Piqa> = load_piqa(&eval.join("piqa-dev/valid.jsonl"), &eval.join("piqa-dev/valid-labels.lst"))?;
-    piqa.truncate(take(a.piqa_items, 12));
-
-    // The gears the model has, as a first turn would find them.
-    let (fresh_dir, history_dir) = (tempfile::tempdir()?, tempfile::tempdir()?);
-    let fresh = Store::open(fresh_dir.path())?.store;
-    let mut probe = Chat::new(client.clone(), fresh.clone(), fresh.create_conversation("probe")?, Policies::default());
-    let gears = probe.fit_to_model().await?;
-    drop(probe);
-    let chosen = rules_for(&gears);
-    let mut r = ModelTurns { model: t.name.into(), chosen_rules: chosen.clone(), measured: gears.measured, ..Default::default() };
-
-    let history = if parts.contains(&TPart::Capitals) || parts.contains(&TPart::Piqa) {
-        let mut texts: Vec<String> = lines::<Plain>(&data.join("facts.jsonl"))?.into_iter().map(|p| p.text).collect();
-        texts.extend(lines::<Plain>(&data.join("escalation.jsonl"))?.into_iter().filter(|p| p.escalate == Some(false)).map(|p| p.text));
-        texts.truncate(take(a.history_turns, 4));
-        let store = Store::open(history_dir.path())?.store;
-        build_history(client, &store, &texts, 64).await?;
-        Some(store)
-    } else {
-        None
-    };
-    let run = Run { client, max_tokens: a.turn_max_tokens, fresh: fresh.clone(), history };
-
-    let bare = Way::bare();
-    let default = Way { after_turn: true, ..Way::turn("the turn as revis gives it (default sampling)", &chosen, true) };
-    let greedy_turn = Way::turn("the turn, greedy", &chosen, false);
-    let history_default = Way { history: true, ..Way::turn("after 40 turns: the turn (default sampling)", &chosen, true) };
-    let mut candidates = vec![
-        Way::turn("rules: revis's house rules, greedy", RULES, false),
-        Way::turn("rules: the earlier house rules, greedy", EARLIER_RULES, false),
-        Way::turn("rules: none, greedy", "", false),
-    ];
-    if let Some(own) = revis_models::find(t.name).and_then(|e| e.system_prompt) {
-        candidates.push(Way::turn("rules: the model's own system prompt, greedy", own, false));
-    }
-    // The chosen rules are "the turn, greedy" already.
-    candidates.retain(|w| w.rules.as_deref() != Some(chosen.as_str()));
-
-    if parts.contains(&TPart::Capitals) {
-        let qs: Vec<String> = capitals.iter().map(|c| c.question.clone()).collect();
-        let right = |i: usize, a: &str| capitals[i].is_right(a);
-        // The default turn keeps its own data directory: it leaves its background work, as in use.
-        let own_dir = tempfile::tempdir()?;
-        let own = Store::open(own_dir.path())?.store;
-        r.rows.push(run.set("capitals", &default, &own, &qs, right).await?);
-        r.profile.get_or_insert_default().after_capitals = Some(own.facts()?.len());
-        let mut ways = vec![bare.clone(), greedy_turn.clone()];
-        if run.history.is_some() {
-            ways.push(history_default.clone());
-        }
-        for w in &ways {
-            r.rows.push(run.set("capitals", w, run.store(w)?, &qs, right).await?);
-        }
-    }
-    if parts.contains(&TPart::Piqa) {
-        let qs: Vec<String> = piqa.iter().map(piqa_question).collect();
-        let right = |i: usize, a: &str| choice_of(a) == Some(piqa[i].label);
-        let mut ways = vec![bare.clone(), Way { after_turn: false, ..default.clone() }, greedy_turn.clone()];
-        if run.history.is_some() {
-            ways.push(history_default.clone());
-        }
-        for w in &ways {
-            r.rows.push(run.set("piqa-chat", w, run.store(w)?, &qs, right).await?);
-        }
-    }
-    if parts.contains(&TPart::Rules) {
-        let cq: Vec<String> = capitals.iter().map(|c| c.question.clone()).collect();
-        let pq: Vec<String> = piqa.iter().map(piqa_question).collect();
-        for w in &candidates {
-            r.rows.push(run.set("capitals", w, &fresh, &cq, |i, a| capitals[i].is_right(a)).await?);
-            r.rows.push(run.set("piqa-chat", w, &fresh, &pq, |i, a| choice_of(a) == Some(piqa[i].label)).await?);
-        }
-    }
-    if parts.contains(&TPart::Check) {
-        let tier = Policies::default().get(TaskKind::Classify).tier;
-        let mut said = 0;
-        for c in &capitals {
-            said += usize::from(check::run(client, tier, &c.question).await.is_ok_and(|c| c.escalate));
-        }
-        r.escalations = Some((said, capitals.len()));
-        eprintln!("revis-bench: turn check: {said} escalations of {}", capitals.len());
-    }
-    if parts.contains(&TPart::Profile) {
-        let mixed = profile(client, &data.join("profile.jsonl"), take(0, 12)).await?;
-        r.profile.get_or_insert_default().add(mixed);
-        r.memory = Some(profile(client, &data.join("memory.jsonl"), take(0, 12)).await?);
-    }
-    if parts.contains(&TPart::Recall) {
-        let mut items: Vec<Recall> = lines(&data.join("recall.jsonl"))?;
-        items.truncate(match take(a.recall_items, 3) {
+    Daemon::around(t.revisd, t.model, Launch::plain(t.threads, t.context, 512), async |d| {
+        let client = &d.client;
+        let parts = &a.turn_parts;
+        let take = |n: usize, quick_n: usize| if quick { if n == 0 { quick_n } else { n.min(quick_n) } } else { n };
+        let mut capitals: Vec<Capital> = load_capitals(&eval.join("capitals-dev.jsonl"))?;
+        capitals.truncate(match take(a.capitals_items, 12) {
             0 => usize::MAX,
             n => n,
         });
-        recall(client, &items, &default, &mut r).await?;
-    }
-    if parts.contains(&TPart::Loops) {
-        let qs: Vec<String> = piqa.iter().take(take(a.loop_items, 3)).map(|p| p.goal.clone()).collect();
-        let long = Run { max_tokens: 256, fresh: fresh.clone(), history: None, client };
-        let sampled_no_guard = Way { guard: false, ..Way::turn("the turn (default sampling), no loop guard", &chosen, true) };
-        let sampled_guard = Way::turn("the turn (default sampling), loop guard", &chosen, true);
-        for w in [&bare, &sampled_no_guard, &sampled_guard] {
-            r.rows.push(long.set("loops (256 tokens)", w, &fresh, &qs, |_, _| true).await?);
+        let mut piqa: Vec<Piqa> = load_piqa(&eval.join("piqa-dev/valid.jsonl"), &eval.join("piqa-dev/valid-labels.lst"))?;
+        piqa.truncate(take(a.piqa_items, 12));
+
+        // The gears the model has, as a first turn would find them.
+        let (fresh_dir, history_dir) = (tempfile::tempdir()?, tempfile::tempdir()?);
+        let fresh = Store::open(fresh_dir.path())?.store;
+        let mut probe = Chat::new(client.clone(), fresh.clone(), fresh.create_conversation("probe")?, Policies::default());
+        let gears = probe.fit_to_model().await?;
+        drop(probe);
+        let chosen = rules_for(&gears);
+        let mut r = ModelTurns { model: t.name.into(), chosen_rules: chosen.clone(), measured: gears.measured, ..Default::default() };
+
+        let history = if parts.contains(&TPart::Capitals) || parts.contains(&TPart::Piqa) {
+            let mut texts: Vec<String> = lines::<Plain>(&data.join("facts.jsonl"))?.into_iter().map(|p| p.text).collect();
+            texts.extend(lines::<Plain>(&data.join("escalation.jsonl"))?.into_iter().filter(|p| p.escalate == Some(false)).map(|p| p.text));
+            texts.truncate(take(a.history_turns, 4));
+            let store = Store::open(history_dir.path())?.store;
+            build_history(client, &store, &texts, 64).await?;
+            Some(store)
+        } else {
+            None
+        };
+        let run = Run { client, max_tokens: a.turn_max_tokens, fresh: fresh.clone(), history };
+
+        let bare = Way::bare();
+        let default = Way { after_turn: true, ..Way::turn("the turn as revis gives it (default sampling)", &chosen, true) };
+        let greedy_turn = Way::turn("the turn, greedy", &chosen, false);
+        let history_default = Way { history: true, ..Way::turn("after 40 turns: the turn (default sampling)", &chosen, true) };
+        let mut candidates = vec![
+            Way::turn("rules: revis's house rules, greedy", RULES, false),
+            Way::turn("rules: the earlier house rules, greedy", EARLIER_RULES, false),
+            Way::turn("rules: none, greedy", "", false),
+        ];
+        if let Some(own) = revis_models::find(t.name).and_then(|e| e.system_prompt) {
+            candidates.push(Way::turn("rules: the model's own system prompt, greedy", own, false));
         }
-    }
-    r.minutes = started.elapsed().as_secs_f64() / 60.0;
-    Ok(r)
+        // The chosen rules are "the turn, greedy" already.
+        candidates.retain(|w| w.rules.as_deref() != Some(chosen.as_str()));
+
+        if parts.contains(&TPart::Capitals) {
+            let qs: Vec<String> = capitals.iter().map(|c| c.question.clone()).collect();
+            let right = |i: usize, a: &str| capitals[i].is_right(a);
+            // The default turn keeps its own data directory: it leaves its background work, as in use.
+            let own_dir = tempfile::tempdir()?;
+            let own = Store::open(own_dir.path())?.store;
+            r.rows.push(run.set("capitals", &default, &own, &qs, right).await?);
+            r.profile.get_or_insert_default().after_capitals = Some(own.facts()?.len());
+            let mut ways = vec![bare.clone(), greedy_turn.clone()];
+            if run.history.is_some() {
+                ways.push(history_default.clone());
+            }
+            for w in &ways {
+                r.rows.push(run.set("capitals", w, run.store(w)?, &qs, right).await?);
+            }
+        }
+        if parts.contains(&TPart::Piqa) {
+            let qs: Vec<String> = piqa.iter().map(piqa_question).collect();
+            let right = |i: usize, a: &str| choice_of(a) == Some(piqa[i].label);
+            let mut ways = vec![bare.clone(), Way { after_turn: false, ..default.clone() }, greedy_turn.clone()];
+            if run.history.is_some() {
+                ways.push(history_default.clone());
+            }
+            for w in &ways {
+                r.rows.push(run.set("piqa-chat", w, run.store(w)?, &qs, right).await?);
+            }
+        }
+        if parts.contains(&TPart::Rules) {
+            let cq: Vec<String> = capitals.iter().map(|c| c.question.clone()).collect();
+            let pq: Vec<String> = piqa.iter().map(piqa_question).collect();
+            for w in &candidates {
+                r.rows.push(run.set("capitals", w, &fresh, &cq, |i, a| capitals[i].is_right(a)).await?);
+                r.rows.push(run.set("piqa-chat", w, &fresh, &pq, |i, a| choice_of(a) == Some(piqa[i].label)).await?);
+            }
+        }
+        if parts.contains(&TPart::Check) {
+            let tier = Policies::default().get(TaskKind::Classify).tier;
+            let mut said = 0;
+            for c in &capitals {
+                said += usize::from(check::run(client, tier, &c.question).await.is_ok_and(|c| c.escalate));
+            }
+            r.escalations = Some((said, capitals.len()));
+            eprintln!("revis-bench: turn check: {said} escalations of {}", capitals.len());
+        }
+        if parts.contains(&TPart::Profile) {
+            let mixed = profile(client, &data.join("profile.jsonl"), take(0, 12)).await?;
+            r.profile.get_or_insert_default().add(mixed);
+            r.memory = Some(profile(client, &data.join("memory.jsonl"), take(0, 12)).await?);
+        }
+        if parts.contains(&TPart::Recall) {
+            let mut items: Vec<Recall> = lines(&data.join("recall.jsonl"))?;
+            items.truncate(match take(a.recall_items, 3) {
+                0 => usize::MAX,
+                n => n,
+            });
+            recall(client, &items, &default, &mut r).await?;
+        }
+        if parts.contains(&TPart::Loops) {
+            let qs: Vec<String> = piqa.iter().take(take(a.loop_items, 3)).map(|p| p.goal.clone()).collect();
+            let long = Run { max_tokens: 256, fresh: fresh.clone(), history: None, client };
+            let sampled_no_guard = Way { guard: false, ..Way::turn("the turn (default sampling), no loop guard", &chosen, true) };
+            let sampled_guard = Way::turn("the turn (default sampling), loop guard", &chosen, true);
+            for w in [&bare, &sampled_no_guard, &sampled_guard] {
+                r.rows.push(long.set("loops (256 tokens)", w, &fresh, &qs, |_, _| true).await?);
+            }
+        }
+        r.minutes = started.elapsed().as_secs_f64() / 60.0;
+        Ok(r)
+    })
+    .await
 }
 
 /// The profile as stored (only sentences about the user are read, only
@@ -567,143 +560,6 @@ async fn recall(client: &Client, items: &[Recall], way: &Way, r: &mut ModelTurns
     Ok(())
 }
 
-fn pct(x: f64) -> String {
-    format!("{:.0}%", 100.0 * x)
-}
-
-fn cell(row: &Row) -> String {
-    let (lo, hi) = wilson(row.right, row.n);
-    format!("{} ({}–{}), {}/{}", pct(row.rate()), pct(lo), pct(hi), row.right, row.n)
-}
-
-/// PASS or MISS.
-fn verdict(ok: bool) -> &'static str {
-    if ok { "PASS" } else { "MISS" }
-}
-
-/// The targets, each a line: PASS or MISS and the figures.
-pub fn targets(r: &ModelTurns) -> Vec<String> {
-    let mut out = Vec::new();
-    for set in ["capitals", "piqa-chat"] {
-        let Some(bare) = r.row(set, "bare model, greedy") else { continue };
-        for way in ["the turn as revis gives it (default sampling)", "after 40 turns: the turn (default sampling)"] {
-            let Some(turn) = r.row(set, way) else { continue };
-            out.push(format!(
-                "{}: {set}, {way} ≥ the bare model greedy: {} against {}",
-                verdict(turn.rate() >= bare.rate()),
-                cell(turn),
-                cell(bare)
-            ));
-        }
-        if let (Some(s), Some(g)) = (r.row(set, "the turn as revis gives it (default sampling)"), r.row(set, "the turn, greedy")) {
-            out.push(format!(
-                "{}: {set}, default sampling ≥ 0.9 × greedy: {} against {}",
-                verdict(s.rate() >= 0.9 * g.rate()),
-                cell(s),
-                cell(g)
-            ));
-        }
-    }
-    if let Some(p) = &r.profile {
-        if let Some(n) = p.after_capitals {
-            out.push(format!("{}: the profile holds 0 facts after the capitals questions: {n}", verdict(n == 0)));
-        }
-        if p.messages > 0 {
-            let (precision, recall) = (p.precision(), p.recall());
-            out.push(format!(
-                "{}: profile precision ≥ 95%: {} ({} of {} stored)",
-                verdict(precision >= 0.95),
-                pct(precision),
-                p.correct,
-                p.stored
-            ));
-            out.push(format!("{}: profile recall ≥ 80%: {} ({} of {} facts)", verdict(recall >= 0.8), pct(recall), p.found, p.labelled));
-        }
-    }
-    if let Some(m) = r.memory.as_ref().filter(|m| m.messages > 0) {
-        let (precision, recall) = (m.precision(), m.recall());
-        out.push(format!(
-            "{}: first-person set, fact precision ≥ 97%: {} ({} of {} stored)",
-            verdict(precision >= 0.97),
-            pct(precision),
-            m.correct,
-            m.stored
-        ));
-        out.push(format!(
-            "{}: first-person set, recall ≥ 85%: {} ({} of {} facts)",
-            verdict(recall >= 0.85),
-            pct(recall),
-            m.found,
-            m.labelled
-        ));
-    }
-    if let Some(new) = r.row("recall", "the turn, a new conversation (the profile)") {
-        out.push(format!("{}: recall in a new conversation ≥ 70%: {}", verdict(new.rate() >= 0.7), cell(new)));
-    }
-    if let Some((said, n)) = r.escalations {
-        let rate = said as f64 / n.max(1) as f64;
-        out.push(format!(
-            "{}: tier1's false escalation on plain questions ≤ 10%: {} ({said} of {n}); the check is {} for this model",
-            verdict(rate <= 0.10),
-            pct(rate),
-            if rate <= 0.10 { "allowed" } else { "off" }
-        ));
-    }
-    out
-}
-
-/// The markers around one model's section of docs/QUALITY.md.
-pub fn markers(model: &str) -> (String, String) {
-    (format!("<!-- revis-bench:turn-{model}:begin"), format!("<!-- revis-bench:turn-{model}:end -->"))
-}
-
-/// One model's section of docs/QUALITY.md.
-pub fn report(r: &ModelTurns, about: &str) -> String {
-    let mut o = String::new();
-    let (begin, end) = markers(&r.model);
-    let _ = writeln!(o, "{begin} (written by revis-bench turn; edit outside the markers) -->\n");
-    let _ = writeln!(o, "{about}\n");
-    let rules = if r.chosen_rules.is_empty() { "none".to_owned() } else { format!("\"{}\"", r.chosen_rules) };
-    let _ = writeln!(o, "The model's gears: rules {rules} ({}).\n", if r.measured { "measured" } else { "not measured: revis's defaults" });
-    let _ = writeln!(o, "### Targets\n");
-    for t in targets(r) {
-        let _ = writeln!(o, "- {t}");
-    }
-    let _ = writeln!(o, "\n### Accuracy (95% Wilson interval), and answers that loop\n");
-    let _ = writeln!(o, "| set | way | right | answers that repeat themselves | mean length (characters) |");
-    let _ = writeln!(o, "|---|---|---|---|---|");
-    for row in &r.rows {
-        let right = if row.set.starts_with("loops") { "–".to_owned() } else { cell(row) };
-        let _ = writeln!(o, "| {} | {} | {right} | {} of {} | {} |", row.set, row.way, row.loops, row.n, row.chars / row.n.max(1));
-    }
-    if let Some(p) = &r.profile
-        && p.messages > 0
-    {
-        let _ = writeln!(
-            o,
-            "\nProfile on the mixed set ({} messages, {} facts about the user): {} stored, {} right, {} of the facts found.",
-            p.messages, p.labelled, p.stored, p.correct, p.found
-        );
-    }
-    if let Some(m) = r.memory.as_ref().filter(|m| m.messages > 0) {
-        let _ = writeln!(
-            o,
-            "\nProfile on the first-person set ({} messages, {} facts): {} stored, {} right, {} of the facts found.",
-            m.messages, m.labelled, m.stored, m.correct, m.found
-        );
-    }
-    let _ = writeln!(o, "\n<details><summary>Some answers, as given (first 160 characters)</summary>\n");
-    for row in &r.rows {
-        for (q, a) in row.examples.iter().take(2) {
-            let q: String = q.chars().take(80).collect();
-            let _ = writeln!(o, "- {} / {}: {} → {}", row.set, row.way, q.replace('\n', " "), a.replace('\n', " ").replace('|', "\\|"));
-        }
-    }
-    let _ = writeln!(o, "\n</details>\n");
-    let _ = writeln!(o, "{end}");
-    o
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -722,13 +578,5 @@ mod tests {
         let sentence = "The cage needs fresh bedding, a water bottle and a food dish every week. ";
         assert!(looped(&format!("{sentence}{sentence}And then something else entirely, which goes on and on without repeating.")));
         assert!(!looped(sentence));
-    }
-
-    #[test]
-    fn wilson_intervals_hold_the_rate() {
-        let (lo, hi) = wilson(36, 97);
-        assert!(lo < 36.0 / 97.0 && 36.0 / 97.0 < hi);
-        assert!((lo - 0.28).abs() < 0.01 && (hi - 0.47).abs() < 0.01, "{lo} {hi}");
-        assert_eq!(wilson(0, 0), (0.0, 1.0));
     }
 }

@@ -78,7 +78,7 @@ mod store;
 mod types;
 
 pub use error::{DbError, Result, StoreError};
-pub use open::{Opened, Recovered};
+pub use open::Recovered;
 pub use schema::SCHEMA_VERSION;
-pub use share::{Store, socket_path};
+pub use share::{Opened, Store, socket_path};
 pub use types::{Conversation, ConversationId, Fact, FactId, MessageId, MessageState, ParseIdError, Role, StoredMessage, Summary};

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::error::{Result, StoreError};
 use crate::schema::{self, MARKER, Marker, SCHEMA_VERSION, VERSION_KEY};
-use crate::share::Store;
 use crate::store::Db;
 
 /// sled's page cache limit. sled's default is 1 GiB; a chat history needs far less.
@@ -21,16 +20,6 @@ const CACHE_CAPACITY: u64 = 64 * 1024 * 1024;
 /// is dropped, longer while it flushes on a busy machine).
 const LOCK_WAIT: Duration = Duration::from_secs(3);
 pub(crate) const LOCK_POLL: Duration = Duration::from_millis(5);
-
-/// An opened store, and what was done if the old database was damaged.
-#[derive(Debug)]
-pub struct Opened {
-    /// The store, ready.
-    pub store: Store,
-    /// `Some` when the database found was damaged: it was moved aside and
-    /// this store is a fresh, empty one. Tell the user.
-    pub recovered: Option<Recovered>,
-}
 
 /// A damaged database that was moved aside and replaced by an empty one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +55,7 @@ enum Failure {
 
 impl Db {
     /// Opens the database in `dir` for this process alone, creating it
-    /// (mode 0700) if needed (see [`Store::open`] for what is done with an
+    /// (mode 0700) if needed (see [`Store::open`](crate::Store::open) for what is done with an
     /// older, newer or damaged one). [`StoreError::Locked`] at once when
     /// another process holds it.
     pub(crate) fn open_exclusive(dir: &Path) -> Result<(Db, Option<Recovered>)> {

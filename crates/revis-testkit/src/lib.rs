@@ -453,7 +453,7 @@ impl Running {
 
     fn launch(&mut self) {
         let log_file = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("log file");
-        let (read_end, write_end) = pipe();
+        let (read_end, write_end) = activation_pipe().expect("the readiness pipe");
         let mut cmd = match &self.held {
             Some(held) => activated_revisd(held.as_fd(), None),
             None => {
@@ -577,12 +577,16 @@ impl Drop for Running {
     }
 }
 
-/// A readiness pipe: the read end close-on-exec, the write end inherited
-/// and numbered 100 or above (clear of descriptor 3, see [`activated_revisd`]).
-fn pipe() -> (OwnedFd, OwnedFd) {
-    let (r, w) = revis_client::readiness_pipe().expect("pipe");
+/// A readiness pipe for a revisd started by [`activated_revisd`]: the read
+/// end close-on-exec, the write end inherited and numbered 100 or above
+/// (clear of descriptor 3, the held socket).
+pub fn activation_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let (r, w) = revis_client::readiness_pipe()?;
     // SAFETY: F_DUPFD returns a fresh descriptor (inherited by children) that only we own.
     let high = unsafe { libc::fcntl(w.as_raw_fd(), libc::F_DUPFD, 100) };
-    assert!(high >= 0, "dup the pipe");
-    (r, unsafe { OwnedFd::from_raw_fd(high) })
+    if high < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `high` is ours alone (just returned by fcntl).
+    Ok((r, unsafe { OwnedFd::from_raw_fd(high) }))
 }

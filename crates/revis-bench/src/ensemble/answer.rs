@@ -13,7 +13,7 @@ use revis_client::{Client, GenerateParams, Message, Runner, Sampling, Tier};
 use revis_testkit::netns::NetnsPair;
 
 use super::data::Capital;
-use super::{Answers, Member, progress};
+use super::results::{Answers, Member, progress};
 use crate::daemon::{Daemon, Extra, Launch};
 
 /// The question as a chat message, greedy.
@@ -112,18 +112,20 @@ pub fn two_machines(members: &[Member], questions: &[Capital], s: &TwoMachines<'
         let launch =
             |listen, wrap| Launch { threads: 1, context: s.context, batch: s.batch, listen, wrap, speculate: "off", extra: Extra::NONE };
         let here_wrap = crate::dispatch::pinned(0);
-        let here = Daemon::start_wrapped(s.revisd, &s.models[0], launch(None, &here_wrap)).await?;
         let mut node_wrap = vec!["ip".to_owned(), "netns".into(), "exec".into(), net.a.name.clone()];
         node_wrap.extend(crate::dispatch::pinned(1));
-        let mut node = Daemon::start_wrapped(s.revisd, &s.models[1], launch(Some("0.0.0.0:0"), &node_wrap)).await?;
         let keys = tempfile::tempdir()?;
-        let addr = SocketAddr::from((net.a.addr, crate::dispatch::port(&node).await?));
-        let (keyring, paired) = crate::remote::pair(&mut node, keys.path(), addr).await?;
-        let remote = Client::connect_node(&keyring, &paired).await.context("connecting to the node over mutual TLS")?;
-        // Each daemon serves its one model on every tier: ask each on the member's tier.
-        let clients = vec![here.client.clone(), remote];
-        let answers = all_ways(members, &clients, s.span, questions, s.max_tokens).await;
-        drop((here, node));
-        Ok(answers)
+        Daemon::around(s.revisd, &s.models[0], launch(None, &here_wrap), async |here| {
+            Daemon::around(s.revisd, &s.models[1], launch(Some("0.0.0.0:0"), &node_wrap), async |node| {
+                let addr = SocketAddr::from((net.a.addr, crate::dispatch::port(node).await?));
+                let (keyring, paired) = crate::remote::pair(node, keys.path(), addr).await?;
+                let remote = Client::connect_node(&keyring, &paired).await.context("connecting to the node over mutual TLS")?;
+                // Each daemon serves its one model on every tier: ask each on the member's tier.
+                let clients = vec![here.client.clone(), remote];
+                Ok(all_ways(members, &clients, s.span, questions, s.max_tokens).await)
+            })
+            .await
+        })
+        .await
     })
 }

@@ -149,6 +149,12 @@ pub fn split_first_word(text: &str) -> Option<(&str, &str)> {
     Some((&text[..at], &text[at..]))
 }
 
+/// `merge`'s gate as the ensemble's settings have it by default: the
+/// drafter's top token probability under which the members are mixed.
+pub fn merge_gate() -> f32 {
+    revis_client::ensemble::EnsembleSpec::default().gate
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

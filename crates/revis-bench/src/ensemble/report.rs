@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use super::args::Part;
 use super::bpb::bits_per_byte;
 use super::choice::{self, Item, Rule};
-use super::{Answers, Part, Results};
+use super::results::{Answers, Results};
 use crate::machine::Machine;
 use crate::report::verdict;
 
@@ -288,7 +289,7 @@ fn bits(o: &mut String, r: &Results) {
         o,
         "| `merge`'s mixture: {} alone, mixed per word where its top token is under {} ({opened} of {units} words) | {:.4} |",
         r.members[0].name,
-        super::merge_gate(),
+        super::bpb::merge_gate(),
         bits_per_byte(gated, bytes)
     );
     let _ = writeln!(o, "| mixture per text (Bayes), equal prior weights | {:.4} |", bits_per_byte(per_text, bytes));

@@ -4,19 +4,20 @@
 //! end with an answer or a clean retryable error; none may hang.
 
 use std::io::Read;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use revis_client::{CallError, Client, Code, Event, GenerateParams, Message, Tier};
-use revis_testkit::{HeldSocket, activated_revisd};
+use revis_testkit::{HeldSocket, activated_revisd, activation_pipe};
 
-use super::{Failure, Tally, code_name, status_detail};
+use super::tally::{Failure, Tally, code_name, status_detail};
 use crate::daemon::{Launch, log_tail, write_config};
 use crate::proc::set_parent_death_signal;
 
@@ -65,14 +66,8 @@ struct Started {
 }
 
 fn start(held: &HeldSocket, config: &Path, log: &Path) -> anyhow::Result<Started> {
-    let (read_end, write_end) = revis_client::readiness_pipe()?;
     // The write end numbered 100 or above, clear of descriptor 3 (the socket, see `activated_revisd`).
-    // SAFETY: F_DUPFD returns a fresh descriptor (inherited by children) that only we own.
-    let high = unsafe { libc::fcntl(write_end.as_raw_fd(), libc::F_DUPFD, 100) };
-    anyhow::ensure!(high >= 0, "dup the readiness pipe: {}", std::io::Error::last_os_error());
-    // SAFETY: `high` is ours alone (just returned by fcntl).
-    let high = unsafe { OwnedFd::from_raw_fd(high) };
-    drop(write_end);
+    let (read_end, high) = activation_pipe().context("the readiness pipe")?;
     let log_file = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
     let mut cmd = activated_revisd(held.as_fd(), None);
     cmd.arg("--config")

@@ -108,24 +108,24 @@ impl Result {
 }
 
 pub async fn run(revisd: &Path, revis: &Path, model: &Path, launch: Launch<'_>, s: &Settings, seed: u64) -> anyhow::Result<Result> {
-    let d = Daemon::start_wrapped(revisd, model, launch).await?;
     let data = tempfile::Builder::new().prefix("revis-bench-store-").tempdir()?;
     let mut rng = StdRng::seed_from_u64(seed ^ 0xC4A7_0000_0000_0001);
-    let started = Instant::now();
     let mut turns = Vec::new();
-    for i in 0..s.kills {
-        let question = format!("Q{i}: {}", TOPICS[rng.random_range(0..TOPICS.len())]);
-        let from_start = rng.random_bool(FROM_START_SHARE);
-        let delay = Duration::from_micros(rng.random_range(0..=s.window.as_micros() as u64));
-        let turn = one(revis, &d.socket, data.path(), &question, s.max_tokens, from_start, delay).await?;
-        if (i + 1) % 100 == 0 {
-            eprintln!("revis-bench: chat-kill: {} of {} ({:.0} s)", i + 1, s.kills, started.elapsed().as_secs_f64());
+    let (elapsed, log_tail) = Daemon::around(revisd, model, launch, async |d| {
+        let started = Instant::now();
+        for i in 0..s.kills {
+            let question = format!("Q{i}: {}", TOPICS[rng.random_range(0..TOPICS.len())]);
+            let from_start = rng.random_bool(FROM_START_SHARE);
+            let delay = Duration::from_micros(rng.random_range(0..=s.window.as_micros() as u64));
+            let turn = one(revis, &d.socket, data.path(), &question, s.max_tokens, from_start, delay).await?;
+            if (i + 1) % 100 == 0 {
+                eprintln!("revis-bench: chat-kill: {} of {} ({:.0} s)", i + 1, s.kills, started.elapsed().as_secs_f64());
+            }
+            turns.push(turn);
         }
-        turns.push(turn);
-    }
-    let elapsed = started.elapsed();
-    let log_tail = d.log_tail();
-    d.stop();
+        Ok((started.elapsed(), d.log_tail()))
+    })
+    .await?;
     let dir = data.path().join("db");
     let mut result = tokio::task::spawn_blocking(move || check(&dir, &turns)).await??;
     result.iterations = s.kills;
@@ -368,7 +368,7 @@ pub fn report(r: &Result, s: &Settings) -> String {
         r.no_conversation,
         r.violations.len()
     );
-    let med = |v: &[f64]| super::percentile(v, 50.0).map_or("n/a".to_owned(), |x| format!("{x:.0}"));
+    let med = |v: &[f64]| super::tally::percentile(v, 50.0).map_or("n/a".to_owned(), |x| format!("{x:.0}"));
     let _ = writeln!(
         out,
         "- Per process: start to first answer text median {} ms (of those timed from it), start to reaped median {} ms.",
@@ -376,7 +376,7 @@ pub fn report(r: &Result, s: &Settings) -> String {
         med(&r.wall_ms)
     );
     if !r.unsaved_chars.is_empty() {
-        let p = |q| super::percentile(&r.unsaved_chars, q).unwrap_or(0.0);
+        let p = |q| super::tally::percentile(&r.unsaved_chars, q).unwrap_or(0.0);
         let _ = writeln!(
             out,
             "- Text shown but not in the stored incomplete reply (lost to the kill, since the last periodic save): median {:.0}, p99 {:.0}, max {:.0} characters over {} cut replies.",
@@ -387,8 +387,8 @@ pub fn report(r: &Result, s: &Settings) -> String {
         );
     }
     if !r.violations.is_empty() {
-        let _ = writeln!(out, "- Violations (first {}):", r.violations.len().min(super::MAX_EXAMPLES));
-        for v in r.violations.iter().take(super::MAX_EXAMPLES) {
+        let _ = writeln!(out, "- Violations (first {}):", r.violations.len().min(super::tally::MAX_EXAMPLES));
+        for v in r.violations.iter().take(super::tally::MAX_EXAMPLES) {
             let _ = writeln!(out, "  - {}", v.replace('\n', " "));
         }
     }

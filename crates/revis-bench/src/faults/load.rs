@@ -15,7 +15,7 @@ use revis_client::{CallError, Client, ClientError, Code, Event, GenerateParams, 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::{Endpoint, Uri};
 
-use super::{Failure, Tally, percentile, rss_kib, status_detail, status_label};
+use super::tally::{Failure, Tally, percentile, rss_kib, status_detail, status_label};
 use crate::daemon::{Daemon, Launch};
 
 /// How long a stream that is never read is held open before it is dropped
@@ -102,44 +102,45 @@ impl Result {
 }
 
 pub async fn run(revisd: &Path, model: &Path, launch: Launch<'_>, s: &Settings, seed: u64) -> anyhow::Result<Result> {
-    let mut d = Daemon::start_wrapped(revisd, model, launch).await?;
-    let pid = d.pid().unwrap_or(0);
-    d.generate(vec![revis_client::wire::message(pb::Role::User, QUESTIONS[0])], None, 8).await?;
-    let rss_start = rss_kib(pid).map(|r| r.0);
-    let started = Instant::now();
-    let end = started + s.duration;
-    // One never-reading stream at a time: two would stall the daemon one after the other.
-    let never_read = Arc::new(tokio::sync::Semaphore::new(1));
-    let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..s.clients {
-        let socket = d.socket.clone();
-        let (never_read, s) = (never_read.clone(), s.clone());
-        let rng = StdRng::seed_from_u64(seed ^ (0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i as u64 + 1)));
-        // The first client opens with a never-read stream, so every run has one at its start.
-        tasks.spawn(client_loop(socket, rng, end, s, never_read, i == 0));
-    }
-    let mut tally = Tally::default();
-    let mut ttft_ms = Vec::new();
-    // Every task ends by itself: no new call after `end`, and each call is bounded.
-    while let Some(r) = tasks.join_next().await {
-        match r {
-            Ok((t, ttft)) => {
-                tally.merge(t);
-                ttft_ms.extend(ttft);
-            }
-            Err(e) => tally.fail("client task", "panicked", e.to_string()),
+    Daemon::around(revisd, model, launch, async |d| {
+        let pid = d.pid().unwrap_or(0);
+        d.generate(vec![revis_client::wire::message(pb::Role::User, QUESTIONS[0])], None, 8).await?;
+        let rss_start = rss_kib(pid).map(|r| r.0);
+        let started = Instant::now();
+        let end = started + s.duration;
+        // One never-reading stream at a time: two would stall the daemon one after the other.
+        let never_read = Arc::new(tokio::sync::Semaphore::new(1));
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..s.clients {
+            let socket = d.socket.clone();
+            let (never_read, s) = (never_read.clone(), s.clone());
+            let rng = StdRng::seed_from_u64(seed ^ (0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i as u64 + 1)));
+            // The first client opens with a never-read stream, so every run has one at its start.
+            tasks.spawn(client_loop(socket, rng, end, s, never_read, i == 0));
         }
-    }
-    let elapsed = started.elapsed();
-    let rss = rss_kib(pid);
-    let after = match tokio::time::timeout(s.deadline, well_behaved(&d.client, QUESTIONS[0])).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(e.into()),
-        Err(_) => Err(format!("no answer within {} s", s.deadline.as_secs())),
-    };
-    let log_tail = d.log_tail();
-    d.stop();
-    Ok(Result { tally, ttft_ms, rss_start, rss_end: rss.map(|r| r.0), rss_peak: rss.map(|r| r.1), after, elapsed, log_tail })
+        let mut tally = Tally::default();
+        let mut ttft_ms = Vec::new();
+        // Every task ends by itself: no new call after `end`, and each call is bounded.
+        while let Some(r) = tasks.join_next().await {
+            match r {
+                Ok((t, ttft)) => {
+                    tally.merge(t);
+                    ttft_ms.extend(ttft);
+                }
+                Err(e) => tally.fail("client task", "panicked", e.to_string()),
+            }
+        }
+        let elapsed = started.elapsed();
+        let rss = rss_kib(pid);
+        let after = match tokio::time::timeout(s.deadline, well_behaved(&d.client, QUESTIONS[0])).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(e.into()),
+            Err(_) => Err(format!("no answer within {} s", s.deadline.as_secs())),
+        };
+        let log_tail = d.log_tail();
+        Ok(Result { tally, ttft_ms, rss_start, rss_end: rss.map(|r| r.0), rss_peak: rss.map(|r| r.1), after, elapsed, log_tail })
+    })
+    .await
 }
 
 fn pick(rng: &mut StdRng) -> Action {
