@@ -19,7 +19,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Dispatcher, FALLBACKS_KEPT, Fallback, Route};
+use super::state::{Dispatcher, FALLBACKS_KEPT};
+use super::types::{Fallback, Route};
 use crate::Client;
 use crate::api::{CallError, Code, Done, EmbedParams, Embedded, Event, Format, GenerateParams, PrefillParams, Prefilled, Priority};
 
