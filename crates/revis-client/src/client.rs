@@ -16,6 +16,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::api::*;
 use crate::error::source_chain;
+use crate::fold::DoneFold;
 use crate::target::Target;
 use crate::wire::{self, v1 as pb};
 use crate::{ClientError, LOCAL_CONNECT_TIMEOUT, local};
@@ -356,15 +357,10 @@ impl GenerateStream {
     /// [`Self::finish`], telling `on_started` the prompt's length in tokens
     /// when the daemon says it (before any text).
     pub async fn finish_started(mut self, mut on_started: impl FnMut(u32), mut on_delta: impl FnMut(&str)) -> Result<Done, CallError> {
-        let mut logprobs = Vec::new();
+        let mut fold = DoneFold::new();
         while let Some(ev) = self.next().await? {
-            match ev {
-                Event::Delta { text, logprobs: l, .. } => {
-                    logprobs.extend(l);
-                    on_delta(&text);
-                }
-                Event::Done(done) => return Ok(Done { logprobs, ..done }),
-                Event::Started { prompt_tokens, .. } => on_started(prompt_tokens),
+            if let Some(done) = fold.push(ev, &mut on_started, |text, _| on_delta(text)) {
+                return Ok(done);
             }
         }
         Err(CallError::new(Code::Unavailable, "the daemon closed the stream before the answer was done").after(self.delivered))

@@ -17,6 +17,8 @@ pub mod dispatch;
 pub mod ensemble;
 // [`ClientError`] and [`NodeError`], and an error's causes in one line.
 mod error;
+// A Generate's events folded into its finished answer ([`DoneFold`]).
+mod fold;
 // Dialling this machine's daemon, and only this user's.
 mod local;
 // Paired nodes as `revis nodes` and the GUI list them, with their health.
@@ -40,6 +42,7 @@ mod wire;
 pub use api::*;
 pub use client::{Client, GenerateStream, PairingEvents};
 pub use error::{ClientError, NodeError};
+pub use fold::DoneFold;
 pub use local::LOCAL_CONNECT_TIMEOUT;
 pub use paths::Paths;
 pub use remote::{
