@@ -17,7 +17,7 @@ pub enum ClientError {
     /// `reason` says why and what to do.
     #[error("refusing {path}: {reason}")]
     Untrusted { path: PathBuf, reason: String },
-    /// A process ID that a daemon reported, not believed (see [`end_daemon`]).
+    /// A process ID that a daemon reported, not believed (see [`end_daemon`](crate::end_daemon)).
     #[error("refusing to signal process {pid}: {reason}")]
     NotDaemon { pid: u32, reason: String },
     #[error("could not start revisd: {0}")]

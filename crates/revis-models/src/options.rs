@@ -31,14 +31,14 @@ pub struct PullOptions {
     pub retries: u32,
     /// A Hugging Face token, sent (as `Authorization: Bearer`) to `hf_endpoint`'s origin only.
     pub hf_token: Option<String>,
-    /// Stops the pull when cancelled (see [`Cancel`]): [`Error::Cancelled`],
+    /// Stops the pull when cancelled (see [`Cancel`]): [`Error::Cancelled`](crate::Error::Cancelled),
     /// what arrived kept for the next pull to resume from.
     pub cancel: Option<Cancel>,
-    /// The largest file this pull may fetch ([`Error::OverPullLimit`],
+    /// The largest file this pull may fetch ([`Error::OverPullLimit`](crate::Error::OverPullLimit),
     /// before any byte); None: no limit but the disk's.
     pub max_bytes: Option<u64>,
     /// Bytes the download must leave free on the models' disk
-    /// ([`Error::NoSpace`]); a file that does not fit is refused either way.
+    /// ([`Error::NoSpace`](crate::Error::NoSpace)); a file that does not fit is refused either way.
     pub keep_free: u64,
     /// The limits are `revis serve`'s (its errors name its options).
     pub by_http: bool,

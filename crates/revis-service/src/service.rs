@@ -27,7 +27,7 @@ pub struct Service {
     pub plist: &'static str,
     /// launchd: the log file's name, in `~/Library/Logs/revis`.
     pub log: &'static str,
-    /// Whether the manager holds a socket for it ([`Layout::socket`]).
+    /// Whether the manager holds a socket for it ([`Layout::socket`](crate::Layout::socket)).
     pub socket: bool,
 }
 

@@ -61,7 +61,7 @@ impl Default for Deadlines {
 }
 
 /// Where a task runs (not to be confused with [`crate::Target`], which
-/// daemon a [`Client`] is connected to).
+/// daemon a [`Client`](crate::Client) is connected to).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Route {
     Local,
