@@ -8,7 +8,7 @@
 //! another daemon instead. [`GenerateStream`] holds the one loop that reads
 //! a Generate's events off the wire.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use hyper_util::rt::TokioIo;
@@ -16,8 +16,10 @@ use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::api::*;
 use crate::error::source_chain;
+use crate::fold::DoneFold;
+use crate::target::Target;
 use crate::wire::{self, v1 as pb};
-use crate::{ClientError, LOCAL_CONNECT_TIMEOUT, Node, SpawnOptions, local, spawn_daemon};
+use crate::{ClientError, LOCAL_CONNECT_TIMEOUT, local};
 
 /// A connection to one revisd.
 #[derive(Clone)]
@@ -29,24 +31,6 @@ pub struct Client {
     #[cfg(feature = "wire")]
     channel: Channel,
     target: Target,
-}
-
-/// Which daemon a [`Client`] talks to.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Target {
-    /// The local daemon, over its Unix socket.
-    Socket(PathBuf),
-    /// A paired daemon on another machine, over mutual TLS.
-    Node(Node),
-}
-
-impl std::fmt::Display for Target {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Target::Socket(p) => write!(f, "{}", p.display()),
-            Target::Node(n) => write!(f, "{} at {} (mutual TLS)", n.name, n.addr),
-        }
-    }
 }
 
 impl Client {
@@ -88,27 +72,6 @@ impl Client {
             #[cfg(feature = "wire")]
             channel,
             target,
-        }
-    }
-
-    /// Connects to the daemon at `path`; if none answers, starts one (pulling
-    /// the default model first if it is missing) and connects to it. A
-    /// socket that may not be this user's ([`ClientError::Untrusted`]) is
-    /// refused at once: no daemon is started there.
-    pub async fn connect_or_start(path: &Path, opts: &SpawnOptions) -> Result<Client, ClientError> {
-        match Self::answering(path).await {
-            Ok(Some(c)) => return Ok(c),
-            Err(e @ ClientError::Untrusted { .. }) => return Err(e),
-            _ => {}
-        }
-        match spawn_daemon(path, opts).await {
-            Ok(_) => Self::connect(path).await,
-            // Another client may have started one at the same moment: use it.
-            Err(e) => match Self::answering(path).await {
-                Ok(Some(c)) => Ok(c),
-                Err(untrusted @ ClientError::Untrusted { .. }) => Err(untrusted),
-                _ => Err(e),
-            },
         }
     }
 
@@ -394,15 +357,10 @@ impl GenerateStream {
     /// [`Self::finish`], telling `on_started` the prompt's length in tokens
     /// when the daemon says it (before any text).
     pub async fn finish_started(mut self, mut on_started: impl FnMut(u32), mut on_delta: impl FnMut(&str)) -> Result<Done, CallError> {
-        let mut logprobs = Vec::new();
+        let mut fold = DoneFold::new();
         while let Some(ev) = self.next().await? {
-            match ev {
-                Event::Delta { text, logprobs: l, .. } => {
-                    logprobs.extend(l);
-                    on_delta(&text);
-                }
-                Event::Done(done) => return Ok(Done { logprobs, ..done }),
-                Event::Started { prompt_tokens, .. } => on_started(prompt_tokens),
+            if let Some(done) = fold.push(ev, &mut on_started, |text, _| on_delta(text)) {
+                return Ok(done);
             }
         }
         Err(CallError::new(Code::Unavailable, "the daemon closed the stream before the answer was done").after(self.delivered))

@@ -1,11 +1,13 @@
 //! What goes wrong in the client layer: [`ClientError`] (a daemon not
-//! there, a socket not to be trusted, a node not reached, a call refused),
-//! and how an error and its causes read as one line.
+//! there, a socket not to be trusted, a node not reached ([`NodeError`]),
+//! a call refused), and how an error and its causes read as one line.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use revis_trust::DeviceId;
+
 use crate::api::{CallError, Code};
-use crate::remote::NodeError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -15,7 +17,7 @@ pub enum ClientError {
     /// `reason` says why and what to do.
     #[error("refusing {path}: {reason}")]
     Untrusted { path: PathBuf, reason: String },
-    /// A process ID that a daemon reported, not believed (see [`end_daemon`]).
+    /// A process ID that a daemon reported, not believed (see [`end_daemon`](crate::end_daemon)).
     #[error("refusing to signal process {pid}: {reason}")]
     NotDaemon { pid: u32, reason: String },
     #[error("could not start revisd: {0}")]
@@ -54,6 +56,19 @@ impl ClientError {
             other => CallError::new(Code::Unavailable, other.to_string()),
         }
     }
+}
+
+/// Why a handshake with a node failed, in words a person can act on.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error(
+        "the machine at {addr} is not {name}: its certificate does not match the one paired (device ID {expected}); refusing to talk to it"
+    )]
+    NotThatNode { name: String, addr: SocketAddr, expected: DeviceId },
+    #[error("{name} at {addr} refused this machine: it is not paired there (or was unpaired); pair again with `revis pair {name}`")]
+    Refused { name: String, addr: SocketAddr },
+    #[error("cannot reach {name} at {addr}: {reason}")]
+    Unreachable { name: String, addr: SocketAddr, reason: String },
 }
 
 /// An error and its causes, `: `-joined; a cause that the text so far

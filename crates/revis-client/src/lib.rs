@@ -15,8 +15,10 @@ mod client;
 pub mod dispatch;
 // Several models answering one tier together.
 pub mod ensemble;
-// [`ClientError`], and an error's causes in one line.
+// [`ClientError`] and [`NodeError`], and an error's causes in one line.
 mod error;
+// A Generate's events folded into its finished answer ([`DoneFold`]).
+mod fold;
 // Dialling this machine's daemon, and only this user's.
 mod local;
 // Paired nodes as `revis nodes` and the GUI list them, with their health.
@@ -29,6 +31,8 @@ mod remote;
 mod spawn;
 // How fast models would decode here: the machine's probes and a real decode.
 pub mod speed;
+// Which daemon a client talks to: this machine's or a paired node.
+mod target;
 // The edge between the domain types and `revis.v1` (public with the `wire` feature).
 #[cfg(feature = "wire")]
 pub mod wire;
@@ -36,16 +40,18 @@ pub mod wire;
 mod wire;
 
 pub use api::*;
-pub use client::{Client, GenerateStream, PairingEvents, Target};
-pub use error::ClientError;
+pub use client::{Client, GenerateStream, PairingEvents};
+pub use error::{ClientError, NodeError};
+pub use fold::DoneFold;
 pub use local::LOCAL_CONNECT_TIMEOUT;
 pub use paths::Paths;
 pub use remote::{
     CONNECT_TIMEOUT, Keyring, MAX_CANDIDATE_ADDRESSES, NODE_PING_INTERVAL, NODE_PING_TIMEOUT, NODE_TCP_PROBE_INTERVAL, NODE_TCP_PROBES,
-    Node, NodeError, PAIR_TIMEOUT, interfaces_from_env, pair, resolve,
+    PAIR_TIMEOUT, interfaces_from_env, pair, resolve,
 };
 pub use revis_proto::default_socket_path;
 pub use revis_trust::{DeviceId, Discovered, Interfaces, PairingCode, browse, host_name};
 pub use spawn::{
     RESTART_WAIT, Restarted, START_TIMEOUT, SpawnOptions, check_config, end_daemon, readiness_pipe, restart_daemon, spawn_daemon,
 };
+pub use target::{Node, Target};

@@ -22,7 +22,9 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tonic::transport::{Endpoint, Uri};
 
-use crate::{CallError, Client, ClientError, Target};
+use crate::error::NodeError;
+use crate::target::{Node, Target};
+use crate::{CallError, Client, ClientError};
 
 /// How long a TCP connect plus TLS handshake to a node may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -59,27 +61,6 @@ impl Keyring {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
-}
-
-/// A paired daemon and where to reach it now.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Node {
-    pub name: String,
-    pub device_id: DeviceId,
-    pub addr: SocketAddr,
-}
-
-/// Why a handshake with a node failed, in words a person can act on.
-#[derive(Clone, Debug, thiserror::Error)]
-pub enum NodeError {
-    #[error(
-        "the machine at {addr} is not {name}: its certificate does not match the one paired (device ID {expected}); refusing to talk to it"
-    )]
-    NotThatNode { name: String, addr: SocketAddr, expected: DeviceId },
-    #[error("{name} at {addr} refused this machine: it is not paired there (or was unpaired); pair again with `revis pair {name}`")]
-    Refused { name: String, addr: SocketAddr },
-    #[error("cannot reach {name} at {addr}: {reason}")]
-    Unreachable { name: String, addr: SocketAddr, reason: String },
 }
 
 impl Client {

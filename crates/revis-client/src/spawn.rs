@@ -1,7 +1,8 @@
 //! Starting revisd in the background for a user whose first command finds
 //! no daemon: pull the default model if missing, start `revisd`, and wait
 //! until it says it serves (a readiness pipe, not a guess). Ending it, and
-//! restarting it so it reads its configuration again.
+//! restarting it so it reads its configuration again. [`Client::connect_or_start`]
+//! is the door: connect, else start one and connect.
 
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -9,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::{Client, ClientError, Target};
+use crate::target::Target;
+use crate::{Client, ClientError};
 
 /// How long to wait for a freshly started daemon to answer.
 pub const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -131,6 +133,29 @@ pub async fn spawn_daemon(socket: &Path, opts: &SpawnOptions) -> Result<u32, Cli
         Ok(_) => Err(ClientError::Spawn(format!("revisd exited before it was ready; see its log at {}", log_path.display()))),
         Err(_) => {
             Err(ClientError::Spawn(format!("revisd did not become ready within {}s; see {}", START_TIMEOUT.as_secs(), log_path.display())))
+        }
+    }
+}
+
+impl Client {
+    /// Connects to the daemon at `path`; if none answers, starts one (pulling
+    /// the default model first if it is missing) and connects to it. A
+    /// socket that may not be this user's ([`ClientError::Untrusted`]) is
+    /// refused at once: no daemon is started there.
+    pub async fn connect_or_start(path: &Path, opts: &SpawnOptions) -> Result<Client, ClientError> {
+        match Self::answering(path).await {
+            Ok(Some(c)) => return Ok(c),
+            Err(e @ ClientError::Untrusted { .. }) => return Err(e),
+            _ => {}
+        }
+        match spawn_daemon(path, opts).await {
+            Ok(_) => Self::connect(path).await,
+            // Another client may have started one at the same moment: use it.
+            Err(e) => match Self::answering(path).await {
+                Ok(Some(c)) => Ok(c),
+                Err(untrusted @ ClientError::Untrusted { .. }) => Err(untrusted),
+                _ => Err(e),
+            },
         }
     }
 }

@@ -4,8 +4,6 @@
 //! answer worse than it does bare. Models nobody measured get revis's
 //! defaults ([`ChatGears::UNMEASURED`]).
 
-use crate::catalog::{find, find_file};
-
 /// What opens the system message of a chat answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rules {
@@ -37,25 +35,4 @@ pub struct ChatGears {
 impl ChatGears {
     /// A model nobody measured: the house rules and the quick check.
     pub const UNMEASURED: ChatGears = ChatGears { rules: Rules::House, quick_check: true, profile: true, measured: false };
-}
-
-/// The gears of the model a tier runs, by its name (a catalog name) or,
-/// failing that, its file's name (a path to a catalog file).
-pub fn chat_gears(name: &str, path: &str) -> ChatGears {
-    let file = std::path::Path::new(path).file_name().and_then(|f| f.to_str()).unwrap_or_default();
-    find(name).or_else(|| find_file(file)).map_or(ChatGears::UNMEASURED, |e| e.chat)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_catalog_model_is_known_by_name_or_by_file_and_anything_else_is_unmeasured() {
-        let smol = find("smollm2-135m-instruct").unwrap();
-        assert!(smol.chat.measured);
-        assert_eq!(chat_gears("smollm2-135m-instruct", ""), smol.chat);
-        assert_eq!(chat_gears("/some/where/my-copy", "/models/SmolLM2-135M-Instruct.Q4_1.gguf"), smol.chat);
-        assert_eq!(chat_gears("/models/mine.gguf", "/models/mine.gguf"), ChatGears::UNMEASURED);
-    }
 }

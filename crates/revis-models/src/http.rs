@@ -17,6 +17,7 @@ use crate::cancel::{self, Cancel};
 use crate::error::{Error, Result};
 use crate::hash::{self, BUF_SIZE};
 use crate::index::resolve_url;
+use crate::options::PullOptions;
 use crate::progress::{Meter, Progress};
 
 /// Index pages and API listings larger than this are refused (pypi.org's largest are a few MB).
@@ -211,7 +212,7 @@ enum Stop {
 /// read, and one that stops fitting while it downloads (the disk filled by
 /// something else) is stopped within [`SPACE_CHECK_EVERY`] bytes
 /// ([`Error::NoSpace`]; the partial file is deleted).
-pub(crate) fn download(agent: &Agent, art: &Artifact<'_>, opts: &crate::PullOptions) -> Result<()> {
+pub(crate) fn download(agent: &Agent, art: &Artifact<'_>, opts: &PullOptions) -> Result<()> {
     let (progress, retries, cancel) = (&opts.progress, opts.retries, opts.cancel.as_ref());
     if let Some(limit) = opts.max_bytes
         && art.size > limit

@@ -1,9 +1,6 @@
-//! Sampling defaults per model: what the GGUF file publishes, else what the catalog knows, else nothing (the daemon's own).
-
-use std::path::Path;
-
-use crate::catalog::{find, find_file};
-use crate::gguf;
+//! Sampling as data a model may carry: [`SamplingDefaults`] (what its makers
+//! recommend) and the bounds of each setting. `lookup.rs` finds a model's: what
+//! the GGUF file publishes, else what the catalog knows, else nothing (the daemon's own).
 
 /// Sampling a model's makers recommend; each field is None where nothing is
 /// known, and a request's own setting always wins over it.
@@ -57,24 +54,6 @@ impl SamplingDefaults {
     }
 }
 
-/// The sampling defaults of the model a tier names `name` (a catalog name, a
-/// Hugging Face reference or a path) whose file is `path`: the GGUF file's own
-/// `general.sampling.*` keys (llama.cpp's convention), else the catalog's for
-/// that name or file name, else none. Values outside the daemon's limits are
-/// dropped. A file that cannot be read as GGUF publishes nothing.
-pub fn sampling_defaults(name: &str, path: &Path) -> SamplingDefaults {
-    let published = match gguf::sampling(path) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::debug!(path = %path.display(), error = %e, "no sampling metadata read");
-            SamplingDefaults::NONE
-        }
-    };
-    let file = path.file_name().and_then(|f| f.to_str()).unwrap_or_default();
-    let catalog = find(name).or_else(|| find_file(file)).map_or(SamplingDefaults::NONE, |e| e.sampling);
-    published.sane().or(catalog)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,16 +75,5 @@ mod tests {
             repeat_last_n: Some(1 << 20),
         };
         assert_eq!(wild.sane(), SamplingDefaults { top_k: Some(40), ..SamplingDefaults::NONE });
-    }
-
-    #[test]
-    fn a_file_that_is_not_gguf_falls_back_to_the_catalog() {
-        let dir = tempfile::tempdir().unwrap();
-        let qwen = find("qwen2.5-3b-instruct").unwrap();
-        let path = dir.path().join(qwen.file_name);
-        std::fs::write(&path, b"not a model").unwrap();
-        assert_eq!(sampling_defaults("/some/path/model.gguf", &path), qwen.sampling, "by file name");
-        assert_eq!(sampling_defaults("qwen2.5-3b-instruct", &dir.path().join("x.gguf")), qwen.sampling, "by catalog name");
-        assert_eq!(sampling_defaults("gemma3-270m", &path.with_file_name("y.gguf")), SamplingDefaults::NONE, "none published");
     }
 }

@@ -9,7 +9,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::{InstallOptions, Layout, ServiceError, check, io_error, run, say, utf8};
+use crate::command::{and_list, check, run, say};
+use crate::error::{ServiceError, io_error, utf8};
+use crate::layout::Layout;
+use crate::options::InstallOptions;
 
 /// The LaunchAgent for the program, arguments and variables in `layout`.
 pub fn plist(layout: &Layout) -> Result<String, ServiceError> {
@@ -117,7 +120,7 @@ pub(crate) fn install(layout: &Layout, opts: InstallOptions, changed: bool, out:
     dirs.push(layout.log().parent().expect("the log is in a directory").to_path_buf());
     if opts.dry_run {
         let dirs: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
-        say!(out, "would create {} (mode 0700)", crate::and_list(&dirs));
+        say!(out, "would create {} (mode 0700)", and_list(&dirs));
         say!(out, "would run: launchctl enable {target}");
         say!(out, "would run: launchctl bootstrap {domain} {plist_path} (after `launchctl bootout {target}` if it is loaded and changed)");
         return Ok(());

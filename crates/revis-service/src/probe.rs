@@ -7,7 +7,8 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::{Layout, Probe, say};
+use crate::command::say;
+use crate::layout::{Layout, Probe};
 
 /// How long `status` waits for an answer. With socket activation the first
 /// connection may start revisd, which is quick: models load on first use.

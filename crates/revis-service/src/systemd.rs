@@ -1,4 +1,4 @@
-//! Linux: systemd user units, filled in from the templates here. revisd
+//! Linux: systemd user units, filled in from the templates in `units.rs`. revisd
 //! has two: `revisd.socket` holds the socket from login on (socket
 //! activation: a connection starts revisd when it is not running), and
 //! `revisd.service` runs revisd and restarts it when it fails. `revis serve`
@@ -8,95 +8,11 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::{InstallOptions, Layout, ServiceError, and_list, check, run, say, utf8};
-
-/// One unit file: its name, and its text with `{{EXEC}}` (the ExecStart
-/// command line) and `{{ENVIRONMENT}}` (`Environment=` lines) to fill in.
-#[derive(Debug)]
-pub struct Unit {
-    pub name: &'static str,
-    template: &'static str,
-}
-
-pub(crate) const REVISD_UNITS: &[Unit] =
-    &[Unit { name: "revisd.socket", template: REVISD_SOCKET }, Unit { name: "revisd.service", template: REVISD_SERVICE }];
-pub(crate) const SERVE_UNITS: &[Unit] = &[Unit { name: "revis-serve.service", template: SERVE_SERVICE }];
-
-/// `%t` is the user's runtime directory, so the path is
-/// `$XDG_RUNTIME_DIR/revis/revisd.sock`, the clients' default; systemd
-/// creates the directory 0700 and the socket 0600, like revisd itself.
-const REVISD_SOCKET: &str = "\
-# The socket of revisd, the revis inference daemon. systemd holds it from
-# login on and hands it to revisd (socket activation); a connection starts
-# revisd when it is not running.
-# Written by `revisd service install`, which rewrites it.
-[Unit]
-Description=revis inference daemon socket
-
-[Socket]
-ListenStream=%t/revis/revisd.sock
-SocketMode=0600
-DirectoryMode=0700
-RemoveOnStop=yes
-
-[Install]
-WantedBy=sockets.target
-";
-
-const REVISD_SERVICE: &str = "\
-# revisd, the revis inference daemon, as a systemd user service.
-# Written by `revisd service install`, which rewrites it: put settings of
-# your own in `systemctl --user edit revisd.service`.
-[Unit]
-Description=revis inference daemon
-Requires=revisd.socket
-After=revisd.socket
-
-[Service]
-Type=simple
-ExecStart={{EXEC}}
-{{ENVIRONMENT}}\
-# Started again when it crashes or is killed, not after a clean stop. A bad
-# config (exit 64) or an unusable socket (exit 73) would fail again: not retried.
-Restart=on-failure
-RestartSec=2
-RestartPreventExitStatus=64 73
-# After SIGTERM revisd drains and exits within 5 s (2 s grace, then 3 s).
-TimeoutStopSec=15
-
-[Install]
-WantedBy=default.target
-Also=revisd.socket
-";
-
-/// Wants=, not Requires=: without revisd's units (a revisd of its own,
-/// `--socket`, `--node`) it runs all the same.
-const SERVE_SERVICE: &str = "\
-# revis serve, OpenAI's and Ollama's HTTP APIs over revis, as a systemd user
-# service. Written by `revis serve install`, which rewrites it: put settings
-# of your own in `systemctl --user edit revis-serve.service`.
-[Unit]
-Description=revis serve (OpenAI- and Ollama-compatible HTTP APIs)
-# It answers through revisd: installed as a service too (`revisd service
-# install`), revisd is started by the first request on its socket.
-Wants=revisd.socket
-After=revisd.socket
-
-[Service]
-Type=simple
-ExecStart={{EXEC}}
-{{ENVIRONMENT}}\
-# Started again when it crashes or is killed, not after a clean stop. A bad
-# command line (exit 2) or bad flags (exit 64) would fail again: not retried.
-Restart=on-failure
-RestartSec=2
-RestartPreventExitStatus=2 64
-# After SIGTERM answers under way get 3 s to end.
-TimeoutStopSec=15
-
-[Install]
-WantedBy=default.target
-";
+use crate::command::{and_list, check, run, say};
+use crate::error::{ServiceError, utf8};
+use crate::layout::Layout;
+use crate::options::InstallOptions;
+use crate::units::Unit;
 
 /// `unit` for the program, arguments and variables in `layout`.
 pub fn unit_file(layout: &Layout, unit: &Unit) -> Result<String, ServiceError> {

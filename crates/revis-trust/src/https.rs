@@ -21,7 +21,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use sha2::{Digest, Sha256};
 
 use crate::fsutil::{read_if_exists, write_private_atomic};
-use crate::{Result, TrustError, tls};
+use crate::{Result, TrustError, crypto};
 
 /// The certificate `revis serve --tls` makes, and the authority's after it (PEM, 0600).
 pub const HTTPS_CERT_FILE: &str = "http-tls.crt";
@@ -133,7 +133,7 @@ impl HttpsIdentity {
         key: PrivateKeyDer<'static>,
         names: Vec<String>,
     ) -> Result<Self> {
-        let mut config = ServerConfig::builder_with_provider(tls::provider())
+        let mut config = ServerConfig::builder_with_provider(crypto::provider())
             .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
             .with_no_client_auth()
             .with_single_cert(chain, key)
@@ -158,7 +158,7 @@ fn names_held(
     let mut roots = rustls::RootCertStore::empty();
     roots.add(ca.clone())?;
     let parsed = rustls::server::ParsedCertificate::try_from(leaf)?;
-    let algorithms = tls::provider().signature_verification_algorithms.all;
+    let algorithms = crypto::provider().signature_verification_algorithms.all;
     rustls::client::verify_server_cert_signed_by_trust_anchor(&parsed, &roots, &[], rustls::pki_types::UnixTime::now(), algorithms)?;
     Ok(names.iter().cloned().partition(|n| {
         rustls::pki_types::ServerName::try_from(n.as_str()).is_ok_and(|name| rustls::client::verify_server_name(&parsed, &name).is_ok())
@@ -268,7 +268,7 @@ mod tests {
         let mut roots = rustls::RootCertStore::empty();
         let ca = std::fs::read(&id.cert_path).unwrap();
         roots.add(CertificateDer::from_pem_slice(&ca).unwrap()).unwrap();
-        let config = rustls::ClientConfig::builder_with_provider(tls::provider())
+        let config = rustls::ClientConfig::builder_with_provider(crypto::provider())
             .with_safe_default_protocol_versions()
             .unwrap()
             .with_root_certificates(roots)

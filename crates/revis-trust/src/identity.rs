@@ -10,7 +10,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::{CertifiedKey, SigningKey};
 
 use crate::fsutil::{read_if_exists, write_private_atomic};
-use crate::{DeviceId, Result, TrustError, tls};
+use crate::{DeviceId, Result, TrustError, crypto};
 
 /// The private key (PKCS#8, PEM), mode 0600.
 pub const KEY_FILE: &str = "identity.key";
@@ -84,7 +84,7 @@ impl Identity {
 
     /// The private key as a rustls signing key (the key itself stays here).
     pub fn signing_key(&self) -> Result<Arc<dyn SigningKey>> {
-        Ok(tls::provider().key_provider.load_private_key(self.key.clone_key())?)
+        Ok(crypto::provider().key_provider.load_private_key(self.key.clone_key())?)
     }
 
     /// Certificate and key together, for a rustls config.
@@ -108,7 +108,7 @@ impl Identity {
     fn from_pem(key_path: &Path, key_pem: &[u8], cert_path: &Path, cert_pem: &[u8]) -> Result<Self> {
         let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| TrustError::corrupt(key_path, format!("no private key: {e}")))?;
         let cert = CertificateDer::from_pem_slice(cert_pem).map_err(|e| TrustError::corrupt(cert_path, format!("no certificate: {e}")))?;
-        let signing = tls::provider().key_provider.load_private_key(key.clone_key()).map_err(|e| TrustError::corrupt(key_path, e))?;
+        let signing = crypto::provider().key_provider.load_private_key(key.clone_key()).map_err(|e| TrustError::corrupt(key_path, e))?;
         CertifiedKey::new(vec![cert.clone()], signing)
             .keys_match()
             .map_err(|e| TrustError::corrupt(cert_path, format!("does not match {}: {e}", key_path.display())))?;

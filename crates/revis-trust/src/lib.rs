@@ -31,6 +31,7 @@
 //!   third-party HTTP clients, which check a certificate the usual way; the
 //!   user's own, or one made here, self-signed for this machine's names.
 
+mod crypto;
 mod device_id;
 mod discovery;
 mod error;
@@ -42,6 +43,7 @@ mod pairing;
 mod store;
 mod tls;
 
+pub use crypto::provider;
 pub use device_id::DeviceId;
 pub use discovery::{Advertisement, Advertiser, Discovered, Interfaces, SERVICE_TYPE, browse};
 pub use error::TrustError;
@@ -54,7 +56,7 @@ pub use pairing::{
 pub use store::{PairedDevice, TRUST_FILE, TrustSet, TrustStore};
 pub use tls::{
     ALPN_H2, ALPN_PAIRING, ALPN_RPC, PeerVerifier, Pin, client_config, lend_client_config, lend_server_config, pairing_client_config,
-    pairing_server_config, peer_device_id, provider, server_config, server_name,
+    pairing_server_config, peer_device_id, server_config, server_name,
 };
 
 /// The `Result` of this crate.

@@ -4,22 +4,18 @@ use std::sync::Arc;
 
 use rustls::client::Resumption;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
+use rustls::crypto::WebPkiSupportedAlgorithms;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::NoServerSessionStorage;
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::sign::SingleCertAndKey;
 use rustls::{CertificateError, ClientConfig, CommonState, DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme};
 
+use crate::crypto::provider;
 use crate::{DeviceId, Identity, Result, TrustSet};
 
 /// The one application protocol: gRPC over HTTP/2.
 pub const ALPN_H2: &[u8] = b"h2";
-
-/// The ring crypto provider every config here uses.
-pub fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
 
 /// The name a client sends (SNI). Nothing checks it: the server is pinned
 /// by device ID, so any address (an IP from mDNS too) can be dialled.

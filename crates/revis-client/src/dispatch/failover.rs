@@ -19,9 +19,11 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Dispatcher, FALLBACKS_KEPT, Fallback, Route};
+use super::state::{Dispatcher, FALLBACKS_KEPT};
+use super::types::{Fallback, Route};
 use crate::Client;
-use crate::api::{CallError, Code, Done, EmbedParams, Embedded, Event, Format, GenerateParams, PrefillParams, Prefilled, Priority};
+use crate::api::{CallError, Code, Done, EmbedParams, Embedded, Format, GenerateParams, PrefillParams, Prefilled, Priority};
+use crate::fold::DoneFold;
 
 impl Dispatcher {
     /// A pre-prefill, sent where the answer will go (a user's answer then
@@ -192,7 +194,7 @@ impl Dispatcher {
             Ok(r) => r?,
         };
         let mut first = true;
-        let mut logprobs = Vec::new();
+        let mut fold = DoneFold::new();
         loop {
             let limit = if first { d.first_token.saturating_sub(t0.elapsed()) } else { d.gap };
             let limit = limit.min(d.total.saturating_sub(t0.elapsed()));
@@ -206,14 +208,12 @@ impl Dispatcher {
             let Some(ev) = ev else {
                 return Err(CallError::new(Code::Unavailable, "the stream ended before the answer was done"));
             };
-            match ev {
-                Event::Started { prompt_tokens, .. } => on_started(prompt_tokens),
-                Event::Delta { text, tokens, logprobs: l } => {
-                    first = false;
-                    logprobs.extend(l);
-                    on_text(&text, tokens);
-                }
-                Event::Done(done) => return Ok(Done { logprobs, ..done }),
+            let text_came = |text: &str, tokens: u32| {
+                first = false;
+                on_text(text, tokens);
+            };
+            if let Some(done) = fold.push(ev, &mut *on_started, text_came) {
+                return Ok(done);
             }
         }
     }

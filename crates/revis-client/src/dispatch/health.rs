@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use revis_trust::{DeviceId, PairedDevice, TrustStore};
 
-use super::{Dispatcher, NodeView, Route, State};
+use super::state::{Dispatcher, State};
+use super::types::{NodeView, Route};
 use crate::api::{DaemonStatus, Done};
 use crate::{Client, Node};
 

@@ -36,195 +36,31 @@
 //! By concern: `routing` (which target: pure functions, no I/O), `health`
 //! (the paired nodes, probes, breakers, the supervisor), `placement`
 //! (offload applied to this machine), `failover` (one stream with our
-//! deadlines, and what to do when it fails). This module holds the state
-//! and the public API.
+//! deadlines, and what to do when it fails), `state` (the [`Dispatcher`]
+//! handle and the state behind its lock), `types` (the data the API speaks
+//! in). This module holds the public API.
 
 mod failover;
 mod health;
 mod placement;
 mod routing;
+mod state;
+mod types;
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::net::SocketAddr;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
-use revis_trust::{DeviceId, Interfaces};
+use revis_trust::Interfaces;
 use tokio::sync::watch;
 
 use crate::api::{CallError, Done, EmbedParams, Embedded, GenerateParams, PrefillParams, Prefilled, Runner, Tier, TierStatus};
 use crate::ensemble::{Ensemble, EnsembleSpec, Member, Weights};
 use crate::{Client, Keyring};
-use routing::{LocalLoad, Task};
+use routing::Task;
+use state::State;
 
-/// A tier's offload, as the user set it (`revis offload`, the GUI).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Offload {
-    pub enabled: bool,
-    /// Only this paired node (name or device ID); None = any that serves the tier.
-    pub node: Option<String>,
-    /// Keep the model loaded here too, and share background work with this machine.
-    pub keep_local: bool,
-}
-
-impl Offload {
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({"enabled": self.enabled, "node": self.node, "keep_local": self.keep_local})
-    }
-
-    pub fn from_json(v: &serde_json::Value) -> Offload {
-        Offload {
-            enabled: v["enabled"].as_bool().unwrap_or(false),
-            node: v["node"].as_str().map(str::to_owned),
-            keep_local: v["keep_local"].as_bool().unwrap_or(false),
-        }
-    }
-}
-
-/// Our own deadlines for a streamed answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Deadlines {
-    /// From sending the request to its first event (queue wait and a model
-    /// load included).
-    pub first_token: Duration,
-    /// Longest silence between two events once the answer streams.
-    pub gap: Duration,
-    /// The whole answer.
-    pub total: Duration,
-    /// A health probe (connect and Status).
-    pub probe: Duration,
-}
-
-impl Default for Deadlines {
-    fn default() -> Self {
-        Deadlines {
-            first_token: Duration::from_secs(60),
-            gap: Duration::from_secs(5),
-            total: Duration::from_secs(600),
-            probe: Duration::from_secs(2),
-        }
-    }
-}
-
-/// Where a task runs (not to be confused with [`crate::Target`], which
-/// daemon a [`Client`] is connected to).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Route {
-    Local,
-    Node(DeviceId),
-}
-
-/// Where a tier runs now.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Placement {
-    /// This machine's daemon.
-    Local,
-    /// Offloaded to this node (name).
-    Node(String),
-    /// Offload is on but no node serving it is healthy: here for now.
-    FallenBack,
-}
-
-/// A paired node as the dispatcher sees it.
-#[derive(Clone, Debug)]
-pub struct NodeView {
-    pub name: String,
-    pub device_id: DeviceId,
-    pub addr: Option<SocketAddr>,
-    /// The breaker is closed: the node gets work.
-    pub healthy: bool,
-    pub last_error: Option<String>,
-    pub queue_depth: u32,
-    pub in_flight: usize,
-    /// Measured decode speed (moving average), 0 until measured.
-    pub tokens_per_s: f64,
-    /// Round trip of the last health probe.
-    pub latency_ms: f64,
-    pub tiers: Vec<Tier>,
-    /// Tasks it finished for this dispatcher.
-    pub completed: u64,
-}
-
-/// A call that failed on a node and went on elsewhere.
-#[derive(Clone, Debug)]
-pub struct Fallback {
-    /// The node that failed.
-    pub from: String,
-    pub error: String,
-    /// Text (bytes) and tokens shown before the failure: the answer
-    /// continued from there.
-    pub shown_bytes: usize,
-    pub shown_tokens: u32,
-    /// When the failure was noticed.
-    pub at: Instant,
-}
-
-/// Fallbacks remembered for [`Dispatcher::fallbacks`].
-const FALLBACKS_KEPT: usize = 32;
-
-struct State {
-    /// The paired nodes, in the order they were paired.
-    nodes: Vec<NodeView>,
-    /// A connection to each node whose breaker is closed.
-    clients: HashMap<DeviceId, Client>,
-    /// Each node's address as the keyring last said it (a node paired
-    /// again at a new address is reached there).
-    paired_addrs: HashMap<DeviceId, Option<SocketAddr>>,
-    offload: BTreeMap<Tier, Offload>,
-    /// Tiers answered by an ensemble of models.
-    ensembles: BTreeMap<Tier, EnsembleSpec>,
-    /// What each tier's ensemble learned about its members (`cross`).
-    ensemble_weights: HashMap<Tier, Arc<Mutex<Weights>>>,
-    /// Tiers whose model this dispatcher unloaded here (to bring home later).
-    unloaded_here: HashSet<Tier>,
-    /// The target the last pre-prefill of a tier went to.
-    sticky: HashMap<Tier, Route>,
-    here: LocalLoad,
-    local_completed: u64,
-    fallbacks: VecDeque<Fallback>,
-    /// When mDNS was last asked (it is asked only for nodes not answering).
-    last_browse: Option<Instant>,
-}
-
-impl State {
-    fn new(offload: BTreeMap<Tier, Offload>) -> State {
-        State {
-            nodes: Vec::new(),
-            clients: HashMap::new(),
-            paired_addrs: HashMap::new(),
-            offload,
-            ensembles: BTreeMap::new(),
-            ensemble_weights: HashMap::new(),
-            unloaded_here: HashSet::new(),
-            sticky: HashMap::new(),
-            here: LocalLoad::default(),
-            local_completed: 0,
-            fallbacks: VecDeque::new(),
-            last_browse: None,
-        }
-    }
-
-    fn offload(&self, tier: Tier) -> Offload {
-        self.offload.get(&tier).cloned().unwrap_or_default()
-    }
-
-    fn node_mut(&mut self, id: &DeviceId) -> Option<&mut NodeView> {
-        self.nodes.iter_mut().find(|n| n.device_id == *id)
-    }
-}
-
-/// Sends each task to the daemon that should run it. Cheap to clone.
-#[derive(Clone)]
-pub struct Dispatcher {
-    local: Client,
-    keyring: Option<Arc<Keyring>>,
-    discovery: Option<Interfaces>,
-    deadlines: Deadlines,
-    state: Arc<Mutex<State>>,
-    parallelism: Arc<watch::Sender<usize>>,
-    /// Every task goes to this node alone ([`Dispatcher::on_node`]).
-    pinned: Option<DeviceId>,
-}
+pub use state::Dispatcher;
+pub use types::{Deadlines, Fallback, NodeView, Offload, Placement, Route};
 
 impl Dispatcher {
     /// A dispatcher over the local daemon and the nodes paired in `keyring`
@@ -250,10 +86,6 @@ impl Dispatcher {
             parallelism: Arc::new(watch::Sender::new(1)),
             pinned: None,
         }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn local(&self) -> &Client {
@@ -451,6 +283,7 @@ impl Runner for Dispatcher {
 
 #[cfg(test)]
 mod tests {
+    use revis_trust::DeviceId;
     use tonic::transport::Endpoint;
 
     use super::*;

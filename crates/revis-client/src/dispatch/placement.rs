@@ -3,7 +3,8 @@
 //! or the tier keeps it: `keep_local`), and a tier that came home (offload
 //! off, or no node serves it any more) has it loaded here again.
 
-use super::{Dispatcher, Placement};
+use super::state::Dispatcher;
+use super::types::Placement;
 use crate::api::{ModelState, Tier};
 
 impl Dispatcher {

@@ -17,7 +17,7 @@
 
 use revis_trust::DeviceId;
 
-use super::{NodeView, Offload, Placement, Route};
+use super::types::{NodeView, Offload, Placement, Route};
 use crate::api::Tier;
 
 /// The decode speed assumed for a daemon not yet measured.

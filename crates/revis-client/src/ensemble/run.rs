@@ -10,9 +10,10 @@ use super::combine::{self, Span, Weights};
 use super::settings::{EnsembleSpec, Method};
 use crate::Client;
 use crate::api::{
-    CallError, Code, Done, EmbedParams, Embedded, Event, FinishReason, Format, GenerateParams, PrefillParams, Prefilled, Runner,
-    ScoreParams, Tier, TierStatus, TokenLogprob,
+    CallError, Code, Done, EmbedParams, Embedded, FinishReason, Format, GenerateParams, PrefillParams, Prefilled, Runner, ScoreParams,
+    Tier, TierStatus, TokenLogprob,
 };
+use crate::fold::DoneFold;
 
 /// An answer's length when the request does not say (the daemon's own default).
 const DEFAULT_MAX_TOKENS: u32 = 512;
@@ -449,16 +450,13 @@ fn ends(done: &Done, made: usize, asked: u32) -> Option<FinishReason> {
 /// One member's draft: the whole stream, with every token's log-probability.
 async fn draft(client: &Client, params: &GenerateParams) -> Result<Draft, CallError> {
     let mut stream = client.generate(params).await.map_err(|e| e.into_call())?;
-    let mut tokens = Vec::new();
+    let mut fold = DoneFold::new();
     let mut text = String::new();
     while let Some(ev) = stream.next().await? {
-        match ev {
-            Event::Delta { text: t, logprobs, .. } => {
-                text.push_str(&t);
-                tokens.extend(logprobs);
-            }
-            Event::Done(done) => return Ok(Draft { tokens, text, done }),
-            Event::Started { .. } => {}
+        if let Some(mut done) = fold.push(ev, |_| {}, |t, _| text.push_str(t)) {
+            // The draft keeps its tokens apart; the daemon's Done has none of its own.
+            let tokens = std::mem::take(&mut done.logprobs);
+            return Ok(Draft { tokens, text, done });
         }
     }
     Err(CallError::new(Code::Unavailable, "the daemon closed the stream before the draft was done"))
