@@ -20,7 +20,7 @@
 //! chat waits for its work, so the command after it sees what it stored.
 
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Mutex;
 
 /// Descriptors below this are checked for a terminal left open ([`release`]).
@@ -38,19 +38,10 @@ static RELEASE: Mutex<Option<OwnedFd>> = Mutex::new(None);
 /// No other thread may exist yet: the child of a fork has only the thread
 /// that forked.
 pub unsafe fn split() {
-    let mut fds = [0; 2];
-    // SAFETY: a two-element array for pipe to fill (pipe2 is not on macOS).
-    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
-        return;
-    }
-    // SAFETY: pipe returned two open descriptors that nothing else owns.
-    let (read_end, write_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     // Neither end may leak into what revis starts (revisd, above all: the
-    // waiter would wait for it too).
-    for fd in [&read_end, &write_end] {
-        // SAFETY: setting a flag on a descriptor this function owns.
-        unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
-    }
+    // waiter would wait for it too): std's pipe makes both close-on-exec.
+    let Ok((read_end, write_end)) = std::io::pipe() else { return };
+    let (read_end, write_end) = (OwnedFd::from(read_end), OwnedFd::from(write_end));
     // SAFETY: the caller promises there is one thread.
     match unsafe { libc::fork() } {
         -1 => {}

@@ -5,7 +5,7 @@
 //! is the door: connect, else start one and connect.
 
 use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -183,15 +183,14 @@ pub async fn check_config(opts: &SpawnOptions) -> Result<(), String> {
 /// write end is inherited (pass its number in `REVIS_READY_FD`); revisd
 /// writes "ready\n" to it once it serves, and EOF means it exited.
 pub fn readiness_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe writes two descriptors into the array.
-    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+    // std's pipe makes both ends close-on-exec; the write end is cleared of it.
+    let (r, w) = std::io::pipe()?;
+    let w = OwnedFd::from(w);
+    // SAFETY: clearing a flag on a descriptor this function owns.
+    if unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETFD, 0) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    // SAFETY: both descriptors are fresh and owned by us from here on.
-    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    unsafe { libc::fcntl(r.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
-    Ok((r, w))
+    Ok((OwnedFd::from(r), w))
 }
 
 /// Ends the revisd whose process ID is `pid` (SIGTERM: it drains and exits),
