@@ -35,9 +35,11 @@ use revis_client::{Done, FinishReason, GenerateParams, Message, Role, Runner, Sa
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::app::{AppState, resolve};
 use crate::error::{ApiError, Flavor};
 use crate::generation::Piece;
-use crate::{AppState, new_id, request};
+use crate::reply::{new_id, sse_response};
+use crate::request;
 
 const FLAVOR: Flavor = Flavor::Anthropic;
 
@@ -322,7 +324,7 @@ pub(crate) async fn messages_route<R: Runner>(State(app): State<AppState<R>>, bo
 async fn answer<R: Runner>(app: AppState<R>, body: Body) -> Result<Response, ApiError> {
     let req: MessagesRequest = request::json(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
     let params = params(&req, false)?;
-    let entry = crate::resolve(&app, &req.model, FLAVOR).await?;
+    let entry = resolve(&app, &req.model, FLAVOR).await?;
     let place = app.generation_place(FLAVOR)?;
     let asked_stops = params.stop.clone();
     let mut generation = app.start(FLAVOR, &entry, params, place)?;
@@ -408,7 +410,7 @@ async fn answer<R: Runner>(app: AppState<R>, body: Body) -> Result<Response, Api
         }
         out
     };
-    Ok(crate::sse_response(first, generation, encode))
+    Ok(sse_response(first, generation, encode))
 }
 
 /// `POST /v1/messages/count_tokens`: the prompt's length in the model's
@@ -425,7 +427,7 @@ pub(crate) async fn count_tokens<R: Runner>(State(app): State<AppState<R>>, body
         if matches!(params.tool_choice, ToolChoice::Required | ToolChoice::Named(_)) {
             params.tool_choice = ToolChoice::Auto;
         }
-        let entry = crate::resolve(&app, &req.model, FLAVOR).await?;
+        let entry = resolve(&app, &req.model, FLAVOR).await?;
         let place = app.generation_place(FLAVOR)?;
         let done = app.start(FLAVOR, &entry, params, place)?.finish().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
         Ok::<_, ApiError>(json_response(&json!({"input_tokens": done.prompt_tokens})))

@@ -30,10 +30,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_stream::StreamExt;
 
+use crate::app::AppState;
 use crate::error::{ApiError, Flavor};
 use crate::generation::Piece;
 use crate::models::{Catalog, Entry};
-use crate::{AppState, request};
+use crate::request;
 
 const FLAVOR: Flavor = Flavor::Ollama;
 

@@ -60,9 +60,11 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use revis_client::{Done, Format, GenerateParams, Message, Runner, Sampling, Tool, ToolCall, ToolChoice};
 
+use crate::app::{AppState, resolve};
 use crate::error::{ApiError, Flavor};
 use crate::generation::{Generation, Piece};
-use crate::{AppState, new_id, request, resolve, sse_body, unix_now};
+use crate::reply::{new_id, sse_body, unix_now};
+use crate::request;
 
 const FLAVOR: Flavor = Flavor::OpenAi;
 

@@ -35,9 +35,11 @@ use axum::response::{IntoResponse, Response};
 use revis_client::{Done, FinishReason, Format, GenerateParams, Message, Role, Runner, Sampling, Tool, ToolCall, ToolChoice};
 use serde_json::{Map, Value, json};
 
+use crate::app::{AppState, resolve};
 use crate::error::{ApiError, Flavor};
 use crate::generation::Piece;
-use crate::{AppState, new_id, request, resolve, unix_now};
+use crate::reply::{new_id, sse_response, unix_now};
+use crate::request;
 
 const FLAVOR: Flavor = Flavor::OpenAi;
 
@@ -415,7 +417,7 @@ async fn answer<R: Runner>(app: AppState<R>, body: Body) -> Result<Response, Api
         }
         out
     };
-    Ok(crate::sse_response(first, generation, encode))
+    Ok(sse_response(first, generation, encode))
 }
 
 #[cfg(test)]
