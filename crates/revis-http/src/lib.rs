@@ -37,6 +37,15 @@
 //! so cancels the answer on whichever daemon runs it; a caller that stops
 //! reading holds nothing: the answer is finished into memory and the
 //! generation's place is given back.
+//!
+//! The rooms: [`router`] (the routes), `guard.rs` (origin, body type, host
+//! and key), `listen.rs` (connections, TLS, timeouts: [`serve`]),
+//! `options.rs` ([`Options`], [`Limits`], [`check_bind`]), `app.rs` (what
+//! every handler shares), `request.rs` (a body read strictly into a route's
+//! typed request), `edge.rs` (the rules every API's request follows, written
+//! once), `openai`, `responses.rs`, `anthropic.rs` and `ollama` (each API's
+//! own form, in and out), `generation.rs`, `models.rs`, `reply.rs`,
+//! `error.rs` ([`ApiError`]: each API's error shape) and `key.rs`.
 
 mod anthropic;
 mod app;
