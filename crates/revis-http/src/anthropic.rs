@@ -16,7 +16,8 @@
 //! documents are refused naming the block.
 //!
 //! The reply is a `message` with a `text` block, then a `tool_use` block
-//! per call, and `stop_reason` `end_turn`, `max_tokens`, `stop_sequence` or
+//! per call (an `input` that is not JSON as the string the model wrote:
+//! edge.rs), and `stop_reason` `end_turn`, `max_tokens`, `stop_sequence` or
 //! `tool_use` (`stop_sequence` is said when one was asked: the daemon does
 //! not report which of several matched). Streaming sends Anthropic's
 //! events in order: `message_start`, `ping`, a text block
@@ -35,9 +36,12 @@ use revis_client::{Done, FinishReason, GenerateParams, Message, Role, Runner, Sa
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::app::{AppState, resolve};
+use crate::edge;
 use crate::error::{ApiError, Flavor};
 use crate::generation::Piece;
-use crate::{AppState, new_id, request};
+use crate::reply::{new_id, sse_response};
+use crate::request;
 
 const FLAVOR: Flavor = Flavor::Anthropic;
 
@@ -177,8 +181,7 @@ fn messages(req: &MessagesRequest) -> Result<Vec<Message>, ApiError> {
             match b {
                 Block::Text { text: t } => text.push(t.clone()),
                 Block::ToolUse { id, name, input } if role == Role::Assistant => {
-                    let arguments = if input.is_null() { "{}".to_owned() } else { input.to_string() };
-                    calls.push(ToolCall { id: id.clone(), name: name.clone(), arguments });
+                    calls.push(ToolCall { id: id.clone(), name: name.clone(), arguments: edge::arguments_text(input) });
                 }
                 Block::ToolResult { tool_use_id, content, is_error } if role == Role::User => {
                     let mut result = match content {
@@ -231,10 +234,7 @@ fn tools(req: &MessagesRequest) -> Result<(Vec<Tool>, ToolChoice, bool), ApiErro
                 ("auto", _) => ToolChoice::Auto,
                 ("any", _) => ToolChoice::Required,
                 ("none", _) => ToolChoice::None,
-                ("tool", Some(name)) if tools.iter().any(|t| &t.name == name) => ToolChoice::Named(name.clone()),
-                ("tool", Some(name)) => {
-                    return Err(ApiError::invalid(FLAVOR, "tool_choice.name", format!("{name:?} is not among the tools")));
-                }
+                ("tool", Some(name)) => ToolChoice::Named(name.clone()),
                 ("tool", None) => return Err(ApiError::invalid(FLAVOR, "tool_choice.name", "tool_choice of type tool names a tool")),
                 (other, _) => {
                     return Err(ApiError::invalid(FLAVOR, "tool_choice.type", format!("{other:?} must be auto, any, tool or none")));
@@ -243,9 +243,7 @@ fn tools(req: &MessagesRequest) -> Result<(Vec<Tool>, ToolChoice, bool), ApiErro
             (choice, c.disable_parallel_tool_use != Some(true))
         }
     };
-    if tools.is_empty() && matches!(choice, ToolChoice::Required | ToolChoice::Named(_)) {
-        return Err(ApiError::invalid(FLAVOR, "tool_choice", "tool_choice asks for a call but no tools are given"));
-    }
+    let choice = edge::tool_choice(FLAVOR, &tools, choice)?;
     Ok((tools, choice, parallel))
 }
 
@@ -254,8 +252,7 @@ pub(crate) fn params(req: &MessagesRequest, count_only: bool) -> Result<Generate
     let max_tokens = match req.max_tokens {
         None if count_only => None,
         None => return Err(ApiError::invalid(FLAVOR, "max_tokens", "max_tokens is required")),
-        Some(0) => return Err(ApiError::invalid(FLAVOR, "max_tokens", "max_tokens is 0; it must be at least 1")),
-        Some(n) => Some(n),
+        n => edge::max_tokens(FLAVOR, "max_tokens", n.map(u64::from))?,
     };
     if req.messages.is_empty() {
         return Err(ApiError::invalid(FLAVOR, "messages", "messages is empty; send at least one"));
@@ -301,9 +298,8 @@ fn usage(d: &Done) -> Value {
     })
 }
 
-fn tool_use(c: &ToolCall) -> Value {
-    let input: Value = serde_json::from_str(&c.arguments).unwrap_or_else(|_| json!({}));
-    json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input})
+pub(crate) fn tool_use(c: &ToolCall) -> Value {
+    json!({"type": "tool_use", "id": c.id, "name": c.name, "input": edge::arguments_json(&c.arguments)})
 }
 
 fn json_response(v: &Value) -> Response {
@@ -322,7 +318,7 @@ pub(crate) async fn messages_route<R: Runner>(State(app): State<AppState<R>>, bo
 async fn answer<R: Runner>(app: AppState<R>, body: Body) -> Result<Response, ApiError> {
     let req: MessagesRequest = request::json(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
     let params = params(&req, false)?;
-    let entry = crate::resolve(&app, &req.model, FLAVOR).await?;
+    let entry = resolve(&app, &req.model, FLAVOR).await?;
     let place = app.generation_place(FLAVOR)?;
     let asked_stops = params.stop.clone();
     let mut generation = app.start(FLAVOR, &entry, params, place)?;
@@ -408,7 +404,7 @@ async fn answer<R: Runner>(app: AppState<R>, body: Body) -> Result<Response, Api
         }
         out
     };
-    Ok(crate::sse_response(first, generation, encode))
+    Ok(sse_response(first, generation, encode))
 }
 
 /// `POST /v1/messages/count_tokens`: the prompt's length in the model's
@@ -425,7 +421,7 @@ pub(crate) async fn count_tokens<R: Runner>(State(app): State<AppState<R>>, body
         if matches!(params.tool_choice, ToolChoice::Required | ToolChoice::Named(_)) {
             params.tool_choice = ToolChoice::Auto;
         }
-        let entry = crate::resolve(&app, &req.model, FLAVOR).await?;
+        let entry = resolve(&app, &req.model, FLAVOR).await?;
         let place = app.generation_place(FLAVOR)?;
         let done = app.start(FLAVOR, &entry, params, place)?.finish().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
         Ok::<_, ApiError>(json_response(&json!({"input_tokens": done.prompt_tokens})))
@@ -504,7 +500,7 @@ mod tests {
             (json!({"model": "m", "max_tokens": 5, "messages": user, "tool_choice": {"type": "any"}}), "tool_choice"),
             (
                 json!({"model": "m", "max_tokens": 5, "messages": user, "tools": [{"name": "f"}], "tool_choice": {"type": "tool", "name": "g"}}),
-                "tool_choice.name",
+                "tool_choice",
             ),
             (json!({"model": "m", "max_tokens": 5, "messages": [{"role": "tool", "content": "x"}]}), "messages[0].role"),
         ] {

@@ -10,6 +10,15 @@ use axum::response::{IntoResponse, Response};
 use revis_client::{CallError, Code};
 use serde_json::json;
 
+/// What stops the server from starting: an address or a key file it refuses, or a file it cannot read or write.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("{0}")]
+    Refused(String),
+    #[error("{path}: {source}")]
+    Io { path: std::path::PathBuf, source: std::io::Error },
+}
+
 /// Which API a request speaks (by its path).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Flavor {

@@ -5,7 +5,7 @@
 //! watches that channel's receiver: when the response is dropped (the
 //! caller went away, hyper failed a write), the task returns, dropping the
 //! generate future, which cancels the answer on the daemon that runs it.
-//! The generation's place ([`crate::Limits::max_generations`]) is held by
+//! The generation's place ([`crate::options::Limits::max_generations`]) is held by
 //! the task, so it is given back when the answer ends even if the caller
 //! has not read it yet.
 //!

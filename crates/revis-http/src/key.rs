@@ -6,7 +6,7 @@ use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
-use crate::HttpError;
+use crate::error::HttpError;
 
 /// The key's file, in revis's data directory.
 pub const KEY_FILE: &str = "http-api-key";

@@ -1,9 +1,11 @@
 //! OpenAI's Responses API (`POST /v1/responses`), stateless: nothing is
 //! kept between requests, so `previous_response_id`, and `store: true` when
 //! a request sets it, are refused with a 400 that says so (the reply says
-//! `"store": false`). Its request and reply are read and written here as
-//! JSON by hand: async-openai's Responses types cover far more than revis
-//! serves, and a request need only fit what is read.
+//! `"store": false`). Its request is read into the serde structs below,
+//! strictly (a field of the wrong type is a 400 naming it, as on the other
+//! APIs), and its reply written as JSON by hand: async-openai's Responses
+//! types cover far more than revis serves, and a request need only fit
+//! what is read.
 //!
 //! A request becomes one [`GenerateParams`]: `instructions` is the system
 //! message; `input` is a string (one user message) or items: messages
@@ -33,11 +35,15 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use revis_client::{Done, FinishReason, Format, GenerateParams, Message, Role, Runner, Sampling, Tool, ToolCall, ToolChoice};
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use crate::app::{AppState, resolve};
+use crate::edge;
 use crate::error::{ApiError, Flavor};
 use crate::generation::Piece;
-use crate::{AppState, new_id, request, resolve, unix_now};
+use crate::reply::{new_id, sse_response, unix_now};
+use crate::request::{self, TextOr, WordOr};
 
 const FLAVOR: Flavor = Flavor::OpenAi;
 
@@ -49,48 +55,120 @@ fn invalid(param: &str, message: impl Into<String>) -> ApiError {
     ApiError::invalid(FLAVOR, param, message)
 }
 
+/// A Responses request: what revis reads of it, typed, so a field of the
+/// wrong type is refused naming it (a null is as good as absent); fields
+/// revis does not read are let through.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ResponsesRequest {
+    model: Option<String>,
+    instructions: Option<String>,
+    /// One user message, or items.
+    input: Option<TextOr<Item>>,
+    tools: Option<Vec<InTool>>,
+    /// `none`, `auto`, `required`, or spelled out.
+    tool_choice: Option<WordOr<InToolChoice>>,
+    parallel_tool_calls: Option<bool>,
+    max_output_tokens: Option<u64>,
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    text: Option<TextConfig>,
+    stream: Option<bool>,
+    store: Option<bool>,
+    previous_response_id: Option<String>,
+    conversation: Option<Value>,
+}
+
+/// An input item: a message (its `type` may be left out), a
+/// `function_call`, a `function_call_output`, or `reasoning`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Item {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    role: Option<String>,
+    content: Option<TextOr<Part>>,
+    call_id: Option<String>,
+    name: Option<String>,
+    /// A string (the Responses form); a JSON value is taken too (edge.rs).
+    arguments: Option<Value>,
+    output: Option<TextOr<Part>>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct Part {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    text: Option<String>,
+}
+
+/// A tool offered: a function (its name, description and parameters), or
+/// one revis does not run.
+#[derive(Debug, Deserialize)]
+pub(crate) struct InTool {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    name: Option<String>,
+    description: Option<String>,
+    parameters: Option<Value>,
+}
+
+/// `tool_choice` spelled out: a function by its name (or a kind revis does not serve).
+#[derive(Debug, Deserialize)]
+pub(crate) struct InToolChoice {
+    #[serde(rename = "type")]
+    kind: String,
+    name: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct TextConfig {
+    format: Option<TextFormat>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct TextFormat {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    schema: Option<Value>,
+}
+
 /// A content's text: a string, or text parts (`input_text`, `output_text`, `text`).
-fn text_of(content: &Value, field: &str) -> Result<String, ApiError> {
+fn text_of(content: Option<&TextOr<Part>>, field: &str) -> Result<String, ApiError> {
     match content {
-        Value::String(s) => Ok(s.clone()),
-        Value::Null => Ok(String::new()),
-        Value::Array(parts) => {
+        None => Ok(String::new()),
+        Some(TextOr::Text(s)) => Ok(s.clone()),
+        Some(TextOr::List(parts)) => {
             let mut out = String::new();
             for (i, p) in parts.iter().enumerate() {
-                match (p["type"].as_str(), p["text"].as_str()) {
+                match (p.kind.as_deref(), &p.text) {
                     (Some("input_text" | "output_text" | "text"), Some(t)) => out.push_str(t),
                     _ => return Err(invalid(&format!("{field}[{i}]"), "only text parts are supported: revis's models read text")),
                 }
             }
             Ok(out)
         }
-        _ => Err(invalid(field, "content must be a string or a list of text parts")),
     }
 }
 
 /// The request's messages as revis's.
-fn messages(req: &Value) -> Result<Vec<Message>, ApiError> {
+fn messages(req: &ResponsesRequest) -> Result<Vec<Message>, ApiError> {
     let mut out = Vec::new();
-    if let Some(i) = req.get("instructions").filter(|v| !v.is_null()) {
-        let text = i.as_str().ok_or_else(|| invalid("instructions", "instructions must be a string"))?;
-        if !text.is_empty() {
-            out.push(Message::system(text));
-        }
+    if let Some(text) = req.instructions.as_ref().filter(|t| !t.is_empty()) {
+        out.push(Message::system(text.clone()));
     }
-    let items = match req.get("input") {
-        Some(Value::String(s)) => {
+    let items = match &req.input {
+        Some(TextOr::Text(s)) => {
             out.push(Message::user(s.clone()));
             return Ok(out);
         }
-        Some(Value::Array(items)) => items,
-        _ => return Err(invalid("input", "input must be a string or a list of items")),
+        Some(TextOr::List(items)) => items,
+        None => return Err(invalid("input", "input must be a string or a list of items")),
     };
     for (i, item) in items.iter().enumerate() {
         let field = format!("input[{i}]");
-        let kind = item["type"].as_str().unwrap_or(if item.get("role").is_some() { "message" } else { "" });
+        let kind = item.kind.as_deref().unwrap_or(if item.role.is_some() { "message" } else { "" });
         match kind {
             "message" => {
-                let role = match item["role"].as_str() {
+                let role = match item.role.as_deref() {
                     Some("system" | "developer") => Role::System,
                     Some("user") => Role::User,
                     Some("assistant") => Role::Assistant,
@@ -101,16 +179,13 @@ fn messages(req: &Value) -> Result<Vec<Message>, ApiError> {
                         ));
                     }
                 };
-                out.push(Message::new(role, text_of(&item["content"], &format!("{field}.content"))?));
+                out.push(Message::new(role, text_of(item.content.as_ref(), &format!("{field}.content"))?));
             }
             "function_call" => {
                 let call = ToolCall {
-                    id: item["call_id"].as_str().unwrap_or_default().to_owned(),
-                    name: item["name"]
-                        .as_str()
-                        .ok_or_else(|| invalid(&format!("{field}.name"), "a function_call names its function"))?
-                        .to_owned(),
-                    arguments: item["arguments"].as_str().unwrap_or("{}").to_owned(),
+                    id: item.call_id.clone().unwrap_or_default(),
+                    name: item.name.clone().ok_or_else(|| invalid(&format!("{field}.name"), "a function_call names its function"))?,
+                    arguments: edge::arguments_text(item.arguments.as_ref().unwrap_or(&Value::Null)),
                 };
                 // Calls one after another are one assistant message's.
                 match out.last_mut() {
@@ -119,14 +194,10 @@ fn messages(req: &Value) -> Result<Vec<Message>, ApiError> {
                 }
             }
             "function_call_output" => {
-                let output = match &item["output"] {
-                    Value::String(s) => s.clone(),
-                    other => text_of(other, &format!("{field}.output"))?,
-                };
                 out.push(Message {
                     role: Role::Tool,
-                    text: output,
-                    tool_call_id: item["call_id"].as_str().unwrap_or_default().to_owned(),
+                    text: text_of(item.output.as_ref(), &format!("{field}.output"))?,
+                    tool_call_id: item.call_id.clone().unwrap_or_default(),
                     ..Message::default()
                 });
             }
@@ -138,84 +209,58 @@ fn messages(req: &Value) -> Result<Vec<Message>, ApiError> {
 }
 
 /// The functions offered and the choice among them.
-fn tools(req: &Value) -> Result<(Vec<Tool>, ToolChoice), ApiError> {
+fn tools(req: &ResponsesRequest) -> Result<(Vec<Tool>, ToolChoice), ApiError> {
     let mut tools = Vec::new();
-    for (i, t) in req["tools"].as_array().into_iter().flatten().enumerate() {
-        if t["type"].as_str() != Some("function") {
+    for (i, t) in req.tools.iter().flatten().enumerate() {
+        if t.kind.as_deref() != Some("function") {
             // Hosted tools (web_search), groups (namespace) and freeform
             // (custom) ones: left out, as local servers do for Codex.
-            tracing::info!("tools[{i}] (type {}) left out: revis offers function tools only", t["type"].as_str().unwrap_or("none"));
+            tracing::info!("tools[{i}] (type {}) left out: revis offers function tools only", t.kind.as_deref().unwrap_or("none"));
             continue;
         }
         tools.push(Tool {
-            name: t["name"].as_str().ok_or_else(|| invalid(&format!("tools[{i}].name"), "a function tool has a name"))?.to_owned(),
-            description: t["description"].as_str().unwrap_or_default().to_owned(),
-            parameters: if t["parameters"].is_null() { String::new() } else { t["parameters"].to_string() },
+            name: t.name.clone().ok_or_else(|| invalid(&format!("tools[{i}].name"), "a function tool has a name"))?,
+            description: t.description.clone().unwrap_or_default(),
+            parameters: t.parameters.as_ref().filter(|p| !p.is_null()).map(Value::to_string).unwrap_or_default(),
         });
     }
-    let choice = match &req["tool_choice"] {
-        Value::Null => ToolChoice::Auto,
-        Value::String(s) if s == "auto" => ToolChoice::Auto,
-        Value::String(s) if s == "none" => ToolChoice::None,
-        Value::String(s) if s == "required" => ToolChoice::Required,
-        Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("function") => {
-            let name = o.get("name").and_then(Value::as_str).unwrap_or_default();
-            if !tools.iter().any(|t| t.name == name) {
-                return Err(invalid("tool_choice", format!("tool_choice names {name:?}, which is not among the tools")));
-            }
-            ToolChoice::Named(name.to_owned())
-        }
+    let choice = match &req.tool_choice {
+        None => ToolChoice::Auto,
+        Some(WordOr::Word(s)) if s == "auto" => ToolChoice::Auto,
+        Some(WordOr::Word(s)) if s == "none" => ToolChoice::None,
+        Some(WordOr::Word(s)) if s == "required" => ToolChoice::Required,
+        Some(WordOr::Object(InToolChoice { kind, name })) if kind == "function" => ToolChoice::Named(name.clone().unwrap_or_default()),
         _ => return Err(invalid("tool_choice", "tool_choice must be none, auto, required or one named function")),
     };
-    if tools.is_empty() && matches!(choice, ToolChoice::Required | ToolChoice::Named(_)) {
-        return Err(invalid("tool_choice", "tool_choice asks for a call but tools is empty"));
-    }
+    let choice = edge::tool_choice(FLAVOR, &tools, choice)?;
     Ok((tools, choice))
 }
 
 /// A Responses request as revis's [`GenerateParams`] (its tier set by the caller).
-pub(crate) fn params(req: &Value) -> Result<GenerateParams, ApiError> {
-    if req.get("previous_response_id").is_some_and(|v| !v.is_null()) {
+pub(crate) fn params(req: &ResponsesRequest) -> Result<GenerateParams, ApiError> {
+    if req.previous_response_id.is_some() {
         return Err(invalid(
             "previous_response_id",
             "revis keeps no responses (its Responses API is stateless): send the whole conversation in input",
         ));
     }
-    if req.get("store") == Some(&Value::Bool(true)) {
+    if req.store == Some(true) {
         return Err(invalid("store", "revis keeps no responses (its Responses API is stateless): leave store out or set it false"));
     }
-    if req.get("conversation").is_some_and(|v| !v.is_null()) {
+    if req.conversation.as_ref().is_some_and(|v| !v.is_null()) {
         return Err(invalid("conversation", "revis keeps no conversations: send the whole conversation in input"));
     }
-    // A field of the wrong type is refused naming it, as the other APIs'
-    // typed requests are; null is as good as absent.
-    let set = |k: &str| req.get(k).filter(|v| !v.is_null());
-    let number = |k: &str| match set(k) {
-        None => Ok(None),
-        Some(v) => v.as_f64().map(|f| Some(f as f32)).ok_or_else(|| invalid(k, format!("{k} is {v}; it must be a number"))),
-    };
     // Without max_output_tokens the answer may run to the daemon's limit
     // (its max_tokens_limit, or the context's end), as OpenAI's does.
-    let max_tokens = match set("max_output_tokens").map(|v| (v.as_u64(), v)) {
-        None => Some(u32::MAX),
-        Some((Some(0), _)) => return Err(invalid("max_output_tokens", "max_output_tokens is 0; it must be at least 1")),
-        Some((Some(n), _)) => Some(n.min(u64::from(u32::MAX)) as u32),
-        Some((None, v)) => {
-            return Err(invalid("max_output_tokens", format!("max_output_tokens is {v}; it must be a whole number of at least 1")));
-        }
-    };
-    let parallel_tool_calls = match set("parallel_tool_calls") {
-        None => true,
-        Some(v) => {
-            v.as_bool().ok_or_else(|| invalid("parallel_tool_calls", format!("parallel_tool_calls is {v}; it must be true or false")))?
-        }
-    };
-    let (temperature, top_p) = (number("temperature")?, number("top_p")?);
-    let format = match req.pointer("/text/format/type").and_then(Value::as_str) {
-        None | Some("text") => Format::Text,
-        Some("json_object") => Format::Json { schema: None },
-        Some("json_schema") => Format::Json { schema: req.pointer("/text/format/schema").map(Value::to_string) },
-        Some(other) => return Err(invalid("text.format.type", format!("{other:?} must be text, json_object or json_schema"))),
+    let max_tokens = edge::max_tokens(FLAVOR, "max_output_tokens", req.max_output_tokens)?.or(Some(u32::MAX));
+    let format = match req.text.as_ref().and_then(|t| t.format.as_ref()) {
+        None => Format::Text,
+        Some(f) => match f.kind.as_deref().unwrap_or("text") {
+            "text" => Format::Text,
+            "json_object" => Format::Json { schema: None },
+            "json_schema" => Format::Json { schema: f.schema.as_ref().map(Value::to_string) },
+            other => return Err(invalid("text.format.type", format!("{other:?} must be text, json_object or json_schema"))),
+        },
     };
     let (tools, tool_choice) = tools(req)?;
     let messages = messages(req)?;
@@ -224,12 +269,12 @@ pub(crate) fn params(req: &Value) -> Result<GenerateParams, ApiError> {
     }
     Ok(GenerateParams {
         messages,
-        sampling: Sampling { temperature, top_p, ..Default::default() },
+        sampling: Sampling { temperature: req.temperature, top_p: req.top_p, ..Default::default() },
         max_tokens,
         format,
         tools,
         tool_choice,
-        parallel_tool_calls,
+        parallel_tool_calls: req.parallel_tool_calls.unwrap_or(true),
         ..Default::default()
     })
 }
@@ -293,7 +338,7 @@ fn call_item(id: &str, c: &ToolCall, status: &str) -> Value {
 }
 
 /// A finished answer's output items.
-fn output(d: &Done, message_id: &str) -> Vec<Value> {
+pub(crate) fn output(d: &Done, message_id: &str) -> Vec<Value> {
     let mut out = Vec::new();
     if !d.text.is_empty() || d.tool_calls.is_empty() {
         out.push(message_item(message_id, &d.text, status(d)));
@@ -307,14 +352,17 @@ pub(crate) async fn create<R: Runner>(State(app): State<AppState<R>>, body: Body
 }
 
 async fn answer<R: Runner>(app: AppState<R>, body: Body) -> Result<Response, ApiError> {
-    let req: Value = request::json(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
-    let model = req["model"].as_str().ok_or_else(|| invalid("model", "model names the model to answer"))?.to_owned();
+    let body = request::bytes(FLAVOR, body, app.opts.limits.max_body_bytes).await?;
+    let req: ResponsesRequest = request::parse(FLAVOR, &body)?;
+    let model = req.model.clone().ok_or_else(|| invalid("model", "model names the model to answer"))?;
     let params = params(&req)?;
     let entry = resolve(&app, &model, FLAVOR).await?;
     let place = app.generation_place(FLAVOR)?;
     let mut generation = app.start(FLAVOR, &entry, params, place)?;
-    let stream = req.get("stream") == Some(&Value::Bool(true));
-    let echo = Echo { id: new_id("resp"), created_at: unix_now(), model, request: req };
+    let stream = req.stream == Some(true);
+    // The reply repeats the request's own settings as it sent them.
+    let echoed: Value = request::parse(FLAVOR, &body)?;
+    let echo = Echo { id: new_id("resp"), created_at: unix_now(), model, request: echoed };
     let message_id = new_id("msg");
     if !stream {
         let done = generation.finish().await.map_err(|e| ApiError::from_call(FLAVOR, &e))?;
@@ -415,12 +463,17 @@ async fn answer<R: Runner>(app: AppState<R>, body: Body) -> Result<Response, Api
         }
         out
     };
-    Ok(crate::sse_response(first, generation, encode))
+    Ok(sse_response(first, generation, encode))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The request `v` read as a body is, then as revis's.
+    fn params(v: &Value) -> Result<GenerateParams, ApiError> {
+        super::params(&request::parse(FLAVOR, v.to_string().as_bytes())?)
+    }
 
     #[test]
     fn input_items_become_messages_calls_and_results() {
@@ -470,8 +523,9 @@ mod tests {
         assert!(params(&json!({"model": "m", "input": "x", "store": false})).is_ok());
         let nulls = params(&json!({"model": "m", "input": "x", "temperature": null, "max_output_tokens": null})).unwrap();
         assert_eq!((nulls.sampling.temperature, nulls.max_tokens), (None, Some(u32::MAX)), "null is absent");
-        let message = params(&json!({"model": "m", "input": "x", "temperature": "hot"})).unwrap_err().message;
-        assert_eq!(message, r#"temperature is "hot"; it must be a number"#);
+        let e = params(&json!({"model": "m", "input": "x", "temperature": "hot"})).unwrap_err();
+        assert_eq!((e.status, e.param.as_deref()), (axum::http::StatusCode::BAD_REQUEST, Some("temperature")));
+        assert!(e.message.contains(r#"temperature: invalid type: string "hot", expected f32"#), "{}", e.message);
     }
 
     /// What Codex sends: hosted and grouped tools beside its functions, no
