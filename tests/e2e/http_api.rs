@@ -653,10 +653,12 @@ fn reason(d: &Done) -> &'static str {
     }
 }
 
-/// The `data:` events of an SSE body.
+/// The `data:` events of an SSE body. Comments (`: revis is reading the
+/// prompt`, sent while a prompt takes over 2 s, as on a busy machine) are
+/// what every SSE client skips, and so are they here.
 fn events(body: &str) -> Vec<&str> {
     body.split("\n\n")
-        .filter(|e| !e.is_empty())
+        .filter(|e| !e.is_empty() && !e.starts_with(':'))
         .map(|e| e.strip_prefix("data: ").unwrap_or_else(|| panic!("not an SSE data event: {e:?}")))
         .collect()
 }
