@@ -742,8 +742,11 @@ fn new_user(home: &Path, hub: &str, args: &[&str]) -> Command {
 /// The catalog model revis chose, from the line that says why.
 fn chosen(stderr: &str) -> &'static revis_models::CatalogEntry {
     let line = stderr.lines().find(|l| l.starts_with("revis: this machine has ")).unwrap_or_else(|| panic!("no choice said:\n{stderr}"));
-    let name = line.split("; ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap();
-    revis_models::find(name).unwrap_or_else(|| panic!("{name} is not in the catalog: {line}"))
+    // The machine first, then (on a busy machine) "BUSY: ...", then the model.
+    line.split("; ")
+        .skip(1)
+        .find_map(|part| part.split_whitespace().next().and_then(revis_models::find))
+        .unwrap_or_else(|| panic!("no catalog model named: {line}"))
 }
 
 /// The file of a catalog entry on Hugging Face.
