@@ -16,7 +16,6 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::sync::Mutex;
@@ -220,13 +219,8 @@ impl Lender {
             // llama.cpp prints its banner and each client to stdout: into revisd's log.
             .stdout(std::io::stderr())
             .stderr(std::io::stderr());
-        // SAFETY: only fcntl between fork and exec; both descriptors stay open in the parent until spawn returns.
-        unsafe {
-            cmd.pre_exec(move || {
-                private_net::inherit_in_child(theirs_fd)?;
-                private_net::inherit_in_child(ready_fd)
-            });
-        }
+        // Both descriptors stay open in the parent until spawn returns.
+        private_net::pass_to_child(&mut cmd, &[theirs_fd, ready_fd]);
         super::child::die_with_parent(&mut cmd);
         let mut child = cmd.spawn().map_err(|e| err(e.to_string()))?;
         drop((theirs, ready_write));

@@ -153,17 +153,24 @@ pub fn recv_fd_raw(chan: RawFd) -> io::Result<Option<(u8, OwnedFd)>> {
     }
 }
 
-/// Clears close-on-exec on `fd` in a child between fork and exec, so the
-/// program it runs inherits that descriptor (and no other child does).
-///
-/// # Safety
-/// For `Command::pre_exec` only: fcntl is async-signal-safe.
-pub unsafe fn inherit_in_child(fd: RawFd) -> io::Result<()> {
-    // SAFETY: fcntl on a descriptor the parent keeps open across the spawn.
-    if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+/// Makes the program `cmd` runs inherit `fds` (and no other child): their
+/// close-on-exec is cleared in the child between fork and exec. The caller
+/// keeps each descriptor open until the spawn returns.
+pub fn pass_to_child(cmd: &mut std::process::Command, fds: &[RawFd]) {
+    use std::os::unix::process::CommandExt;
+    let fds = fds.to_vec();
+    // SAFETY: only fcntl, which is async-signal-safe, runs between fork and
+    // exec, on descriptors the parent holds open across the spawn.
+    unsafe {
+        cmd.pre_exec(move || {
+            for &fd in &fds {
+                if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        })
+    };
 }
 
 #[cfg(test)]

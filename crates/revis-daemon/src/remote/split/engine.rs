@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -250,13 +249,8 @@ impl SplitEngine {
             .env(TUNNELS_FD, theirs_fd.to_string())
             .stdout(std::io::stderr())
             .stderr(std::io::stderr());
-        // SAFETY: only fcntl between fork and exec; `theirs` and `write_end` stay open until spawn returns.
-        unsafe {
-            cmd.pre_exec(move || {
-                private_net::inherit_in_child(theirs_fd)?;
-                private_net::inherit_in_child(ready_fd)
-            })
-        };
+        // `theirs` and `write_end` stay open until spawn returns.
+        private_net::pass_to_child(&mut cmd, &[theirs_fd, ready_fd]);
         crate::remote::child::die_with_parent(&mut cmd);
         let mut cmd = tokio::process::Command::from(cmd);
         cmd.kill_on_drop(true);
