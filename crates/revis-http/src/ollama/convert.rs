@@ -136,8 +136,8 @@ fn options(o: Option<&Options>) -> Result<(Sampling, Option<u32>, Vec<String>), 
         min_p: o.min_p,
         repeat_penalty: o.repeat_penalty,
         repeat_last_n: o.repeat_last_n,
-        presence_penalty: o.presence_penalty,
-        frequency_penalty: o.frequency_penalty,
+        presence_penalty: edge::penalty(FLAVOR, "options.presence_penalty", o.presence_penalty)?,
+        frequency_penalty: edge::penalty(FLAVOR, "options.frequency_penalty", o.frequency_penalty)?,
         seed,
     };
     Ok((sampling, max, o.stop.clone().unwrap_or_default()))
@@ -264,6 +264,10 @@ mod tests {
         assert_eq!(
             bad(json!({"model": "m", "messages": msgs, "options": {"num_predict": 0}})).param.as_deref(),
             Some("options.num_predict")
+        );
+        assert_eq!(
+            bad(json!({"model": "m", "messages": msgs, "options": {"presence_penalty": 7}})).param.as_deref(),
+            Some("options.presence_penalty")
         );
         assert_eq!(bad(json!({"model": "m", "messages": msgs, "format": "yaml"})).param.as_deref(), Some("format"));
         assert_eq!(bad(json!({"model": "m", "messages": [{"role": "robot", "content": "x"}]})).param.as_deref(), Some("role"));
