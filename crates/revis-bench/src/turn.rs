@@ -12,7 +12,11 @@
 //!   the model's own default system prompt, none) on both sets, greedy;
 //! - `recall`: conversations in which the user says something about
 //!   themselves and asks about it later (`data/quality/recall.jsonl`), asked
-//!   in the same conversation and in a new one (the profile alone);
+//!   in the same conversation and in a new one (the profile alone), each
+//!   conversation one person with a data directory of their own;
+//! - `people`: people who each tell revis ten things about themselves, one
+//!   conversation a statement (`data/quality/people.jsonl`), then are asked
+//!   about each in a new conversation: one person's profile of many facts;
 //! - `profile`: the profile as stored, on a mixed set of messages
 //!   (`data/quality/profile.jsonl`: statements about the user, questions,
 //!   facts about others), on a first-person set (`data/quality/memory.jsonl`:
@@ -27,7 +31,9 @@
 //! earlier turns (introductions and everyday questions from
 //! `data/quality/`) were had through the same `Chat`, background work and all.
 
+mod recall;
 mod report;
+mod row;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -41,6 +47,8 @@ use revis_store::Store;
 use serde::Deserialize;
 
 pub use self::report::{markers, report};
+pub use self::row::Row;
+use self::row::greedy;
 use crate::daemon::{Daemon, Launch};
 use crate::ensemble::data::{Capital, Piqa, load_capitals, load_piqa};
 pub use crate::quality::Target;
@@ -87,13 +95,15 @@ pub enum TPart {
     Piqa,
     Rules,
     Recall,
+    People,
     Profile,
     Check,
     Loops,
 }
 
 impl TPart {
-    pub const ALL: [TPart; 7] = [TPart::Capitals, TPart::Piqa, TPart::Rules, TPart::Recall, TPart::Profile, TPart::Check, TPart::Loops];
+    pub const ALL: [TPart; 8] =
+        [TPart::Capitals, TPart::Piqa, TPart::Rules, TPart::Recall, TPart::People, TPart::Profile, TPart::Check, TPart::Loops];
 }
 
 /// One way of answering a question.
@@ -115,27 +125,6 @@ impl Way {
     }
     fn turn(name: &str, rules: &str, sampled: bool) -> Way {
         Way { name: name.into(), rules: Some(rules.into()), sampled, history: false, guard: true, after_turn: false }
-    }
-}
-
-/// One row of results: a set, a way, how many right of how many.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct Row {
-    set: String,
-    way: String,
-    right: usize,
-    n: usize,
-    /// Answers that repeat a span of themselves (with the loop guard: stopped at the first repeat).
-    loops: usize,
-    /// Characters of all answers together.
-    chars: usize,
-    /// A few answers, for the reader.
-    examples: Vec<(String, String)>,
-}
-
-impl Row {
-    fn rate(&self) -> f64 {
-        if self.n == 0 { 0.0 } else { self.right as f64 / self.n as f64 }
     }
 }
 
@@ -163,13 +152,6 @@ pub fn looped(answer: &str) -> bool {
 
 fn piqa_question(p: &Piqa) -> String {
     format!("{}\n\n1. {}\n2. {}\n\nWhich is better, 1 or 2?", p.goal, p.sols[0], p.sols[1])
-}
-
-#[derive(Deserialize)]
-struct Recall {
-    turns: Vec<String>,
-    ask: String,
-    answers: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -315,10 +297,6 @@ impl Run<'_> {
     }
 }
 
-fn greedy() -> Sampling {
-    Sampling { temperature: Some(0.0), seed: Some(0), ..Default::default() }
-}
-
 /// Has the earlier turns in `store`, through the default `Chat` (background
 /// work and all), six to a conversation (what carries over to a new
 /// conversation is the profile; a summary stays in its own).
@@ -439,12 +417,17 @@ pub async fn run_model(t: &Target<'_>, a: &TurnArgs, quick: bool, data: &Path, e
             r.memory = Some(profile(client, &data.join("memory.jsonl"), take(0, 12)).await?);
         }
         if parts.contains(&TPart::Recall) {
-            let mut items: Vec<Recall> = lines(&data.join("recall.jsonl"))?;
+            let mut items: Vec<recall::Recall> = lines(&data.join("recall.jsonl"))?;
             items.truncate(match take(a.recall_items, 3) {
                 0 => usize::MAX,
                 n => n,
             });
-            recall(client, &items, &default, &mut r).await?;
+            r.rows.extend(recall::recall(client, &items, default.rules.as_deref().unwrap_or_default()).await?);
+        }
+        if parts.contains(&TPart::People) {
+            let mut people: Vec<recall::Person> = lines(&data.join("people.jsonl"))?;
+            people.truncate(if quick { 1 } else { usize::MAX });
+            r.rows.extend(recall::people(client, &people, default.rules.as_deref().unwrap_or_default()).await?);
         }
         if parts.contains(&TPart::Loops) {
             let qs: Vec<String> = piqa.iter().take(take(a.loop_items, 3)).map(|p| p.goal.clone()).collect();
@@ -492,72 +475,6 @@ async fn profile(client: &Client, set: &Path, quick_items: usize) -> anyhow::Res
         eprintln!("revis-bench: turn profile {}/{} ({})", i + 1, items.len(), set.display());
     }
     Ok(figures)
-}
-
-/// The recall conversations: the turn (its own data directory, background
-/// work and all) and the bare model given the same conversation.
-async fn recall(client: &Client, items: &[Recall], way: &Way, r: &mut ModelTurns) -> anyhow::Result<()> {
-    let dir = tempfile::tempdir()?;
-    let store = Store::open(dir.path())?.store;
-    let rules = way.rules.clone().unwrap_or_default();
-    let mut rows: Vec<Row> = [
-        "the turn, same conversation",
-        "the turn, a new conversation (the profile)",
-        "the turn, a new conversation, the profile in the system message only",
-        "bare model, greedy, same conversation",
-    ]
-    .iter()
-    .map(|w| Row { set: "recall".into(), way: (*w).into(), right: 0, n: 0, loops: 0, chars: 0, examples: Vec::new() })
-    .collect();
-    for (i, it) in items.iter().enumerate() {
-        let conv = store.create_conversation("recall")?;
-        let mut chat = Chat::new(client.clone(), store.clone(), conv, Policies::default());
-        chat.fit_to_model().await?;
-        chat.rules = rules.clone();
-        chat.max_tokens = Some(48);
-        let mut history = Vec::new();
-        for (k, t) in it.turns.iter().enumerate() {
-            chat.sampling = Sampling { seed: Some((i * 10 + k) as u64), ..Default::default() };
-            let done = chat.send(t, |_| {}).await?;
-            chat.background_done().await;
-            history.push(Message::user(t.as_str()));
-            if !done.text.is_empty() {
-                history.push(Message::assistant(done.text));
-            }
-        }
-        let right = |a: &str| it.answers.iter().any(|x| a.to_lowercase().contains(&x.to_lowercase()));
-        let same = chat.send(&it.ask, |_| {}).await?.text;
-        chat.background_done().await;
-        chat.open(store.create_conversation("recall, asked again")?);
-        let new = chat.send(&it.ask, |_| {}).await?.text;
-        chat.background_done().await;
-        // The form before issue 42's item 3: the facts in the system message alone.
-        chat.facts_beside = false;
-        chat.open(store.create_conversation("recall, asked again, the profile in the system message only")?);
-        let system_only = chat.send(&it.ask, |_| {}).await?.text;
-        chat.background_done().await;
-        chat.facts_beside = true;
-        history.push(Message::user(it.ask.as_str()));
-        let req = GenerateParams {
-            tier: Policies::default().get(TaskKind::ChatAnswer).tier,
-            messages: history,
-            max_tokens: Some(48),
-            sampling: greedy(),
-            priority: Priority::User,
-            ..Default::default()
-        };
-        let bare = Runner::generate(client, req, |_| {}).await?.text;
-        for (row, a) in rows.iter_mut().zip([&same, &new, &system_only, &bare]) {
-            row.n += 1;
-            row.right += usize::from(right(a));
-            if i < 3 {
-                row.examples.push((it.ask.clone(), a.chars().take(160).collect()));
-            }
-        }
-        eprintln!("revis-bench: turn recall {}/{}", i + 1, items.len());
-    }
-    r.rows.extend(rows);
-    Ok(())
 }
 
 #[cfg(test)]

@@ -90,6 +90,13 @@ pub fn targets(r: &ModelTurns) -> Vec<String> {
     if let Some(new) = r.row("recall", "the turn, a new conversation (the profile)") {
         out.push(format!("{}: recall in a new conversation ≥ 70%: {}", verdict(new.rate() >= 0.7), cell(new)));
     }
+    if let Some(new) = r.row("people", "the turn, a new conversation (the profile)") {
+        out.push(format!(
+            "{}: recall in a new conversation ≥ 70%, one person's profile of ten facts: {}",
+            verdict(new.rate() >= 0.7),
+            cell(new)
+        ));
+    }
     if let Some((said, n)) = r.escalations {
         let rate = said as f64 / n.max(1) as f64;
         out.push(format!(

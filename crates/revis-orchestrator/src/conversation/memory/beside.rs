@@ -1,7 +1,7 @@
 //! What is put beside a question about the person: the profile facts it
 //! asks about, in the person's voice, next to the question the model gets.
 
-use super::said::{FIRST_PERSON, words};
+use super::said::{FIRST_PERSON, gives_own_name, words};
 use super::slot::{Slot, slot_of};
 
 /// Words a question about the person uses that say nothing of what it asks.
@@ -82,7 +82,7 @@ pub fn asked_about<'a>(profile: &'a [String], message: &str) -> Vec<&'a str> {
         .filter_map(|(i, fact)| {
             let fw = words(fact);
             let shared = content.iter().filter(|w| fw.contains(w)).count();
-            let fills = usize::from(slot.is_some() && slot_of(fact) == slot) * 2;
+            let fills = usize::from(slot.is_some() && (slot_of(fact) == slot || (slot == Some(Slot::Name) && introduces_them(fact)))) * 2;
             (shared + fills > 0).then_some((shared + fills, i, fact.as_str()))
         })
         .collect();
@@ -91,13 +91,35 @@ pub fn asked_about<'a>(profile: &'a [String], message: &str) -> Vec<&'a str> {
     scored.into_iter().take(3).map(|(_, _, f)| f).collect()
 }
 
+/// Whether `fact` is the person giving their own name in a form that fills
+/// no slot ("Hi! I'm Ottoline, by the way."): found by a question about
+/// their name, though it does not replace an older name (a capitalised
+/// word after "I'm" is not always one: "I'm Italian").
+fn introduces_them(fact: &str) -> bool {
+    gives_own_name(fact.strip_prefix("The user said: ").unwrap_or(fact).trim_start_matches('"'))
+}
+
+/// Where the profile facts a question asks about go in the prompt.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Beside {
+    /// In the system message only, with the rest of the profile.
+    Off,
+    /// After the question, in the person's voice (the default).
+    #[default]
+    After,
+    /// Before the question, as a reading passage comes before its
+    /// question (the turn benchmark measures it against `After`).
+    Before,
+}
+
 /// `message` as the model gets it: with the profile facts it asks about
-/// ([`asked_about`]) after it, in the person's voice: a small model answers
-/// from what is next to the question far more often than from the system
-/// message (docs/QUALITY.md). What is stored and shown stays `message`.
-pub fn with_what_was_said(profile: &[String], message: &str) -> String {
+/// ([`asked_about`]) beside it, in the person's voice, where `form` says: a
+/// small model answers from what is next to the question far more often
+/// than from the system message (docs/QUALITY.md). What is stored and shown
+/// stays `message`.
+pub fn with_what_was_said(profile: &[String], message: &str, form: Beside) -> String {
     let facts = asked_about(profile, message);
-    if facts.is_empty() {
+    if facts.is_empty() || form == Beside::Off {
         return message.to_owned();
     }
     let told: Vec<String> = facts
@@ -107,7 +129,11 @@ pub fn with_what_was_said(profile: &[String], message: &str) -> String {
             None => (*f).to_owned(),
         })
         .collect();
-    format!("{message}\n\n(What I told you before: {})", told.join(" "))
+    let told = format!("(What I told you before: {})", told.join(" "));
+    match form {
+        Beside::Before => format!("{told}\n\n{message}"),
+        _ => format!("{message}\n\n{told}"),
+    }
 }
 
 #[cfg(test)]
@@ -127,21 +153,30 @@ mod tests {
         assert_eq!(asked_about(&profile, "What's my dog called again?"), vec![profile[1].as_str()]);
         assert_eq!(asked_about(&profile, "What am I allergic to?"), vec![profile[3].as_str()]);
         assert_eq!(asked_about(&profile, "Which city did I say I live in?"), vec![profile[2].as_str()]);
-        // "Hi! I'm Ottoline" fills no slot and shares no word: a name question finds it only when said as a name.
+        // "Hi! I'm Ottoline" fills no slot and shares no word, but gives their name: a name question finds it.
+        assert_eq!(asked_about(&profile, "Do you remember my name?"), vec![profile[0].as_str()]);
+        // A name said in the slot's form is found too, the newer first.
         let named = [profile.clone(), vec!["The user said: \"My name is Ottoline.\"".into()]].concat();
-        assert_eq!(asked_about(&named, "Do you remember my name?"), vec![named[4].as_str()]);
+        assert_eq!(asked_about(&named, "Do you remember my name?"), vec![named[4].as_str(), named[0].as_str()]);
         // Not about the person, or nothing shared: nothing added, the message unchanged.
         for m in ["What is the capital of Peru?", "How do I keep a cut avocado from going brown?", "Tell me a joke."] {
             assert!(asked_about(&profile, m).is_empty(), "{m}");
-            assert_eq!(with_what_was_said(&profile, m), m);
+            for form in [Beside::Off, Beside::After, Beside::Before] {
+                assert_eq!(with_what_was_said(&profile, m, form), m);
+            }
         }
         assert_eq!(
-            with_what_was_said(&profile, "What's my dog called again?"),
+            with_what_was_said(&profile, "What's my dog called again?", Beside::After),
             "What's my dog called again?\n\n(What I told you before: \"We just adopted a rescue greyhound called Pickle.\")"
         );
         assert_eq!(
-            with_what_was_said(&profile, "Where do I live?"),
+            with_what_was_said(&profile, "Where do I live?", Beside::After),
             "Where do I live?\n\n(What I told you before: The user lives in Pune.)"
         );
+        assert_eq!(
+            with_what_was_said(&profile, "Where do I live?", Beside::Before),
+            "(What I told you before: The user lives in Pune.)\n\nWhere do I live?"
+        );
+        assert_eq!(with_what_was_said(&profile, "Where do I live?", Beside::Off), "Where do I live?");
     }
 }

@@ -100,6 +100,20 @@ fn introduces(sentence: &str) -> bool {
 /// after "my" or "our" and one more word ("my sister Ines"), or first and
 /// followed by "here" ("Elif here, …").
 pub(super) fn names_in(said: &str) -> Vec<String> {
+    named(said).into_iter().map(|(name, _)| name).collect()
+}
+
+/// Whether the person gives their own name in `said`: "I'm Ottoline",
+/// "I am Ada", "my name is Ines", "my name's Jo", "call me Jules", "Name:
+/// Yusuf", "Elif here". A name given to someone of theirs ("my sister
+/// Ines", "a dog called Pickle", "my son's name is Bo") is not their own.
+pub(super) fn gives_own_name(said: &str) -> bool {
+    named(said).iter().any(|(_, own)| *own)
+}
+
+/// Each name [`names_in`] reads, lower-cased, and whether it is the
+/// person's own.
+fn named(said: &str) -> Vec<(String, bool)> {
     let words: Vec<&str> = said.split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '’')).filter(|w| !w.is_empty()).collect();
     let lower: Vec<String> = words.iter().map(|w| w.to_lowercase().replace('’', "'")).collect();
     let mut names = Vec::new();
@@ -109,12 +123,19 @@ pub(super) fn names_in(said: &str) -> Vec<String> {
         }
         let before = |k: usize| i.checked_sub(k).map(|j| lower[j].as_str());
         let after = |k: usize| lower.get(i + k).map(String::as_str);
-        let introduced = matches!(before(1), Some("i'm" | "im" | "called" | "named" | "name"))
+        // "my name is", "name is" opening the sentence, "Name:", "my name's".
+        let own_label = matches!(before(3), None | Some("my"));
+        let own = matches!(before(1), Some("i'm" | "im"))
             || (after(1) == Some("here") && i == 0)
-            || matches!((before(2), before(1)), (Some("i"), Some("am")) | (Some("name"), Some("is")) | (Some("call"), Some("me")))
+            || matches!((before(2), before(1)), (Some("i"), Some("am")) | (Some("call"), Some("me")))
+            || (matches!((before(2), before(1)), (Some("name"), Some("is"))) && own_label)
+            || (before(1) == Some("name") && before(2).is_none())
+            || (before(1) == Some("name's") && before(2) == Some("my"));
+        let theirs = matches!(before(1), Some("called" | "named" | "name"))
+            || matches!((before(2), before(1)), (Some("name"), Some("is")))
             || matches!(before(2), Some("my" | "our"));
-        if introduced {
-            names.push(lower[i].clone());
+        if own || theirs {
+            names.push((lower[i].clone(), own));
         }
     }
     names
@@ -149,5 +170,32 @@ mod tests {
             vec!["Name: Yusuf.", "Job: electrician.", "Home: Cairo."]
         );
         assert_eq!(about_user("Paris here is lovely. Is Tokyo here?"), None, "no one introduced, and a question");
+    }
+
+    #[test]
+    fn a_name_is_the_persons_own_only_where_they_give_it_as_theirs() {
+        for own in [
+            "Hi! I'm Ottoline, by the way.",
+            "I am Ada.",
+            "My name is Ines and I live in Lyon.",
+            "My name's Jo.",
+            "Please call me Jules.",
+            "Name: Yusuf.",
+            "Elif here, a violinist from Istanbul.",
+            "Also, I'm Radhika and I teach yoga in Pune.",
+        ] {
+            assert!(gives_own_name(own), "{own:?}");
+        }
+        for theirs in [
+            "My sister Ines lives in Lyon.",
+            "We adopted a greyhound called Pickle.",
+            "My son's name is Bo.",
+            "I live in Porto.",
+            "I'm allergic to kiwi.",
+        ] {
+            assert!(!gives_own_name(theirs), "{theirs:?}");
+        }
+        // Every name read stays read, whoever's it is.
+        assert_eq!(names_in("I'm Ada and my sister Ines has a cat called Tom."), vec!["ada", "ines", "tom"]);
     }
 }

@@ -184,12 +184,11 @@ impl<D: Runner> Chat<D> {
 
     /// The request for the answer to `asked` (the user's message as the
     /// model gets it: corrected, when the turn's check corrected it), on
-    /// top of `ctx`: with the profile facts it asks about beside it when
-    /// [`Chat::facts_beside`] is on ([`memory::with_what_was_said`]), and
+    /// top of `ctx`: with the profile facts it asks about beside it where
+    /// [`Chat::facts_beside`] says ([`memory::with_what_was_said`]), and
     /// the turn's sampling and length.
     pub(super) fn answer_request(&self, ctx: &PromptContext, tier: Tier, asked: &str) -> GenerateParams {
-        let mut req =
-            if self.facts_beside { ctx.request(tier, &memory::with_what_was_said(&ctx.profile, asked)) } else { ctx.request(tier, asked) };
+        let mut req = ctx.request(tier, &memory::with_what_was_said(&ctx.profile, asked, self.facts_beside));
         req.sampling = self.sampling;
         req.max_tokens = self.max_tokens;
         req

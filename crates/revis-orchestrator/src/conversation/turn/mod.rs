@@ -30,7 +30,7 @@ use super::context::{RULES, build_context, rules_for};
 use super::draft::{DRAFT_PAUSE, DraftCheck};
 use super::error::ChatError;
 use super::escalation::{DEEP_MAX_TOKENS, RecordKeeper};
-use super::memory::Memory;
+use super::memory::{Beside, Memory};
 use super::record::{EscalatedBy, Escalation, TurnNote, TurnRecord, turn_record};
 use super::reply::Writer;
 use super::typing::TypingTimer;
@@ -75,11 +75,11 @@ pub struct Chat<D: Runner> {
     /// profile (on by default; `revis chat --no-memory` turns it off: the
     /// conversation learns nothing, and the profile is still used).
     pub learn: bool,
-    /// A question about the person gets the profile facts it asks about
-    /// beside it in the prompt (`memory::with_what_was_said`), not only in
-    /// the system message. On by default; the turn benchmark turns it off
-    /// to measure the two forms.
-    pub facts_beside: bool,
+    /// Where a question about the person gets the profile facts it asks
+    /// about in the prompt (`memory::with_what_was_said`), besides the
+    /// system message: after it by default; the turn benchmark measures
+    /// the forms.
+    pub facts_beside: Beside,
     /// Sampling for answers (None = the daemon's defaults: the model's
     /// published settings where the catalog or its file has them).
     pub sampling: Sampling,
@@ -153,7 +153,7 @@ impl<D: Runner> Chat<D> {
             rules: RULES.to_owned(),
             profile: true,
             learn: true,
-            facts_beside: true,
+            facts_beside: Beside::After,
             sampling: Sampling::default(),
             max_tokens: None,
             partial_save_every: PARTIAL_SAVE_EVERY,
