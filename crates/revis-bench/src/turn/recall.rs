@@ -60,8 +60,8 @@ const BESIDE: &str = "(where it is lost) a fact put beside the question holds it
 /// The forms a question in a new conversation is asked in, each with
 /// [`SEEDS`] seeds: the shipped one first (the target reads its row).
 const NEW_FORMS: [(&str, Beside); 3] = [
-    ("the turn, a new conversation (the profile)", Beside::After),
-    ("the turn, a new conversation, the facts before the question", Beside::Before),
+    ("the turn, a new conversation (the profile)", Beside::Before),
+    ("the turn, a new conversation, the facts after the question", Beside::After),
     ("the turn, a new conversation, the profile in the system message only", Beside::Off),
 ];
 
@@ -99,7 +99,7 @@ async fn ask_anew(
             count(row, ask, &answer, answers);
         }
     }
-    chat.facts_beside = Beside::After;
+    chat.facts_beside = Beside::default();
     Ok(())
 }
 
@@ -187,4 +187,14 @@ pub(super) async fn people(client: &Client, people: &[Person], rules: &str) -> a
         eprintln!("revis-bench: turn people {}/{} ({})", i + 1, people.len(), p.person);
     }
     Ok(anew.into_iter().chain(lost).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_row_the_target_reads_is_the_form_a_chat_ships_with() {
+        assert_eq!(NEW_FORMS[0].1, Beside::default());
+    }
 }

@@ -61,6 +61,10 @@ pub fn profile_facts(extracted: &serde_json::Value, statements: &[&str]) -> Vec<
             .iter()
             .any(|w| matches!(w.as_str(), "user" | "user's" | "users" | "he" | "she" | "they" | "his" | "her" | "their" | "them" | "him"))
             || w.first().is_some_and(|first| names.contains(first));
+        // A name alone ("Ottoline", "Aiko,") says nothing of the person: the sentence it came from is kept instead.
+        if w.iter().all(|w| names.contains(w)) {
+            continue;
+        }
         let first = w.iter().any(|w| FIRST_PERSON.contains(&w.as_str()));
         // A fact in other words must follow from its sentence (below); one
         // in the first person must share most of its words with what was said.
@@ -243,6 +247,11 @@ mod tests {
         assert_eq!(
             texts(&named, "I'm Ada and I live in London; my sister Ines is a nurse."),
             vec!["Ada lives in London.", "Ines is a nurse."]
+        );
+        assert_eq!(
+            texts(&json!({"facts": ["Ottoline", "Aiko,"]}), "Hi! I'm Ottoline, by the way."),
+            vec!["The user said: \"I'm Ottoline, by the way.\""],
+            "a name alone is not a fact: the sentence it came from is kept"
         );
         assert_eq!(
             texts(&json!({}), said),

@@ -12,12 +12,12 @@
 //! - `profile.rs`: the store side: learned facts stored, the consolidated
 //!   list put in place, a fact told directly ([`tell`]), [`provenance`];
 //! - `beside.rs`: what is put beside a question about the person
-//!   ([`with_what_was_said`]);
+//!   ([`asked_about`], where: [`Beside`], [`with_what_was_said`]);
 //! - `learn.rs`: the facts of the model's extraction that are kept
 //!   ([`profile_facts`]), and its guards;
 //! - `slot.rs`: the slots a newer fact replaces (`Slot`);
 //! - `said.rs`: the sentences in which the person speaks of themselves
-//!   ([`statements`]);
+//!   ([`statements`]) and the names they give (their own or their people's);
 //! - `limits.rs`: how much the profile holds.
 
 mod beside;

@@ -77,7 +77,7 @@ pub struct Chat<D: Runner> {
     pub learn: bool,
     /// Where a question about the person gets the profile facts it asks
     /// about in the prompt (`memory::with_what_was_said`), besides the
-    /// system message: after it by default; the turn benchmark measures
+    /// system message: before it by default; the turn benchmark measures
     /// the forms.
     pub facts_beside: Beside,
     /// Sampling for answers (None = the daemon's defaults: the model's
@@ -153,7 +153,7 @@ impl<D: Runner> Chat<D> {
             rules: RULES.to_owned(),
             profile: true,
             learn: true,
-            facts_beside: Beside::After,
+            facts_beside: Beside::default(),
             sampling: Sampling::default(),
             max_tokens: None,
             partial_save_every: PARTIAL_SAVE_EVERY,
