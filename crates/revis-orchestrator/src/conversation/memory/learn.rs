@@ -61,8 +61,14 @@ pub fn profile_facts(extracted: &serde_json::Value, statements: &[&str]) -> Vec<
             .iter()
             .any(|w| matches!(w.as_str(), "user" | "user's" | "users" | "he" | "she" | "they" | "his" | "her" | "their" | "them" | "him"))
             || w.first().is_some_and(|first| names.contains(first));
-        // A name alone ("Ottoline", "Aiko,") says nothing of the person: the sentence it came from is kept instead.
+        // A name alone ("Ottoline") says nothing by itself: the sentence it came from is kept, as the person's words.
         if w.iter().all(|w| names.contains(w)) {
+            if let Some(source) = resting_on(fact, statements).filter(|_| !w.is_empty()) {
+                let text = format!("The user said: \"{source}\"");
+                if !out.iter().any(|k| k.text.eq_ignore_ascii_case(&text)) {
+                    out.push(Learned { text, said: source.to_owned() });
+                }
+            }
             continue;
         }
         let first = w.iter().any(|w| FIRST_PERSON.contains(&w.as_str()));
@@ -252,6 +258,11 @@ mod tests {
             texts(&json!({"facts": ["Ottoline", "Aiko,"]}), "Hi! I'm Ottoline, by the way."),
             vec!["The user said: \"I'm Ottoline, by the way.\""],
             "a name alone is not a fact: the sentence it came from is kept"
+        );
+        assert_eq!(
+            texts(&json!({"facts": ["Ottoline", "The user likes running."]}), "I'm Ottoline and I like running."),
+            vec!["The user said: \"I'm Ottoline and I like running.\"", "The user likes running."],
+            "the name is kept, in the person's sentence, beside another fact from it"
         );
         assert_eq!(
             texts(&json!({}), said),
