@@ -4,7 +4,7 @@
 //! what that person said.
 
 use revis_client::{Client, GenerateParams, Message, Priority, Runner, Sampling};
-use revis_orchestrator::conversation::{Beside, Chat, asked_about};
+use revis_orchestrator::conversation::{Beside, Chat, asked_about, none_found};
 use revis_orchestrator::{Policies, TaskKind};
 use revis_store::Store;
 use serde::Deserialize;
@@ -50,7 +50,11 @@ fn holds(answer: &str, answers: &[String]) -> bool {
 fn where_lost(store: &Store, ask: &str, answers: &[String]) -> anyhow::Result<(String, String)> {
     let profile: Vec<String> = store.facts()?.into_iter().map(|f| f.text).collect();
     let stored = profile.iter().find(|f| holds(f, answers)).cloned().unwrap_or_default();
-    let beside = asked_about(&profile, ask).into_iter().find(|f| holds(f, answers)).unwrap_or_default().to_owned();
+    let mut put = asked_about(&profile, ask);
+    if put.is_empty() {
+        put = none_found(&profile, ask);
+    }
+    let beside = put.into_iter().find(|f| holds(f, answers)).unwrap_or_default().to_owned();
     Ok((stored, beside))
 }
 
@@ -61,7 +65,7 @@ const BESIDE: &str = "(where it is lost) a fact put beside the question holds it
 /// [`SEEDS`] seeds: the shipped one first (the target reads its row).
 const NEW_FORMS: [(&str, Beside); 3] = [
     ("the turn, a new conversation (the profile)", Beside::Before),
-    ("the turn, a new conversation, the facts after the question", Beside::After),
+    ("the turn, a new conversation, only the facts found by their words", Beside::Found),
     ("the turn, a new conversation, the profile in the system message only", Beside::Off),
 ];
 

@@ -49,7 +49,7 @@ pub use error::ChatError;
 pub use escalation::{DEEP_ASK, DEEP_MAX_TOKENS};
 pub use memory::{
     Beside, Learned, MAX_FACT_CHARS, MAX_PROFILE_FACTS, PROFILE_BUDGET, TURN_BUDGET, Told, about_user, as_told, asked_about, audit_key,
-    extract_facts, follows, grounded, profile_facts, provenance, statements, summary_task, tell,
+    extract_facts, follows, grounded, none_found, profile_facts, provenance, statements, summary_task, tell,
 };
 pub use record::{EscalatedBy, Escalation, TurnNote, TurnRecord, turn_key, turn_record};
 pub use reply::{LOOP_SPAN, repeats_itself};

@@ -1,6 +1,7 @@
 //! What is put beside a question about the person: the profile facts it
 //! asks about, in the person's voice, next to the question the model gets.
 
+use super::limits::PROFILE_BUDGET;
 use super::said::{FIRST_PERSON, gives_own_name, words};
 use super::slot::{Slot, slot_of};
 
@@ -58,14 +59,11 @@ const ASKING: &[&str] = &[
 /// compared by [`stem`], so "my dog's name" finds "our dog"), and the fact
 /// that fills the slot it asks for ("my name", "where do I live"; not "my
 /// dog's name" or "where does my brother live"). A message about anything
-/// else gets none.
+/// else gets none; so does a question about them that no fact shares a
+/// word with (see [`none_found`] for what [`Beside::Before`] gives it).
 pub fn asked_about<'a>(profile: &'a [String], message: &str) -> Vec<&'a str> {
     let asked = words(message);
-    // "Did I", "am I", "where do I": about them; "how do I" is a how-to question, not about them.
-    let about_self = asked.iter().any(|w| matches!(w.as_str(), "my" | "me" | "mine" | "myself"))
-        || asked.windows(2).any(|p| p[1] == "i" && matches!(p[0].as_str(), "did" | "am" | "was" | "have" | "had"))
-        || asked.windows(3).any(|p| p[2] == "i" && p[1] == "do" && matches!(p[0].as_str(), "where" | "what" | "who"));
-    if !about_self || profile.is_empty() {
+    if !about_self(&asked) || profile.is_empty() {
         return Vec::new();
     }
     let slot = slot_asked(&asked);
@@ -87,6 +85,27 @@ pub fn asked_about<'a>(profile: &'a [String], message: &str) -> Vec<&'a str> {
     // Most shared first; among equals the newer (later in the profile).
     scored.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
     scored.into_iter().take(3).map(|(_, _, f)| f).collect()
+}
+
+/// What goes beside a question the person asks about themselves when
+/// [`asked_about`] finds no fact ("What do I do for work?" against "I run a
+/// small bakery"): the newest facts, as many as a profile is kept to
+/// ([`PROFILE_BUDGET`]), oldest first, so the model can answer from what it
+/// was told rather than from nothing nearer than the system message. A
+/// message not about them, or one a fact was found for: none.
+pub fn none_found<'a>(profile: &'a [String], message: &str) -> Vec<&'a str> {
+    if !message.trim_end().ends_with('?') || !about_self(&words(message)) || !asked_about(profile, message).is_empty() {
+        return Vec::new();
+    }
+    profile[profile.len().saturating_sub(PROFILE_BUDGET)..].iter().map(String::as_str).collect()
+}
+
+/// Whether a message's words ask about the person: "my", "me", "did I",
+/// "am I", "where do I"; "how do I" is a how-to question, not about them.
+fn about_self(asked: &[String]) -> bool {
+    asked.iter().any(|w| matches!(w.as_str(), "my" | "me" | "mine" | "myself"))
+        || asked.windows(2).any(|p| p[1] == "i" && matches!(p[0].as_str(), "did" | "am" | "was" | "have" | "had"))
+        || asked.windows(3).any(|p| p[2] == "i" && p[1] == "do" && matches!(p[0].as_str(), "where" | "what" | "who"))
 }
 
 /// The slot a question about the person asks for: their own name ("my
@@ -127,22 +146,27 @@ fn introduces_them(fact: &str) -> bool {
 pub enum Beside {
     /// In the system message only, with the rest of the profile.
     Off,
-    /// After the question, in the person's voice.
-    After,
+    /// Before the question, only the facts [`asked_about`] finds.
+    Found,
     /// Before the question, as a reading passage comes before its
-    /// question (the default: SmolLM2 answered from it more often than
-    /// from `After` in each of four comparisons, docs/QUALITY.md).
+    /// question (SmolLM2 answered from it more often than from the facts
+    /// after the question in five of six comparisons, docs/QUALITY.md),
+    /// and when no fact is found, the newest ([`none_found`]).
     #[default]
     Before,
 }
 
 /// `message` as the model gets it: with the profile facts it asks about
-/// ([`asked_about`]) beside it, in the person's voice, where `form` says: a
+/// before it ([`asked_about`]; when none is found and `form` is
+/// [`Beside::Before`], [`none_found`]), in the person's voice: a
 /// small model answers from what is next to the question far more often
 /// than from the system message (docs/QUALITY.md). What is stored and shown
 /// stays `message`.
 pub fn with_what_was_said(profile: &[String], message: &str, form: Beside) -> String {
-    let facts = asked_about(profile, message);
+    let mut facts = asked_about(profile, message);
+    if facts.is_empty() && form == Beside::Before {
+        facts = none_found(profile, message);
+    }
     if facts.is_empty() || form == Beside::Off {
         return message.to_owned();
     }
@@ -154,10 +178,7 @@ pub fn with_what_was_said(profile: &[String], message: &str, form: Beside) -> St
         })
         .collect();
     let told = format!("(What I told you before: {})", told.join(" "));
-    match form {
-        Beside::After => format!("{message}\n\n{told}"),
-        _ => format!("{told}\n\n{message}"),
-    }
+    format!("{told}\n\n{message}")
 }
 
 #[cfg(test)]
@@ -172,6 +193,29 @@ mod tests {
         // Short words keep their ending.
         assert_eq!(stem("has"), "has");
         assert_eq!(stem("bus"), "bus");
+    }
+
+    #[test]
+    fn a_question_about_them_that_finds_no_fact_gets_the_newest_before_it() {
+        let profile: Vec<String> = (0..PROFILE_BUDGET + 2).map(|i| format!("The user said: \"Fact {i}.\"")).collect();
+        let asked = "What do I do for work?";
+        assert!(asked_about(&profile, asked).is_empty());
+        let newest: Vec<&str> = profile[2..].iter().map(String::as_str).collect();
+        assert_eq!(none_found(&profile, asked), newest);
+        let sent = with_what_was_said(&profile, asked, Beside::Before);
+        assert!(sent.starts_with("(What I told you before: \"Fact 2.\" \"Fact 3.\""), "{sent}");
+        assert!(sent.ends_with(&format!("\"Fact {}.\")\n\n{asked}", PROFILE_BUDGET + 1)), "{sent}");
+        // Only the shipped form falls back; the others are as they were.
+        for form in [Beside::Off, Beside::Found] {
+            assert_eq!(with_what_was_said(&profile, asked, form), asked);
+        }
+        // Not a question, not about them, or a fact found: nothing more.
+        for m in ["Tell me a joke.", "What is the capital of Peru?", "How do I keep a cut avocado from going brown?"] {
+            assert!(none_found(&profile, m).is_empty(), "{m}");
+            assert_eq!(with_what_was_said(&profile, m, Beside::Before), m);
+        }
+        assert!(none_found(&profile, "What was fact 3 again, did I say?").is_empty());
+        assert!(none_found(&[], asked).is_empty());
     }
 
     #[test]
@@ -200,17 +244,13 @@ mod tests {
         // Not about the person, or nothing shared: nothing added, the message unchanged.
         for m in ["What is the capital of Peru?", "How do I keep a cut avocado from going brown?", "Tell me a joke."] {
             assert!(asked_about(&profile, m).is_empty(), "{m}");
-            for form in [Beside::Off, Beside::After, Beside::Before] {
+            for form in [Beside::Off, Beside::Found, Beside::Before] {
                 assert_eq!(with_what_was_said(&profile, m, form), m);
             }
         }
         assert_eq!(
-            with_what_was_said(&profile, "What's my dog called again?", Beside::After),
-            "What's my dog called again?\n\n(What I told you before: \"We just adopted a rescue greyhound called Pickle.\")"
-        );
-        assert_eq!(
-            with_what_was_said(&profile, "Where do I live?", Beside::After),
-            "Where do I live?\n\n(What I told you before: The user lives in Pune.)"
+            with_what_was_said(&profile, "What's my dog called again?", Beside::Found),
+            "(What I told you before: \"We just adopted a rescue greyhound called Pickle.\")\n\nWhat's my dog called again?"
         );
         assert_eq!(
             with_what_was_said(&profile, "Where do I live?", Beside::Before),

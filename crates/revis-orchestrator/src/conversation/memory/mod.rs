@@ -28,7 +28,7 @@ mod profile;
 mod said;
 mod slot;
 
-pub use beside::{Beside, asked_about, with_what_was_said};
+pub use beside::{Beside, asked_about, none_found, with_what_was_said};
 pub(super) use jobs::Memory;
 pub use jobs::{TURN_BUDGET, audit_key, summary_task};
 pub use learn::{Learned, extract_facts, follows, grounded, profile_facts};
