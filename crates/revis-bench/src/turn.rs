@@ -106,6 +106,17 @@ impl TPart {
         [TPart::Capitals, TPart::Piqa, TPart::Rules, TPart::Recall, TPart::People, TPart::Profile, TPart::Check, TPart::Loops];
 }
 
+/// How many draws the sampled turn is measured with against the bare
+/// model ([`DRAWN`], [`AFTER_40`]).
+const DRAWS: u64 = 3;
+
+/// The sampled turn, each question asked [`DRAWS`] times: the row the
+/// targets read for "the turn as revis gives it".
+pub const DRAWN: &str = "the turn as revis gives it (default sampling), three draws a question";
+
+/// The sampled turn after 40 turns of history, [`DRAWS`] draws a question.
+pub const AFTER_40: &str = "after 40 turns: the turn (default sampling), three draws a question";
+
 /// One way of answering a question.
 #[derive(Clone, Debug, serde::Serialize)]
 struct Way {
@@ -117,14 +128,18 @@ struct Way {
     guard: bool,
     /// The turn leaves its background work behind (profile, audit...), as in use.
     after_turn: bool,
+    /// How many times each question is asked, each with its own seed (a
+    /// sampled way: one draw a question measures the seeds as much as the
+    /// sampling); the row counts every answer.
+    draws: u64,
 }
 
 impl Way {
     fn bare() -> Way {
-        Way { name: "bare model, greedy".into(), rules: None, sampled: false, history: false, guard: false, after_turn: false }
+        Way { name: "bare model, greedy".into(), rules: None, sampled: false, history: false, guard: false, after_turn: false, draws: 1 }
     }
     fn turn(name: &str, rules: &str, sampled: bool) -> Way {
-        Way { name: name.into(), rules: Some(rules.into()), sampled, history: false, guard: true, after_turn: false }
+        Way { name: name.into(), rules: Some(rules.into()), sampled, history: false, guard: true, after_turn: false, draws: 1 }
     }
 }
 
@@ -282,14 +297,16 @@ impl Run<'_> {
         right: impl Fn(usize, &str) -> bool,
     ) -> anyhow::Result<Row> {
         let mut row = Row { set: set.into(), way: way.name.clone(), right: 0, n: 0, loops: 0, chars: 0, examples: Vec::new() };
-        for (i, q) in questions.iter().enumerate() {
-            let a = self.answer(way, store, q, i as u64, self.max_tokens).await?;
-            row.n += 1;
-            row.right += usize::from(right(i, &a));
-            row.loops += usize::from(looped(&a));
-            row.chars += a.chars().count();
-            if i < 3 {
-                row.examples.push((q.clone(), a.chars().take(160).collect()));
+        for draw in 0..way.draws {
+            for (i, q) in questions.iter().enumerate() {
+                let a = self.answer(way, store, q, i as u64 + 1000 * draw, self.max_tokens).await?;
+                row.n += 1;
+                row.right += usize::from(right(i, &a));
+                row.loops += usize::from(looped(&a));
+                row.chars += a.chars().count();
+                if i < 3 && draw == 0 {
+                    row.examples.push((q.clone(), a.chars().take(160).collect()));
+                }
             }
         }
         eprintln!("revis-bench: turn {set}, {}: {}/{}", way.name, row.right, row.n);
@@ -355,7 +372,8 @@ pub async fn run_model(t: &Target<'_>, a: &TurnArgs, quick: bool, data: &Path, e
         let bare = Way::bare();
         let default = Way { after_turn: true, ..Way::turn("the turn as revis gives it (default sampling)", &chosen, true) };
         let greedy_turn = Way::turn("the turn, greedy", &chosen, false);
-        let history_default = Way { history: true, ..Way::turn("after 40 turns: the turn (default sampling)", &chosen, true) };
+        let history_default = Way { history: true, draws: DRAWS, ..Way::turn(AFTER_40, &chosen, true) };
+        let drawn = Way { draws: DRAWS, ..Way::turn(DRAWN, &chosen, true) };
         let mut candidates = vec![
             Way::turn("rules: revis's house rules, greedy", RULES, false),
             Way::turn("rules: the earlier house rules, greedy", EARLIER_RULES, false),
@@ -375,7 +393,7 @@ pub async fn run_model(t: &Target<'_>, a: &TurnArgs, quick: bool, data: &Path, e
             let own = Store::open(own_dir.path())?.store;
             r.rows.push(run.set("capitals", &default, &own, &qs, right).await?);
             r.profile.get_or_insert_default().after_capitals = Some(own.facts()?.len());
-            let mut ways = vec![bare.clone(), greedy_turn.clone()];
+            let mut ways = vec![bare.clone(), greedy_turn.clone(), drawn.clone()];
             if run.history.is_some() {
                 ways.push(history_default.clone());
             }
@@ -386,7 +404,7 @@ pub async fn run_model(t: &Target<'_>, a: &TurnArgs, quick: bool, data: &Path, e
         if parts.contains(&TPart::Piqa) {
             let qs: Vec<String> = piqa.iter().map(piqa_question).collect();
             let right = |i: usize, a: &str| choice_of(a) == Some(piqa[i].label);
-            let mut ways = vec![bare.clone(), Way { after_turn: false, ..default.clone() }, greedy_turn.clone()];
+            let mut ways = vec![bare.clone(), greedy_turn.clone(), drawn.clone()];
             if run.history.is_some() {
                 ways.push(history_default.clone());
             }

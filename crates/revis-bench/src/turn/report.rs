@@ -36,7 +36,7 @@ pub fn targets(r: &ModelTurns) -> Vec<String> {
     let mut out = Vec::new();
     for set in ["capitals", "piqa-chat"] {
         let Some(bare) = r.row(set, "bare model, greedy") else { continue };
-        for way in ["the turn as revis gives it (default sampling)", "after 40 turns: the turn (default sampling)"] {
+        for way in [super::DRAWN, super::AFTER_40] {
             let Some(turn) = r.row(set, way) else { continue };
             out.push(format!(
                 "{}: {set}, {way} ≥ the bare model greedy: {} against {}",
@@ -45,7 +45,7 @@ pub fn targets(r: &ModelTurns) -> Vec<String> {
                 cell(bare)
             ));
         }
-        if let (Some(s), Some(g)) = (r.row(set, "the turn as revis gives it (default sampling)"), r.row(set, "the turn, greedy")) {
+        if let (Some(s), Some(g)) = (r.row(set, super::DRAWN), r.row(set, "the turn, greedy")) {
             out.push(format!(
                 "{}: {set}, default sampling ≥ 0.9 × greedy: {} against {}",
                 verdict(s.rate() >= 0.9 * g.rate()),
