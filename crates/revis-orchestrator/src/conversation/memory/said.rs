@@ -81,7 +81,7 @@ const SELF_LABELS: &[&str] = &["name", "job", "work", "occupation", "home", "fro
 /// "here" ("Elif here, a violinist from Istanbul."), or a form's label
 /// ("Name: Yusuf.", "Job: electrician.").
 fn introduces(sentence: &str) -> bool {
-    let mut parts = sentence.split_whitespace();
+    let mut parts = without_greeting(sentence).split_whitespace();
     let (first, second, third) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""), parts.next());
     // "here" closes its phrase: "Elif here, …", "Elif here." ("Tokyo here we come" is not one).
     let closed = second.ends_with([',', '.', '!', ';', '-']) || third.is_none() || third == Some("-");
@@ -93,6 +93,20 @@ fn introduces(sentence: &str) -> bool {
         .split_once(':')
         .is_some_and(|(label, rest)| !rest.trim().is_empty() && SELF_LABELS.contains(&label.trim().to_lowercase().as_str()));
     here || label
+}
+
+/// Words people open a message with before they say who they are ("Hey,
+/// Tomasz here.").
+const GREETINGS: &[&str] = &["hi", "hey", "hello", "hiya", "howdy", "greetings", "morning", "evening", "afternoon"];
+
+/// `sentence` without an opening greeting closed by a comma or "!" ("Hey,
+/// Tomasz here." reads as "Tomasz here.").
+fn without_greeting(sentence: &str) -> &str {
+    let trimmed = sentence.trim_start();
+    trimmed
+        .split_once([',', '!'])
+        .filter(|(first, _)| GREETINGS.contains(&first.trim().to_lowercase().as_str()))
+        .map_or(trimmed, |(_, rest)| rest.trim_start())
 }
 
 /// The names the user gives in a sentence, lower-cased: a capitalised word
@@ -126,7 +140,7 @@ fn named(said: &str) -> Vec<(String, bool)> {
         // "my name is", "name is" opening the sentence, "Name:", "my name's".
         let own_label = matches!(before(3), None | Some("my"));
         let own = matches!(before(1), Some("i'm" | "im"))
-            || (after(1) == Some("here") && i == 0)
+            || (after(1) == Some("here") && (i == 0 || (i == 1 && GREETINGS.contains(&lower[0].as_str()))))
             || matches!((before(2), before(1)), (Some("i"), Some("am")) | (Some("call"), Some("me")))
             || (matches!((before(2), before(1)), (Some("name"), Some("is"))) && own_label)
             || (before(1) == Some("name") && before(2).is_none())
@@ -170,6 +184,10 @@ mod tests {
             vec!["Name: Yusuf.", "Job: electrician.", "Home: Cairo."]
         );
         assert_eq!(about_user("Paris here is lovely. Is Tokyo here?"), None, "no one introduced, and a question");
+        // A greeting before it: still them.
+        assert_eq!(about_user("Hey, Tomasz here."), Some("Hey, Tomasz here.".into()));
+        assert_eq!(about_user("Hello, Elif here, a violinist."), Some("Hello, Elif here, a violinist.".into()));
+        assert_eq!(about_user("Hey, Paris here is lovely."), None, "not closed: no one introduced");
     }
 
     #[test]
@@ -182,6 +200,7 @@ mod tests {
             "Please call me Jules.",
             "Name: Yusuf.",
             "Elif here, a violinist from Istanbul.",
+            "Hey, Tomasz here.",
             "Also, I'm Radhika and I teach yoga in Pune.",
         ] {
             assert!(gives_own_name(own), "{own:?}");
