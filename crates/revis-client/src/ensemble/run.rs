@@ -265,7 +265,7 @@ impl Ensemble {
         let (drafts, error) =
             self.drafts(alive, &on, req, answer, DraftAsk { max_tokens: k, top: 0, deadline: self.spec.round_deadline }).await;
         if drafts.is_empty() {
-            return Err(error.unwrap_or_else(|| CallError::new(Code::Unavailable, "no ensemble member answered")));
+            return Err(none_left(error, "no ensemble member answered"));
         }
         let spans: Vec<(usize, Span, Option<FinishReason>)> = drafts
             .iter()
@@ -325,7 +325,7 @@ impl Ensemble {
             .drafts(alive, &[drafter], req, answer, DraftAsk { max_tokens: k, top: MERGE_CANDIDATES, deadline: self.spec.round_deadline })
             .await;
         let Some((_, d)) = drafts.into_iter().next() else {
-            return Err(error.unwrap_or_else(|| CallError::new(Code::Unavailable, "the drafting member did not answer")));
+            return Err(none_left(error, "the drafting member did not answer"));
         };
         let ends = ends(&d.done, d.tokens.len(), k);
         let whole = |d: &Draft| {
@@ -389,7 +389,7 @@ impl Ensemble {
                 }
             }
         }
-        Err(last.unwrap_or_else(|| CallError::new(Code::Unavailable, "no ensemble member answered")))
+        Err(none_left(last, "no ensemble member answered"))
     }
 
     /// A JSON answer is never shown in parts, so it is not built span by
@@ -403,7 +403,7 @@ impl Ensemble {
         let on = alive.clone();
         let (drafts, error) = self.drafts(&mut alive, &on, &req, "", DraftAsk { max_tokens, top: 0, deadline }).await;
         if drafts.is_empty() {
-            return Err(error.unwrap_or_else(|| CallError::new(Code::Unavailable, "no ensemble member answered")));
+            return Err(none_left(error, "no ensemble member answered"));
         }
         let own: Vec<f64> =
             drafts.iter().map(|(_, d)| combine::per_byte(d.tokens.iter().map(|t| t.logprob).sum(), d.done.text.len())).collect();
@@ -481,10 +481,7 @@ impl Runner for Ensemble {
                 async move { m.client.prefill(&params).await.map_err(|e| e.into_call()) }
             })
             .await;
-        ok.into_iter()
-            .next()
-            .map(|(_, p)| p)
-            .ok_or_else(|| error.unwrap_or_else(|| CallError::new(Code::Unavailable, "no ensemble member")))
+        ok.into_iter().next().map(|(_, p)| p).ok_or_else(|| none_left(error, "no ensemble member"))
     }
 
     async fn generate(&self, req: GenerateParams, mut on_delta: impl FnMut(&str) + Send) -> Result<Done, CallError> {
@@ -597,5 +594,33 @@ impl Runner for Ensemble {
     /// The tiers of the first member's daemon.
     async fn tiers(&self) -> Result<Vec<TierStatus>, CallError> {
         self.first()?.client.tiers().await
+    }
+}
+
+/// The error when no member is left to answer: the last member's, where
+/// one failed, else `what`. A member whose connection broke under the call
+/// (its daemon gone) is unavailable, as a member that could not be reached
+/// is, whatever code the broken stream read as.
+fn none_left(error: Option<CallError>, what: &str) -> CallError {
+    match error {
+        Some(e) if e.broken => CallError { code: Code::Unavailable, message: format!("{what}: {}", e.message), ..e },
+        Some(e) => e,
+        None => CallError::new(Code::Unavailable, what),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_member_left_reads_as_unavailable_when_their_connections_broke() {
+        let broken = CallError { broken: true, ..CallError::new(Code::Unknown, "transport error") }.after(11);
+        let e = none_left(Some(broken), "no ensemble member answered");
+        assert_eq!((e.code, e.delivered, e.message.as_str()), (Code::Unavailable, 11, "no ensemble member answered: transport error"));
+        // A member's own answer (a refused request) stays what it said.
+        let refused = CallError::new(Code::InvalidArgument, "the prompt is over the context");
+        assert_eq!(none_left(Some(refused), "x").code, Code::InvalidArgument);
+        assert_eq!(none_left(None, "no ensemble member").code, Code::Unavailable);
     }
 }
