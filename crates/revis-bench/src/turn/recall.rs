@@ -61,17 +61,26 @@ fn where_lost(store: &Store, ask: &str, answers: &[String]) -> anyhow::Result<(S
 const STORED: &str = "(where it is lost) a stored fact holds the answer";
 const BESIDE: &str = "(where it is lost) a fact put beside the question holds it";
 
-/// The forms a question in a new conversation is asked in, each with
-/// [`SEEDS`] seeds: the shipped one first (the target reads its row).
-const NEW_FORMS: [(&str, Beside); 3] = [
-    ("the turn, a new conversation (the profile)", Beside::Before),
-    ("the turn, a new conversation, only the facts found by their words", Beside::Found),
-    ("the turn, a new conversation, the profile in the system message only", Beside::Off),
+/// How a form's answers are drawn.
+#[derive(Clone, Copy)]
+enum Draw {
+    /// The model's default sampling (its gears), [`SEEDS`] seeds.
+    Gears,
+    /// Greedy, once: every seed would give the same answer.
+    Greedy,
+}
+
+/// The forms a question in a new conversation is asked in: the shipped one
+/// first (the target reads its row).
+const NEW_FORMS: [(&str, Beside, Draw); 3] = [
+    ("the turn, a new conversation (the profile)", Beside::Before, Draw::Gears),
+    ("the turn, a new conversation, greedy", Beside::Before, Draw::Greedy),
+    ("the turn, a new conversation, the profile in the system message only", Beside::Off, Draw::Gears),
 ];
 
-/// Seeds each question in a new conversation is asked with, per form: the
-/// answers are sampled, and one sample a question left the forms' figures
-/// apart by less than their noise.
+/// Seeds each question in a new conversation is asked with, per sampled
+/// form: one sample a question left the forms' figures apart by less than
+/// their noise.
 const SEEDS: u64 = 2;
 
 /// Counts `answer` in `row`, keeping the first few as examples.
@@ -93,10 +102,17 @@ async fn ask_anew(
     seed: u64,
     rows: &mut [Row],
 ) -> anyhow::Result<()> {
-    for ((_, form), row) in NEW_FORMS.iter().zip(rows.iter_mut()) {
+    for ((_, form, draw), row) in NEW_FORMS.iter().zip(rows.iter_mut()) {
         chat.facts_beside = *form;
-        for k in 0..SEEDS {
-            chat.sampling = Sampling { seed: Some(seed + 1000 * k), ..Default::default() };
+        let draws = match draw {
+            Draw::Gears => SEEDS,
+            Draw::Greedy => 1,
+        };
+        for k in 0..draws {
+            chat.sampling = match draw {
+                Draw::Gears => Sampling { seed: Some(seed + 1000 * k), ..Default::default() },
+                Draw::Greedy => greedy(),
+            };
             chat.open(store.create_conversation("asked again")?);
             let answer = chat.send(ask, |_| {}).await?.text;
             chat.background_done().await;
@@ -117,7 +133,7 @@ async fn ask_anew(
 /// (`MAX_PROFILE_FACTS`), which is not what a person meets.
 pub(super) async fn recall(client: &Client, items: &[Recall], rules: &str) -> anyhow::Result<Vec<Row>> {
     let mut same = rows(&["the turn, same conversation", "bare model, greedy, same conversation", STORED, BESIDE], "recall");
-    let mut anew = rows(&NEW_FORMS.map(|(name, _)| name), "recall");
+    let mut anew = rows(&NEW_FORMS.map(|(name, ..)| name), "recall");
     for (i, it) in items.iter().enumerate() {
         let dir = tempfile::tempdir()?;
         let store = Store::open(dir.path())?.store;
@@ -164,7 +180,7 @@ pub(super) async fn recall(client: &Client, items: &[Recall], rules: &str) -> an
 /// in new conversations ([`NEW_FORMS`]). The bare model has nothing to go
 /// on in a new conversation, so it is not asked.
 pub(super) async fn people(client: &Client, people: &[Person], rules: &str) -> anyhow::Result<Vec<Row>> {
-    let mut anew = rows(&NEW_FORMS.map(|(name, _)| name), "people");
+    let mut anew = rows(&NEW_FORMS.map(|(name, ..)| name), "people");
     let mut lost = rows(&[STORED, BESIDE], "people");
     for (i, p) in people.iter().enumerate() {
         let dir = tempfile::tempdir()?;
@@ -200,5 +216,6 @@ mod tests {
     #[test]
     fn the_row_the_target_reads_is_the_form_a_chat_ships_with() {
         assert_eq!(NEW_FORMS[0].1, Beside::default());
+        assert!(matches!(NEW_FORMS[0].2, Draw::Gears));
     }
 }

@@ -146,28 +146,30 @@ fn introduces_them(fact: &str) -> bool {
 pub enum Beside {
     /// In the system message only, with the rest of the profile.
     Off,
-    /// Before the question, only the facts [`asked_about`] finds.
-    Found,
     /// Before the question, as a reading passage comes before its
     /// question (SmolLM2 answered from it more often than from the facts
     /// after the question in five of six comparisons, docs/QUALITY.md),
-    /// and when no fact is found, the newest ([`none_found`]).
+    /// and when no fact is found, the newest ([`none_found`]: measured
+    /// against only the facts found, docs/QUALITY.md).
     #[default]
     Before,
 }
 
 /// `message` as the model gets it: with the profile facts it asks about
-/// before it ([`asked_about`]; when none is found and `form` is
-/// [`Beside::Before`], [`none_found`]), in the person's voice: a
+/// before it ([`asked_about`]; when none is found, [`none_found`]) when
+/// `form` is [`Beside::Before`], in the person's voice: a
 /// small model answers from what is next to the question far more often
 /// than from the system message (docs/QUALITY.md). What is stored and shown
 /// stays `message`.
 pub fn with_what_was_said(profile: &[String], message: &str, form: Beside) -> String {
+    if form == Beside::Off {
+        return message.to_owned();
+    }
     let mut facts = asked_about(profile, message);
-    if facts.is_empty() && form == Beside::Before {
+    if facts.is_empty() {
         facts = none_found(profile, message);
     }
-    if facts.is_empty() || form == Beside::Off {
+    if facts.is_empty() {
         return message.to_owned();
     }
     let told: Vec<String> = facts
@@ -205,10 +207,8 @@ mod tests {
         let sent = with_what_was_said(&profile, asked, Beside::Before);
         assert!(sent.starts_with("(What I told you before: \"Fact 2.\" \"Fact 3.\""), "{sent}");
         assert!(sent.ends_with(&format!("\"Fact {}.\")\n\n{asked}", PROFILE_BUDGET + 1)), "{sent}");
-        // Only the shipped form falls back; the others are as they were.
-        for form in [Beside::Off, Beside::Found] {
-            assert_eq!(with_what_was_said(&profile, asked, form), asked);
-        }
+        // With the facts in the system message only, the question is as it was.
+        assert_eq!(with_what_was_said(&profile, asked, Beside::Off), asked);
         // Not a question, not about them, or a fact found: nothing more.
         for m in ["Tell me a joke.", "What is the capital of Peru?", "How do I keep a cut avocado from going brown?"] {
             assert!(none_found(&profile, m).is_empty(), "{m}");
@@ -244,12 +244,12 @@ mod tests {
         // Not about the person, or nothing shared: nothing added, the message unchanged.
         for m in ["What is the capital of Peru?", "How do I keep a cut avocado from going brown?", "Tell me a joke."] {
             assert!(asked_about(&profile, m).is_empty(), "{m}");
-            for form in [Beside::Off, Beside::Found, Beside::Before] {
+            for form in [Beside::Off, Beside::Before] {
                 assert_eq!(with_what_was_said(&profile, m, form), m);
             }
         }
         assert_eq!(
-            with_what_was_said(&profile, "What's my dog called again?", Beside::Found),
+            with_what_was_said(&profile, "What's my dog called again?", Beside::Before),
             "(What I told you before: \"We just adopted a rescue greyhound called Pickle.\")\n\nWhat's my dog called again?"
         );
         assert_eq!(
