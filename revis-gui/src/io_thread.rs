@@ -1,5 +1,5 @@
 //! The app's I/O side: one thread running a tokio runtime that owns the
-//! client, the store, the orchestrator's [`Chat`], the keyring and the
+//! client, the store, the orchestrator's [`Chat`](revis_orchestrator::conversation::Chat), the keyring and the
 //! pairing stream. The UI sends [`Command`]s and reads [`Event`]s; nothing
 //! here runs on the UI thread, and nothing on the UI thread waits for it.
 //!

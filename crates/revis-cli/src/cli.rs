@@ -40,7 +40,7 @@ fn switch(value: &str) -> Result<bool, String> {
 #[derive(Subcommand)]
 pub enum Cmd {
     /// Download a model: a catalog name (`revis models`), or any GGUF on Hugging Face:
-    /// hf:OWNER/REPO[:QUANT] (default Q4_K_M) or hf:OWNER/REPO/FILE.gguf.
+    /// `hf:OWNER/REPO[:QUANT]` (default Q4_K_M) or `hf:OWNER/REPO/FILE.gguf`.
     /// Without one: the catalog model that fits this machine, which becomes the default.
     Pull {
         name: Option<String>,

@@ -25,7 +25,7 @@
 //! A model is named by its tier (`tier2`) or by the model a tier runs
 //! (`smollm2-135m-instruct`): see [`models`].
 //!
-//! Every request passes the [`guard`](guard) first: the API key (`Authorization:
+//! Every request passes the [`guard`] first: the API key (`Authorization:
 //! Bearer`, on both APIs, unless the server runs without one) and, on a
 //! loopback address, a `Host` that names this machine (a web page that
 //! rebinds its own name to 127.0.0.1 is refused). Bounded: the request
@@ -38,7 +38,7 @@
 //! reading holds nothing: the answer is finished into memory and the
 //! generation's place is given back.
 //!
-//! The rooms: [`router`] (the routes), `guard.rs` (origin, body type, host
+//! The rooms: [`router`](mod@router) (the routes), `guard.rs` (origin, body type, host
 //! and key), `listen.rs` (connections, TLS, timeouts: [`serve`]),
 //! `options.rs` ([`Options`], [`Limits`], [`check_bind`]), `app.rs` (what
 //! every handler shares), `request.rs` (a body read strictly into a route's

@@ -1,7 +1,7 @@
 //! OpenAI's API (`/v1`): models, chat completions, completions; request and
 //! response types from `async-openai`.
 //!
-//! A chat request becomes one [`GenerateParams`]: `system` and `developer`
+//! A chat request becomes one [`GenerateParams`](revis_client::GenerateParams): `system` and `developer`
 //! messages are system messages; `max_completion_tokens` (or the older
 //! `max_tokens`), `temperature`, `top_p`, `seed` and `stop` carry over;
 //! `response_format` `json_object` is JSON, `json_schema` JSON held to its

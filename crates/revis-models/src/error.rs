@@ -7,7 +7,7 @@ use std::path::PathBuf;
 /// Result alias for this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// The name the public API brief used for the error of [`crate::pull`]; it is [`Error`].
+/// The name the public API brief used for the error of [`crate::pull`](fn@crate::pull); it is [`Error`].
 pub type PullError = Error;
 
 /// Everything that can go wrong while locating or downloading a model.

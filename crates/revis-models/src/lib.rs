@@ -6,7 +6,7 @@
 //! [`ModelRef::local_path`] under [`models_dir`] (no network), and reads each
 //! model's sampling defaults with [`sampling_defaults`]; `revis pull [MODEL]`
 //! calls [`ModelRef::pull`] from a blocking thread; first use measures the
-//! [`Machine`] and [`choose`]s.
+//! [`Machine`] and [`choose`](fn@choose)s.
 //!
 //! # Sources
 //!
@@ -176,7 +176,7 @@ impl ModelRef {
         out
     }
 
-    /// Makes sure it is in `models_dir` ([`pull`] or [`pull_hf`]); blocking.
+    /// Makes sure it is in `models_dir` ([`pull`](fn@pull) or [`pull_hf`]); blocking.
     pub fn pull(&self, models_dir: &Path, opts: &PullOptions) -> Result<PathBuf> {
         match self {
             ModelRef::Catalog(e) => pull(e, models_dir, opts),

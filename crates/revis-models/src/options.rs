@@ -12,7 +12,7 @@ use crate::progress::Progress;
 /// The Hugging Face endpoint used when `HF_ENDPOINT` is not set.
 pub const DEFAULT_HF_ENDPOINT: &str = "https://huggingface.co";
 
-/// How [`pull`](crate::pull) goes about it.
+/// How [`pull`](fn@crate::pull) goes about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PullOptions {
     /// PEP 503 simple index base URL, e.g. `https://pypi.org/simple` (a trailing slash is fine).

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-/// How [`crate::pull`] shows its progress.
+/// How [`crate::pull`](fn@crate::pull) shows its progress.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Progress {
     /// A bar per file on stderr (bytes, rate, ETA); drawn only when stderr is a terminal.

@@ -36,7 +36,7 @@ pub fn gemma3() -> PathBuf {
     model("gemma3-270m")
 }
 
-/// A binary built by this workspace (tests run from target/<profile>/deps).
+/// A binary built by this workspace (tests run from `target/<profile>/deps`).
 pub fn binary(name: &str) -> PathBuf {
     let p = binary_dir().join(name);
     assert!(p.is_file(), "{} is not built; run the tests with `cargo nextest run --workspace --release`", p.display());
@@ -68,7 +68,7 @@ pub fn agent(name: &str) -> PathBuf {
     p
 }
 
-/// target/<profile>: where the workspace's binaries are.
+/// `target/<profile>`: where the workspace's binaries are.
 fn binary_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
     let mut dir = exe.parent().expect("exe dir").to_path_buf();

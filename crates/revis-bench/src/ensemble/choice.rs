@@ -16,7 +16,7 @@
 //! decision is then the sign of `Σ μ_m d_m / σ_m²`. μ_m cannot be estimated
 //! without labels, but if the models are equally informative per unit of
 //! their own noise (μ_m/σ_m equal, the neutral assumption) the weights
-//! become 1/σ_m, and the spread of a model's margins over the set, E[d²] =
+//! become 1/σ_m, and the spread of a model's margins over the set, E\[d²\] =
 //! μ² + σ², is proportional to σ under that assumption. So: divide each
 //! model's margin by the root mean square of its own margins over the set,
 //! then add. The plain sum is the same rule with the scale of each model's
