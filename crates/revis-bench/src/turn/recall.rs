@@ -104,15 +104,12 @@ async fn ask_anew(
 ) -> anyhow::Result<()> {
     for ((_, form, draw), row) in NEW_FORMS.iter().zip(rows.iter_mut()) {
         chat.facts_beside = *form;
-        let draws = match draw {
-            Draw::Gears => SEEDS,
-            Draw::Greedy => 1,
+        let draws: Vec<Sampling> = match draw {
+            Draw::Gears => (0..SEEDS).map(|k| Sampling { seed: Some(seed + 1000 * k), ..Default::default() }).collect(),
+            Draw::Greedy => vec![greedy()],
         };
-        for k in 0..draws {
-            chat.sampling = match draw {
-                Draw::Gears => Sampling { seed: Some(seed + 1000 * k), ..Default::default() },
-                Draw::Greedy => greedy(),
-            };
+        for sampling in draws {
+            chat.sampling = sampling;
             chat.open(store.create_conversation("asked again")?);
             let answer = chat.send(ask, |_| {}).await?.text;
             chat.background_done().await;
